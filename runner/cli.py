@@ -1,0 +1,78 @@
+"""`run`: the Hydra application. Compose -> validate -> plan -> launch (or print, with dry_run=true).
+
+Exit status: 0 success (or a valid dry run), 2 an invalid spec or override (nothing was started),
+otherwise what the job returned.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
+
+from runner.job_run import run_job
+from runner.problems import Problem, render_problems
+from runner.spec import register_schemas
+
+EXIT_INVALID = 2
+
+
+class _State:
+    entered = False  # Hydra called our task: a later exit status 1 is the job's, not a composition error
+
+
+@functools.cache
+def _uid() -> str:
+    return secrets.token_hex(3)
+
+
+def setup() -> None:
+    """Register schemas and resolvers; idempotent (tests compose through Hydra's API too)."""
+    register_schemas()
+    if not OmegaConf.has_resolver("runner_uid"):
+        OmegaConf.register_new_resolver("runner_uid", _uid)
+
+
+@hydra.main(version_base=None, config_path="pkg://runner.conf", config_name="job")
+def _app(cfg: DictConfig) -> None:
+    _State.entered = True
+    hc = HydraConfig.get()
+    out = Path(hc.runtime.output_dir)
+    run_id = f"{out.parent.name}-{out.name}" if hc.mode is RunMode.MULTIRUN else out.name
+    config_dir = next((s.path for s in hc.runtime.config_sources if s.provider == "command-line"), None)
+    try:
+        spec = OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as e:
+        key = e.full_key or "?"
+        print(render_problems([Problem(key, "has no value (??? in the config)", f"set it: {key}=...")]), file=sys.stderr)
+        sys.exit(EXIT_INVALID)
+    except OmegaConfBaseException as e:
+        print(f"error: {e.full_key or 'spec'}: {e.msg}", file=sys.stderr)
+        sys.exit(EXIT_INVALID)
+    code = run_job(cfg, spec, out, run_id, tuple(hc.overrides.task), config_dir)
+    if code:
+        sys.exit(code)
+
+
+def main() -> None:
+    """Console entry point."""
+    setup()
+    # like `python -m`, make the current folder importable so recipes in the user's repository are found
+    sys.path.insert(0, os.getcwd())
+    try:
+        _app()
+    except SystemExit as e:
+        if e.code == 1 and not _State.entered:
+            # Hydra already printed why (unknown key, option, type); it exits 1 for that, we say 2
+            print("hint: `run --help` lists every group and option; `run --cfg job` prints the composed spec",
+                  file=sys.stderr)
+            raise SystemExit(EXIT_INVALID) from None
+        raise

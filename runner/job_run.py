@@ -1,0 +1,64 @@
+"""One job from a composed spec: validate, plan, write what the run is, then dry-run or launch."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from runner.environments.slurm import SlurmEnvironment
+from runner.launchers import LAUNCHERS, Invocation
+from runner.outputs import RunPaths
+from runner.plan import make_plan
+from runner.probe import LocalProbe
+from runner.report import plan_table, render_problems, verdict, write_plan
+from runner.spec import JobConfig
+from runner.validation import check
+
+EXIT_INVALID = 2
+
+
+def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str,
+            overrides: tuple[str, ...], config_dir: str | None) -> int:
+    job, problems = check(spec, LocalProbe())
+    if job is None:
+        print(render_problems(problems), file=sys.stderr)
+        n = sum(p.severity.value == "error" for p in problems)
+        print(f"\nthe spec has {n} error(s); nothing was started.", file=sys.stderr)
+        return EXIT_INVALID
+    paths = RunPaths(out, spec.run_id or run_id)
+    plan = make_plan(job, paths)
+    invocation = Invocation(spec.launcher.python or sys.executable, os.getcwd(), overrides, config_dir)
+    launcher = LAUNCHERS[spec.launcher.kind](plan, paths, invocation)
+    launcher.in_allocation = SlurmEnvironment.read(os.environ).in_allocation
+    request = launcher.request()
+
+    pinned = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    for key, value in request.pins.items():
+        OmegaConf.update(pinned, key, value)
+    paths.make()
+    paths.spec.write_text(OmegaConf.to_yaml(pinned))
+    write_plan(plan, paths.plan)
+    paths.launch.write_text(request.materialize())
+    for name, text in request.files.items():
+        (paths.root / name).write_text(text)
+
+    if spec.dry_run:
+        print("== spec ==")
+        print(OmegaConf.to_yaml(pinned).rstrip())
+        print("\n== verdict ==")
+        print(verdict(plan))
+        if problems:
+            print(render_problems(problems))
+        print("\n== plan ==")
+        print(plan_table(plan))
+        print(f"\n== launch ({spec.launcher.kind.value}) ==")
+        print(request.materialize().rstrip())
+        print(f"\ndry run: nothing was started. Spec, plan and commands are in {paths.root}/")
+        return 0
+    print(render_problems(problems), file=sys.stderr) if problems else None
+    print("launching is not built yet", file=sys.stderr)
+    return 1
+

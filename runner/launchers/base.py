@@ -1,0 +1,84 @@
+"""What every launcher is: a plan in, a request out (the exact commands), then the launch."""
+
+from __future__ import annotations
+
+import shlex
+import zlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from runner.outputs import RunPaths
+from runner.plan import Deferred, Plan
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How `run` was called, so that commands for other hosts or tasks can repeat it."""
+
+    python: str  # interpreter for tasks the launcher starts
+    cwd: str
+    overrides: tuple[str, ...] = ()  # the command line's Hydra overrides
+    config_dir: str | None = None  # --config-dir, if one was given
+
+
+@dataclass(frozen=True)
+class HostCommand:
+    """What runs on one host (or on the submitting host): a command line, or a note for in-process work."""
+
+    host: str
+    argv: tuple[str, ...] | None
+    note: str = ""
+    cwd: str | None = None
+
+    def render(self) -> str:
+        lines = [f"# {self.host}: {self.note}" if self.note else f"# {self.host}"]
+        if self.argv is not None:
+            cmd = shlex.join(self.argv)
+            lines.append(f"cd {shlex.quote(self.cwd)} && {cmd}" if self.cwd else cmd)
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything a launch executes, materialized; the dry run prints it, the launch runs it."""
+
+    launcher: str
+    commands: tuple[HostCommand, ...]
+    files: dict[str, str] = field(default_factory=dict)  # run-folder file name -> content (batch scripts)
+    pins: dict[str, str] = field(default_factory=dict)  # spec keys fixed for this run (run_id, port)
+
+    def materialize(self) -> str:
+        parts = [c.render() for c in self.commands]
+        for name, text in self.files.items():
+            parts.append(f"# --- {name} ---\n{text.rstrip()}")
+        return "\n\n".join(parts) + "\n"
+
+
+def port_for(run_id: str) -> int:
+    """A port all hosts can agree on without talking: derived from the run id, below Linux's ephemeral range."""
+    return 20000 + zlib.crc32(run_id.encode()) % 10000
+
+
+class Launcher(ABC):
+    """Turns a plan into processes. Subclasses build the request; the base class owns the flow."""
+
+    name: ClassVar[str]
+
+    def __init__(self, plan: Plan, paths: RunPaths, invocation: Invocation) -> None:
+        self.plan = plan
+        self.paths = paths
+        self.invocation = invocation
+
+    @abstractmethod
+    def request(self) -> LaunchRequest:
+        """The exact commands this launch would execute (no side effects)."""
+
+    def task_argv(self) -> tuple[str, ...]:
+        """How a task started by a scheduler (srun, mpirun) enters the runner: it loads the pinned spec."""
+        return (self.invocation.python, "-m", "runner.task", str(self.paths.spec))
+
+    def pinned_port(self) -> str:
+        """The master port for launchers whose hosts cannot ask each other for a free one."""
+        port = self.plan.master_port
+        return str(port_for(self.paths.run_id)) if isinstance(port, Deferred) else port

@@ -1,0 +1,28 @@
+"""launcher=mpi: one `mpirun` (Open MPI syntax) that places ranks with -H host:slots."""
+
+from __future__ import annotations
+
+from runner.launchers.base import HostCommand, Launcher, LaunchRequest
+from runner.spec import TaskMode
+
+
+class MpiLauncher(Launcher):
+    name = "mpi"
+
+    def request(self) -> LaunchRequest:
+        job, opts = self.plan.job, self.plan.job.spec.launcher.mpi
+        per_host = job.spec.launcher.tasks is TaskMode.per_host
+        slots = [1 if per_host else len(self.plan.host_records(h.index)) for h in job.hosts]
+        hosts = ",".join(f"{h.reach or 'localhost'}:{n}" for h, n in zip(job.hosts, slots))
+        argv = [opts.mpirun]
+        if opts.allow_run_as_root:
+            argv.append("--allow-run-as-root")
+        if opts.oversubscribe:
+            argv.append("--oversubscribe")
+        # map by slot: -H order and slot counts give rank blocks per host, the plan's prefix sums
+        argv += ["-np", str(sum(slots)), "-H", hosts, "--map-by", "slot", "--bind-to", "none"]
+        argv += [*opts.extra, *self.task_argv()]
+        pins = {"run_id": self.paths.run_id, "init.master_port": self.pinned_port()}
+        what = "one task per host, each forks its processes" if per_host else "one MPI rank per process"
+        return LaunchRequest(self.name, (HostCommand("this machine", tuple(argv), what, cwd=self.invocation.cwd),),
+                             pins=pins)

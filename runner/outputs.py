@@ -1,0 +1,56 @@
+"""One object owns every path of a run's output folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The files of one run, all below ``root`` (Hydra's run folder, unique per run)."""
+
+    root: Path
+    run_id: str
+
+    @property
+    def spec(self) -> Path:
+        """The composed spec, with what the launch pinned (run id, port), as tasks load it."""
+        return self.root / "spec.yaml"
+
+    @property
+    def plan(self) -> Path:
+        return self.root / "plan.json"
+
+    @property
+    def launch(self) -> Path:
+        """The exact commands (and scripts) the launcher runs."""
+        return self.root / "launch.txt"
+
+    @property
+    def sbatch_script(self) -> Path:
+        return self.root / "job.sbatch"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def rank_log(self, rank: int) -> Path:
+        return self.logs / f"rank{rank:05d}.log"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    def rendezvous_file(self, init_dir: str | None) -> Path:
+        """A fresh file per run: named by the run id, in init.dir or else the run folder."""
+        folder = Path(init_dir) if init_dir else self.root
+        return folder / f"{self.run_id}.rdzv"
+
+    def make(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)

@@ -1,0 +1,88 @@
+"""What validation may ask of the machine it runs on, behind one small interface.
+
+Validation is pure logic over a spec plus these answers; tests pass a :class:`FixedProbe`.
+:class:`LocalProbe` asks this machine, lazily, and only what a rule needs (importing torch costs
+over a second, so a CPU job with gloo never triggers it).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import socket
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class MachineProbe(Protocol):
+    def cuda_device_count(self) -> int: ...
+    def mpi_backend_available(self) -> bool: ...
+    def which(self, program: str) -> str | None: ...
+    def exists(self, path: str) -> bool: ...
+    def is_dir(self, path: str) -> bool: ...
+    def host_names(self) -> frozenset[str]: ...
+
+
+class LocalProbe:
+    """Answers about this machine. GPU counting goes through NVML, so it does not poison fork."""
+
+    @functools.cache
+    def cuda_device_count(self) -> int:
+        import torch
+
+        return torch.cuda.device_count()
+
+    @functools.cache
+    def mpi_backend_available(self) -> bool:
+        import torch.distributed as dist
+
+        return dist.is_available() and dist.is_mpi_available()
+
+    def which(self, program: str) -> str | None:
+        return shutil.which(program)
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    @functools.cache
+    def host_names(self) -> frozenset[str]:
+        names = {socket.gethostname()}
+        names.add(names.copy().pop().split(".")[0])
+        return frozenset(names)
+
+
+@dataclass
+class FixedProbe:
+    """A machine described by values, for tests and for planning on another machine's behalf."""
+
+    cuda_devices: int = 0
+    mpi_backend: bool = False
+    programs: frozenset[str] = frozenset({"python3", "sbatch", "srun", "scontrol", "mpirun"})
+    paths: frozenset[str] = frozenset()
+    dirs: frozenset[str] = frozenset({"/shared", "/tmp"})
+    names: frozenset[str] = frozenset({"thishost"})
+    asked: list[str] = field(default_factory=list)
+
+    def cuda_device_count(self) -> int:
+        self.asked.append("cuda")
+        return self.cuda_devices
+
+    def mpi_backend_available(self) -> bool:
+        self.asked.append("mpi")
+        return self.mpi_backend
+
+    def which(self, program: str) -> str | None:
+        return f"/usr/bin/{program}" if program in self.programs else None
+
+    def exists(self, path: str) -> bool:
+        return path in self.paths or path in self.dirs
+
+    def is_dir(self, path: str) -> bool:
+        return path in self.dirs
+
+    def host_names(self) -> frozenset[str]:
+        return self.names

@@ -1,0 +1,74 @@
+"""What the dry run prints and what a run writes about itself: verdict, plan table, plan file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from runner.plan import Plan, ProcessRecord
+from runner.problems import Problem, Severity
+from runner.spec import DeviceKind
+
+SHOWN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+             "CUDA_VISIBLE_DEVICES", "GLOO_SOCKET_IFNAME")
+TABLE_HEAD = 16  # rows shown at each end of a long plan; plan.json has them all
+
+
+def verdict(plan: Plan) -> str:
+    job = plan.job
+    spec = job.spec
+    counts = "+".join(str(len(plan.host_records(h.index))) for h in job.hosts)
+    return (f"valid: {plan.world_size} process(es) on {len(job.hosts)} host(s) ({counts}); "
+            f"device {job.device.value}, backend {job.backend.value}, init {spec.init.method.value} "
+            f"({plan.init_method}), {spec.parallel.mode.value}, sharding {spec.sharding.mode.value}, "
+            f"launcher {spec.launcher.kind.value} ({spec.launcher.tasks.value})")
+
+
+def render_problems(problems: list[Problem]) -> str:
+    order = {Severity.error: 0, Severity.warning: 1, Severity.notice: 2}
+    return "\n".join(p.render() for p in sorted(problems, key=lambda p: order[p.severity]))
+
+
+def _row(plan: Plan, r: ProcessRecord, cuda: bool) -> list[str]:
+    env = plan.env(r)
+    shown = " ".join(f"{k}={env[k]}" for k in SHOWN_ENV if k in env)
+    return [str(r.global_rank), str(r.node_rank), str(r.local_rank), r.host, r.device if not cuda or len(r.device_ids) < 2
+            else f"{r.device} (DP over {len(r.device_ids)})", shown]
+
+
+def plan_table(plan: Plan) -> str:
+    cuda = plan.job.device is DeviceKind.cuda
+    records = plan.records
+    skipped = 0
+    if len(records) > 2 * TABLE_HEAD + 1:
+        skipped = len(records) - 2 * TABLE_HEAD
+        records = records[:TABLE_HEAD] + records[-TABLE_HEAD:]
+    rows = [["rank", "node", "local", "host", "device", "environment"]]
+    rows += [_row(plan, r, cuda) for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append("  ".join([*(c.rjust(w) if i < 3 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))), row[5]]).rstrip())
+        if skipped and n == TABLE_HEAD:
+            lines.append(f"  ... {skipped} more processes (every one is in plan.json) ...")
+    return "\n".join(lines)
+
+
+def plan_document(plan: Plan) -> dict:
+    job = plan.job
+    return {
+        "world_size": plan.world_size,
+        "device": job.device.value,
+        "backend": job.backend.value,
+        "master_addr": plan.master_addr,
+        "master_port": plan.master_port,
+        "init_method": plan.init_method,
+        "hosts": [{"node_rank": h.index, "host": h.label, "addr": h.reach, "devices": h.devices, "gpus": list(h.gpus)}
+                  for h in job.hosts],
+        "processes": [{**asdict(r), "env": plan.env(r)} for r in plan.records],
+    }
+
+
+def write_plan(plan: Plan, path) -> None:
+    with open(path, "w") as f:
+        json.dump(plan_document(plan), f)

@@ -1,0 +1,213 @@
+"""The typed schema of a job spec.
+
+Every YAML option under ``conf/`` is merged onto one of these dataclasses (registered in Hydra's
+ConfigStore by :func:`register_schemas`), so a misspelt key, a wrong type or an unknown choice fails
+at composition time with Hydra's message naming the key. Rules that span several keys live in
+:mod:`runner.validation`, not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class InitMethod(str, Enum):
+    """How processes rendezvous."""
+
+    env = "env"  # MASTER_ADDR / MASTER_PORT in each process's environment (env://)
+    tcp = "tcp"  # tcp://MASTER_ADDR:MASTER_PORT
+    file = "file"  # file:///a/path/every/host/sees, fresh per run
+
+
+class LauncherKind(str, Enum):
+    local = "local"
+    slurm = "slurm"
+    mpi = "mpi"
+    manual = "manual"
+
+
+class TaskMode(str, Enum):
+    """What one task of the launcher is."""
+
+    per_host = "per_host"  # one task per host that spawns that host's processes (multiprocessing)
+    per_device = "per_device"  # one task per process, started by the launcher itself
+
+
+class BackendName(str, Enum):
+    auto = "auto"  # nccl when the devices are CUDA GPUs, gloo otherwise
+    nccl = "nccl"
+    gloo = "gloo"
+    mpi = "mpi"
+
+
+class ParallelMode(str, Enum):
+    ddp = "ddp"  # DistributedDataParallel: one process per device
+    dp = "dp"  # DataParallel: one process drives all devices of its (single) host
+
+
+class ShardingMode(str, Enum):
+    none = "none"
+    oss = "oss"  # fairscale OSS: optimizer state sharded, DDP for gradients
+    sdp = "sdp"  # fairscale ShardedDataParallel + OSS (ESPnet2's --sharded_ddp)
+    zero = "zero"  # torch ZeroRedundancyOptimizer
+    fsdp = "fsdp"  # torch FSDP2 fully_shard
+
+
+class DeviceKind(str, Enum):
+    auto = "auto"  # cuda when this machine has GPUs (or launcher=slurm and device=cuda), else cpu
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+@dataclass
+class HostConfig:
+    """One host of the topology."""
+
+    name: Optional[str] = None  # host name as the launcher knows it; None: whichever host the launcher gives
+    addr: Optional[str] = None  # address the other hosts reach it at; None: the name
+    devices: Optional[int] = None  # processes (DDP) or devices (DP) on it; None: topology.devices_per_node
+    gpus: Optional[list[int]] = None  # GPU indices to use when devices are GPUs; None: 0..devices-1
+
+
+@dataclass
+class TopologyConfig:
+    """Hosts and devices: either a grid (nodes x devices_per_node) or an explicit host list."""
+
+    nodes: Optional[int] = None  # number of hosts; None: len(hosts)
+    devices_per_node: Optional[int] = None  # devices on each host that does not give its own count
+    hosts: Optional[list[HostConfig]] = None  # explicit hosts; None: `nodes` unnamed hosts
+
+
+@dataclass
+class InitConfig:
+    """Rendezvous: how the processes find each other."""
+
+    method: InitMethod = InitMethod.env
+    master_addr: Optional[str] = None  # None: 127.0.0.1 on one host, else host 0 (Slurm/MPI: first node)
+    master_port: int = 0  # 0: a free port chosen per run (Slurm: derived from the job id)
+    dir: Optional[str] = None  # file init: folder every host sees; None: the run's output folder
+    timeout_s: float = 300.0  # rendezvous and collective timeout
+
+
+@dataclass
+class SlurmOptions:
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time: str = "01:00:00"  # sbatch --time
+    cpus_per_task: Optional[int] = None  # None: Slurm's default
+    mem: Optional[str] = None  # sbatch --mem per node, e.g. 32G
+    gpu_request: str = "gpus-per-node"  # how GPUs are asked for: gpus-per-node | gres
+    signal: str = "USR1@90"  # sbatch --signal: sent before the time limit, asks the recipe to checkpoint
+    requeue: bool = False
+    extra: list[str] = field(default_factory=list)  # more #SBATCH lines, e.g. ["--constraint=a100"]
+    follow: bool = True  # wait for a submitted job and return its exit status
+
+
+@dataclass
+class MpiOptions:
+    mpirun: str = "mpirun"
+    allow_run_as_root: bool = False
+    oversubscribe: bool = False
+    extra: list[str] = field(default_factory=list)  # more mpirun arguments, passed as given
+
+
+@dataclass
+class ManualOptions:
+    host: Optional[str] = None  # which spec host this machine is: an index or a name/address; None: match
+
+
+@dataclass
+class LauncherConfig:
+    """Who starts the processes, and what one task of theirs is."""
+
+    kind: LauncherKind = LauncherKind.local
+    tasks: TaskMode = TaskMode.per_host
+    python: Optional[str] = None  # interpreter for the tasks a scheduler starts; None: the one running `run`
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
+    mpi: MpiOptions = field(default_factory=MpiOptions)
+    manual: ManualOptions = field(default_factory=ManualOptions)
+
+
+@dataclass
+class BackendConfig:
+    name: BackendName = BackendName.auto
+    socket_ifname: Optional[str] = None  # GLOO/NCCL_SOCKET_IFNAME for every process; None: runner's choice
+    env: dict[str, str] = field(default_factory=dict)  # more variables, e.g. {NCCL_DEBUG: INFO}
+
+
+@dataclass
+class ParallelConfig:
+    mode: ParallelMode = ParallelMode.ddp
+    find_unused_parameters: bool = False
+    bucket_cap_mb: float = 25.0
+
+
+@dataclass
+class ShardingConfig:
+    mode: ShardingMode = ShardingMode.none
+    reshard_after_forward: bool = True  # fsdp only
+
+
+@dataclass
+class RecipeConfig:
+    """What every recipe's config has; a recipe's own schema extends it."""
+
+    target: str = MISSING  # "package.module:function" or "package.module" (then its `main`)
+    global_batch_size: int = 64  # kept whatever the world size; per process = global / world size
+    seed: int = 0
+
+
+@dataclass
+class DigitsRecipeConfig(RecipeConfig):
+    target: str = "recipes.digits:main"
+    epochs: int = 20
+    lr: float = 0.05
+    hidden: int = 64
+    test_fraction: float = 0.25
+
+
+@dataclass
+class ScriptRecipeConfig(RecipeConfig):
+    target: str = "recipes.script:main"
+    path: str = MISSING  # a torchrun-style training script
+    args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class JobConfig:
+    """A whole job: what the primary config `job.yaml` composes."""
+
+    topology: TopologyConfig = MISSING
+    init: InitConfig = MISSING
+    launcher: LauncherConfig = MISSING
+    backend: BackendConfig = MISSING
+    parallel: ParallelConfig = MISSING
+    sharding: ShardingConfig = MISSING
+    recipe: Any = MISSING  # a RecipeConfig subclass, chosen by the recipe group
+    device: DeviceKind = DeviceKind.auto
+    dry_run: bool = False
+    run_id: Optional[str] = None  # None: a fresh id per run; the manual launcher pins one for all hosts
+
+
+def register_schemas() -> None:
+    """Store the schemas where the YAML options under conf/ find them (`/schema/<group>@_here_`)."""
+    cs = ConfigStore.instance()
+    cs.store(name="job_schema", node=JobConfig)
+    for group, schema in (
+        ("topology", TopologyConfig),
+        ("init", InitConfig),
+        ("launcher", LauncherConfig),
+        ("backend", BackendConfig),
+        ("parallel", ParallelConfig),
+        ("sharding", ShardingConfig),
+    ):
+        cs.store(group=f"schema/{group}", name="base", node=schema)
+    cs.store(group="schema/recipe", name="base", node=RecipeConfig)
+    cs.store(group="schema/recipe", name="digits", node=DigitsRecipeConfig)
+    cs.store(group="schema/recipe", name="script", node=ScriptRecipeConfig)

@@ -1,0 +1,316 @@
+"""Every rule a spec must pass before any process starts, in one place.
+
+:func:`check` resolves what the spec leaves open (hosts from the grid shorthand, ``device=auto``,
+``backend=auto``, the master address) and returns the resolved :class:`~runner.job.Job` with every
+problem found: all of them at once, each naming its key, showing the arithmetic and giving a hint.
+The machine is consulted only through a :class:`~runner.probe.MachineProbe`, and only when a rule
+needs it (GPU count when devices are GPUs, MPI support when backend=mpi, folders that must exist).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterator
+
+from runner.job import Job
+from runner.probe import MachineProbe
+from runner.problems import Problem, Severity, errors
+from runner.spec import (
+    BackendName,
+    DeviceKind,
+    InitMethod,
+    JobConfig,
+    LauncherKind,
+    ParallelMode,
+    ShardingMode,
+    TaskMode,
+)
+from runner.topology import Host, is_loopback, is_valid_host, resolve_hosts
+
+_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+_SLURM_SIGNAL = re.compile(r"^(R:|B:)?(SIG)?[A-Z0-9]+(@\d+)?$")
+
+
+def check(spec: JobConfig, probe: MachineProbe) -> tuple[Job | None, list[Problem]]:
+    """Validate ``spec``; return the resolved job (None when any error was found) and all problems."""
+    problems: list[Problem] = []
+    hosts = resolve_hosts(spec.topology, problems)
+    device = _resolve_device(spec, probe, problems)
+    backend = _resolve_backend(spec, device)
+    problems += _check_options(spec)
+    problems += _check_backend(spec, device, backend, probe)
+    problems += _check_recipe(spec)
+    job = None
+    if hosts:
+        job = Job(spec, hosts, device, backend, _master_addr(spec, hosts))
+        for rule in _JOB_RULES:
+            problems += rule(job, probe)
+    if errors(problems):
+        return None, problems
+    return job, problems
+
+
+def _resolve_device(spec: JobConfig, probe: MachineProbe, problems: list[Problem]) -> DeviceKind:
+    if spec.device is not DeviceKind.auto:
+        return spec.device
+    count = probe.cuda_device_count()
+    if count > 0:
+        problems.append(Problem("device", f"auto: this machine has {count} CUDA GPU(s), so devices are GPUs",
+                                "device=cpu to run CPU processes instead", Severity.notice))
+        return DeviceKind.cuda
+    if spec.launcher.kind is LauncherKind.slurm:
+        problems.append(Problem("device", "auto: this machine has no CUDA GPU, so the job asks Slurm for CPU processes",
+                                "on a login node without GPUs, say device=cuda to get GPU nodes", Severity.notice))
+    return DeviceKind.cpu
+
+
+def _resolve_backend(spec: JobConfig, device: DeviceKind) -> BackendName:
+    if spec.backend.name is not BackendName.auto:
+        return spec.backend.name
+    return BackendName.nccl if device is DeviceKind.cuda else BackendName.gloo
+
+
+def _master_addr(spec: JobConfig, hosts: tuple[Host, ...]) -> str | None:
+    if spec.init.master_addr is not None:
+        return spec.init.master_addr
+    if len(hosts) == 1:
+        return "127.0.0.1"  # one host: rendezvous on loopback, nothing exposed on the network
+    return hosts[0].reach
+
+
+def _check_options(spec: JobConfig) -> Iterator[Problem]:
+    init = spec.init
+    if not (init.master_port == 0 or 1 <= init.master_port <= 65535):
+        yield Problem("init.master_port", f"{init.master_port} is not a TCP port (1..65535)",
+                      "leave it at 0 to get a free port per run")
+    elif 0 < init.master_port < 1024:
+        yield Problem("init.master_port", f"{init.master_port} is a privileged port (< 1024)",
+                      "ports below 1024 need root; leave it at 0 for a free port per run", Severity.warning)
+    if not init.timeout_s > 0:
+        yield Problem("init.timeout_s", f"must be positive, got {init.timeout_s}",
+                      "seconds to wait for every rank at rendezvous and in collectives, e.g. 300")
+    if init.master_addr is not None and not is_valid_host(init.master_addr):
+        yield Problem("init.master_addr", f"{init.master_addr!r} is not a host name or IP address",
+                      "use letters, digits, '-', '_' and '.', or an IP literal")
+    if init.method is InitMethod.file and init.master_addr is not None:
+        yield Problem("init.master_addr", "is not used with init=file (processes meet through the file)",
+                      "drop init.master_addr, or use init=tcp", Severity.warning)
+    if spec.backend.socket_ifname is not None and not _IFNAME.match(spec.backend.socket_ifname):
+        yield Problem("backend.socket_ifname", f"{spec.backend.socket_ifname!r} is not an interface name",
+                      "an interface as `ip -br link` lists it, e.g. eth0 (15 characters at most, no spaces)")
+    for name in spec.backend.env:
+        if not _ENV_NAME.match(name):
+            yield Problem(f"backend.env.{name}", "is not a valid environment variable name",
+                          "use letters, digits and '_', not starting with a digit")
+    if spec.run_id is not None and not _RUN_ID.match(spec.run_id):
+        yield Problem("run_id", f"{spec.run_id!r} is not a safe run id",
+                      "letters, digits, '_', '.' and '-', at most 128, starting with a letter or digit")
+    slurm = spec.launcher.slurm
+    if spec.launcher.kind is LauncherKind.slurm:
+        if not _SLURM_TIME.match(slurm.time):
+            yield Problem("launcher.slurm.time", f"{slurm.time!r} is not a Slurm time",
+                          "use minutes, MM:SS, HH:MM:SS or D-HH:MM:SS, e.g. 04:00:00")
+        if not _SLURM_SIGNAL.match(slurm.signal):
+            yield Problem("launcher.slurm.signal", f"{slurm.signal!r} is not a Slurm --signal value",
+                          "SIGNAL@SECONDS before the time limit, e.g. USR1@90")
+        if slurm.gpu_request not in ("gpus-per-node", "gres"):
+            yield Problem("launcher.slurm.gpu_request", f"{slurm.gpu_request!r} is not one of gpus-per-node, gres",
+                          "gpus-per-node (#SBATCH --gpus-per-node=N) or gres (#SBATCH --gres=gpu:N)")
+        if slurm.cpus_per_task is not None and slurm.cpus_per_task < 1:
+            yield Problem("launcher.slurm.cpus_per_task", f"must be at least 1, got {slurm.cpus_per_task}",
+                          "leave it null for Slurm's default")
+        for i, line in enumerate(slurm.extra):
+            if not line.startswith("--") or "\n" in line:
+                yield Problem(f"launcher.slurm.extra[{i}]", f"{line!r} is not an sbatch option",
+                              "one long option per entry, e.g. --constraint=a100")
+
+
+def _check_backend(spec: JobConfig, device: DeviceKind, backend: BackendName,
+                   probe: MachineProbe) -> Iterator[Problem]:
+    if backend is BackendName.nccl and device is DeviceKind.cpu:
+        why = "device=cpu" if spec.device is DeviceKind.cpu else "this machine has no CUDA GPU (device=auto chose cpu)"
+        yield Problem("backend.name", f"nccl needs CUDA GPUs, but {why}",
+                      "backend=gloo (or backend=auto) for CPU processes; device=cuda on a GPU machine")
+    if backend is BackendName.mpi:
+        if spec.launcher.kind is not LauncherKind.mpi:
+            yield Problem("backend.name", f"mpi gets ranks from MPI itself, but launcher={spec.launcher.kind.value}",
+                          "launcher=mpi with backend=mpi, or backend=gloo/nccl with this launcher")
+        elif spec.launcher.tasks is TaskMode.per_host:
+            yield Problem("launcher.tasks", "backend=mpi needs one MPI rank per process, but tasks=per_host forks them",
+                          "launcher.tasks=per_device")
+        if not probe.mpi_backend_available():
+            yield Problem("backend.name", "mpi: this torch was not built with MPI (torch.distributed.is_mpi_available() is False)",
+                          "backend=gloo (CPU) or nccl (GPU) work with launcher=mpi too; backend=mpi needs torch built from source with MPI")
+
+
+def _check_recipe(spec: JobConfig) -> Iterator[Problem]:
+    recipe = spec.recipe
+    target = getattr(recipe, "target", None)
+    if not isinstance(target, str) or not _TARGET.match(target):
+        yield Problem("recipe.target", f"{target!r} is not 'package.module:function' or 'package.module'",
+                      "e.g. recipe.target=recipes.digits:main")
+    else:
+        module = target.split(":")[0]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            yield Problem("recipe.target", f"module {module!r} cannot be imported from here",
+                          "run from the folder that holds it, or install it (pip install -e .) so every host finds it")
+    batch = getattr(recipe, "global_batch_size", None)
+    if isinstance(batch, int) and batch < 1:
+        yield Problem("recipe.global_batch_size", f"must be at least 1, got {batch}", "e.g. recipe.global_batch_size=64")
+
+
+def _check_topology_fits_launcher(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+    spec, hosts = job.spec, job.hosts
+    kind = spec.launcher.kind
+    if kind is LauncherKind.local and len(hosts) > 1 and not all(_is_this_machine(h, probe) for h in hosts):
+        yield Problem("launcher.kind", f"local starts processes on this machine only, but the topology has {len(hosts)} hosts",
+                      f"launcher=manual (one command per host), slurm or mpi; or run the same {job.world_size} processes "
+                      f"here: topology.nodes=1 topology.devices_per_node={job.world_size}")
+    if not job.uniform and spec.launcher.tasks is TaskMode.per_host and kind is LauncherKind.slurm:
+        counts = "+".join(str(h.devices) for h in hosts)
+        yield Problem("launcher.tasks",
+                      f"per_host starts one task per node that spawns the same number of processes on every node, "
+                      f"but the hosts have {counts} devices (Slurm asks the same resources of every node of a job)",
+                      "launcher.tasks=per_device (one Slurm task per process, placed 2+1 by the runner); "
+                      "launcher=manual or mpi can also spawn per host")
+    if kind in (LauncherKind.mpi, LauncherKind.manual) and len(hosts) > 1:
+        for h in hosts:
+            if h.reach is None:
+                yield Problem(f"topology.hosts[{h.index}].name",
+                              f"launcher={kind.value} must know every host, but host {h.index} has no name or addr",
+                              "list the hosts: topology.hosts='[{name: a, devices: 2}, {name: b, devices: 2}]'")
+                break
+    manual = spec.launcher.manual.host
+    if kind is LauncherKind.manual and manual is not None:
+        if manual.isdigit():
+            if int(manual) >= len(hosts):
+                yield Problem("launcher.manual.host", f"index {manual} is past the last host (the topology has {len(hosts)}: 0..{len(hosts) - 1})",
+                              "an index from 0, or this host's name or address")
+        elif not any(manual in (h.name, h.addr) for h in hosts):
+            names = [h.reach or h.label for h in hosts]
+            yield Problem("launcher.manual.host", f"{manual!r} is none of the hosts {names}",
+                          "an index from 0, or one of the names/addresses above")
+
+
+def _is_this_machine(host: Host, probe: MachineProbe) -> bool:
+    for value in (host.name, host.addr):
+        if value is not None and (is_loopback(value) or value in probe.host_names()):
+            return True
+    return False
+
+
+def _check_master(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+    spec, hosts = job.spec, job.hosts
+    if len(hosts) == 1:
+        return
+    master = job.master_addr
+    key = "init.master_addr" if spec.init.master_addr is not None else "topology.hosts[0]"
+    if master is not None and is_loopback(master):
+        remote = [h for h in hosts if h.reach is None or not is_loopback(h.reach)]
+        if remote:
+            other = remote[0].reach or remote[0].label
+            yield Problem(key, f"the master address {master!r} is loopback, but the job has {len(hosts)} hosts "
+                               f"and {other!r} is another machine: it would dial its own loopback and never rendezvous",
+                          "give host 0 an address the other hosts can reach (topology.hosts[0].addr=10.0.0.1) "
+                          "or set init.master_addr")
+    if master is None and spec.init.method is not InitMethod.file and spec.launcher.kind is LauncherKind.manual:
+        yield Problem("init.master_addr", "manual launch on several hosts needs to know host 0's address",
+                      "name host 0 (topology.hosts[0].name=...) or set init.master_addr")
+
+
+def _check_file_init(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+    spec = job.spec
+    if spec.init.method is not InitMethod.file:
+        if spec.init.dir is not None:
+            yield Problem("init.dir", f"is only used with init=file (init={spec.init.method.value})",
+                          "drop init.dir, or use init=file", Severity.warning)
+        return
+    folder = spec.init.dir
+    if folder is not None:
+        if not folder.startswith("/"):
+            yield Problem("init.dir", f"{folder!r} is relative: hosts and tasks may start elsewhere",
+                          "give an absolute path to a folder every host sees, e.g. /shared/$USER/rdzv")
+        elif not probe.is_dir(folder):
+            what = "is a file" if probe.exists(folder) else "does not exist"
+            yield Problem("init.dir", f"{folder!r} {what}",
+                          f"create it first (mkdir -p {folder}) on storage every host sees")
+    elif len(job.hosts) > 1 and spec.launcher.kind is LauncherKind.manual:
+        yield Problem("init.dir", "manual launch on several hosts: each host would make its own run folder, "
+                                  "so the rendezvous file must be in a folder they share",
+                      "init.dir=/shared/path (NFS or similar, mounted at the same path on every host)")
+    elif len(job.hosts) > 1:
+        yield Problem("init.dir", "not set: the rendezvous file goes into the run's output folder, "
+                                  "which every host must see at the same path",
+                      "set init.dir to a shared folder if outputs/ is not on shared storage", Severity.notice)
+
+
+def _check_devices(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+    spec, hosts = job.spec, job.hosts
+    if job.device is not DeviceKind.cuda:
+        if spec.parallel.mode is ParallelMode.dp and hosts[0].devices > 1:
+            yield Problem("parallel.mode", f"dp on CPU runs one process; DataParallel splits batches over GPUs only, "
+                                           f"so the {hosts[0].devices} CPU devices become 1 process",
+                          "parallel=ddp to use several CPU processes", Severity.notice)
+        if any(h.gpus != tuple(range(h.devices)) for h in hosts):
+            yield Problem("topology.hosts", "gpus are listed but the devices are CPU processes",
+                          "drop gpus, or device=cuda", Severity.warning)
+        return
+    if spec.launcher.kind is not LauncherKind.local:
+        return  # other hosts' GPUs are counted there, at launch
+    have = probe.cuda_device_count()
+    if have == 0:
+        yield Problem("device", "cuda, but this machine has no CUDA GPU (torch.cuda.device_count() = 0)",
+                      "device=cpu (gloo) on this machine, or run on a GPU machine")
+        return
+    for h in hosts:
+        need = max(h.gpus) + 1
+        if need > have:
+            key = f"topology.hosts[{h.index}].gpus" if spec.topology.hosts else "topology.devices_per_node"
+            yield Problem(key, f"asks for GPUs {list(h.gpus)} ({h.devices} device(s)), but this machine has {have} "
+                               f"(torch.cuda.device_count() = {have}; highest index {have - 1})",
+                          f"at most {have} devices per host here: topology.devices_per_node={have}")
+
+
+def _check_parallel(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+    spec, hosts = job.spec, job.hosts
+    mode, sharding = spec.parallel.mode, spec.sharding.mode
+    if mode is ParallelMode.dp:
+        if len(hosts) > 1:
+            yield Problem("parallel.mode", f"dp runs one process that drives one host's devices, but the topology has "
+                                           f"{len(hosts)} hosts; modern torch has no single-process multi-device DDP, "
+                                           f"so DataParallel inside DDP across hosts is not possible",
+                          f"parallel=ddp (one process per device, {sum(h.devices for h in hosts)} processes)")
+        if sharding is not ShardingMode.none:
+            yield Problem("sharding.mode", f"{sharding.value} shards across processes, but dp is one process",
+                          "parallel=ddp with sharding, or sharding=none with dp")
+    elif sharding is not ShardingMode.none and job.world_size == 1:
+        yield Problem("sharding.mode", f"{sharding.value} with world size 1 shards nothing: it runs as plain training",
+                      "use 2 or more processes to shard", Severity.notice)
+    batch = getattr(spec.recipe, "global_batch_size", None)
+    if isinstance(batch, int) and batch >= 1 and mode is ParallelMode.ddp and batch % job.world_size:
+        ws = job.world_size
+        lower, upper = batch - batch % ws, batch + ws - batch % ws
+        fits = [n for n in range(1, min(ws, batch) + 1) if batch % n == 0][-3:]
+        yield Problem("recipe.global_batch_size",
+                      f"{batch} does not divide over world size {ws}: {batch} / {ws} = {batch / ws:.2f} per process "
+                      f"({batch} % {ws} = {batch % ws}); the global batch is kept whatever the device count",
+                      f"recipe.global_batch_size={lower or upper} or {upper}, or a world size that divides {batch} "
+                      f"(e.g. {', '.join(map(str, fits))})")
+
+
+_JOB_RULES = (
+    _check_topology_fits_launcher,
+    _check_master,
+    _check_file_init,
+    _check_devices,
+    _check_parallel,
+)
