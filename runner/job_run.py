@@ -58,7 +58,8 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str,
         print(request.materialize().rstrip())
         print(f"\ndry run: nothing was started. Spec, plan and commands are in {paths.root}/")
         return 0
-    print(render_problems(problems), file=sys.stderr) if problems else None
-    print("launching is not built yet", file=sys.stderr)
-    return 1
+    shown = [p for p in problems if p.severity.value == "warning"]
+    if shown:
+        print(render_problems(shown), file=sys.stderr)
+    return launcher.launch(request, pinned.recipe)
 

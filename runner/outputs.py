@@ -38,6 +38,14 @@ class RunPaths:
     def rank_log(self, rank: int) -> Path:
         return self.logs / f"rank{rank:05d}.log"
 
+    def error_file(self, rank: int) -> Path:
+        """Written by a rank that raised: rank, host, time, traceback (the failure report reads these)."""
+        return self.logs / f"rank{rank:05d}.error.json"
+
+    def done_file(self, rank: int) -> Path:
+        """Written by a rank whose recipe returned: a crash after it is a teardown crash, not a failure."""
+        return self.logs / f"rank{rank:05d}.done"
+
     @property
     def metrics(self) -> Path:
         return self.root / "metrics.jsonl"

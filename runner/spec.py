@@ -167,7 +167,7 @@ class RecipeConfig:
 class DigitsRecipeConfig(RecipeConfig):
     target: str = "recipes.digits:main"
     epochs: int = 20
-    lr: float = 0.05
+    lr: float = 0.003
     hidden: int = 64
     test_fraction: float = 0.25
 

@@ -74,6 +74,10 @@ class Launcher(ABC):
     def request(self) -> LaunchRequest:
         """The exact commands this launch would execute (no side effects)."""
 
+    def launch(self, request: LaunchRequest, recipe_cfg) -> int:
+        """Run the job; the exit status of `run`."""
+        raise NotImplementedError(f"launcher={self.name} cannot launch yet; dry_run=true shows its commands")
+
     def task_argv(self) -> tuple[str, ...]:
         """How a task started by a scheduler (srun, mpirun) enters the runner: it loads the pinned spec."""
         return (self.invocation.python, "-m", "runner.task", str(self.paths.spec))

@@ -20,3 +20,8 @@ class LocalLauncher(Launcher):
                 f"MASTER_PORT is a free port on 127.0.0.1 chosen at launch",
             ))
         return LaunchRequest(self.name, tuple(commands), pins={"run_id": self.paths.run_id})
+
+    def launch(self, request: LaunchRequest, recipe_cfg) -> int:
+        from runner.host_launch import launch_host
+
+        return launch_host(self.plan, 0, self.paths, recipe_cfg)

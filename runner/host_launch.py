@@ -1,0 +1,152 @@
+"""Start one host's share of a plan: fork its processes from this (torch-holding) process and watch them.
+
+Used by launcher=local, by launcher=manual on each host, and by per-host scheduler tasks. Processes
+are started and stopped by torch.distributed.elastic's process context (start method fork: the ranks
+inherit the already imported torch, which is safe because this process never initialises CUDA). For
+env:// and tcp:// init, host 0's launching process hosts the rendezvous store, as torchrun's agent
+does (TORCHELASTIC_USE_AGENT_STORE), so the port is held from the moment it is chosen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from runner.outputs import RunPaths
+from runner.plan import Deferred, Plan
+from runner.rank import RankSetup, run_rank
+from runner.spec import InitMethod, JobConfig
+
+EXIT_FAILED = 1
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass
+class Rendezvous:
+    """The concrete meeting point of one run, and what this host holds open for it."""
+
+    init_method: str
+    env: dict[str, str]
+    store: tuple | None = None  # (TCPStore, listening socket) this host serves, kept alive for the run
+    file: Path | None = None  # the init file, removed afterwards
+    notes: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        self.store = None
+        if self.file is not None:
+            self.file.unlink(missing_ok=True)
+
+
+class RendezvousError(Exception):
+    pass
+
+
+def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> tuple[tuple, int]:
+    """Serve the rendezvous TCPStore from this process on a socket we bind ourselves: loopback only for
+    one host, and the port is ours from the moment it is chosen (no free-port race)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    bind = "127.0.0.1" if single_host else "0.0.0.0"
+    try:
+        sock.bind((bind, port))
+    except OSError as e:
+        raise RendezvousError(f"cannot listen on {bind}:{port} for the rendezvous store: {e.strerror}; "
+                              f"hint: another job holds the port; leave init.master_port=0, or pick another") from None
+    sock.listen(1024)
+    store = dist.TCPStore(addr, sock.getsockname()[1], None, True, datetime.timedelta(seconds=timeout_s),
+                          wait_for_workers=False, master_listen_fd=sock.fileno())
+    return (store, sock), sock.getsockname()[1]
+
+
+def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvous:
+    spec = plan.job.spec
+    single = len(plan.job.hosts) == 1
+    env = {"TORCHELASTIC_RUN_ID": paths.run_id, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0"}
+    if spec.init.method is InitMethod.file:
+        path = paths.rendezvous_file(spec.init.dir)
+        if path.exists():
+            raise RendezvousError(f"init file {path} already exists (a stale file from an earlier run?); "
+                                  f"it is never reused: remove it or start a new run")
+        return Rendezvous(f"file://{path}", env, file=path if node_rank == 0 else None)
+    addr = plan.master_addr
+    port = int(plan.master_port) if not isinstance(plan.master_port, Deferred) else 0
+    store = None
+    if node_rank == 0:
+        store, port = _serve_store(addr, port, single, spec.init.timeout_s)
+    env.update(MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="True")
+    url = "env://" if spec.init.method is InitMethod.env else f"tcp://{addr}:{port}"
+    return Rendezvous(url, env, store=store)
+
+
+def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, recipe_cfg: DictConfig) -> list[RankSetup]:
+    job = plan.job
+    setups = []
+    for rec in plan.host_records(node_rank):
+        env = {**plan.env(rec), **rdzv.env}
+        if "OMP_NUM_THREADS" not in os.environ:
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // rec.local_world_size))
+        setups.append(RankSetup(job.spec, recipe_cfg, rec, plan.world_size, job.backend.value, job.device,
+                                rdzv.init_method, env, str(paths.root), str(paths.rank_log(rec.global_rank)),
+                                str(paths.error_file(rec.global_rank)), str(paths.done_file(rec.global_rank)),
+                                echo=rec.local_rank == 0))
+    return setups
+
+
+def _raise_signal(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig) -> int:
+    """Run host ``node_rank``'s processes to the end; return the exit status for `run`."""
+    from torch.distributed.elastic.multiprocessing import start_processes
+
+    from runner.logs import RankLogs
+    from runner.failures import report
+
+    try:
+        rdzv = prepare_rendezvous(plan, node_rank, paths)
+    except RendezvousError as e:
+        print(f"error: init: {e}", file=sys.stderr)
+        return 2
+    setups = rank_setups(plan, node_rank, rdzv, paths, recipe_cfg)
+    previous = {s: signal.signal(s, _raise_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    started = time.perf_counter()
+    context = None
+    try:
+        context = start_processes(
+            name="rank",
+            entrypoint=run_rank,
+            args={i: (s,) for i, s in enumerate(setups)},
+            envs={i: dict(s.env) for i, s in enumerate(setups)},
+            logs_specs=RankLogs(paths, [s.record.global_rank for s in setups]),
+            start_method="fork",
+        )
+        result = context.wait(timeout=-1, period=0.05)
+        context = None
+        return report(result, setups, paths, time.perf_counter() - started)
+    except Interrupted as e:
+        print(f"\n{e}: stopping {len(setups)} process(es) ...", file=sys.stderr)
+        return 128 + e.signum
+    finally:
+        if context is not None:
+            context.close(death_sig=signal.SIGTERM, timeout=5)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        rdzv.close()

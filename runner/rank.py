@@ -1,0 +1,127 @@
+"""One process of a job, from its environment to its exit: device, process group, recipe, teardown."""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from runner.plan import ProcessRecord
+from runner.spec import DeviceKind, JobConfig
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class RankSetup:
+    """Everything one process needs, decided before it starts (inherited through fork, or built by a task)."""
+
+    spec: JobConfig
+    recipe_cfg: DictConfig
+    record: ProcessRecord
+    world_size: int
+    backend: str
+    device: DeviceKind
+    init_method: str  # concrete: env://, tcp://addr:port, file:///path
+    env: dict[str, str]  # the torchrun-compatible variables of this process
+    output_dir: str
+    log_file: str
+    error_file: str
+    done_file: str
+    echo: bool  # also show this rank's stdout on the launching terminal
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, so no rank outlives its launcher."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def resolve_target(target: str) -> Any:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name or "main")
+
+
+def write_error(setup: RankSetup, exc: BaseException) -> None:
+    """Our own failure record: which rank, where, when, and the traceback, for the launcher's report."""
+    record = {
+        "rank": setup.record.global_rank,
+        "local_rank": setup.record.local_rank,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "timestamp": time.time(),
+        "exception": f"{type(exc).__name__}: {exc}",
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+    tmp = setup.error_file + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, setup.error_file)
+
+
+def run_rank(setup: RankSetup) -> None:
+    """The body of one rank. Exceptions are recorded, then re-raised for the process context to see."""
+    from runner.logs import redirect_output
+
+    die_with_parent()
+    # the launcher's handlers were inherited through fork: a rank dies on SIGTERM, Ctrl-C interrupts it
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.update(setup.env)
+    redirect_output(setup.log_file, setup.echo)
+    try:
+        _run(setup)
+    except BaseException as exc:
+        write_error(setup, exc)
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        raise
+    Path(setup.done_file).touch()
+
+
+def _run(setup: RankSetup) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from runner.context import Place, RunContext
+
+    rec = setup.record
+    if "OMP_NUM_THREADS" not in setup.env:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // rec.local_world_size))
+    if setup.device is DeviceKind.cuda:
+        torch.cuda.set_device(rec.device_ids[0])
+        device = torch.device("cuda", rec.device_ids[0])
+    else:
+        device = torch.device("cpu")
+    recipe = resolve_target(setup.recipe_cfg.target)
+    manages_group = getattr(sys.modules[recipe.__module__], "MANAGES_PROCESS_GROUP", False)
+    timeout = datetime.timedelta(seconds=setup.spec.init.timeout_s)
+    if not manages_group:
+        dist.init_process_group(setup.backend, init_method=setup.init_method, rank=rec.global_rank,
+                                world_size=setup.world_size, timeout=timeout)
+    torch.manual_seed(setup.recipe_cfg.seed)
+    place = Place(rec.global_rank, rec.local_rank, rec.node_rank, setup.world_size, rec.local_world_size, rec.host)
+    ctx = RunContext(place, device, rec.device_ids, setup.spec.parallel.mode, setup.recipe_cfg.global_batch_size,
+                     setup.recipe_cfg.seed, Path(setup.output_dir), setup.spec.parallel.find_unused_parameters,
+                     setup.spec.parallel.bucket_cap_mb)
+    try:
+        recipe(ctx, setup.recipe_cfg)
+    finally:
+        ctx.close()
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,254 @@
+"""Shared helpers for the tests of the spec / validation / plan / dry-run layer.
+
+* :func:`compose` builds a typed :class:`~runner.spec.JobConfig` from Hydra overrides exactly as
+  `run` does (same config module, same schemas and resolvers), through Hydra's compose API.
+* :func:`validate` runs :func:`runner.validation.check` against a :class:`~runner.probe.FixedProbe`
+  and returns everything a test wants to look at (job, problems by severity, the probe and what it
+  was asked).
+* :func:`make_spec` builds a JobConfig straight from the dataclasses (no Hydra: fast, for property
+  tests and benchmarks).
+* The autouse fixture ``no_env_leaks`` fails any test that leaves ``os.environ`` changed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hydra import compose as _hydra_compose
+from hydra import initialize_config_module
+from omegaconf import OmegaConf
+
+import runner.cli
+from runner.job import Job
+from runner.probe import FixedProbe
+from runner.problems import Problem, Severity
+from runner.spec import (
+    BackendConfig,
+    DeviceKind,
+    HostConfig,
+    InitConfig,
+    JobConfig,
+    LauncherConfig,
+    LauncherKind,
+    ParallelConfig,
+    ParallelMode,
+    RecipeConfig,
+    ShardingConfig,
+    TaskMode,
+    TopologyConfig,
+)
+from runner.validation import check
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+# An importable recipe target that exists today (recipes.digits is being written elsewhere).
+TARGET = "recipes"
+
+
+# --------------------------------------------------------------------------- composing specs
+
+
+def compose(*overrides: str) -> JobConfig:
+    """The typed spec `run <overrides>` would get (Hydra compose API, pkg://runner.conf, `job`)."""
+    runner.cli.setup()  # schemas in the ConfigStore, the runner_uid resolver
+    with initialize_config_module(config_module="runner.conf", version_base=None):
+        cfg = _hydra_compose(config_name="job", overrides=list(overrides))
+    return OmegaConf.to_object(cfg)
+
+
+def hosts_override(*hosts: Mapping[str, object] | str) -> tuple[str, ...]:
+    """Overrides that replace the topology by an explicit host list.
+
+    Each host is a mapping (``{"name": "a", "devices": 2}``) or a ready flow-style string
+    (``"{name: 'a;b', devices: 1}"``). ``topology.nodes`` and ``devices_per_node`` are cleared so
+    that the shape of whatever topology option was chosen does not interfere.
+    """
+    items = []
+    for h in hosts:
+        if isinstance(h, str):
+            items.append(h)
+            continue
+        parts = []
+        for k, v in h.items():
+            if isinstance(v, str):
+                parts.append(f"{k}: '{v}'")
+            elif isinstance(v, (list, tuple)):
+                parts.append(f"{k}: [{', '.join(map(str, v))}]")
+            elif v is None:
+                parts.append(f"{k}: null")
+            else:
+                parts.append(f"{k}: {v}")
+        items.append("{" + ", ".join(parts) + "}")
+    return ("topology.nodes=null", "topology.devices_per_node=null", f"topology.hosts=[{', '.join(items)}]")
+
+
+def make_spec(
+    *,
+    devices: Iterable[int] | None = None,
+    names: Iterable[str | None] | None = None,
+    addrs: Iterable[str | None] | None = None,
+    gpus: Iterable[list[int] | None] | None = None,
+    nodes: int | None = None,
+    devices_per_node: int | None = None,
+    launcher: LauncherKind | str = LauncherKind.local,
+    tasks: TaskMode | str = TaskMode.per_host,
+    device: DeviceKind | str = DeviceKind.cpu,
+    parallel: ParallelMode | str = ParallelMode.ddp,
+    global_batch_size: int | None = None,
+    init: InitConfig | None = None,
+    backend: BackendConfig | None = None,
+    target: str = TARGET,
+) -> JobConfig:
+    """A JobConfig from the dataclasses: grid (nodes x devices_per_node) or one host per ``devices`` entry.
+
+    ``global_batch_size`` None: the world size times 4 (always divisible).
+    """
+    if devices is not None:
+        devices = list(devices)
+        n = len(devices)
+        names = list(names) if names is not None else [None] * n
+        addrs = list(addrs) if addrs is not None else [None] * n
+        gpus = list(gpus) if gpus is not None else [None] * n
+        hosts = [HostConfig(name=nm, addr=ad, devices=d, gpus=g) for nm, ad, d, g in zip(names, addrs, devices, gpus)]
+        topology = TopologyConfig(nodes=None, devices_per_node=devices_per_node, hosts=hosts)
+        world = sum(devices)
+        n_hosts = n
+    else:
+        topology = TopologyConfig(nodes=nodes, devices_per_node=devices_per_node, hosts=None)
+        world = (nodes or 0) * (devices_per_node or 0)
+        n_hosts = nodes or 0
+    parallel = ParallelMode(parallel)
+    if parallel is ParallelMode.dp:
+        world = n_hosts
+    if global_batch_size is None:
+        global_batch_size = max(world, 1) * 4
+    return JobConfig(
+        topology=topology,
+        init=init or InitConfig(),
+        launcher=LauncherConfig(kind=LauncherKind(launcher), tasks=TaskMode(tasks)),
+        backend=backend or BackendConfig(),
+        parallel=ParallelConfig(mode=parallel),
+        sharding=ShardingConfig(),
+        recipe=RecipeConfig(target=target, global_batch_size=global_batch_size),
+        device=DeviceKind(device),
+    )
+
+
+# --------------------------------------------------------------------------- validating specs
+
+
+@dataclass
+class Checked:
+    """What `check(spec, probe)` said, sorted for assertions."""
+
+    spec: JobConfig
+    job: Job | None
+    problems: list[Problem]
+    probe: FixedProbe = field(repr=False)
+
+    @property
+    def valid(self) -> bool:
+        return self.job is not None
+
+    def of(self, severity: Severity) -> list[Problem]:
+        return [p for p in self.problems if p.severity is severity]
+
+    @property
+    def errors(self) -> list[Problem]:
+        return self.of(Severity.error)
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return self.of(Severity.warning)
+
+    @property
+    def notices(self) -> list[Problem]:
+        return self.of(Severity.notice)
+
+    def find(self, key: str, fragment: str = "", severity: Severity | None = None) -> Problem | None:
+        """The first problem with exactly this key whose message or hint contains ``fragment``."""
+        for p in self.problems:
+            if p.key == key and fragment in f"{p.message}\n{p.hint}" and (severity is None or p.severity is severity):
+                return p
+        return None
+
+    def rendered(self) -> str:
+        return "\n".join(p.render() for p in self.problems) or "(no problems)"
+
+
+def validate(spec: JobConfig | Iterable[str], probe: FixedProbe | None = None, **probe_kwargs) -> Checked:
+    """`check(spec, FixedProbe(**probe_kwargs))`; ``spec`` may be a JobConfig or Hydra overrides."""
+    if not isinstance(spec, JobConfig):
+        spec = compose(*spec)
+    if probe is None:
+        probe = FixedProbe(**probe_kwargs)
+    elif probe_kwargs:
+        raise TypeError("give either a probe or probe keyword arguments")
+    job, problems = check(spec, probe)
+    return Checked(spec, job, problems, probe)
+
+
+# --------------------------------------------------------------------------- subprocess helpers
+
+
+def run_script() -> str:
+    """The `run` console script of the interpreter running the tests (the venv's)."""
+    candidate = Path(sys.executable).parent / "run"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("run")
+    if found is None:
+        pytest.skip("the `run` console script is not installed (pip install -e .)")
+    return found
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test process's environment without anything that changes what `run` does (Slurm, Hydra)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "OMPI_", "PMI_", "HYDRA_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(extra)
+    return env
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+def environ_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
+    """Human-readable differences between two environment snapshots (empty: none)."""
+    changes = []
+    for k in sorted(after.keys() - before.keys()):
+        changes.append(f"added {k}={after[k]!r}")
+    for k in sorted(before.keys() - after.keys()):
+        changes.append(f"removed {k} (was {before[k]!r})")
+    for k in sorted(before.keys() & after.keys()):
+        if before[k] != after[k]:
+            changes.append(f"changed {k}: {before[k]!r} -> {after[k]!r}")
+    return changes
+
+
+@pytest.fixture(autouse=True)
+def no_env_leaks():
+    """Fail a test that leaves os.environ different from how it found it (then put it back)."""
+    before = dict(os.environ)
+    yield
+    after = dict(os.environ)
+    changes = environ_changes(before, after)
+    if changes:
+        os.environ.clear()
+        os.environ.update(before)
+        pytest.fail("the test leaked environment variables:\n  " + "\n  ".join(changes), pytrace=False)
+
+
+@pytest.fixture
+def probe() -> FixedProbe:
+    """A CPU machine with Slurm and MPI programs, /shared and /tmp folders, named `thishost`."""
+    return FixedProbe()
