@@ -18,7 +18,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
+from hydra._internal.sources_registry import SourcesRegistry
+
 from runner.job_run import run_job
+from runner.shapes import TopologyShapeSource
 from runner.problems import Problem, render_problems
 from runner.spec import register_schemas
 
@@ -37,6 +40,7 @@ def _uid() -> str:
 def setup() -> None:
     """Register schemas and resolvers; idempotent (tests compose through Hydra's API too)."""
     register_schemas()
+    SourcesRegistry.instance().register(TopologyShapeSource)
     if not OmegaConf.has_resolver("runner_uid"):
         OmegaConf.register_new_resolver("runner_uid", _uid)
 

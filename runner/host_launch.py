@@ -9,7 +9,7 @@ does (TORCHELASTIC_USE_AGENT_STORE), so the port is held from the moment it is c
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import signal
 import socket
@@ -120,6 +120,9 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
     from runner.logs import RankLogs
     from runner.failures import report
 
+    # the failure report below says what matters; elastic's own error dump would bury it
+    for name in ("torch.distributed.elastic", "torch.multiprocessing"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         rdzv = prepare_rendezvous(plan, node_rank, paths)
     except RendezvousError as e:
