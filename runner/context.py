@@ -38,7 +38,7 @@ class RunContext:
     """Rank, device, wrapping, data, metrics and checkpoints for one process of a job."""
 
     def __init__(self, place: Place, device: torch.device, device_ids: tuple[int, ...], parallel: ParallelMode,
-                 global_batch_size: int, seed: int, output_dir: Path, find_unused_parameters: bool = False,
+                 global_batch_size: int | None, seed: int, output_dir: Path, find_unused_parameters: bool = False,
                  bucket_cap_mb: float = 25.0) -> None:
         self.place = place
         self.device = device
@@ -71,6 +71,8 @@ class RunContext:
     @property
     def per_process_batch_size(self) -> int:
         """Global batch / world size (validated to divide); DP keeps the global batch in its one process."""
+        if self.global_batch_size is None:
+            raise ValueError("recipe.global_batch_size is not set: the recipe's config must give one")
         return self.global_batch_size // self.world_size
 
     # -- model --------------------------------------------------------------------------------------

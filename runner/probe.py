@@ -50,8 +50,13 @@ class LocalProbe:
 
     @functools.cache
     def host_names(self) -> frozenset[str]:
-        names = {socket.gethostname()}
-        names.add(names.copy().pop().split(".")[0])
+        """This machine's names and the addresses of its interfaces."""
+        import psutil
+
+        name = socket.gethostname()
+        names = {name, name.split(".")[0], socket.getfqdn()}
+        for addrs in psutil.net_if_addrs().values():
+            names.update(a.address.split("%")[0] for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
         return frozenset(names)
 
 

@@ -159,7 +159,7 @@ class RecipeConfig:
     """What every recipe's config has; a recipe's own schema extends it."""
 
     target: str = MISSING  # "package.module:function" or "package.module" (then its `main`)
-    global_batch_size: int = 64  # kept whatever the world size; per process = global / world size
+    global_batch_size: Optional[int] = 64  # kept whatever the world size; per process = global / world size
     seed: int = 0
 
 
@@ -175,6 +175,7 @@ class DigitsRecipeConfig(RecipeConfig):
 @dataclass
 class ScriptRecipeConfig(RecipeConfig):
     target: str = "recipes.script:main"
+    global_batch_size: Optional[int] = None  # the script batches its data itself
     path: str = MISSING  # a torchrun-style training script
     args: list[str] = field(default_factory=list)
 

@@ -88,7 +88,7 @@ def resolve_hosts(cfg: TopologyConfig, problems: list[Problem]) -> tuple[Host, .
         problems.append(Problem(
             "topology.nodes",
             f"is {cfg.nodes} but topology.hosts lists {len(cfg.hosts)} host(s)",
-            f"set topology.nodes={len(cfg.hosts)} or null, or change the host list",
+            f"set topology.nodes={len(cfg.hosts)} or null, or list hosts on top of topology=custom instead of a grid shape",
         ))
     hosts: list[Host] = []
     seen: dict[str, int] = {}

@@ -6,7 +6,11 @@ port), plus the host it is for; run on that host, it starts that host's share li
 
 from __future__ import annotations
 
+import sys
+
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest
+from runner.probe import LocalProbe
+from runner.topology import is_loopback
 
 _PINNED = ("launcher.manual.host=", "run_id=", "init.master_port=", "dry_run=")
 
@@ -29,3 +33,31 @@ class ManualLauncher(Launcher):
             where = host.reach or host.label
             commands.append(HostCommand(f"host {host.index} ({where})", argv, f"starts {n} process(es)", cwd=inv.cwd))
         return LaunchRequest(self.name, tuple(commands), pins=pins)
+
+    def this_host(self, names: frozenset[str]) -> int | str:
+        """This machine's node rank: launcher.manual.host, else the one host whose name/address is ours."""
+        hosts = self.plan.job.hosts
+        chosen = self.plan.job.spec.launcher.manual.host
+        if chosen is not None:
+            return int(chosen) if chosen.isdigit() else next(h.index for h in hosts if chosen in (h.name, h.addr))
+        if len(hosts) == 1:
+            return 0
+        mine = [h.index for h in hosts if any(v in names and not is_loopback(v) for v in (h.name, h.addr) if v)]
+        if len(mine) == 1:
+            return mine[0]
+        found = "several hosts match" if mine else "no host matches"
+        return (f"{found} this machine ({', '.join(sorted(n for n in names if not is_loopback(n))[:6])}); "
+                f"hint: add launcher.manual.host=<index> (the dry run prints each host's command)")
+
+    def launch(self, request: LaunchRequest, recipe_cfg) -> int:
+        from runner.host_launch import launch_host
+
+        node = self.this_host(LocalProbe().host_names())
+        if isinstance(node, str):
+            print(f"error: launcher.manual.host: {node}", file=sys.stderr)
+            return 2
+        if len(self.plan.job.hosts) > 1 and self.plan.job.spec.run_id is None:
+            print("error: run_id: several hosts must share one run id and port, but none is pinned; "
+                  "hint: run with dry_run=true and use the command it prints for each host", file=sys.stderr)
+            return 2
+        return launch_host(self.plan, node, self.paths, recipe_cfg)
