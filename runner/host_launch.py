@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from runner.outputs import RunPaths
 from runner.plan import Deferred, Plan
 from runner.rank import RankSetup, run_rank
-from runner.spec import InitMethod, JobConfig
+from runner.spec import InitMethod, recipe_settings
 
 EXIT_FAILED = 1
 
@@ -102,7 +102,7 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, r
         env = {**plan.env(rec), **rdzv.env}
         if "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // rec.local_world_size))
-        setups.append(RankSetup(job.spec, recipe_cfg, rec, plan.world_size, job.backend.value, job.device,
+        setups.append(RankSetup(job.spec, recipe_settings(job.spec.recipe), recipe_cfg, rec, plan.world_size, job.backend.value, job.device,
                                 rdzv.init_method, env, str(paths.root), str(paths.rank_log(rec.global_rank)),
                                 str(paths.error_file(rec.global_rank)), str(paths.done_file(rec.global_rank)),
                                 echo=rec.local_rank == 0))
@@ -116,6 +116,7 @@ def _raise_signal(signum: int, _frame: object) -> None:
 def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig) -> int:
     """Run host ``node_rank``'s processes to the end; return the exit status for `run`."""
     from torch.distributed.elastic.multiprocessing import start_processes
+    from torch.distributed.elastic.multiprocessing.api import SignalException
 
     from runner.logs import RankLogs
     from runner.failures import report
@@ -144,9 +145,11 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
         result = context.wait(timeout=-1, period=0.05)
         context = None
         return report(result, setups, paths, time.perf_counter() - started)
-    except Interrupted as e:
-        print(f"\n{e}: stopping {len(setups)} process(es) ...", file=sys.stderr)
-        return 128 + e.signum
+    except (Interrupted, SignalException) as e:
+        # ours before the processes start, elastic's (it installs its own handlers) after
+        signum = e.signum if isinstance(e, Interrupted) else int(e.sigval)
+        print(f"\n{signal.Signals(signum).name}: stopping {len(setups)} process(es) ...", file=sys.stderr)
+        return 128 + signum
     finally:
         if context is not None:
             context.close(death_sig=signal.SIGTERM, timeout=5)

@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from runner.plan import ProcessRecord
-from runner.spec import DeviceKind, JobConfig
+from runner.spec import DeviceKind, JobConfig, RecipeConfig
 
 _PR_SET_PDEATHSIG = 1
 
@@ -29,7 +29,8 @@ class RankSetup:
     """Everything one process needs, decided before it starts (inherited through fork, or built by a task)."""
 
     spec: JobConfig
-    recipe_cfg: DictConfig
+    recipe: RecipeConfig  # what the runner reads of the recipe config
+    recipe_cfg: DictConfig  # what the recipe function receives
     record: ProcessRecord
     world_size: int
     backend: str
@@ -108,16 +109,16 @@ def _run(setup: RankSetup) -> None:
         device = torch.device("cuda", rec.device_ids[0])
     else:
         device = torch.device("cpu")
-    recipe = resolve_target(setup.recipe_cfg.target)
+    recipe = resolve_target(setup.recipe.target)
     manages_group = getattr(sys.modules[recipe.__module__], "MANAGES_PROCESS_GROUP", False)
     timeout = datetime.timedelta(seconds=setup.spec.init.timeout_s)
     if not manages_group:
         dist.init_process_group(setup.backend, init_method=setup.init_method, rank=rec.global_rank,
                                 world_size=setup.world_size, timeout=timeout)
-    torch.manual_seed(setup.recipe_cfg.seed)
+    torch.manual_seed(setup.recipe.seed)
     place = Place(rec.global_rank, rec.local_rank, rec.node_rank, setup.world_size, rec.local_world_size, rec.host)
-    ctx = RunContext(place, device, rec.device_ids, setup.spec.parallel.mode, setup.recipe_cfg.global_batch_size,
-                     setup.recipe_cfg.seed, Path(setup.output_dir), setup.spec.parallel.find_unused_parameters,
+    ctx = RunContext(place, device, rec.device_ids, setup.spec.parallel.mode, setup.recipe.global_batch_size,
+                     setup.recipe.seed, Path(setup.output_dir), setup.spec.parallel.find_unused_parameters,
                      setup.spec.parallel.bucket_cap_mb)
     try:
         recipe(ctx, setup.recipe_cfg)

@@ -196,6 +196,17 @@ class JobConfig:
     run_id: Optional[str] = None  # None: a fresh id per run; the manual launcher pins one for all hosts
 
 
+def recipe_settings(recipe: Any) -> RecipeConfig:
+    """What the runner itself reads of any recipe config: typed (a RecipeConfig) or a user's untyped dict."""
+    if isinstance(recipe, RecipeConfig):
+        return recipe
+    if not isinstance(recipe, dict):
+        return RecipeConfig(target=repr(recipe))
+    base = RecipeConfig()
+    return RecipeConfig(target=recipe.get("target", ""), global_batch_size=recipe.get("global_batch_size", base.global_batch_size),
+                        seed=recipe.get("seed", base.seed))
+
+
 def register_schemas() -> None:
     """Store the schemas where the YAML options under conf/ find them (`/schema/<group>@_here_`)."""
     cs = ConfigStore.instance()

@@ -25,6 +25,7 @@ from runner.spec import (
     ParallelMode,
     ShardingMode,
     TaskMode,
+    recipe_settings,
 )
 from runner.topology import Host, is_loopback, is_valid_host, resolve_hosts
 
@@ -149,8 +150,8 @@ def _check_backend(spec: JobConfig, device: DeviceKind, backend: BackendName,
 
 
 def _check_recipe(spec: JobConfig) -> Iterator[Problem]:
-    recipe = spec.recipe
-    target = getattr(recipe, "target", None)
+    recipe = recipe_settings(spec.recipe)
+    target = recipe.target
     if not isinstance(target, str) or not _TARGET.match(target):
         yield Problem("recipe.target", f"{target!r} is not 'package.module:function' or 'package.module'",
                       "e.g. recipe.target=recipes.digits:main")
@@ -163,8 +164,10 @@ def _check_recipe(spec: JobConfig) -> Iterator[Problem]:
         if not found:
             yield Problem("recipe.target", f"module {module!r} cannot be imported from here",
                           "run from the folder that holds it, or install it (pip install -e .) so every host finds it")
-    batch = getattr(recipe, "global_batch_size", None)
-    if isinstance(batch, int) and batch < 1:
+    batch = recipe.global_batch_size
+    if batch is not None and not isinstance(batch, int):
+        yield Problem("recipe.global_batch_size", f"must be a whole number, got {batch!r}", "e.g. recipe.global_batch_size=64")
+    elif isinstance(batch, int) and batch < 1:
         yield Problem("recipe.global_batch_size", f"must be at least 1, got {batch}", "e.g. recipe.global_batch_size=64")
 
 
@@ -295,7 +298,7 @@ def _check_parallel(job: Job, probe: MachineProbe) -> Iterator[Problem]:
     elif sharding is not ShardingMode.none and job.world_size == 1:
         yield Problem("sharding.mode", f"{sharding.value} with world size 1 shards nothing: it runs as plain training",
                       "use 2 or more processes to shard", Severity.notice)
-    batch = getattr(spec.recipe, "global_batch_size", None)
+    batch = recipe_settings(spec.recipe).global_batch_size
     if isinstance(batch, int) and batch >= 1 and mode is ParallelMode.ddp and batch % job.world_size:
         ws = job.world_size
         lower, upper = batch - batch % ws, batch + ws - batch % ws

@@ -235,15 +235,20 @@ def environ_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list
     return changes
 
 
+# set and updated by pytest itself around every phase of a test
+_PYTEST_OWN = frozenset({"PYTEST_CURRENT_TEST"})
+
+
 @pytest.fixture(autouse=True)
 def no_env_leaks():
     """Fail a test that leaves os.environ different from how it found it (then put it back)."""
-    before = dict(os.environ)
+    before = {k: v for k, v in os.environ.items() if k not in _PYTEST_OWN}
     yield
-    after = dict(os.environ)
+    after = {k: v for k, v in os.environ.items() if k not in _PYTEST_OWN}
     changes = environ_changes(before, after)
     if changes:
-        os.environ.clear()
+        for k in after.keys() - before.keys():
+            del os.environ[k]
         os.environ.update(before)
         pytest.fail("the test leaked environment variables:\n  " + "\n  ".join(changes), pytrace=False)
 

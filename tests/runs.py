@@ -1,0 +1,61 @@
+"""Running the real `run` command in a test, and checking what it leaves behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+RUN = str(Path(sys.executable).parent / "run")
+TESTS = Path(__file__).parent
+
+
+@dataclass
+class Finished:
+    code: int
+    stdout: str
+    stderr: str
+    run_id: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run(*overrides: str, cwd: Path, timeout: float = 180, run_id: str | None = None) -> Finished:
+    """`run` with these overrides in ``cwd``; the tests' workloads are importable; a unique run id."""
+    run_id = run_id or f"t{uuid.uuid4().hex[:10]}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    args = [RUN, *overrides]
+    if not any(o.startswith("run_id=") for o in overrides):
+        args.append(f"run_id={run_id}")
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return Finished(proc.returncode, proc.stdout, proc.stderr, run_id)
+
+
+def processes_of(run_id: str) -> list[psutil.Process]:
+    """Live processes of a run, found by the TORCHELASTIC_RUN_ID every rank carries."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("TORCHELASTIC_RUN_ID") == run_id and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def artifacts(folder: Path) -> dict[int, dict]:
+    return {int(p.stem[4:]): json.loads(p.read_text()) for p in folder.glob("rank*.json")}
+
+
+def run_folder(cwd: Path) -> Path:
+    """The single run folder a `run` made under cwd/outputs."""
+    (folder,) = [p.parent for p in (cwd / "outputs").glob("*/*/spec.yaml")]
+    return folder

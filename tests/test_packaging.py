@@ -1,0 +1,121 @@
+"""The wheel ships the config groups inside the package (runner/conf) and works without the checkout.
+
+The project is copied (only what the build needs) to a temporary folder and built there, so the
+build writes nothing into the repository; nothing is downloaded (--no-index, --no-build-isolation:
+setuptools comes from the venv).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, clean_env
+
+BUILD_INPUTS = ("pyproject.toml", "README.md", "runner", "conf", "recipes")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    src = tmp_path_factory.mktemp("src")
+    for name in BUILD_INPUTS:
+        path = REPO / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif path.exists():
+            shutil.copy2(path, src / name)
+    out = tmp_path_factory.mktemp("wheel")
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+         "-w", str(out), str(src)],
+        env=clean_env(PIP_DISABLE_PIP_VERSION_CHECK="1"), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (whl,) = out.glob("runner-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def site(wheel: Path, tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("site")
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target), str(wheel)],
+        env=clean_env(PIP_DISABLE_PIP_VERSION_CHECK="1"), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return target
+
+
+def test_wheel_contains_every_config_and_the_recipes(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "runner/conf/job.yaml" in names
+    shipped = sorted(p.relative_to(REPO / "conf").as_posix() for p in (REPO / "conf").glob("*/*.yaml"))
+    assert shipped, "conf/ has no group options?"
+    missing = [f"runner/conf/{p}" for p in shipped if f"runner/conf/{p}" not in names]
+    assert not missing, missing
+    assert "recipes/__init__.py" in names
+    recipes = sorted(p.name for p in (REPO / "recipes").glob("*.py"))
+    assert [n for n in recipes if f"recipes/{n}" not in names] == []
+    for module in sorted(p.relative_to(REPO).as_posix() for p in (REPO / "runner").rglob("*.py")):
+        assert module in names, f"{module} is not in the wheel (is its package listed in pyproject.toml?)"
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "run = runner.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+PROBE = textwrap.dedent("""
+    import json, os, sys
+    import runner, recipes
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+    import runner.cli
+    from runner.probe import FixedProbe
+    from runner.validation import check
+    from runner.plan import make_plan
+
+    runner.cli.setup()
+    with initialize_config_module(config_module="runner.conf", version_base=None):
+        cfg = compose(config_name="job", overrides=["topology=2x2", "launcher=slurm", "recipe.target=recipes"])
+    spec = OmegaConf.to_object(cfg)
+    job, problems = check(spec, FixedProbe())
+    print(json.dumps({
+        "runner": runner.__file__, "recipes": recipes.__file__,
+        "nodes": spec.topology.nodes, "devices_per_node": spec.topology.devices_per_node,
+        "world_size": make_plan(job).world_size if job else None,
+    }))
+""")
+
+
+def _env_for(site: Path) -> dict[str, str]:
+    env = clean_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(site), sysconfig.get_paths()["purelib"]])
+    env.pop("PYTHONSAFEPATH", None)
+    return env
+
+
+def test_installed_wheel_composes_without_the_checkout(site: Path, tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=_env_for(site), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    import json
+
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["runner"].startswith(str(site)), got  # the installed copy, not the checkout
+    assert got["recipes"].startswith(str(site)), got
+    assert (got["nodes"], got["devices_per_node"], got["world_size"]) == (2, 2, 4)
+
+
+def test_installed_wheel_dry_run(site: Path, tmp_path: Path) -> None:
+    """`run` itself (its entry point) from the installed wheel: a full dry run, in a folder of its own."""
+    code = "import sys; from runner.cli import main; sys.argv = ['run', *sys.argv[1:]]; main()"
+    r = subprocess.run([sys.executable, "-c", code, "dry_run=true", "topology=2x2", "launcher=slurm", "device=cpu",
+                        "recipe.target=recipes"], cwd=tmp_path, env=_env_for(site), capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "valid: 4 process(es) on 2 host(s)" in r.stdout
+    assert any((f / "job.sbatch").is_file() for f in (tmp_path / "outputs").rglob("*") if f.is_dir())

@@ -1,0 +1,1 @@
+"""Recipes used by the tests: each leaves artifacts the tests check."""
