@@ -7,9 +7,11 @@ otherwise what the job returned.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import secrets
 import sys
+import time
 from pathlib import Path
 
 import hydra
@@ -19,9 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from hydra._internal.sources_registry import SourcesRegistry
+from hydra.core.plugins import Plugins
 
 from runner.job_run import run_job
-from runner.shapes import TopologyShapeSource
+from runner.shapes import RunnerConfigSource
 from runner.problems import Problem, render_problems
 from runner.spec import register_schemas
 
@@ -32,6 +35,9 @@ class _State:
     entered = False  # Hydra called our task: a later exit status 1 is the job's, not a composition error
 
 
+_STARTED = time.strftime("%Y%m%d-%H%M%S")
+
+
 @functools.cache
 def _uid() -> str:
     return secrets.token_hex(3)
@@ -40,7 +46,8 @@ def _uid() -> str:
 def setup() -> None:
     """Register schemas and resolvers; idempotent (tests compose through Hydra's API too)."""
     register_schemas()
-    SourcesRegistry.instance().register(TopologyShapeSource)
+    Plugins.instance()  # Hydra registers its own sources first ...
+    SourcesRegistry.instance().types["pkg"] = RunnerConfigSource  # ... then ours serves pkg://
     if not OmegaConf.has_resolver("runner_uid"):
         OmegaConf.register_new_resolver("runner_uid", _uid)
 
@@ -50,7 +57,7 @@ def _app(cfg: DictConfig) -> None:
     _State.entered = True
     hc = HydraConfig.get()
     out = Path(hc.runtime.output_dir)
-    run_id = f"{out.parent.name}-{out.name}" if hc.mode is RunMode.MULTIRUN else out.name
+    run_id = f"{_STARTED}-{_uid()}" + (f"-{hc.job.num}" if hc.mode is RunMode.MULTIRUN else "")
     config_dir = next((s.path for s in hc.runtime.config_sources if s.provider == "command-line"), None)
     try:
         spec = OmegaConf.to_object(cfg)
@@ -71,12 +78,21 @@ def main() -> None:
     setup()
     # like `python -m`, make the current folder importable so recipes in the user's repository are found
     sys.path.insert(0, os.getcwd())
+    code = 0
     try:
         _app()
     except SystemExit as e:
-        if e.code == 1 and not _State.entered:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+        if code == 1 and not _State.entered:
             # Hydra already printed why (unknown key, option, type); it exits 1 for that, we say 2
             print("hint: `run --help` lists every group and option; `run --cfg job` prints the composed spec",
                   file=sys.stderr)
-            raise SystemExit(EXIT_INVALID) from None
-        raise
+            code = EXIT_INVALID
+    # Everything is written and closed: skip the interpreter's teardown (over half a second with torch
+    # loaded), as the ranks do.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

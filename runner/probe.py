@@ -24,11 +24,18 @@ class MachineProbe(Protocol):
     def host_names(self) -> frozenset[str]: ...
 
 
+def _nvidia_driver_present() -> bool:
+    return os.path.exists("/proc/driver/nvidia") or any(
+        name.startswith("nvidia") and name[6:].isdigit() for name in os.listdir("/dev"))
+
+
 class LocalProbe:
     """Answers about this machine. GPU counting goes through NVML, so it does not poison fork."""
 
     @functools.cache
     def cuda_device_count(self) -> int:
+        if not _nvidia_driver_present():
+            return 0  # no driver, no GPU: skip importing torch (over a second) to learn that
         import torch
 
         return torch.cuda.device_count()

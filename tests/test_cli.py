@@ -20,8 +20,8 @@ EXAMPLES = REPO / "examples" / "jobs"
 WRITTEN = ("spec.yaml", "plan.json", "launch.txt")
 
 
-def run_cli(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([run_script(), *args], cwd=cwd, env=clean_env(), capture_output=True, text=True,
+def run_cli(cwd: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([run_script(), *args], cwd=cwd, env=clean_env(**(env or {})), capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -64,9 +64,10 @@ def test_dry_run_slurm_writes_spec_plan_and_script(tmp_path: Path) -> None:
     folder = only_run_folder(tmp_path)
     for name in (*WRITTEN, "job.sbatch"):
         assert (folder / name).is_file(), name
-    run_id = folder.name
     spec = OmegaConf.load(folder / "spec.yaml")
-    assert spec.run_id == run_id and spec.topology.nodes == 2 and spec.launcher.kind == "slurm"
+    run_id = spec.run_id  # pinned by the launch: tasks load this file
+    assert run_id and spec.topology.nodes == 2 and spec.launcher.kind == "slurm"
+    assert f"for run {run_id};" in out and f"--job-name=run-{run_id}" in out
     plan = json.loads((folder / "plan.json").read_text())
     assert plan["world_size"] == 4 and len(plan["processes"]) == 4
     assert [p["env"]["RANK"] for p in plan["processes"]] == ["0", "1", "2", "3"]
@@ -76,6 +77,16 @@ def test_dry_run_slurm_writes_spec_plan_and_script(tmp_path: Path) -> None:
     script = (folder / "job.sbatch").read_text()
     assert launch.endswith(script) or script.rstrip() in launch
     assert f"runner.task {folder}/spec.yaml" in script
+
+
+def test_dry_run_inside_an_allocation_is_an_srun_step(tmp_path: Path) -> None:
+    r = run_cli(tmp_path, "dry_run=true", f"recipe.target={TARGET}", "topology=2x2", "launcher=slurm",
+                "launcher.tasks=per_device", "device=cpu", env={"SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2"})
+    assert r.returncode == 0, explain(r)
+    assert "# this allocation: an srun step inside the current allocation" in r.stdout
+    assert "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=4 --ntasks-per-node=2" in r.stdout
+    folder = only_run_folder(tmp_path)
+    assert not (folder / "job.sbatch").exists() and "sbatch" not in (folder / "launch.txt").read_text()
 
 
 def test_dry_run_local_has_no_batch_script(tmp_path: Path) -> None:
@@ -273,3 +284,48 @@ def test_cfg_job_prints_composed_spec(tmp_path: Path) -> None:
     assert cfg.topology.nodes == 2 and cfg.launcher.kind == "slurm"
     assert not (tmp_path / "outputs").exists() or not any(
         (f / "spec.yaml").exists() for f in run_folders(tmp_path))
+
+
+# ------------------------------------------------------------------------------ known bugs (see test_runner_bugs.py)
+
+INHERIT = """\
+defaults:
+  - job
+  - override topology: 2x2
+  - override launcher: slurm
+  - _self_
+
+device: cpu
+recipe:
+  target: recipes
+"""
+
+
+@pytest.mark.runner_bug
+def test_user_config_can_build_on_the_builtin_job(tmp_path: Path) -> None:
+    """conf/job.yaml sets ``hydra.searchpath: [runner-shapes://]``; Hydra 1.3 accepts that key only
+    in the *primary* config, so a user's config that builds on the built-in one
+    (``defaults: [job, override topology: 2x2, _self_]``, the natural way to write a job file) now
+    fails: "In 'job': Overriding hydra.searchpath is only supported from the primary config" (exit 2).
+    It worked before the NxM shapes commit. Expected: exit 0 (register the search path from code,
+    e.g. a SearchPathPlugin, instead of from job.yaml)."""
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "inherit.yaml").write_text(INHERIT)
+    r = run_cli(tmp_path, "--config-dir", "jobs", "--config-name", "inherit", "dry_run=true")
+    assert r.returncode == 0, explain(r)
+    assert "valid: 4 process(es) on 2 host(s)" in r.stdout
+
+
+@pytest.mark.runner_bug
+def test_manual_commands_keep_the_config_name(user_dir: Path) -> None:
+    """launchers/manual.py request() (with cli.py / launchers/base.py Invocation): the per-host
+    commands repeat --config-dir and the overrides but drop ``--config-name myjob``, so each host
+    composes the built-in `job` instead of the user's job: a different spec on every host than the
+    one validated here (recipe, init, batch, ...). Expected: ``--config-name myjob`` in each command."""
+    r = run_cli(user_dir, "--config-dir", "jobs", "--config-name", "myjob", "topology=mycluster", "launcher=manual",
+                "device=cpu", "recipe.global_batch_size=3", "dry_run=true")
+    assert r.returncode == 0, explain(r)
+    launch = (only_run_folder(user_dir) / "launch.txt").read_text()
+    commands = [l for l in launch.splitlines() if l.startswith("cd ")]
+    assert len(commands) == 2
+    assert all("--config-name myjob" in c for c in commands), commands

@@ -7,6 +7,7 @@ setuptools comes from the venv).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -70,7 +71,7 @@ def test_wheel_contains_every_config_and_the_recipes(wheel: Path) -> None:
 
 PROBE = textwrap.dedent("""
     import json, os, sys
-    import runner, recipes
+    import recipes
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
     import runner.cli
@@ -84,7 +85,9 @@ PROBE = textwrap.dedent("""
     spec = OmegaConf.to_object(cfg)
     job, problems = check(spec, FixedProbe())
     print(json.dumps({
-        "runner": runner.__file__, "recipes": recipes.__file__,
+        "runner": runner.cli.__file__, "conf": runner.conf.__file__, "recipes": recipes.__file__,
+        "from_checkout": sorted(n for n, m in sys.modules.items()
+                                if (getattr(m, "__file__", None) or "").startswith(tuple(sys.argv[1:]))),
         "nodes": spec.topology.nodes, "devices_per_node": spec.topology.devices_per_node,
         "world_size": make_plan(job).world_size if job else None,
     }))
@@ -92,6 +95,11 @@ PROBE = textwrap.dedent("""
 
 
 def _env_for(site: Path) -> dict[str, str]:
+    """The installed wheel ahead of the venv's site-packages.
+
+    Used with ``python -S``: the venv's .pth files are not run, so the editable install's finder
+    (which maps `runner` to the checkout) is not there; the checkout is not importable at all.
+    """
     env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(site), sysconfig.get_paths()["purelib"]])
     env.pop("PYTHONSAFEPATH", None)
@@ -99,21 +107,21 @@ def _env_for(site: Path) -> dict[str, str]:
 
 
 def test_installed_wheel_composes_without_the_checkout(site: Path, tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=_env_for(site), capture_output=True,
+    checkout = [f"{REPO / d}{os.sep}" for d in ("runner", "conf", "recipes")]
+    r = subprocess.run([sys.executable, "-S", "-c", PROBE, *checkout], cwd=tmp_path, env=_env_for(site), capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    import json
-
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got["runner"].startswith(str(site)), got  # the installed copy, not the checkout
-    assert got["recipes"].startswith(str(site)), got
+    for key in ("runner", "conf", "recipes"):
+        assert got[key].startswith(str(site)), got  # the installed copy, not the checkout
+    assert got["from_checkout"] == [], got
     assert (got["nodes"], got["devices_per_node"], got["world_size"]) == (2, 2, 4)
 
 
 def test_installed_wheel_dry_run(site: Path, tmp_path: Path) -> None:
     """`run` itself (its entry point) from the installed wheel: a full dry run, in a folder of its own."""
     code = "import sys; from runner.cli import main; sys.argv = ['run', *sys.argv[1:]]; main()"
-    r = subprocess.run([sys.executable, "-c", code, "dry_run=true", "topology=2x2", "launcher=slurm", "device=cpu",
+    r = subprocess.run([sys.executable, "-S", "-c", code, "dry_run=true", "topology=2x2", "launcher=slurm", "device=cpu",
                         "recipe.target=recipes"], cwd=tmp_path, env=_env_for(site), capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -62,6 +62,10 @@ ROWS = [
     row("topo-hetero-mpi-named", AB_HETERO, "launcher=mpi", "device=cpu", "recipe.global_batch_size=60", valid=True),
     row("topo-hetero-manual-named", AB_HETERO, "launcher=manual", "device=cpu", "recipe.global_batch_size=60",
         valid=True),
+    row("topo-custom-host-list", "topology=custom", "topology.hosts=[{name: a, devices: 2}, {name: b, devices: 2}]",
+        "launcher=mpi", "device=cpu", valid=True),
+    row("topo-any-shape-3x4-slurm", "topology=3x4", "launcher=slurm", "device=cuda", "recipe.global_batch_size=96",
+        valid=True),
     row("devices-from-devices_per_node", "topology.nodes=null", "topology.devices_per_node=2",
         "topology.hosts=[{name: a}, {name: b}]", "launcher=mpi", "device=cpu", valid=True),
 
@@ -257,6 +261,14 @@ ROWS = [
     row("recipe-malformed-digit", "recipe.target=1abc", valid=False,
         expect=[(E, "recipe.target", "'1abc' is not 'package.module:function'")]),
     row("recipe-module-function-ok", "recipe.target=json:loads", valid=True),
+    row("recipe-custom-untyped-ok", "recipe=custom", f"recipe.target={TARGET}", "+recipe.lr=0.1", valid=True),
+    row("recipe-custom-batch-not-a-number", "recipe=custom", f"recipe.target={TARGET}",
+        "recipe.global_batch_size=abc", valid=False,
+        expect=[(E, "recipe.global_batch_size", "must be a whole number, got 'abc'")]),
+    row("recipe-custom-batch-not-divisible", "recipe=custom", f"recipe.target={TARGET}", "topology=1x4",
+        "recipe.global_batch_size=10", valid=False, expect=[(E, "recipe.global_batch_size", "10 % 4 = 2")]),
+    row("recipe-script-has-no-batch-rule", "recipe=script", "recipe.path=train.py", f"recipe.target={TARGET}",
+        "topology=hetero_2_1", "launcher=slurm", "launcher.tasks=per_device", "device=cpu", valid=True),
 ]
 
 

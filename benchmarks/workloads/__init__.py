@@ -1,0 +1,1 @@
+"""Workloads the benchmarks run the same way under every launcher."""

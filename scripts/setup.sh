@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set up everything `run` and its tests need, on a fresh machine: a virtual environment in .venv
+# with the CPU build of torch, this package (editable) and its test tools. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
+PYTHON="${PYTHON:-python3}"
+
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
+# torch first and pinned: an unpinned `torch` may pull a multi-GB CUDA build
+if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  pip install "torch==$TORCH_VERSION"
+fi
+pip install -e ".[test]"
+echo "ready: .venv (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"

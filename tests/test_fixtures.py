@@ -1,0 +1,59 @@
+"""The helpers of conftest.py do what they say (they are what every other test relies on)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from conftest import TARGET, compose, environ_changes, hosts_override, make_spec, validate
+from runner.probe import FixedProbe
+from runner.spec import JobConfig, LauncherKind
+
+
+def test_compose_gives_the_typed_spec() -> None:
+    spec = compose(f"recipe.target={TARGET}", "topology=2x2", "launcher=slurm")
+    assert isinstance(spec, JobConfig)
+    assert (spec.topology.nodes, spec.topology.devices_per_node, spec.launcher.kind) == (2, 2, LauncherKind.slurm)
+    assert type(spec.recipe).__name__ == "DigitsRecipeConfig"
+
+
+def test_hosts_override_round_trips() -> None:
+    spec = compose(f"recipe.target={TARGET}", *hosts_override({"name": "a", "addr": "10.0.0.1", "devices": 2, "gpus": [3, 1]},
+                                                            {"name": "b", "devices": 1}))
+    hosts = spec.topology.hosts
+    assert spec.topology.nodes is None and spec.topology.devices_per_node is None
+    assert [(h.name, h.addr, h.devices, h.gpus) for h in hosts] == [("a", "10.0.0.1", 2, [3, 1]), ("b", None, 1, None)]
+
+
+def test_validate_accepts_overrides_spec_or_probe() -> None:
+    probe = FixedProbe(cuda_devices=2)
+    got = validate((f"recipe.target={TARGET}", "topology=1x2"), probe)
+    assert got.valid and got.probe is probe and got.job.device.value == "cuda"
+    assert validate(make_spec(nodes=1, devices_per_node=3)).job.world_size == 3
+
+
+def test_environ_changes_lists_every_kind_of_change() -> None:
+    assert environ_changes({"A": "1", "B": "2"}, {"A": "1", "B": "2"}) == []
+    assert environ_changes({"A": "1", "B": "2"}, {"A": "9", "C": "3"}) == [
+        "added C='3'", "removed B (was '2')", "changed A: '1' -> '9'"]
+
+
+def test_monkeypatched_env_is_not_a_leak(monkeypatch) -> None:
+    monkeypatch.setenv("RUNNER_TEST_MONKEYPATCHED", "1")  # undone by monkeypatch before the leak check
+
+
+def test_leak_fixture_fails_a_leaking_test(pytester) -> None:
+    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    pytester.makepyfile(test_leaky="""
+        import os
+
+        def test_leaks():
+            os.environ["RUNNER_LEAKED_VARIABLE"] = "x"
+
+        def test_clean():
+            pass
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*the test leaked environment variables*", "*added RUNNER_LEAKED_VARIABLE='x'*"])
+    assert "RUNNER_LEAKED_VARIABLE" not in os.environ

@@ -1,0 +1,118 @@
+"""Known bugs in runner/, one small test each: they fail until the bug is fixed (no xfail on purpose).
+
+They carry the ``runner_bug`` marker: conftest runs them after every other test, so
+``pytest -x`` reports the rest of the suite first; ``-m 'not runner_bug'`` leaves them out.
+Each docstring names the place and the expected behaviour.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import TARGET, compose, hosts_override, make_spec, validate
+from runner.launchers import LAUNCHERS, Invocation
+from runner.outputs import RunPaths
+from runner.plan import make_plan
+from runner.spec import BackendConfig, InitConfig, InitMethod, LauncherKind, TaskMode
+
+pytestmark = pytest.mark.runner_bug
+
+PATHS = RunPaths(Path("/runs/R1"), "R1")
+INVOCATION = Invocation(python="/venv/bin/python", cwd="/work/proj")
+
+
+def test_manual_host_non_ascii_digit_is_a_problem_not_a_crash() -> None:
+    """validation.py _check_topology_fits_launcher: ``manual.isdigit()`` is True for '²' (and other
+    Unicode digits), then ``int(manual)`` raises ValueError: `run` ends in a traceback (exit 1)
+    instead of exit 2 with a message. (launchers/manual.py ``this_host`` has the same test.)
+    Expected: an error on launcher.manual.host; use ``manual.isascii() and manual.isdigit()``."""
+    spec = compose(f"recipe.target={TARGET}", *hosts_override({"name": "a", "devices": 1}, {"name": "b", "devices": 1}),
+                   "launcher=manual", "launcher.manual.host='²'")
+    got = validate(spec)  # raises ValueError today
+    assert got.find("launcher.manual.host")
+
+
+def test_tcp_init_url_brackets_an_ipv6_master() -> None:
+    """plan.py make_plan: ``f"tcp://{addr}:{port}"`` gives 'tcp://fd00::1:29500' for an IPv6 master,
+    which urllib/torch cannot split into host and port. Expected: 'tcp://[fd00::1]:29500'.
+    (launchers/mpi.py's ``-H fd00::1:2`` has the same ambiguity.)"""
+    spec = make_spec(devices=[1, 1], names=["a", "b"], addrs=["fd00::1", "fd00::2"], launcher=LauncherKind.mpi,
+                     tasks=TaskMode.per_device, init=InitConfig(method=InitMethod.tcp, master_port=29500))
+    got = validate(spec)
+    assert got.valid, got.rendered()
+    assert make_plan(got.job).init_method == "tcp://[fd00::1]:29500"
+
+
+def test_slurm_step_in_allocation_places_uneven_hosts() -> None:
+    """launchers/slurm.py request(): inside an allocation (in_allocation=True) a 2+1 per_device job
+    becomes ``srun ... --distribution=arbitrary`` with no SLURM_HOSTFILE: the hostfile that the batch
+    script writes for the same layout is never written, and without it srun falls back to block
+    placement, which need not be 2+1. Expected: the request writes/exports the hostfile as the
+    batch script does (or sets --nodelist/--ntasks-per-node so the placement is the plan's)."""
+    got = validate(compose(f"recipe.target={TARGET}", "topology=hetero_2_1", "launcher=slurm",
+                           "launcher.tasks=per_device", "device=cpu", "recipe.global_batch_size=60"))
+    plan = make_plan(got.job, PATHS)
+    launcher = LAUNCHERS[LauncherKind.slurm](plan, PATHS, INVOCATION)
+    launcher.in_allocation = True
+    text = launcher.request().materialize()
+    assert "--distribution=arbitrary" in text
+    assert "SLURM_HOSTFILE" in text
+
+
+def test_local_hosts_on_this_machine_order_does_not_matter() -> None:
+    """validation.py: _check_topology_fits_launcher accepts hosts [localhost, thishost] for
+    launcher=local (both are this machine: loopback, or a name of the probe), but _check_master then
+    rejects host 0 'localhost' as a loopback master because 'thishost' is not *loopback*, calling it
+    "another machine". The reversed order [thishost, localhost] is valid. Expected: same verdict."""
+    def verdict(names):
+        spec = make_spec(devices=[1, 1], names=names, launcher=LauncherKind.local)
+        return validate(spec)
+
+    a, b = verdict(["thishost", "localhost"]), verdict(["localhost", "thishost"])
+    assert a.valid, a.rendered()
+    assert b.valid, b.rendered()
+
+
+def test_backend_env_cannot_contradict_the_plan() -> None:
+    """plan.py Plan.host_env: ``env.update(job.spec.backend.env)`` comes after the runner's own
+    variables, so backend.env={WORLD_SIZE: '99', MASTER_ADDR: x} silently replaces them (RANK and
+    LOCAL_RANK are set later and survive): the process env then disagrees with its record and the
+    plan. Expected: validation rejects backend.env keys the runner owns, or the runner's values win."""
+    spec = make_spec(nodes=1, devices_per_node=2, backend=BackendConfig(env={"WORLD_SIZE": "99", "MASTER_ADDR": "x"}))
+    got = validate(spec)
+    if got.find("backend.env.WORLD_SIZE"):
+        return  # rejected: fine
+    plan = make_plan(got.job)
+    env = plan.env(plan.records[0])
+    assert env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_plan_shows_the_port_the_manual_launch_pins() -> None:
+    """plan.py make_plan + launchers/manual.py: with init.master_port=0 the plan (plan.json and the
+    dry run's table) says MASTER_PORT='<free port chosen at launch>', but the manual (and mpi)
+    launcher pins port_for(run_id) (e.g. 24429) into every host's command and spec.yaml. The plan
+    then documents a different port from the one used. Expected: plan and pin agree."""
+    spec = make_spec(devices=[2, 2], names=["a", "b"], launcher=LauncherKind.manual)
+    got = validate(spec)
+    plan = make_plan(got.job, PATHS)
+    pins = LAUNCHERS[LauncherKind.manual](plan, PATHS, INVOCATION).request().pins
+    assert plan.master_port == pins["init.master_port"]
+
+
+def test_slurm_named_hosts_are_the_allocated_ones() -> None:
+    """launchers/slurm.py + validation.py _master_addr: with named hosts under launcher=slurm the
+    batch script asks for any 2 nodes (no --nodelist), yet the plan pins MASTER_ADDR to host 0's
+    name ('gpu01'): if Slurm allocates other nodes, every rank dials gpu01 and never rendezvous.
+    Expected: pin the nodes (--nodelist=gpu01,gpu02), or leave MASTER_ADDR to the allocation, or
+    reject/warn about host names under slurm."""
+    spec = make_spec(devices=[2, 2], names=["gpu01", "gpu02"], launcher=LauncherKind.slurm)
+    got = validate(spec)
+    assert got.valid, got.rendered()
+    plan = make_plan(got.job, PATHS)
+    script = LAUNCHERS[LauncherKind.slurm](plan, PATHS, INVOCATION).request().files["job.sbatch"]
+    pinned = "--nodelist=gpu01,gpu02" in script
+    deferred = plan.master_addr != "gpu01"
+    warned = any(p.key.startswith("topology.hosts") for p in got.problems)
+    assert pinned or deferred or warned
