@@ -50,7 +50,7 @@ pytest_plugins = ["pytester"]
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
-# An importable recipe target that exists today (recipes.digits is being written elsewhere).
+# An importable recipe target that is always there: the dry-run layer is tested apart from the recipes.
 TARGET = "recipes"
 
 
@@ -267,9 +267,3 @@ def no_env_leaks():
             del os.environ[k]
         os.environ.update(before)
         pytest.fail("the test leaked environment variables:\n  " + "\n  ".join(changes), pytrace=False)
-
-
-@pytest.fixture
-def probe() -> FixedProbe:
-    """A CPU machine with Slurm and MPI programs, /shared and /tmp folders, named `thishost`."""
-    return FixedProbe()

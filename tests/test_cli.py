@@ -286,7 +286,7 @@ def test_cfg_job_prints_composed_spec(tmp_path: Path) -> None:
         (f / "spec.yaml").exists() for f in run_folders(tmp_path))
 
 
-# ------------------------------------------------------------------------------ known bugs (see test_runner_bugs.py)
+# ------------------------------------------------------------------------------ extending the built-in job
 
 INHERIT = """\
 defaults:
@@ -301,19 +301,18 @@ recipe:
 """
 
 
-@pytest.mark.runner_bug
 def test_user_config_can_build_on_the_builtin_job(tmp_path: Path) -> None:
-    """conf/job.yaml sets ``hydra.searchpath: [runner-shapes://]``; Hydra 1.3 accepts that key only
-    in the *primary* config, so a user's config that builds on the built-in one
-    (``defaults: [job, override topology: 2x2, _self_]``, the natural way to write a job file) now
-    fails: "In 'job': Overriding hydra.searchpath is only supported from the primary config" (exit 2).
-    It worked before the NxM shapes commit. Expected: exit 0 (register the search path from code,
-    e.g. a SearchPathPlugin, instead of from job.yaml)."""
+    """``defaults: [job, override topology: 2x2, _self_]``: a user's job file that extends the built-in
+    one. (This broke once: a hydra.searchpath in conf/job.yaml is allowed only in the primary config.)"""
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "inherit.yaml").write_text(INHERIT)
     r = run_cli(tmp_path, "--config-dir", "jobs", "--config-name", "inherit", "dry_run=true")
     assert r.returncode == 0, explain(r)
     assert "valid: 4 process(es) on 2 host(s)" in r.stdout
+    assert "#SBATCH --nodes=2" in (only_run_folder(tmp_path) / "job.sbatch").read_text()
+
+
+# ------------------------------------------------------------------------------ known bugs (see test_runner_bugs.py)
 
 
 @pytest.mark.runner_bug

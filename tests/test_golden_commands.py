@@ -9,6 +9,7 @@ run paths (/runs/R1, run id R1) and materializes the launcher's request with a f
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 from dataclasses import dataclass
@@ -78,9 +79,15 @@ CASES = [
 ]
 
 
-def materialize(c: Case) -> str:
+@functools.lru_cache(maxsize=None)
+def checked(c: Case):
     got = validate(compose(f"recipe.target={TARGET}", *c.overrides), **dict(c.probe))
     assert got.valid, got.rendered()
+    return got
+
+
+def materialize(c: Case) -> str:
+    got = checked(c)
     plan = make_plan(got.job, PATHS)
     invocation = Invocation(python="/venv/bin/python", cwd="/work/proj", overrides=c.overrides, config_dir=c.config_dir)
     launcher = LAUNCHERS[got.job.spec.launcher.kind](plan, PATHS, invocation)
@@ -106,8 +113,7 @@ def test_no_stale_golden_files() -> None:
 
 
 def test_every_launcher_has_a_golden_case() -> None:
-    kinds = {validate(compose(f"recipe.target={TARGET}", *c.overrides), **dict(c.probe)).job.spec.launcher.kind
-             for c in CASES}
+    kinds = {checked(c).job.spec.launcher.kind for c in CASES}
     assert kinds == set(LAUNCHERS)
 
 

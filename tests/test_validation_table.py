@@ -15,7 +15,7 @@ from typing import Callable
 
 import pytest
 
-from conftest import TARGET, Checked, compose, hosts_override, validate
+from conftest import TARGET, compose, hosts_override, validate
 from runner.problems import Severity
 from runner.spec import JobConfig
 

@@ -76,7 +76,11 @@ class Launcher(ABC):
 
     def launch(self, request: LaunchRequest, recipe_cfg) -> int:
         """Run the job; the exit status of `run`."""
-        raise NotImplementedError(f"launcher={self.name} cannot launch yet; dry_run=true shows its commands")
+        import sys
+
+        print(f"error: launcher={self.name} can only dry-run so far (dry_run=true prints exactly what it would "
+              f"execute); launcher=local and launcher=manual launch", file=sys.stderr)
+        return 2
 
     def task_argv(self) -> tuple[str, ...]:
         """How a task started by a scheduler (srun, mpirun) enters the runner: it loads the pinned spec."""
