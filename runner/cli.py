@@ -68,7 +68,7 @@ def _app(cfg: DictConfig) -> None:
     except OmegaConfBaseException as e:
         print(f"error: {e.full_key or 'spec'}: {e.msg}", file=sys.stderr)
         sys.exit(EXIT_INVALID)
-    code = run_job(cfg, spec, out, run_id, tuple(hc.overrides.task), config_dir)
+    code = run_job(cfg, spec, out, run_id, tuple(hc.overrides.task), config_dir, hc.job.config_name)
     if code:
         sys.exit(code)
 

@@ -20,8 +20,8 @@ from runner.validation import check
 EXIT_INVALID = 2
 
 
-def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str,
-            overrides: tuple[str, ...], config_dir: str | None) -> int:
+def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
+            config_dir: str | None, config_name: str | None = None) -> int:
     job, problems = check(spec, LocalProbe())
     if job is None:
         print(render_problems(problems), file=sys.stderr)
@@ -30,7 +30,8 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str,
         return EXIT_INVALID
     paths = RunPaths(out, spec.run_id or run_id)
     plan = make_plan(job, paths)
-    invocation = Invocation(spec.launcher.python or sys.executable, os.getcwd(), overrides, config_dir)
+    invocation = Invocation(spec.launcher.python or sys.executable, os.getcwd(), overrides, config_dir,
+                            config_name if config_name != "job" else None)
     launcher = LAUNCHERS[spec.launcher.kind](plan, paths, invocation)
     launcher.in_allocation = SlurmEnvironment.read(os.environ).in_allocation
     request = launcher.request()

@@ -18,8 +18,10 @@ Values that only the launch can know (a free port, the first node of a Slurm all
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import accumulate
 
 from runner.job import Job
@@ -65,11 +67,11 @@ class Plan:
         start = self._host_starts[node_rank]
         return self.records[start:start + self._host_counts[node_rank]]
 
-    @property
+    @cached_property
     def _host_counts(self) -> list[int]:
         return [_processes_on(h, self.job) for h in self.job.hosts]
 
-    @property
+    @cached_property
     def _host_starts(self) -> list[int]:
         return [0, *accumulate(self._host_counts)]
 
@@ -122,6 +124,37 @@ def _records(job: Job) -> Iterator[ProcessRecord]:
             rank += 1
 
 
+# Variables the runner owns: backend.env may not set them (validation says so).
+RUNNER_VARIABLES = frozenset({
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_RANK",
+    "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
+    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+})
+
+
+def port_for(run_id: str) -> int:
+    """A port all hosts can agree on without talking: derived from the run id, below Linux's ephemeral range."""
+    return 20000 + zlib.crc32(run_id.encode()) % 10000
+
+
+def _url_host(addr: str) -> str:
+    return f"[{addr}]" if ":" in addr and not addr.startswith("<") else addr
+
+
+def _master_port(job: Job, run: RunPaths | None) -> str:
+    spec = job.spec
+    if spec.init.master_port:
+        return str(spec.init.master_port)
+    kind = spec.launcher.kind.value
+    if kind == "slurm":
+        return Deferred("port derived from SLURM_JOB_ID")
+    if kind == "mpi" or (kind == "manual" and len(job.hosts) > 1):
+        # processes on other hosts cannot learn a port chosen here at launch: agree on one per run
+        return str(port_for(run.run_id)) if run else Deferred("port derived from the run id")
+    return Deferred("free port chosen at launch")
+
+
 def make_plan(job: Job, run: RunPaths | None = None) -> Plan:
     """Expand a validated job into its process records (see the module docstring for the ranks).
 
@@ -129,16 +162,11 @@ def make_plan(job: Job, run: RunPaths | None = None) -> Plan:
     """
     spec = job.spec
     addr = job.master_addr if job.master_addr is not None else Deferred(_master_source(job))
-    if spec.init.master_port:
-        port = str(spec.init.master_port)
-    elif spec.launcher.kind.value == "slurm":
-        port = Deferred("port derived from SLURM_JOB_ID")
-    else:
-        port = Deferred("free port chosen at launch")
+    port = _master_port(job, run)
     if spec.init.method is InitMethod.env:
         url = "env://"
     elif spec.init.method is InitMethod.tcp:
-        url = f"tcp://{addr}:{port}"
+        url = f"tcp://{_url_host(addr)}:{port}"
     else:
         path = run.rendezvous_file(spec.init.dir) if run else f"{spec.init.dir or Deferred('run folder')}/{Deferred('run id')}.rdzv"
         url = f"file://{path}"

@@ -138,7 +138,7 @@ class LauncherConfig:
 class BackendConfig:
     name: BackendName = BackendName.auto
     socket_ifname: Optional[str] = None  # GLOO/NCCL_SOCKET_IFNAME for every process; None: runner's choice
-    env: dict[str, str] = field(default_factory=dict)  # more variables, e.g. {NCCL_DEBUG: INFO}
+    env: dict[str, str] = field(default_factory=dict)  # more variables: +backend.env.NCCL_DEBUG=INFO
 
 
 @dataclass

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 
 from runner.job import Job
+from runner.plan import RUNNER_VARIABLES
 from runner.probe import MachineProbe
 from runner.problems import Problem, Severity, errors
 from runner.spec import (
@@ -81,6 +82,8 @@ def _master_addr(spec: JobConfig, hosts: tuple[Host, ...]) -> str | None:
         return spec.init.master_addr
     if len(hosts) == 1:
         return "127.0.0.1"  # one host: rendezvous on loopback, nothing exposed on the network
+    if spec.launcher.kind is LauncherKind.slurm:
+        return None  # the first node of the step, whichever Slurm allocates
     return hosts[0].reach
 
 
@@ -108,6 +111,10 @@ def _check_options(spec: JobConfig) -> Iterator[Problem]:
         if not _ENV_NAME.match(name):
             yield Problem(f"backend.env.{name}", "is not a valid environment variable name",
                           "use letters, digits and '_', not starting with a digit")
+        elif name in RUNNER_VARIABLES:
+            yield Problem(f"backend.env.{name}", "is set by the runner for every process from the plan; "
+                                                 "a value here would contradict it",
+                          "change the spec instead (topology, init.master_addr, init.master_port, topology.hosts[i].gpus)")
     if spec.run_id is not None and not _RUN_ID.match(spec.run_id):
         yield Problem("run_id", f"{spec.run_id!r} is not a safe run id",
                       "letters, digits, '_', '.' and '-', at most 128, starting with a letter or digit")
@@ -157,12 +164,13 @@ def _check_recipe(spec: JobConfig) -> Iterator[Problem]:
                       "e.g. recipe.target=recipes.digits:main")
     else:
         module = target.split(":")[0]
+        why = ""
         try:
             found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
+        except Exception as e:  # a parent package that fails to import: say why, no traceback
+            found, why = False, f" ({type(e).__name__}: {e})"
         if not found:
-            yield Problem("recipe.target", f"module {module!r} cannot be imported from here",
+            yield Problem("recipe.target", f"module {module!r} cannot be imported from here{why}",
                           "run from the folder that holds it, or install it (pip install -e .) so every host finds it")
     batch = recipe.global_batch_size
     if batch is not None and not isinstance(batch, int):
@@ -174,10 +182,11 @@ def _check_recipe(spec: JobConfig) -> Iterator[Problem]:
 def _check_topology_fits_launcher(job: Job, probe: MachineProbe) -> Iterator[Problem]:
     spec, hosts = job.spec, job.hosts
     kind = spec.launcher.kind
-    if kind is LauncherKind.local and len(hosts) > 1 and not all(_is_this_machine(h, probe) for h in hosts):
-        yield Problem("launcher.kind", f"local starts processes on this machine only, but the topology has {len(hosts)} hosts",
-                      f"launcher=manual (one command per host), slurm or mpi; or run the same {job.world_size} processes "
-                      f"here: topology.nodes=1 topology.devices_per_node={job.world_size}")
+    if kind is LauncherKind.local and len(hosts) > 1:
+        yield Problem("launcher.kind", f"local starts one host's processes on this machine, but the topology has {len(hosts)} hosts",
+                      f"launcher=manual (one command per host, also for several 'hosts' on this machine), slurm or mpi; "
+                      f"or run the same {job.world_size} processes here: topology.nodes=1 "
+                      f"topology.devices_per_node={job.world_size}")
     if not job.uniform and spec.launcher.tasks is TaskMode.per_host and kind is LauncherKind.slurm:
         counts = "+".join(str(h.devices) for h in hosts)
         yield Problem("launcher.tasks",
@@ -186,15 +195,23 @@ def _check_topology_fits_launcher(job: Job, probe: MachineProbe) -> Iterator[Pro
                       "launcher.tasks=per_device (one Slurm task per process, placed 2+1 by the runner); "
                       "launcher=manual or mpi can also spawn per host")
     if kind in (LauncherKind.mpi, LauncherKind.manual) and len(hosts) > 1:
+        unnamed = [h.index for h in hosts if h.reach is None]
+        if unnamed:
+            key = f"topology.hosts[{unnamed[0]}].name" if spec.topology.hosts else "topology.hosts"
+            yield Problem(key, f"launcher={kind.value} must know every host, but host(s) {unnamed} have no name or addr",
+                          "name them: topology=2x2 'topology.hosts=[{name: a}, {name: b}]'")
+    if kind is LauncherKind.mpi:
         for h in hosts:
-            if h.reach is None:
-                yield Problem(f"topology.hosts[{h.index}].name",
-                              f"launcher={kind.value} must know every host, but host {h.index} has no name or addr",
-                              "list the hosts: topology.hosts='[{name: a, devices: 2}, {name: b, devices: 2}]'")
-                break
+            if h.reach is not None and ":" in h.reach:
+                yield Problem(f"topology.hosts[{h.index}].addr", f"{h.reach!r}: mpirun -H cannot take IPv6 literals "
+                                                                 f"(host:slots would be ambiguous)",
+                              "give the host's name instead (topology.hosts[i].name) and resolve it in /etc/hosts or DNS")
+    if kind is LauncherKind.slurm and 0 < sum(h.name is not None for h in hosts) < len(hosts):
+        yield Problem("topology.hosts", "under Slurm, name every host (they become --nodelist) or none (Slurm picks)",
+                      "give each host a name, or drop the names")
     manual = spec.launcher.manual.host
     if kind is LauncherKind.manual and manual is not None:
-        if manual.isdigit():
+        if manual.isascii() and manual.isdigit():
             if int(manual) >= len(hosts):
                 yield Problem("launcher.manual.host", f"index {manual} is past the last host (the topology has {len(hosts)}: 0..{len(hosts) - 1})",
                               "an index from 0, or this host's name or address")
@@ -218,7 +235,7 @@ def _check_master(job: Job, probe: MachineProbe) -> Iterator[Problem]:
     master = job.master_addr
     key = "init.master_addr" if spec.init.master_addr is not None else "topology.hosts[0]"
     if master is not None and is_loopback(master):
-        remote = [h for h in hosts if h.reach is None or not is_loopback(h.reach)]
+        remote = [h for h in hosts if not _is_this_machine(h, probe)]
         if remote:
             other = remote[0].reach or remote[0].label
             yield Problem(key, f"the master address {master!r} is loopback, but the job has {len(hosts)} hosts "
@@ -302,11 +319,12 @@ def _check_parallel(job: Job, probe: MachineProbe) -> Iterator[Problem]:
     if isinstance(batch, int) and batch >= 1 and mode is ParallelMode.ddp and batch % job.world_size:
         ws = job.world_size
         lower, upper = batch - batch % ws, batch + ws - batch % ws
+        sizes = f"{lower} or {upper}" if lower else f"{upper}"
         fits = [n for n in range(1, min(ws, batch) + 1) if batch % n == 0][-3:]
         yield Problem("recipe.global_batch_size",
                       f"{batch} does not divide over world size {ws}: {batch} / {ws} = {batch / ws:.2f} per process "
                       f"({batch} % {ws} = {batch % ws}); the global batch is kept whatever the device count",
-                      f"recipe.global_batch_size={lower or upper} or {upper}, or a world size that divides {batch} "
+                      f"recipe.global_batch_size={sizes}, or a world size that divides {batch} "
                       f"(e.g. {', '.join(map(str, fits))})")
 
 

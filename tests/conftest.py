@@ -222,19 +222,6 @@ def clean_env(**extra: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- hooks
 
 
-def pytest_configure(config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "runner_bug: a test that pins a known bug in runner/ (it fails until the bug is fixed); "
-        "these run after every other test, so -x still runs the rest first; -m 'not runner_bug' skips them",
-    )
-
-
-def pytest_collection_modifyitems(session, config, items) -> None:
-    """Run the known-bug tests last (a stable sort keeps every other order as collected)."""
-    items.sort(key=lambda item: item.get_closest_marker("runner_bug") is not None)
-
-
 # --------------------------------------------------------------------------- fixtures
 
 

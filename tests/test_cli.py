@@ -312,15 +312,12 @@ def test_user_config_can_build_on_the_builtin_job(tmp_path: Path) -> None:
     assert "#SBATCH --nodes=2" in (only_run_folder(tmp_path) / "job.sbatch").read_text()
 
 
-# ------------------------------------------------------------------------------ known bugs (see test_runner_bugs.py)
+# ------------------------------------------------------------------------------ regressions
 
 
-@pytest.mark.runner_bug
 def test_manual_commands_keep_the_config_name(user_dir: Path) -> None:
-    """launchers/manual.py request() (with cli.py / launchers/base.py Invocation): the per-host
-    commands repeat --config-dir and the overrides but drop ``--config-name myjob``, so each host
-    composes the built-in `job` instead of the user's job: a different spec on every host than the
-    one validated here (recipe, init, batch, ...). Expected: ``--config-name myjob`` in each command."""
+    """The per-host manual commands once dropped ``--config-name myjob``: each host would have composed
+    the built-in `job`, a different spec from the one validated here."""
     r = run_cli(user_dir, "--config-dir", "jobs", "--config-name", "myjob", "topology=mycluster", "launcher=manual",
                 "device=cpu", "recipe.global_batch_size=3", "dry_run=true")
     assert r.returncode == 0, explain(r)

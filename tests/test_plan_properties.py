@@ -138,6 +138,8 @@ def test_master_and_launch_requests_agree_with_plan(spec) -> None:
         assert plan.master_addr == "127.0.0.1"
     elif kind in (LauncherKind.manual, LauncherKind.mpi):
         assert plan.master_addr == job.hosts[0].reach
+    else:  # slurm: the first node of the allocation, known at launch
+        assert plan.master_addr.startswith("<")
     launcher = LAUNCHERS[kind](plan, PATHS, INVOCATION)
     request = launcher.request()
     text = request.materialize()
@@ -154,8 +156,13 @@ def test_master_and_launch_requests_agree_with_plan(spec) -> None:
         ntasks = len(job.hosts) if per_host else plan.world_size
         assert f"--ntasks={ntasks}" in text and f"#SBATCH --nodes={len(job.hosts)}" in text
         if not per_host and not job.uniform:
-            counts = " ".join(str(len(plan.host_records(h.index))) for h in job.hosts)
-            assert f"counts=({counts})" in text and "--distribution=arbitrary" in text
+            assert "--distribution=arbitrary" in text and "SLURM_HOSTFILE" in text
+            if all(h.name for h in job.hosts):  # the hostfile names the hosts, in rank order
+                names = [h.name for h in job.hosts for _ in plan.host_records(h.index)]
+                assert f'printf "%s\\n" {" ".join(names)} >' in text
+            else:
+                counts = " ".join(str(len(plan.host_records(h.index))) for h in job.hosts)
+                assert f"counts=({counts})" in text
     elif kind is LauncherKind.manual:
         assert len(request.commands) == len(job.hosts)
         for h, c in zip(job.hosts, request.commands):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-import zlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -20,6 +19,7 @@ class Invocation:
     cwd: str
     overrides: tuple[str, ...] = ()  # the command line's Hydra overrides
     config_dir: str | None = None  # --config-dir, if one was given
+    config_name: str | None = None  # --config-name, if not the built-in `job`
 
 
 @dataclass(frozen=True)
@@ -46,18 +46,13 @@ class LaunchRequest:
     launcher: str
     commands: tuple[HostCommand, ...]
     files: dict[str, str] = field(default_factory=dict)  # run-folder file name -> content (batch scripts)
-    pins: dict[str, str] = field(default_factory=dict)  # spec keys fixed for this run (run_id, port)
+    pins: dict[str, object] = field(default_factory=dict)  # spec keys fixed for this run (run_id, port)
 
     def materialize(self) -> str:
         parts = [c.render() for c in self.commands]
         for name, text in self.files.items():
             parts.append(f"# --- {name} ---\n{text.rstrip()}")
         return "\n\n".join(parts) + "\n"
-
-
-def port_for(run_id: str) -> int:
-    """A port all hosts can agree on without talking: derived from the run id, below Linux's ephemeral range."""
-    return 20000 + zlib.crc32(run_id.encode()) % 10000
 
 
 class Launcher(ABC):
@@ -86,7 +81,10 @@ class Launcher(ABC):
         """How a task started by a scheduler (srun, mpirun) enters the runner: it loads the pinned spec."""
         return (self.invocation.python, "-m", "runner.task", str(self.paths.spec))
 
-    def pinned_port(self) -> str:
-        """The master port for launchers whose hosts cannot ask each other for a free one."""
-        port = self.plan.master_port
-        return str(port_for(self.paths.run_id)) if isinstance(port, Deferred) else port
+    def pins(self, port: bool = False) -> dict[str, object]:
+        """Spec keys this launch fixes for every process: the run id, and the master port where the
+        plan agreed on one (see runner.plan._master_port)."""
+        pins: dict[str, object] = {"run_id": self.paths.run_id}
+        if port and not isinstance(self.plan.master_port, Deferred):
+            pins["init.master_port"] = int(self.plan.master_port)
+        return pins

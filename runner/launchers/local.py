@@ -19,7 +19,7 @@ class LocalLauncher(Launcher):
                 f"`run` forks {len(records)} process(es) ({ranks}) from itself, torch already imported; "
                 f"MASTER_PORT is a free port on 127.0.0.1 chosen at launch",
             ))
-        return LaunchRequest(self.name, tuple(commands), pins={"run_id": self.paths.run_id})
+        return LaunchRequest(self.name, tuple(commands), pins=self.pins())
 
     def launch(self, request: LaunchRequest, recipe_cfg) -> int:
         from runner.host_launch import launch_host

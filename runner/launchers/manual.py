@@ -20,10 +20,12 @@ class ManualLauncher(Launcher):
 
     def request(self) -> LaunchRequest:
         inv = self.invocation
-        pins = {"run_id": self.paths.run_id, "init.master_port": self.pinned_port()}
+        pins = self.pins(port=True)
         base = ["run"]
         if inv.config_dir:
             base += ["--config-dir", inv.config_dir]
+        if inv.config_name:
+            base += ["--config-name", inv.config_name]
         base += [o for o in inv.overrides if not o.startswith(_PINNED)]
         base += [f"{k}={v}" for k, v in pins.items()]
         commands = []
@@ -39,7 +41,7 @@ class ManualLauncher(Launcher):
         hosts = self.plan.job.hosts
         chosen = self.plan.job.spec.launcher.manual.host
         if chosen is not None:
-            return int(chosen) if chosen.isdigit() else next(h.index for h in hosts if chosen in (h.name, h.addr))
+            return int(chosen) if chosen.isascii() and chosen.isdigit() else next(h.index for h in hosts if chosen in (h.name, h.addr))
         if len(hosts) == 1:
             return 0
         mine = [h.index for h in hosts if any(v in names and not is_loopback(v) for v in (h.name, h.addr) if v)]

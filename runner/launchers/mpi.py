@@ -22,7 +22,7 @@ class MpiLauncher(Launcher):
         # map by slot: -H order and slot counts give rank blocks per host, the plan's prefix sums
         argv += ["-np", str(sum(slots)), "-H", hosts, "--map-by", "slot", "--bind-to", "none"]
         argv += [*opts.extra, *self.task_argv()]
-        pins = {"run_id": self.paths.run_id, "init.master_port": self.pinned_port()}
+        pins = self.pins(port=True)
         what = "one task per host, each forks its processes" if per_host else "one MPI rank per process"
         return LaunchRequest(self.name, (HostCommand("this machine", tuple(argv), what, cwd=self.invocation.cwd),),
                              pins=pins)

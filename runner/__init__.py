@@ -1,0 +1,1 @@
+"""run: declarative job specs for PyTorch distributed training (spec -> validation -> plan -> launch)."""
