@@ -42,13 +42,22 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"benchmark command failed ({proc.returncode}): {' '.join(argv)}\n{proc.stdout[-3000:]}")
-    return elapsed
+FAILURES: dict[str, list[str]] = {}  # command name -> the last line of each failed attempt
+ATTEMPTS = 3
+
+
+def _timed(argv: list[str], cwd: Path, env: dict[str, str], name: str = "") -> float:
+    """Seconds of one successful run. A failed attempt (e.g. torch's occasional teardown abort,
+    "terminate called without an active exception") is recorded in FAILURES and retried."""
+    for _ in range(ATTEMPTS):
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        elapsed = time.perf_counter() - t0
+        if proc.returncode == 0:
+            return elapsed
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        FAILURES.setdefault(name or argv[0], []).append(f"exit {proc.returncode}: {lines[-1][:160] if lines else ''}")
+    raise SystemExit(f"benchmark command failed {ATTEMPTS} times: {' '.join(argv)}\n{proc.stdout[-3000:]}")
 
 
 def _floor(n: int, cwd: Path) -> float:
@@ -80,7 +89,7 @@ def measure_launch(sizes: list[int], reps: int, cwd: Path) -> dict:
         times: dict[str, list[float]] = {name: [] for name in [*launch_commands(n), "floor (import + rendezvous)"]}
         for _ in range(reps):
             for name, argv in launch_commands(n).items():
-                times[name].append(_timed(argv, cwd, _env()))
+                times[name].append(_timed(argv, cwd, _env(), f"{name} ({n})"))
             times["floor (import + rendezvous)"].append(_floor(n, cwd))
         med = {k: statistics.median(v) for k, v in times.items()}
         results[n] = {"median_s": med, "all_s": times,
@@ -98,11 +107,11 @@ def measure_throughput(sizes: list[int], reps: int, steps: int, cwd: Path) -> di
         for i in range(reps):
             out = cwd / f"rate-{n}-{i}"
             _timed([sys.executable, str(WORK / "throughput.py"), str(n), str(steps), str(out)], cwd,
-                   _env(OMP_NUM_THREADS=threads))
+                   _env(OMP_NUM_THREADS=threads), f"hand-written mp DDP ({n})")
             rates["hand-written mp DDP"].append(float(out.read_text()))
             _timed([str(BIN / "run"), f"topology=1x{n}", "recipe=custom", "recipe.target=throughput:main",
                     "recipe.global_batch_size=64", f"+recipe.steps={steps}", f"+recipe.out={out}"], cwd,
-                   _env(OMP_NUM_THREADS=threads))
+                   _env(OMP_NUM_THREADS=threads), f"run throughput ({n})")
             rates["run"].append(float(out.read_text()))
         med = {k: statistics.median(v) for k, v in rates.items()}
         results[n] = {"median_steps_per_s": med, "all": rates, "ratio": med["run"] / med["hand-written mp DDP"]}
@@ -131,10 +140,15 @@ def main() -> None:
         med = r["median_steps_per_s"]
         print(f"  {n} processes: run {med['run']:.1f}, hand-written {med['hand-written mp DDP']:.1f}, "
               f"ratio {r['ratio']:.3f}")
+    if FAILURES:
+        print("\nfailed attempts (retried):")
+        for name, fails in FAILURES.items():
+            print(f"  {name}: {len(fails)} x, last: {fails[-1]}")
     out = HERE / "results" / "launch_speed.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"date": date.today().isoformat(), "machine": machine, "reps": args.reps,
-                               "launch": launch, "throughput": throughput}, indent=2))
+                               "launch": launch, "throughput": throughput, "failed_attempts": FAILURES},
+                              indent=2))
     print(f"\nwritten: {out}")
 
 

@@ -75,6 +75,12 @@ class Plan:
     def _host_starts(self) -> list[int]:
         return [0, *accumulate(self._host_counts)]
 
+    def init_url(self, port: str | int) -> str:
+        """The init_method URL once the launch knows the master port."""
+        if self.job.spec.init.method is InitMethod.tcp:
+            return f"tcp://{_url_host(self.master_addr)}:{port}"
+        return self.init_method
+
     def host_env(self, host: Host) -> dict[str, str]:
         """Variables shared by every process of a host."""
         job = self.job
@@ -166,7 +172,7 @@ def make_plan(job: Job, run: RunPaths | None = None) -> Plan:
     if spec.init.method is InitMethod.env:
         url = "env://"
     elif spec.init.method is InitMethod.tcp:
-        url = f"tcp://{_url_host(addr)}:{port}"
+        url = f"tcp://{_url_host(addr)}:{port}"  # Plan.init_url fills a deferred port
     else:
         path = run.rendezvous_file(spec.init.dir) if run else f"{spec.init.dir or Deferred('run folder')}/{Deferred('run id')}.rdzv"
         url = f"file://{path}"

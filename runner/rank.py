@@ -102,8 +102,9 @@ def _run(setup: RankSetup) -> None:
     from runner.context import Place, RunContext
 
     rec = setup.record
-    if "OMP_NUM_THREADS" not in setup.env:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // rec.local_world_size))
+    # torch was imported before the fork: its thread pool follows the launcher, not this process's
+    # OMP_NUM_THREADS, unless told here
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // rec.local_world_size)))
     if setup.device is DeviceKind.cuda:
         torch.cuda.set_device(rec.device_ids[0])
         device = torch.device("cuda", rec.device_ids[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -38,6 +39,8 @@ def test_every_rank_runs_and_all_reduces(tmp_path, shape, world):
         assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"], env["GROUP_RANK"]) == \
             (str(rank), str(rank), str(world), str(world), "0")
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] != "29500"
+        # the rank's torch thread pool follows its share of the cores, though torch was imported before fork
+        assert rec["torch_threads"] == int(env["OMP_NUM_THREADS"]) == max(1, (os.cpu_count() or 1) // world)
     assert len({rec["env"]["MASTER_PORT"] for rec in found.values()}) == 1
     folder = run_folder(tmp_path)
     assert sorted(p.name for p in (folder / "logs").glob("rank*.log")) == [f"rank{r:05d}.log" for r in range(world)]

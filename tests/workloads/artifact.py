@@ -18,6 +18,6 @@ def main(ctx, cfg):
         "rank": ctx.rank, "local_rank": ctx.local_rank, "world_size": ctx.world_size, "sum": t.item(),
         "backend": dist.get_backend(), "device": str(ctx.device), "pid": os.getpid(),
         "per_process_batch": ctx.per_process_batch_size, "env": {k: os.environ.get(k) for k in ENV},
-        "wrapped": type(ctx.wrap(torch.nn.Linear(2, 2))).__name__,
+        "wrapped": type(ctx.wrap(torch.nn.Linear(2, 2))).__name__, "torch_threads": torch.get_num_threads(),
     }
     Path(cfg.out_dir, f"rank{ctx.rank}.json").write_text(json.dumps(record))
