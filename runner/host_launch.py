@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from runner.outputs import RunPaths
 from runner.plan import Deferred, Plan
 from runner.rank import RankSetup, run_rank
-from runner.spec import DeviceKind, InitMethod, ParallelMode, recipe_settings
+from runner.spec import InitMethod, recipe_settings
 
 EXIT_FAILED = 1
 
@@ -108,20 +108,6 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, r
     return setups
 
 
-def preload_for_ranks(plan: Plan) -> None:
-    """Import what every rank would import on its own, once, before forking them.
-
-    The DistributedDataParallel constructor imports torch._dynamo (about 800 modules, 1.4 s on this
-    kind of machine); imported here, the forked ranks inherit it. Only for CPU jobs: on GPU machines
-    that import may ask CUDA for devices, and a process that initialised CUDA cannot fork ranks that
-    use it. (Measured: 30 of 30 two-rank DDP runs tore down cleanly this way, mean 3.39 s against
-    3.8 s with the import in each rank.)
-    """
-    job = plan.job
-    if job.device is DeviceKind.cpu and job.spec.parallel.mode is ParallelMode.ddp and plan.world_size > 1:
-        import torch._dynamo  # noqa: F401
-
-
 def _raise_signal(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
@@ -143,7 +129,9 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
         print(f"error: init: {e}", file=sys.stderr)
         return 2
     setups = rank_setups(plan, node_rank, rdzv, paths, recipe_cfg)
-    preload_for_ranks(plan)
+    # Not imported here, though every DDP rank imports it: torch._dynamo. Forked after that import,
+    # ranks deadlocked at teardown (~ProcessGroupGloo joins a gloo thread that waits for the GIL to
+    # free a Python object in its thread-local state); seen here on 1 of 31 runs, and in DESIGN.md.
     previous = {s: signal.signal(s, _raise_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     started = time.perf_counter()
     context = None
