@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -44,6 +45,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 FAILURES: dict[str, list[str]] = {}  # command name -> the last line of each failed attempt
 ATTEMPTS = 3
+HANG_S = 120
 
 
 def _timed(argv: list[str], cwd: Path, env: dict[str, str], name: str = "") -> float:
@@ -51,13 +53,22 @@ def _timed(argv: list[str], cwd: Path, env: dict[str, str], name: str = "") -> f
     "terminate called without an active exception") is recorded in FAILURES and retried."""
     for _ in range(ATTEMPTS):
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # its own process group, so that a hung command and every process it started can be ended
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=HANG_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            FAILURES.setdefault(name or argv[0], []).append(f"hung: no exit after {HANG_S} s")
+            continue
         elapsed = time.perf_counter() - t0
         if proc.returncode == 0:
             return elapsed
-        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        lines = [line for line in out.splitlines() if line.strip()]
         FAILURES.setdefault(name or argv[0], []).append(f"exit {proc.returncode}: {lines[-1][:160] if lines else ''}")
-    raise SystemExit(f"benchmark command failed {ATTEMPTS} times: {' '.join(argv)}\n{proc.stdout[-3000:]}")
+    raise SystemExit(f"benchmark command failed {ATTEMPTS} times: {' '.join(argv)}\n{FAILURES[name or argv[0]]}")
 
 
 def _floor(n: int, cwd: Path) -> float:
