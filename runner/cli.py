@@ -23,6 +23,7 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from hydra._internal.sources_registry import SourcesRegistry
 from hydra.core.plugins import Plugins
 
+from runner.agent import LaunchAgent
 from runner.job_run import run_job
 from runner.shapes import RunnerConfigSource
 from runner.problems import Problem, render_problems
@@ -33,6 +34,7 @@ EXIT_INVALID = 2
 
 class _State:
     entered = False  # Hydra called our task: a later exit status 1 is the job's, not a composition error
+    agent: LaunchAgent | None = None
 
 
 _STARTED = time.strftime("%Y%m%d-%H%M%S")
@@ -68,7 +70,9 @@ def _app(cfg: DictConfig) -> None:
     except OmegaConfBaseException as e:
         print(f"error: {e.full_key or 'spec'}: {e.msg}", file=sys.stderr)
         sys.exit(EXIT_INVALID)
-    code = run_job(cfg, spec, out, run_id, tuple(hc.overrides.task), config_dir, hc.job.config_name)
+    agent = _State.agent
+    code = run_job(cfg, spec, out, run_id, tuple(hc.overrides.task), config_dir, hc.job.config_name,
+                   agent.run_host if agent else None)
     if code:
         sys.exit(code)
 
@@ -76,6 +80,7 @@ def _app(cfg: DictConfig) -> None:
 def main() -> None:
     """Console entry point."""
     setup()
+    _State.agent = LaunchAgent.start_if_useful(sys.argv[1:])
     # like `python -m`, make the current folder importable so recipes in the user's repository are found
     sys.path.insert(0, os.getcwd())
     code = 0
@@ -90,6 +95,8 @@ def main() -> None:
             print("hint: `run --help` lists every group and option; `run --cfg job` prints the composed spec",
                   file=sys.stderr)
             code = EXIT_INVALID
+    if _State.agent is not None:
+        _State.agent.cancel()
     # Everything is written and closed: skip the interpreter's teardown (over half a second with torch
     # loaded), as the ranks do.
     logging.shutdown()

@@ -150,6 +150,8 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
     except (Interrupted, SignalException) as e:
         # ours before the processes start, elastic's (it installs its own handlers) after
         signum = e.signum if isinstance(e, Interrupted) else int(e.sigval)
+        for s in (signal.SIGINT, signal.SIGTERM):  # one is enough (Ctrl-C may arrive twice, forwarded too)
+            signal.signal(s, signal.SIG_IGN)
         print(f"\n{signal.Signals(signum).name}: stopping {len(setups)} process(es) ...", file=sys.stderr)
         return 128 + signum
     finally:

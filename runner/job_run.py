@@ -8,6 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from runner.agent import HostRun
 from runner.environments.slurm import SlurmEnvironment
 from runner.launchers import LAUNCHERS, Invocation
 from runner.outputs import RunPaths
@@ -21,7 +22,7 @@ EXIT_INVALID = 2
 
 
 def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
-            config_dir: str | None, config_name: str | None = None) -> int:
+            config_dir: str | None, config_name: str | None = None, run_host: HostRun | None = None) -> int:
     job, problems = check(spec, LocalProbe())
     if job is None:
         print(render_problems(problems), file=sys.stderr)
@@ -32,7 +33,7 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
     plan = make_plan(job, paths)
     invocation = Invocation(spec.launcher.python or sys.executable, os.getcwd(), overrides, config_dir,
                             config_name if config_name != "job" else None)
-    launcher = LAUNCHERS[spec.launcher.kind](plan, paths, invocation)
+    launcher = LAUNCHERS[spec.launcher.kind](plan, paths, invocation, run_host)
     launcher.in_allocation = SlurmEnvironment.read(os.environ).in_allocation
     request = launcher.request()
 

@@ -33,8 +33,9 @@ from runner.topology import Host
 class Deferred(str):
     """A value fixed at launch; its text says by whom, e.g. ``<free port chosen at launch>``."""
 
-    def __new__(cls, source: str) -> "Deferred":
-        return super().__new__(cls, f"<{source}>")
+    @classmethod
+    def of(cls, source: str) -> "Deferred":
+        return cls(f"<{source}>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,11 +155,11 @@ def _master_port(job: Job, run: RunPaths | None) -> str:
         return str(spec.init.master_port)
     kind = spec.launcher.kind.value
     if kind == "slurm":
-        return Deferred("port derived from SLURM_JOB_ID")
+        return Deferred.of("port derived from SLURM_JOB_ID")
     if kind == "mpi" or (kind == "manual" and len(job.hosts) > 1):
         # processes on other hosts cannot learn a port chosen here at launch: agree on one per run
-        return str(port_for(run.run_id)) if run else Deferred("port derived from the run id")
-    return Deferred("free port chosen at launch")
+        return str(port_for(run.run_id)) if run else Deferred.of("port derived from the run id")
+    return Deferred.of("free port chosen at launch")
 
 
 def make_plan(job: Job, run: RunPaths | None = None) -> Plan:
@@ -167,14 +168,14 @@ def make_plan(job: Job, run: RunPaths | None = None) -> Plan:
     With ``run`` (the run's paths), run-specific values such as the rendezvous file are filled in.
     """
     spec = job.spec
-    addr = job.master_addr if job.master_addr is not None else Deferred(_master_source(job))
+    addr = job.master_addr if job.master_addr is not None else Deferred.of(_master_source(job))
     port = _master_port(job, run)
     if spec.init.method is InitMethod.env:
         url = "env://"
     elif spec.init.method is InitMethod.tcp:
         url = f"tcp://{_url_host(addr)}:{port}"  # Plan.init_url fills a deferred port
     else:
-        path = run.rendezvous_file(spec.init.dir) if run else f"{spec.init.dir or Deferred('run folder')}/{Deferred('run id')}.rdzv"
+        path = run.rendezvous_file(spec.init.dir) if run else f"{spec.init.dir or Deferred.of('run folder')}/{Deferred.of('run id')}.rdzv"
         url = f"file://{path}"
     return Plan(job, tuple(_records(job)), addr, port, url)
 

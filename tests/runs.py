@@ -40,11 +40,13 @@ def run(*overrides: str, cwd: Path, timeout: float = 180, run_id: str | None = N
 
 
 def processes_of(run_id: str) -> list[psutil.Process]:
-    """Live processes of a run, found by the TORCHELASTIC_RUN_ID every rank carries."""
+    """Live processes of a run: ranks carry TORCHELASTIC_RUN_ID; `run` and its launch agent carry
+    `run_id=<id>` on their command line (the tests always pass one)."""
     found = []
     for p in psutil.process_iter():
         try:
-            if p.environ().get("TORCHELASTIC_RUN_ID") == run_id and p.status() != psutil.STATUS_ZOMBIE:
+            mine = p.environ().get("TORCHELASTIC_RUN_ID") == run_id or f"run_id={run_id}" in p.cmdline()
+            if mine and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue

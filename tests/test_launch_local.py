@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 
+import psutil
 import pytest
 import torch
 
@@ -193,6 +194,30 @@ def test_signal_stops_every_rank(tmp_path, sig):
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 128 + sig.value, err
+    assert not processes_of(run_id)
+
+
+def test_killing_run_takes_its_processes_with_it(tmp_path):
+    """SIGKILL cannot be handled: the launch agent and the ranks go because Linux kills them with
+    their parent (PR_SET_PDEATHSIG), not because anyone cleans up."""
+    art = tmp_path / "art"
+    art.mkdir()
+    run_id = f"kill{tmp_path.name[-6:]}"
+    proc = subprocess.Popen([RUN, "topology=1x2", f"run_id={run_id}",
+                             *custom("workloads.failing:main", art, "+recipe.fail_rank=-1", "+recipe.fail_step=0")],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(__import__("runs").TESTS)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(list(art.glob("pid*"))) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    ranks = [psutil.Process(int(p.read_text())) for p in art.glob("pid*")]
+    agent = ranks[0].parent()
+    assert agent.pid != proc.pid and agent.parent().pid == proc.pid  # ranks are forked by the launch agent
+    proc.kill()
+    proc.wait(timeout=10)
+    gone, alive = psutil.wait_procs([agent, *ranks], timeout=10)
+    assert not alive, alive
     assert not processes_of(run_id)
 
 

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from runner.agent import HostRun
 from runner.outputs import RunPaths
 from runner.plan import Deferred, Plan
 
@@ -60,10 +61,20 @@ class Launcher(ABC):
 
     name: ClassVar[str]
 
-    def __init__(self, plan: Plan, paths: RunPaths, invocation: Invocation) -> None:
+    def __init__(self, plan: Plan, paths: RunPaths, invocation: Invocation, run_host: HostRun | None = None) -> None:
         self.plan = plan
         self.paths = paths
         self.invocation = invocation
+        self._run_host = run_host
+
+    def run_host(self, node_rank: int, recipe_cfg) -> int:
+        """Start host ``node_rank``'s processes here and wait for them: through the launch agent when
+        `run` has one (runner.agent), else in this process."""
+        if self._run_host is not None:
+            return self._run_host(self.plan, node_rank, self.paths, recipe_cfg)
+        from runner.host_launch import launch_host
+
+        return launch_host(self.plan, node_rank, self.paths, recipe_cfg)
 
     @abstractmethod
     def request(self) -> LaunchRequest:

@@ -22,6 +22,4 @@ class LocalLauncher(Launcher):
         return LaunchRequest(self.name, tuple(commands), pins=self.pins())
 
     def launch(self, request: LaunchRequest, recipe_cfg) -> int:
-        from runner.host_launch import launch_host
-
-        return launch_host(self.plan, 0, self.paths, recipe_cfg)
+        return self.run_host(0, recipe_cfg)

@@ -52,8 +52,6 @@ class ManualLauncher(Launcher):
                 f"hint: add launcher.manual.host=<index> (the dry run prints each host's command)")
 
     def launch(self, request: LaunchRequest, recipe_cfg) -> int:
-        from runner.host_launch import launch_host
-
         node = self.this_host(LocalProbe().host_names())
         if isinstance(node, str):
             print(f"error: launcher.manual.host: {node}", file=sys.stderr)
@@ -62,4 +60,4 @@ class ManualLauncher(Launcher):
             print("error: run_id: several hosts must share one run id and port, but none is pinned; "
                   "hint: run with dry_run=true and use the command it prints for each host", file=sys.stderr)
             return 2
-        return launch_host(self.plan, node, self.paths, recipe_cfg)
+        return self.run_host(node, recipe_cfg)
