@@ -1,6 +1,8 @@
 """What a recipe sees: its place in the job, the device, and the runner's services.
 
 A recipe receives a :class:`RunContext` and its own config, and never imports launcher internals.
+Wrapping, sharding and full (consolidated) checkpoints are delegated to the strategy of
+``sharding.mode`` (:mod:`runner.sharding`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.optim import Optimizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from runner.spec import ParallelMode
+from runner.sharding import OptimizerFactory, Placement, Strategy, strategy_for
+from runner.spec import ParallelMode, ShardingConfig, ShardingMode
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class RunContext:
 
     def __init__(self, place: Place, device: torch.device, device_ids: tuple[int, ...], parallel: ParallelMode,
                  global_batch_size: int | None, seed: int, output_dir: Path, find_unused_parameters: bool = False,
-                 bucket_cap_mb: float = 25.0) -> None:
+                 bucket_cap_mb: float = 25.0, sharding: ShardingConfig | None = None) -> None:
         self.place = place
         self.device = device
         self._device_ids = device_ids
@@ -48,6 +52,8 @@ class RunContext:
         self.seed = seed
         self.output_dir = output_dir
         self._ddp_options = {"find_unused_parameters": find_unused_parameters, "bucket_cap_mb": bucket_cap_mb}
+        self.sharding = sharding or ShardingConfig()
+        self._strategy: Strategy | None = None
         self._metrics_file = None
         self._t0 = time.perf_counter()
 
@@ -75,23 +81,60 @@ class RunContext:
             raise ValueError("recipe.global_batch_size is not set: the recipe's config must give one")
         return self.global_batch_size // self.world_size
 
-    # -- model --------------------------------------------------------------------------------------
+    # -- model ---------------------------------------------------------------------------------------
+    @property
+    def strategy(self) -> Strategy:
+        """The sharding strategy of this job (runner/sharding.py); plain DDP/DP for sharding=none."""
+        if self._strategy is None:
+            self._strategy = strategy_for(Placement(self.rank, self.world_size, self.device, self._device_ids,
+                                                    self._parallel, self.sharding, self._ddp_options))
+        return self._strategy
+
+    def setup(self, model: nn.Module, optimizer_class: OptimizerFactory, /, *,
+              shard_units: Iterable[nn.Module] | None = None, **optimizer_kwargs: Any) -> tuple[nn.Module, Optimizer]:
+        """The model on this device, wrapped or sharded as the spec says, and its optimizer.
+
+        ``optimizer_class(params, **optimizer_kwargs)`` is called by the strategy, in the order it
+        needs (fairscale's OSS before ShardedDDP, torch's optimizer after FSDP2's ``fully_shard``), over
+        ``model.parameters()``. The same call works for every ``sharding`` mode, DDP, DP and world size 1.
+        ``shard_units`` (fsdp only): the submodules that become FSDP units (default: the model's
+        children that hold parameters, and the blocks of its ModuleLists).
+        """
+        return self.strategy.setup(model, optimizer_class, optimizer_kwargs, shard_units)
+
     def wrap(self, model: nn.Module) -> nn.Module:
-        """Move the model to this process's device and wrap it as the spec says (DDP or DP)."""
-        model = model.to(self.device)
-        if self._parallel is ParallelMode.dp:
-            if self.device.type == "cuda" and len(self._device_ids) > 1:
-                return nn.DataParallel(model, device_ids=list(self._device_ids))
-            return model
-        if self.world_size == 1:
-            return model
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids, **self._ddp_options)
+        """Move the model to this process's device and wrap it as the spec says (DDP or DP); sharding=none only."""
+        if self.sharding.mode is not ShardingMode.none:
+            raise ValueError(f"ctx.wrap(model) cannot shard: sharding={self.sharding.mode.value} builds the optimizer "
+                             f"together with the model. Use `model, optimizer = ctx.setup(model, torch.optim.Adam, "
+                             f"lr=...)` instead of ctx.wrap and your own optimizer (it works for every sharding mode)")
+        return self.strategy.wrap(model)
 
     @staticmethod
     def unwrap(model: nn.Module) -> nn.Module:
-        """The plain module inside a DDP/DP wrapper (what checkpoints hold)."""
-        return model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
+        """The module inside a DDP/DP/ShardedDDP wrapper; an FSDP2 model is its own (sharded) module.
+
+        For a checkpoint use :meth:`full_state` (parameters of a sharded model are shards). Calling an
+        FSDP model is collective: evaluate it on every rank.
+        """
+        return Strategy.unwrap(model)
+
+    def full_state(self, model: nn.Module, optimizer: Optimizer | None = None) -> dict[str, Any] | None:
+        """The full (consolidated) state ``{"model": ..., "optimizer": ...}`` on the main process, CPU copies.
+
+        Call it on every process (sharded modes gather over all ranks); the others get None. The
+        format is the same in every mode: the plain module's ``state_dict()`` and the ``state_dict()``
+        an unsharded optimizer would have, so it loads under any mode and world size, and in plain torch.
+        """
+        return self.strategy.full_state(model, optimizer)
+
+    def load_full_state(self, model: nn.Module, optimizer: Optimizer | None, state: dict[str, Any]) -> None:
+        """Load a full state (from :meth:`full_state` of any mode and world size) on every process."""
+        self.strategy.load_full_state(model, optimizer, state)
+
+    def optimizer_state_bytes(self, optimizer: Optimizer) -> int:
+        """Bytes of optimizer state this process holds (its shard under oss/sdp/zero/fsdp)."""
+        return self.strategy.optimizer_state_bytes(optimizer)
 
     # -- data ---------------------------------------------------------------------------------------
     def loader(self, dataset: Dataset, *, shuffle: bool = True, drop_last: bool = True, **kwargs: Any) -> DataLoader:
@@ -139,9 +182,17 @@ class RunContext:
     def checkpoint_dir(self) -> Path:
         return self.output_dir / "checkpoints"
 
-    def save_checkpoint(self, state: dict[str, Any], name: str = "last") -> Path:
-        """The main process writes ``state`` atomically to checkpoints/<name>.pt; every process waits for it."""
+    def save_checkpoint(self, state: dict[str, Any] | None = None, name: str = "last", *,
+                        model: nn.Module | None = None, optimizer: Optimizer | None = None) -> Path:
+        """The main process writes ``state`` atomically to checkpoints/<name>.pt; every process waits for it.
+
+        With ``model`` (and ``optimizer``), call it on every process: their full state (:meth:`full_state`)
+        is gathered and saved under ``"model"`` and ``"optimizer"`` beside ``state``'s own entries.
+        """
         path = self.checkpoint_dir / f"{name}.pt"
+        if model is not None:
+            full = self.strategy.full_state(model, optimizer, copy=False)  # written at once: no snapshot needed
+            state = {**(state or {}), **full} if full is not None else None
         if self.is_main:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".pt.tmp")
@@ -150,12 +201,22 @@ class RunContext:
         self.barrier()
         return path
 
-    def load_checkpoint(self, name: str = "last", path: str | Path | None = None) -> dict[str, Any] | None:
-        """A saved state, mapped onto this process's device; None when there is none."""
+    def load_checkpoint(self, name: str = "last", path: str | Path | None = None, *, model: nn.Module | None = None,
+                        optimizer: Optimizer | None = None) -> dict[str, Any] | None:
+        """A saved state, mapped onto this process's device; None when there is none.
+
+        With ``model`` (and ``optimizer``), call it on every process: the checkpoint's full state is
+        loaded into them (:meth:`load_full_state`, whatever mode and world size saved it) and the other
+        entries are returned.
+        """
         path = Path(path) if path is not None else self.checkpoint_dir / f"{name}.pt"
         if not path.exists():
             return None
-        return torch.load(path, map_location=self.device, weights_only=False)
+        state = torch.load(path, map_location=self.device, weights_only=False)
+        if model is not None:
+            self.load_full_state(model, optimizer, state)
+            state = {k: v for k, v in state.items() if k not in ("model", "optimizer")}
+        return state
 
     def close(self) -> None:
         if self._metrics_file is not None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +135,11 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
     # ranks deadlocked at teardown (~ProcessGroupGloo joins a gloo thread that waits for the GIL to
     # free a Python object in its thread-local state); seen here on 1 of 31 runs, and in DESIGN.md.
     previous = {s: signal.signal(s, _raise_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    # torch.multiprocessing leaves a pytorch-errorfile-*.pickle in the temp folder for every rank that
+    # raises: keep those (and the ranks' own temp files) in the run folder, and remove them after
+    scratch = paths.root / "tmp"
+    scratch.mkdir(exist_ok=True)
+    previous_tmp, tempfile.tempdir = tempfile.tempdir, str(scratch)
     started = time.perf_counter()
     context = None
     try:
@@ -159,4 +166,6 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
             context.close(death_sig=signal.SIGTERM, timeout=5)
         for s, handler in previous.items():
             signal.signal(s, handler)
+        tempfile.tempdir = previous_tmp
+        shutil.rmtree(scratch, ignore_errors=True)
         rdzv.close()

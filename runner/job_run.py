@@ -21,6 +21,12 @@ from runner.validation import check
 EXIT_INVALID = 2
 
 
+def _run_command() -> str:
+    """This `run` executable's absolute path (a venv's bin need not be on every host's PATH)."""
+    argv0 = sys.argv[0]
+    return os.path.abspath(argv0) if os.path.basename(argv0) == "run" and os.path.exists(argv0) else "run"
+
+
 def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
             config_dir: str | None, config_name: str | None = None, run_host: HostRun | None = None) -> int:
     job, problems = check(spec, LocalProbe())
@@ -32,7 +38,7 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
     paths = RunPaths(out, spec.run_id or run_id)
     plan = make_plan(job, paths)
     invocation = Invocation(spec.launcher.python or sys.executable, os.getcwd(), overrides, config_dir,
-                            config_name if config_name != "job" else None)
+                            config_name if config_name != "job" else None, _run_command())
     launcher = LAUNCHERS[spec.launcher.kind](plan, paths, invocation, run_host)
     launcher.in_allocation = SlurmEnvironment.read(os.environ).in_allocation
     request = launcher.request()

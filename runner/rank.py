@@ -120,7 +120,7 @@ def _run(setup: RankSetup) -> None:
     place = Place(rec.global_rank, rec.local_rank, rec.node_rank, setup.world_size, rec.local_world_size, rec.host)
     ctx = RunContext(place, device, rec.device_ids, setup.spec.parallel.mode, setup.recipe.global_batch_size,
                      setup.recipe.seed, Path(setup.output_dir), setup.spec.parallel.find_unused_parameters,
-                     setup.spec.parallel.bucket_cap_mb)
+                     setup.spec.parallel.bucket_cap_mb, setup.spec.sharding)
     try:
         recipe(ctx, setup.recipe_cfg)
     finally:

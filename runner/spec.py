@@ -56,6 +56,7 @@ class ShardingMode(str, Enum):
     sdp = "sdp"  # fairscale ShardedDataParallel + OSS (ESPnet2's --sharded_ddp)
     zero = "zero"  # torch ZeroRedundancyOptimizer
     fsdp = "fsdp"  # torch FSDP2 fully_shard
+    fairscale_fsdp = "fairscale_fsdp"  # not offered: validation explains why and points to fsdp
 
 
 class DeviceKind(str, Enum):
@@ -150,8 +151,13 @@ class ParallelConfig:
 
 @dataclass
 class ShardingConfig:
+    """How ctx.setup shards training (runner/sharding.py); needs parallel=ddp and 2 or more processes."""
+
     mode: ShardingMode = ShardingMode.none
-    reshard_after_forward: bool = True  # fsdp only
+    reshard_after_forward: bool = True  # fsdp only: free each unit's gathered parameters after its forward
+    reduce_buffer_size: int = 0  # sdp only: fairscale's gradient bucket (elements); 0: each gradient is
+    # reduced to its owner and dropped elsewhere (gradients sharded); > 0: small gradients share
+    # unsharded buckets (fewer messages, no gradient sharding for them)
 
 
 @dataclass
@@ -170,6 +176,7 @@ class DigitsRecipeConfig(RecipeConfig):
     lr: float = 0.003
     hidden: int = 64
     test_fraction: float = 0.25
+    resume: Optional[str] = None  # a checkpoint (of any sharding mode and world size) to continue from
 
 
 @dataclass

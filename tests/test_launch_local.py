@@ -172,6 +172,7 @@ def test_failing_rank_stops_the_job(tmp_path):
     assert "RuntimeError: injected failure on rank 1 at step 5" in report
     assert report.count("RuntimeError: injected failure") == 1  # shown once; the others' errors are summarised
     assert not processes_of(done.run_id)
+    assert not (run_folder(tmp_path) / "tmp").exists()  # torch's error pickles went there, and are gone
     for pid_file in art.glob("pid*"):
         assert not __import__("psutil").pid_exists(int(pid_file.read_text())) or \
             __import__("psutil").Process(int(pid_file.read_text())).status() == "zombie"

@@ -21,6 +21,7 @@ class Invocation:
     overrides: tuple[str, ...] = ()  # the command line's Hydra overrides
     config_dir: str | None = None  # --config-dir, if one was given
     config_name: str | None = None  # --config-name, if not the built-in `job`
+    run_command: str = "run"  # the `run` executable, as other hosts should call it
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ class ManualLauncher(Launcher):
     def request(self) -> LaunchRequest:
         inv = self.invocation
         pins = self.pins(port=True)
-        base = ["run"]
+        base = [inv.run_command]
         if inv.config_dir:
             base += ["--config-dir", inv.config_dir]
         if inv.config_name:

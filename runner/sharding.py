@@ -1,0 +1,396 @@
+"""Sharded training, one small strategy per ``sharding.mode``, behind the run context.
+
+A recipe calls ``model, optimizer = ctx.setup(model, torch.optim.Adam, lr=1e-3)`` and never learns
+which strategy ran it. Each strategy knows four things:
+
+* how to wrap the model and build the optimizer, in the order its library needs (fairscale's
+  ShardedDataParallel needs the OSS optimizer at construction; FSDP2 needs the optimizer built
+  after ``fully_shard``, over the sharded parameters);
+* how to export the *full* (consolidated) state of model and optimizer on rank 0;
+* how to load such a full state, whatever mode and world size wrote it;
+* how many bytes of optimizer state this process holds.
+
+The full state is the same for every mode: ``{"model": <the plain module's state_dict()>,
+"optimizer": <the state_dict() an unsharded optimizer_class(model.parameters()) would have>}``,
+tensors on the CPU. Parameters are numbered in the order of ``model.parameters()``, as torch does,
+so a checkpoint of any mode loads into any other mode, at any world size, and into plain torch.
+
+==========  ================================================  ===========================  =========
+mode        what is sharded (per process ~ 1/world size)       gradients exchanged by       library
+==========  ================================================  ===========================  =========
+none        nothing                                            DDP all-reduce               torch
+oss         optimizer state                                    DDP all-reduce               fairscale
+sdp         optimizer state and gradients                      reduce to the owner          fairscale
+zero        optimizer state                                    DDP all-reduce               torch
+fsdp        parameters, gradients and optimizer state          reduce-scatter/all-gather    torch
+==========  ================================================  ===========================  =========
+
+World size 1 or ``parallel=dp``: every mode runs as ``none`` (there is nothing to shard across;
+validation says so). fairscale is imported only by the strategies that use it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.optim import Optimizer
+
+from runner.spec import ParallelMode, ShardingConfig, ShardingMode
+
+OptimizerFactory = Callable[..., Optimizer]  # optimizer_class(params, **kwargs): a class or any factory
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the strategy runs: this process, its device, and the spec's parallel and sharding settings."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+    device_ids: tuple[int, ...] = ()
+    parallel: ParallelMode = ParallelMode.ddp
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
+    ddp_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        """Several processes that can shard across each other (DDP with world size > 1)."""
+        return self.parallel is ParallelMode.ddp and self.world_size > 1 and dist.is_initialized()
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+
+def cpu_copy(obj: Any) -> Any:
+    """``obj`` with every tensor copied to the CPU (detached; a snapshot that later steps do not change)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return type(obj)((k, cpu_copy(v)) for k, v in obj.items())  # dict or OrderedDict (state_dict's)
+    if isinstance(obj, list):
+        return [cpu_copy(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(cpu_copy(v) for v in obj)
+    return obj
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This process's part of a tensor: the local shard of a DTensor, else the tensor."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
+
+
+def state_bytes(state: Mapping[Any, Any]) -> int:
+    """Bytes of the tensors in an optimizer's ``state`` (param -> {name: value}) held by this process.
+
+    DTensors count their local shard; a storage reached twice (aliases, views) counts once.
+    """
+    seen: set[tuple[str, int]] = set()
+    total = 0
+    for per_param in state.values():
+        if not isinstance(per_param, Mapping):
+            continue  # ZeRO keeps None for the parameters other ranks own
+        for value in per_param.values():
+            if not isinstance(value, torch.Tensor):
+                continue
+            t = _local(value)
+            key = (str(t.device), t.data_ptr())
+            if t.numel() and key in seen:
+                continue
+            seen.add(key)
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _notice(place: Placement, text: str) -> None:
+    if place.is_main:
+        print(f"notice: {text}", file=sys.stderr, flush=True)
+
+
+def _param_names(model: nn.Module, optimizer: Optimizer) -> list[str]:
+    """The name of each optimizer parameter, in the optimizer's order (index i of a torch state dict)."""
+    names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    out = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if id(p) not in names:
+                raise ValueError("the optimizer holds a parameter that is not the model's: build it with ctx.setup")
+            out.append(names[id(p)])
+    return out
+
+
+def _shallow_state(osd: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of an optimizer state dict whose ``state`` mapping may be edited without touching ``osd``.
+
+    fairscale's OSS and torch's ZeroRedundancyOptimizer blank the entries of the parameters other
+    ranks own *in the dict they are given*; the caller's checkpoint must stay whole.
+    """
+    return {**osd, "state": dict(osd["state"]), "param_groups": [dict(g) for g in osd["param_groups"]]}
+
+
+# --------------------------------------------------------------------------------------- strategies
+
+
+class Strategy:
+    """``none``: the model wrapped as the spec says (DDP, or DP in one process), an ordinary optimizer."""
+
+    mode = ShardingMode.none
+
+    def __init__(self, place: Placement) -> None:
+        self.place = place
+
+    # -- wrap and optimizer ---------------------------------------------------------------------
+    def wrap(self, model: nn.Module) -> nn.Module:
+        place = self.place
+        model = model.to(place.device)
+        if place.parallel is ParallelMode.dp:
+            if place.device.type == "cuda" and len(place.device_ids) > 1:
+                return nn.DataParallel(model, device_ids=list(place.device_ids))
+            return model
+        if not place.distributed:
+            return model
+        ids = [place.device.index] if place.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids, **place.ddp_options)
+
+    def setup(self, model: nn.Module, optimizer_class: OptimizerFactory, kwargs: dict[str, Any],
+              shard_units: Iterable[nn.Module] | None = None) -> tuple[nn.Module, Optimizer]:
+        model = self.wrap(model)
+        return model, optimizer_class(model.parameters(), **kwargs)
+
+    @staticmethod
+    def unwrap(model: nn.Module) -> nn.Module:
+        """The module the recipe built (DDP, DP and ShardedDDP hold it as ``.module``; FSDP2 is the module)."""
+        from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+        if isinstance(model, (DataParallel, DistributedDataParallel)) or type(model).__name__ == "ShardedDataParallel":
+            return model.module
+        return model
+
+    # -- full state -----------------------------------------------------------------------------
+    def full_state(self, model: nn.Module, optimizer: Optimizer | None, copy: bool = True) -> dict[str, Any] | None:
+        """``{"model": ..., "optimizer": ...}`` on rank 0, None elsewhere. Call on every rank (it may communicate)."""
+        osd = self._full_optimizer_state(model, optimizer) if optimizer is not None else None
+        if not self.place.is_main:
+            return None
+        state = {"model": self.unwrap(model).state_dict()}
+        if optimizer is not None:
+            state["optimizer"] = osd
+        return cpu_copy(state) if copy else state
+
+    def _full_optimizer_state(self, model: nn.Module, optimizer: Optimizer) -> dict[str, Any] | None:
+        return optimizer.state_dict() if self.place.is_main else None
+
+    def load_full_state(self, model: nn.Module, optimizer: Optimizer | None, state: Mapping[str, Any]) -> None:
+        """Load a full state (of any mode and world size) on every rank; ``state`` is not modified."""
+        self.unwrap(model).load_state_dict(state["model"])
+        if optimizer is not None and state.get("optimizer") is not None:
+            optimizer.load_state_dict(_shallow_state(state["optimizer"]))
+
+    # -- measures -------------------------------------------------------------------------------
+    def local_optimizer(self, optimizer: Optimizer) -> Optimizer:
+        """The optimizer whose ``state`` this process holds (a sharded optimizer's inner one)."""
+        return optimizer
+
+    def optimizer_state_bytes(self, optimizer: Optimizer) -> int:
+        return state_bytes(self.local_optimizer(optimizer).state)
+
+
+class OSSStrategy(Strategy):
+    """``oss``: fairscale's OSS shards the optimizer state; DDP all-reduces the gradients as usual."""
+
+    mode = ShardingMode.oss
+
+    def setup(self, model, optimizer_class, kwargs, shard_units=None):
+        from fairscale.optim import OSS
+
+        model = super().wrap(model)  # DDP first, then OSS over its parameters (fairscale's documented order)
+        return model, OSS(model.parameters(), optim=optimizer_class, **kwargs)
+
+    def _full_optimizer_state(self, model, optimizer):
+        optimizer.consolidate_state_dict(recipient_rank=0)  # collective: every rank sends its shard to rank 0
+        if not self.place.is_main:
+            return None
+        osd = optimizer.state_dict()
+        optimizer._all_states = []  # fairscale keeps the gathered shards: drop them, or rank 0 holds it all
+        return osd
+
+    def local_optimizer(self, optimizer):
+        return optimizer.optim
+
+
+class SDPStrategy(OSSStrategy):
+    """``sdp``: fairscale's ShardedDataParallel with OSS (ESPnet2's ``--sharded_ddp``).
+
+    Each gradient is reduced to the rank that owns its optimizer state and dropped elsewhere
+    (``sharding.reduce_buffer_size=0``, the default here), so gradients are sharded too.
+
+    ``optimizer.zero_grad()`` goes through ShardedDataParallel's own ``zero_grad``: torch >= 2 sets
+    gradients to None by default, which silently detaches them from ShardedDDP's reduce buckets
+    (fairscale issue #354) so that stale bucket contents would be reduced at the next step.
+    """
+
+    mode = ShardingMode.sdp
+
+    def setup(self, model, optimizer_class, kwargs, shard_units=None):
+        from fairscale.nn.data_parallel import ShardedDataParallel
+        from fairscale.optim import OSS
+
+        model = model.to(self.place.device)
+        optimizer = OSS(model.parameters(), optim=optimizer_class, **kwargs)
+        wrapped = ShardedDataParallel(model, optimizer, reduce_buffer_size=self.place.sharding.reduce_buffer_size)
+
+        def zero_grad(set_to_none: bool = True) -> None:
+            wrapped.zero_grad(set_to_none=set_to_none)
+
+        optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
+        return wrapped, optimizer
+
+
+class ZeroStrategy(Strategy):
+    """``zero``: torch's ZeroRedundancyOptimizer shards the optimizer state; DDP all-reduces the gradients."""
+
+    mode = ShardingMode.zero
+
+    def setup(self, model, optimizer_class, kwargs, shard_units=None):
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        model = super().wrap(model)
+        return model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer_class, **kwargs)
+
+    def _full_optimizer_state(self, model, optimizer):
+        optimizer.consolidate_state_dict(to=0)
+        if not self.place.is_main:
+            return None
+        osd = optimizer.state_dict()
+        optimizer._all_state_dicts = []  # as for OSS: do not keep every rank's shard on rank 0
+        return osd
+
+    def local_optimizer(self, optimizer):
+        return optimizer.optim
+
+
+def default_shard_units(model: nn.Module) -> list[nn.Module]:
+    """The submodules FSDP2 makes their own units (all-gathered one at a time), before the root.
+
+    The model's children that hold parameters, and the elements of child ModuleLists/ModuleDicts
+    (the usual stack of blocks). Units that share a parameter with another unit or with the root's
+    own parameters (tied weights) are left to the root: one parameter must live in one unit.
+    """
+    candidates: list[nn.Module] = []
+    for child in model.children():
+        if isinstance(child, (nn.ModuleList, nn.ModuleDict)):
+            candidates.extend(m for m in child.children() if any(True for _ in m.parameters()))
+        elif any(True for _ in child.parameters()):
+            candidates.append(child)
+    owners: dict[int, int] = {}
+    for p in model.parameters(recurse=False):
+        owners[id(p)] = owners.get(id(p), 0) + 1
+    for unit in candidates:
+        for p in unit.parameters():
+            owners[id(p)] = owners.get(id(p), 0) + 1
+    return [u for u in candidates if all(owners[id(p)] == 1 for p in u.parameters())]
+
+
+class FSDPStrategy(Strategy):
+    """``fsdp``: torch's FSDP2 (``fully_shard``) shards parameters, gradients and optimizer state.
+
+    Parameters become DTensors sharded on dim 0 over all ranks; each unit is all-gathered for its
+    forward and backward and freed after (``sharding.reshard_after_forward``). The optimizer is
+    built after sharding, over the DTensor parameters, so its state is sharded the same way.
+    Calling the model is collective: every rank must run the same forwards (also for evaluation).
+    """
+
+    mode = ShardingMode.fsdp
+
+    def setup(self, model, optimizer_class, kwargs, shard_units=None):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        place = self.place
+        model = model.to(place.device)
+        mesh = init_device_mesh(place.device.type, (place.world_size,))
+        reshard = place.sharding.reshard_after_forward
+        units = default_shard_units(model) if shard_units is None else list(shard_units)
+        for unit in units:
+            if unit is not model:
+                fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        return model, optimizer_class(model.parameters(), **kwargs)
+
+    def full_state(self, model, optimizer, copy=True):
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_state_dict,
+        )
+
+        # gathered, on the CPU, on rank 0 only (the others get empty dicts): already copies
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        if optimizer is None:
+            msd = get_model_state_dict(model, options=options)
+            return {"model": msd} if self.place.is_main else None
+        msd, osd = get_state_dict(model, optimizer, options=options)
+        if not self.place.is_main:
+            return None
+        return {"model": msd, "optimizer": _by_index(osd, _param_names(model, optimizer))}
+
+    def load_full_state(self, model, optimizer, state):
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True)  # every rank has the full state: each keeps its shard
+        if optimizer is None or state.get("optimizer") is None:
+            set_model_state_dict(model, state["model"], options=options)
+            return
+        osd = _by_name(state["optimizer"], _param_names(model, optimizer))
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=osd, options=options)
+
+
+def _by_index(osd: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+    """An optimizer state dict keyed by parameter name (torch.distributed.checkpoint) -> keyed by index (torch)."""
+    index = {n: i for i, n in enumerate(names)}
+    groups = [{**g, "params": [index[n] for n in g["params"]]} for g in osd["param_groups"]]
+    return {"state": {index[n]: s for n, s in osd["state"].items()}, "param_groups": groups}
+
+
+def _by_name(osd: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+    """The other way round; checks that the saved optimizer had as many parameters as this one."""
+    saved = sum(len(g["params"]) for g in osd["param_groups"])
+    if saved != len(names):
+        raise ValueError(f"the checkpoint's optimizer has {saved} parameters, this one has {len(names)}")
+    groups = [{**g, "params": [names[i] for i in g["params"]]} for g in osd["param_groups"]]
+    return {"state": {names[i]: s for i, s in osd["state"].items()}, "param_groups": groups}
+
+
+_STRATEGIES: dict[ShardingMode, type[Strategy]] = {
+    ShardingMode.none: Strategy,
+    ShardingMode.oss: OSSStrategy,
+    ShardingMode.sdp: SDPStrategy,
+    ShardingMode.zero: ZeroStrategy,
+    ShardingMode.fsdp: FSDPStrategy,
+}
+
+
+def strategy_for(place: Placement) -> Strategy:
+    """The strategy of ``place.sharding.mode``; plain (``none``) where there is nothing to shard across."""
+    mode = place.sharding.mode
+    if mode not in _STRATEGIES:
+        raise ValueError(f"sharding={mode.value} is not offered (validation refuses it): use sharding=fsdp")
+    if mode is not ShardingMode.none and not place.distributed:
+        _notice(place, f"sharding={mode.value} with {'parallel=dp' if place.parallel is ParallelMode.dp else 'world size 1'} "
+                       f"shards nothing: training runs unsharded (as sharding=none)")
+        return Strategy(place)
+    return _STRATEGIES[mode](place)
