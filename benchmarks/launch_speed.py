@@ -115,15 +115,17 @@ def measure_throughput(sizes: list[int], reps: int, steps: int, cwd: Path) -> di
     for n in sizes:
         threads = str(max(1, (os.cpu_count() or 1) // n))
         rates: dict[str, list[float]] = {"run": [], "hand-written mp DDP": []}
+        commands = {
+            "hand-written mp DDP": lambda out: [sys.executable, str(WORK / "throughput.py"), str(n), str(steps), str(out)],
+            "run": lambda out: [str(BIN / "run"), f"topology=1x{n}", "recipe=custom", "recipe.target=throughput:main",
+                                "recipe.global_batch_size=64", f"+recipe.steps={steps}", f"+recipe.out={out}"],
+        }
         for i in range(reps):
-            out = cwd / f"rate-{n}-{i}"
-            _timed([sys.executable, str(WORK / "throughput.py"), str(n), str(steps), str(out)], cwd,
-                   _env(OMP_NUM_THREADS=threads), f"hand-written mp DDP ({n})")
-            rates["hand-written mp DDP"].append(float(out.read_text()))
-            _timed([str(BIN / "run"), f"topology=1x{n}", "recipe=custom", "recipe.target=throughput:main",
-                    "recipe.global_batch_size=64", f"+recipe.steps={steps}", f"+recipe.out={out}"], cwd,
-                   _env(OMP_NUM_THREADS=threads), f"run throughput ({n})")
-            rates["run"].append(float(out.read_text()))
+            order = list(commands) if i % 2 == 0 else list(reversed(commands))  # neither always goes first
+            for name in order:
+                out = cwd / f"rate-{n}-{i}-{name[:3]}"
+                _timed(commands[name](out), cwd, _env(OMP_NUM_THREADS=threads), f"{name} throughput ({n})")
+                rates[name].append(float(out.read_text()))
         med = {k: statistics.median(v) for k, v in rates.items()}
         results[n] = {"median_steps_per_s": med, "all": rates, "ratio": med["run"] / med["hand-written mp DDP"]}
     return results
@@ -133,12 +135,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--steps", type=int, default=300, help="timed training steps for throughput")
+    parser.add_argument("--steps", type=int, default=1500, help="timed training steps for throughput")
+    parser.add_argument("--only", choices=["launch", "throughput"], help="measure one part only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="launch-bench-") as tmp:
         cwd = Path(tmp)
-        launch = measure_launch(args.sizes, args.reps, cwd)
-        throughput = measure_throughput(args.sizes, args.reps, args.steps, cwd)
+        launch = measure_launch(args.sizes, args.reps, cwd) if args.only != "throughput" else {}
+        throughput = measure_throughput(args.sizes, args.reps, args.steps, cwd) if args.only != "launch" else {}
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     print(f"launch: whole-command seconds (median of {args.reps}), {machine}")
     for n, r in launch.items():

@@ -225,7 +225,9 @@ class RunContext:
 
 
 def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    if isinstance(v, float):
+        return f"{v:.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+    return str(v)
 
 
 def parameters_of(model: nn.Module) -> Iterable[nn.Parameter]:
