@@ -29,6 +29,7 @@ def build_model(hidden: int) -> nn.Module:
 
 @torch.no_grad()
 def accuracy(model: nn.Module, data: TensorDataset, device: torch.device) -> float:
+    """Test accuracy. Call it on every rank: a sharded (FSDP) model gathers its parameters to run."""
     x, y = data.tensors
     model.eval()
     pred = model(x.to(device)).argmax(1)
@@ -38,16 +39,26 @@ def accuracy(model: nn.Module, data: TensorDataset, device: torch.device) -> flo
 
 def main(ctx, cfg) -> dict:
     train, test = datasets(cfg.test_fraction, cfg.seed)
-    model = ctx.wrap(build_model(cfg.hidden))
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    # wrapped and sharded as the spec says (sharding=none/oss/sdp/zero/fsdp): the recipe does not change
+    model, optimizer = ctx.setup(build_model(cfg.hidden), torch.optim.Adam, lr=cfg.lr)
     loader = ctx.loader(train)
     loss_fn = nn.CrossEntropyLoss()
+    step, first_epoch = 0, 0
+    if cfg.get("resume"):
+        # a full checkpoint of any sharding mode and world size; the global batch order is the seed's,
+        # so continuing at an epoch boundary takes the steps an uninterrupted run would take
+        saved = ctx.load_checkpoint(path=cfg.resume, model=model, optimizer=optimizer)
+        if saved is None:
+            raise FileNotFoundError(f"recipe.resume: no checkpoint at {cfg.resume}")
+        step, first_epoch = saved["step"], saved["epoch"]
+        if ctx.is_main:
+            print(f"resumed from {cfg.resume}: step {step}, epoch {first_epoch}", flush=True)
     if ctx.is_main:
         print(f"digits: {len(train)} train / {len(test)} test images, {ctx.world_size} process(es), "
-              f"global batch {cfg.global_batch_size} ({ctx.per_process_batch_size} per process), {cfg.epochs} epochs",
-              flush=True)
-    step, samples, t0 = 0, 0, time.perf_counter()
-    for epoch in range(cfg.epochs):
+              f"global batch {cfg.global_batch_size} ({ctx.per_process_batch_size} per process), {cfg.epochs} epochs, "
+              f"sharding={ctx.sharding.mode.value}", flush=True)
+    samples, t0 = 0, time.perf_counter()
+    for epoch in range(first_epoch, cfg.epochs):
         loader.sampler.set_epoch(epoch)
         total = 0.0
         for x, y in loader:
@@ -60,11 +71,14 @@ def main(ctx, cfg) -> dict:
             step += 1
             samples += cfg.global_batch_size
         elapsed = time.perf_counter() - t0
-        if ctx.is_main and (epoch % 5 == 4 or epoch == cfg.epochs - 1):
+        if epoch % 5 == 4 or epoch == cfg.epochs - 1:
+            acc = accuracy(ctx.unwrap(model), test, ctx.device)  # every rank: FSDP's forward is collective
             ctx.log(step, epoch=epoch + 1, loss=total / len(loader), samples_per_s=samples / elapsed,
-                    test_accuracy=accuracy(ctx.unwrap(model), test, ctx.device))
-    ctx.save_checkpoint({"model": ctx.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(), "step": step})
-    result = {"test_accuracy": accuracy(ctx.unwrap(model), test, ctx.device), "steps": step}
+                    test_accuracy=acc)
+            # consolidated (full) state: resumable under any sharding mode and world size
+            ctx.save_checkpoint({"step": step, "epoch": epoch + 1}, model=model, optimizer=optimizer)
+    result = {"test_accuracy": accuracy(ctx.unwrap(model), test, ctx.device), "steps": step,
+              "optimizer_state_bytes": ctx.optimizer_state_bytes(optimizer)}
     if ctx.is_main:
         ctx.log(step, final=True, **result, echo=False)
         print(f"final test accuracy: {result['test_accuracy']:.4f} after {step} steps", flush=True)

@@ -129,7 +129,11 @@ class RunContext:
         return self.strategy.full_state(model, optimizer)
 
     def load_full_state(self, model: nn.Module, optimizer: Optimizer | None, state: dict[str, Any]) -> None:
-        """Load a full state (from :meth:`full_state` of any mode and world size) on every process."""
+        """Load a full state (from :meth:`full_state` of any mode and world size) on every process.
+
+        ``state`` keeps its entries; as with torch's ``load_state_dict``, its optimizer tensors may be
+        shared with the optimizer afterwards (do not reuse them as a snapshot).
+        """
         self.strategy.load_full_state(model, optimizer, state)
 
     def optimizer_state_bytes(self, optimizer: Optimizer) -> int:

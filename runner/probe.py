@@ -18,6 +18,7 @@ from typing import Protocol
 class MachineProbe(Protocol):
     def cuda_device_count(self) -> int: ...
     def mpi_backend_available(self) -> bool: ...
+    def fairscale_available(self) -> bool: ...
     def which(self, program: str) -> str | None: ...
     def exists(self, path: str) -> bool: ...
     def is_dir(self, path: str) -> bool: ...
@@ -46,6 +47,13 @@ class LocalProbe:
 
         return dist.is_available() and dist.is_mpi_available()
 
+    @functools.cache
+    def fairscale_available(self) -> bool:
+        """fairscale can be imported here (found without importing it: that would import torch)."""
+        import importlib.util
+
+        return importlib.util.find_spec("fairscale") is not None
+
     def which(self, program: str) -> str | None:
         return shutil.which(program)
 
@@ -73,6 +81,7 @@ class FixedProbe:
 
     cuda_devices: int = 0
     mpi_backend: bool = False
+    fairscale: bool = True
     programs: frozenset[str] = frozenset({"python3", "sbatch", "srun", "scontrol", "mpirun"})
     paths: frozenset[str] = frozenset()
     dirs: frozenset[str] = frozenset({"/shared", "/tmp"})
@@ -86,6 +95,10 @@ class FixedProbe:
     def mpi_backend_available(self) -> bool:
         self.asked.append("mpi")
         return self.mpi_backend
+
+    def fairscale_available(self) -> bool:
+        self.asked.append("fairscale")
+        return self.fairscale
 
     def which(self, program: str) -> str | None:
         return f"/usr/bin/{program}" if program in self.programs else None

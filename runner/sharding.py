@@ -31,7 +31,6 @@ validation says so). fairscale is imported only by the strategies that use it.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,7 +113,7 @@ def state_bytes(state: Mapping[Any, Any]) -> int:
 
 def _notice(place: Placement, text: str) -> None:
     if place.is_main:
-        print(f"notice: {text}", file=sys.stderr, flush=True)
+        print(f"notice: {text}", flush=True)  # stdout: rank 0's reaches the terminal
 
 
 def _param_names(model: nn.Module, optimizer: Optimizer) -> list[str]:
@@ -129,13 +128,18 @@ def _param_names(model: nn.Module, optimizer: Optimizer) -> list[str]:
     return out
 
 
-def _shallow_state(osd: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of an optimizer state dict whose ``state`` mapping may be edited without touching ``osd``.
+def _structure_copy(obj: Any) -> Any:
+    """A copy of the dicts and lists of a state dict that shares its tensors.
 
-    fairscale's OSS and torch's ZeroRedundancyOptimizer blank the entries of the parameters other
-    ranks own *in the dict they are given*; the caller's checkpoint must stay whole.
+    The loaders edit the dict they are given: fairscale's OSS and torch's ZeroRedundancyOptimizer
+    blank the entries of the parameters other ranks own, torch.distributed.checkpoint's
+    ``set_state_dict`` replaces tensors by DTensors. The caller's checkpoint must stay whole.
     """
-    return {**osd, "state": dict(osd["state"]), "param_groups": [dict(g) for g in osd["param_groups"]]}
+    if isinstance(obj, dict):
+        return type(obj)((k, _structure_copy(v)) for k, v in obj.items())
+    if isinstance(obj, list):
+        return [_structure_copy(v) for v in obj]
+    return obj
 
 
 # --------------------------------------------------------------------------------------- strategies
@@ -191,10 +195,15 @@ class Strategy:
         return optimizer.state_dict() if self.place.is_main else None
 
     def load_full_state(self, model: nn.Module, optimizer: Optimizer | None, state: Mapping[str, Any]) -> None:
-        """Load a full state (of any mode and world size) on every rank; ``state`` is not modified."""
+        """Load a full state (of any mode and world size) on every rank.
+
+        ``state`` keeps all its entries (the loaders that blank or replace entries get a copy of its
+        dicts). As with torch's own ``load_state_dict``, optimizer tensors already of the right
+        device and dtype may be shared with the optimizer rather than copied.
+        """
         self.unwrap(model).load_state_dict(state["model"])
         if optimizer is not None and state.get("optimizer") is not None:
-            optimizer.load_state_dict(_shallow_state(state["optimizer"]))
+            optimizer.load_state_dict(_structure_copy(state["optimizer"]))
 
     # -- measures -------------------------------------------------------------------------------
     def local_optimizer(self, optimizer: Optimizer) -> Optimizer:
@@ -352,11 +361,12 @@ class FSDPStrategy(Strategy):
         )
 
         options = StateDictOptions(full_state_dict=True)  # every rank has the full state: each keeps its shard
+        msd = _structure_copy(state["model"])
         if optimizer is None or state.get("optimizer") is None:
-            set_model_state_dict(model, state["model"], options=options)
+            set_model_state_dict(model, msd, options=options)
             return
-        osd = _by_name(state["optimizer"], _param_names(model, optimizer))
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=osd, options=options)
+        osd = _by_name(_structure_copy(state["optimizer"]), _param_names(model, optimizer))
+        set_state_dict(model, optimizer, model_state_dict=msd, optim_state_dict=osd, options=options)
 
 
 def _by_index(osd: Mapping[str, Any], names: list[str]) -> dict[str, Any]:

@@ -23,7 +23,9 @@ from runner.spec import (
     InitMethod,
     JobConfig,
     LauncherKind,
+    ParallelConfig,
     ParallelMode,
+    ScriptRecipeConfig,
     ShardingMode,
     TaskMode,
     recipe_settings,
@@ -115,6 +117,17 @@ def _check_options(spec: JobConfig) -> Iterator[Problem]:
             yield Problem(f"backend.env.{name}", "is set by the runner for every process from the plan; "
                                                  "a value here would contradict it",
                           "change the spec instead (topology, init.master_addr, init.master_port, topology.hosts[i].gpus)")
+    sharding = spec.sharding
+    if sharding.reduce_buffer_size < 0:
+        yield Problem("sharding.reduce_buffer_size", f"must be 0 or more, got {sharding.reduce_buffer_size}",
+                      "0: each gradient goes to its owner alone (gradients sharded); e.g. 8388608 (2**23, fairscale's "
+                      "default) to bucket small gradients")
+    elif sharding.reduce_buffer_size and sharding.mode is not ShardingMode.sdp:
+        yield Problem("sharding.reduce_buffer_size", f"is only used by sharding=sdp (sharding={sharding.mode.value})",
+                      "drop it, or sharding=sdp", Severity.warning)
+    if not sharding.reshard_after_forward and sharding.mode is not ShardingMode.fsdp:
+        yield Problem("sharding.reshard_after_forward", f"is only used by sharding=fsdp (sharding={sharding.mode.value})",
+                      "drop it, or sharding=fsdp", Severity.warning)
     if spec.run_id is not None and not _RUN_ID.match(spec.run_id):
         yield Problem("run_id", f"{spec.run_id!r} is not a safe run id",
                       "letters, digits, '_', '.' and '-', at most 128, starting with a letter or digit")
@@ -312,7 +325,7 @@ def _check_parallel(job: Job, probe: MachineProbe) -> Iterator[Problem]:
         if sharding is not ShardingMode.none:
             yield Problem("sharding.mode", f"{sharding.value} shards across processes, but dp is one process",
                           "parallel=ddp with sharding, or sharding=none with dp")
-    elif sharding is not ShardingMode.none and job.world_size == 1:
+    elif sharding not in (ShardingMode.none, ShardingMode.fairscale_fsdp) and job.world_size == 1:
         yield Problem("sharding.mode", f"{sharding.value} with world size 1 shards nothing: it runs as plain training",
                       "use 2 or more processes to shard", Severity.notice)
     batch = recipe_settings(spec.recipe).global_batch_size
@@ -328,10 +341,50 @@ def _check_parallel(job: Job, probe: MachineProbe) -> Iterator[Problem]:
                       f"(e.g. {', '.join(map(str, fits))})")
 
 
+_FSDP_HINT = ("sharding=fsdp (torch FSDP2's fully_shard: parameters, gradients and optimizer state sharded; "
+              "gloo on CPU and NCCL on GPUs), or sharding=sdp for fairscale's ShardedDDP (ESPnet2's --sharded_ddp)")
+
+
+def _check_sharding(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+    spec = job.spec
+    mode = spec.sharding.mode
+    if mode is ShardingMode.none:
+        return
+    if mode is ShardingMode.fairscale_fsdp:
+        if job.device is DeviceKind.cpu:
+            yield Problem("sharding.mode", "fairscale's FullyShardedDataParallel needs CUDA: it allocates its gathered "
+                                           "parameters on the GPU (\"Torch not compiled with CUDA enabled\" on CPU), "
+                                           "but this job's devices are CPU processes", _FSDP_HINT)
+        else:
+            yield Problem("sharding.mode", "fairscale's FullyShardedDataParallel is not offered: it was upstreamed into "
+                                           "torch as FSDP (now FSDP2, fully_shard), which is maintained and does the same",
+                          _FSDP_HINT)
+        return
+    if mode in (ShardingMode.oss, ShardingMode.sdp) and not probe.fairscale_available():
+        yield Problem("sharding.mode", f"{mode.value} uses fairscale, which cannot be imported here",
+                      "pip install 'fairscale>=0.4.13' (a dependency of this package); or torch's own: sharding=zero "
+                      "(optimizer state, like oss) or sharding=fsdp")
+    if isinstance(spec.recipe, ScriptRecipeConfig) or recipe_settings(spec.recipe).target.split(":")[0] == "recipes.script":
+        yield Problem("sharding.mode", f"{mode.value} is applied by ctx.setup, but recipe=script runs a torchrun-style "
+                                       f"script that never sees the run context: nothing would be sharded",
+                      "sharding=none with recipe=script (shard inside the script), or a recipe main(ctx, cfg) that "
+                      "builds its model and optimizer with ctx.setup")
+    if mode in (ShardingMode.sdp, ShardingMode.fsdp) and spec.parallel.mode is ParallelMode.ddp:
+        wrapper = "fairscale's ShardedDataParallel" if mode is ShardingMode.sdp else "FSDP2"
+        defaults = ParallelConfig()
+        for key in ("find_unused_parameters", "bucket_cap_mb"):
+            if getattr(spec.parallel, key) != getattr(defaults, key):
+                yield Problem(f"parallel.{key}", f"is an option of DistributedDataParallel, which sharding={mode.value} "
+                                                 f"does not use ({wrapper} exchanges the gradients)",
+                              f"drop it{', or use sharding.reduce_buffer_size' if key == 'bucket_cap_mb' and mode is ShardingMode.sdp else ''}",
+                              Severity.warning)
+
+
 _JOB_RULES = (
     _check_topology_fits_launcher,
     _check_master,
     _check_file_init,
     _check_devices,
     _check_parallel,
+    _check_sharding,
 )

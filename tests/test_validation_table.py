@@ -172,6 +172,46 @@ ROWS = [
     row("sharding-world-size-1-notice", "sharding=fsdp", "topology=1x1", "device=cpu", valid=True,
         expect=[(N, "sharding.mode", "fsdp with world size 1 shards nothing")]),
     row("sharding-zero-ok", "sharding=zero", "topology=1x4", "device=cpu", valid=True),
+    row("sharding-oss-cpu-ok", "sharding=oss", "topology=1x2", "device=cpu", valid=True),
+    row("sharding-sdp-cpu-ok", "sharding=sdp", "topology=1x4", "device=cpu", "sharding.reduce_buffer_size=8388608",
+        valid=True),
+    row("sharding-fsdp-cpu-ok", "sharding=fsdp", "topology=1x2", "device=cpu", "sharding.reshard_after_forward=false",
+        valid=True),
+    row("sharding-sdp-cuda-ok", "sharding=sdp", "topology=1x2", "device=cuda", valid=True, probe={"cuda_devices": 2}),
+    row("sharding-fsdp-multi-host-ok", "sharding=fsdp", "topology=2x8", "launcher=slurm", "device=cuda", valid=True),
+    row("dp-with-sharding-one-device", "parallel=dp", "sharding=zero", "topology=1x1", "device=cpu",
+        valid=False, expect=[(E, "sharding.mode", "zero shards across processes, but dp is one process")]),
+    row("fairscale-fsdp-on-cpu", "sharding=fairscale_fsdp", "topology=1x2", "device=cpu", valid=False,
+        expect=[(E, "sharding.mode", "fairscale's FullyShardedDataParallel needs CUDA"),
+                (E, "sharding.mode", "this job's devices are CPU processes"),
+                (E, "sharding.mode", "sharding=fsdp (torch FSDP2")]),
+    row("fairscale-fsdp-on-cuda", "sharding=fairscale_fsdp", "topology=1x2", "device=cuda", valid=False,
+        probe={"cuda_devices": 2}, expect=[(E, "sharding.mode", "is not offered: it was upstreamed into torch"),
+                                           (E, "sharding.mode", "sharding=fsdp")]),
+    row("fairscale-fsdp-world-size-1", "sharding=fairscale_fsdp", "topology=1x1", "device=cpu", valid=False,
+        expect=[(E, "sharding.mode", "needs CUDA")]),
+    row("sharding-oss-without-fairscale", "sharding=oss", "topology=1x2", "device=cpu", valid=False,
+        probe={"fairscale": False}, expect=[(E, "sharding.mode", "oss uses fairscale, which cannot be imported here"),
+                                            (E, "sharding.mode", "sharding=zero")]),
+    row("sharding-fsdp-without-fairscale-ok", "sharding=fsdp", "topology=1x2", "device=cpu", valid=True,
+        probe={"fairscale": False}),
+    row("sharding-with-script-recipe", "recipe=script", "recipe.path=train.py", f"recipe.target={TARGET}",
+        "sharding=sdp", "topology=1x2", "device=cpu", valid=False,
+        expect=[(E, "sharding.mode", "recipe=script runs a torchrun-style script that never sees the run context"),
+                (E, "sharding.mode", "sharding=none with recipe=script")]),
+    row("sharding-reduce-buffer-negative", "sharding=sdp", "sharding.reduce_buffer_size=-1", valid=False,
+        expect=[(E, "sharding.reduce_buffer_size", "must be 0 or more, got -1")]),
+    row("sharding-reduce-buffer-without-sdp", "sharding=oss", "sharding.reduce_buffer_size=1024", valid=True,
+        expect=[(W, "sharding.reduce_buffer_size", "only used by sharding=sdp (sharding=oss)")]),
+    row("sharding-reshard-without-fsdp", "sharding=zero", "sharding.reshard_after_forward=false", valid=True,
+        expect=[(W, "sharding.reshard_after_forward", "only used by sharding=fsdp (sharding=zero)")]),
+    row("sharding-sdp-ignores-ddp-options", "sharding=sdp", "parallel.find_unused_parameters=true",
+        "parallel.bucket_cap_mb=50", valid=True,
+        expect=[(W, "parallel.find_unused_parameters", "sharding=sdp does not use"),
+                (W, "parallel.bucket_cap_mb", "sharding.reduce_buffer_size")]),
+    row("sharding-fsdp-ignores-ddp-options", "sharding=fsdp", "parallel.find_unused_parameters=true", valid=True,
+        expect=[(W, "parallel.find_unused_parameters", "FSDP2 exchanges the gradients")]),
+    row("sharding-zero-keeps-ddp-options", "sharding=zero", "parallel.find_unused_parameters=true", valid=True),
     row("batch-not-divisible", "topology=hetero_2_1", "launcher=slurm", "launcher.tasks=per_device", "device=cpu",
         "recipe.global_batch_size=64", valid=False,
         expect=[(E, "recipe.global_batch_size", "64 % 3 = 1"), (E, "recipe.global_batch_size", "64 / 3 = 21.33"),
@@ -362,6 +402,12 @@ def test_auto_device_asks_and_cuda_local_counts() -> None:
     # on a cluster the GPUs are counted where the tasks run, not on the login node
     got = validate((*BASE, "topology=2x2", "launcher=slurm", "device=cuda"), cuda_devices=0)
     assert got.valid and "cuda" not in got.probe.asked
+
+
+@pytest.mark.parametrize("mode, asks", [("none", False), ("oss", True), ("sdp", True), ("zero", False), ("fsdp", False)])
+def test_fairscale_asked_only_for_the_fairscale_modes(mode, asks) -> None:
+    got = validate((*BASE, "topology=1x2", "device=cpu", f"sharding={mode}"))
+    assert got.valid and ("fairscale" in got.probe.asked) is asks, got.probe.asked
 
 
 def test_mpi_availability_asked_only_for_backend_mpi() -> None:
