@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import datetime
 import importlib
 import json
@@ -79,6 +80,10 @@ def run_rank(setup: RankSetup) -> None:
     from runner.logs import redirect_output
 
     die_with_parent()
+    # Everything inherited from the launcher (torch, Hydra, ...) stays alive for the rank's life:
+    # keep it out of the cyclic GC's full passes, which would otherwise walk it again and again
+    # (and touch, so copy, its pages).
+    gc.freeze()
     # the launcher's handlers were inherited through fork: a rank dies on SIGTERM, Ctrl-C interrupts it
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
