@@ -207,7 +207,7 @@ def run_script() -> str:
         return str(candidate)
     found = shutil.which("run")
     if found is None:
-        pytest.skip("the `run` console script is not installed (pip install -e .)")
+        pytest.fail("the `run` console script is not installed: run scripts/setup.sh (pip install -e .)")
     return found
 
 
