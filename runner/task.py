@@ -1,0 +1,136 @@
+"""A task a scheduler starts: ``python -m runner.task <run folder>/spec.yaml`` (the command that
+launcher=slurm and launcher=mpi print and run).
+
+It loads the spec the launch pinned, validates and plans it again on the node it landed on, finds its
+place from the scheduler's environment (the launcher the spec names decides which: Slurm's variables
+or an MPI flavour's), refuses a place that contradicts the plan (with both numbers), and runs its
+share: with ``launcher.tasks=per_host`` it forks its host's processes as launcher=local does; with
+``per_device`` it is one rank itself, and rank 0 serves the rendezvous store, as torch does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from runner.environments.mpi import MpiEnvironment
+from runner.environments.slurm import SlurmEnvironment
+from runner.outputs import RunPaths
+from runner.plan import Deferred, Plan, make_plan
+from runner.probe import LocalProbe
+from runner.report import render_problems
+from runner.spec import JobConfig, LauncherKind, TaskMode
+from runner.validation import check
+
+EXIT_INVALID = 2
+
+
+@dataclass(frozen=True)
+class TaskPlace:
+    """Where the scheduler put this task: its index among the step's tasks, and on its node."""
+
+    index: int
+    count: int
+    local_index: int | None
+    source: str
+
+
+class TaskError(Exception):
+    pass
+
+
+def load_spec(path: Path) -> tuple[JobConfig, DictConfig]:
+    """The pinned spec of a run, typed again; the recipe's config as the recipe receives it."""
+    cfg = OmegaConf.merge(OmegaConf.structured(JobConfig), OmegaConf.load(path))
+    return OmegaConf.to_object(cfg), cfg.recipe
+
+
+def find_place(kind: LauncherKind, env: dict[str, str]) -> TaskPlace:
+    if kind is LauncherKind.slurm:
+        slurm = SlurmEnvironment.read(env)
+        if not slurm.in_step:
+            raise TaskError("launcher=slurm, but this process is not an srun task (no SLURM_STEP_ID/SLURM_PROCID)")
+        return TaskPlace(slurm.proc_id, slurm.ntasks or 0, slurm.local_id, "Slurm")
+    mpi = MpiEnvironment.read(env)
+    if mpi is None:
+        raise TaskError("launcher=mpi, but no MPI rank variables are set (OMPI_COMM_WORLD_RANK, PMI_RANK, ...)")
+    return TaskPlace(mpi.rank, mpi.size, mpi.local_rank, mpi.flavour)
+
+
+def resolve_master(plan: Plan, env: dict[str, str]) -> Plan:
+    """Fill in what only the allocation knows: Slurm's first node and the job's port."""
+    addr, port = plan.master_addr, plan.master_port
+    if isinstance(addr, Deferred) or isinstance(port, Deferred):
+        slurm = SlurmEnvironment.read(env)
+        addr = slurm.first_host() if isinstance(addr, Deferred) else addr
+        port = str(slurm.port()) if isinstance(port, Deferred) else port
+    resolved = dataclasses.replace(plan, master_addr=addr, master_port=port)
+    return dataclasses.replace(resolved, init_method=resolved.init_url(port))
+
+
+def check_place(plan: Plan, place: TaskPlace) -> None:
+    job = plan.job
+    per_host = job.spec.launcher.tasks is TaskMode.per_host
+    expected = len(job.hosts) if per_host else plan.world_size
+    what = "one task per host" if per_host else "one task per process"
+    if place.count != expected:
+        raise TaskError(f"{place.source} started {place.count} task(s), but the spec needs {expected} "
+                        f"(launcher.tasks={job.spec.launcher.tasks.value}: {what}); hint: start the job with the "
+                        f"command `run` printed (launch.txt), or change the spec to this allocation")
+    if not per_host and place.local_index is not None:
+        rec = plan.records[place.index]
+        if place.local_index != rec.local_rank:
+            raise TaskError(f"{place.source} placed task {place.index} as local task {place.local_index} of its node, "
+                            f"but the plan has it as local rank {rec.local_rank} of host {rec.node_rank}; hint: the "
+                            f"allocation's tasks per node differ from the topology's devices per host")
+
+
+def run_task(spec_path: Path, env: dict[str, str]) -> int:
+    from runner.host_launch import Rendezvous, launch_host, rank_setups
+    from runner.rank import run_rank
+
+    spec, recipe_cfg = load_spec(spec_path)
+    job, problems = check(spec, LocalProbe())
+    if job is None:
+        print(render_problems(problems), file=sys.stderr)
+        return EXIT_INVALID
+    paths = RunPaths(spec_path.parent, spec.run_id or spec_path.parent.name)
+    try:
+        place = find_place(spec.launcher.kind, env)
+        plan = resolve_master(make_plan(job, paths), env)
+        check_place(plan, place)
+    except TaskError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    paths.make()
+    if spec.launcher.tasks is TaskMode.per_host:
+        return launch_host(plan, place.index, paths, recipe_cfg)
+    rec = plan.records[place.index]
+    rdzv_env = {"TORCHELASTIC_RUN_ID": paths.run_id, "TORCHELASTIC_RESTART_COUNT": "0",
+                "TORCHELASTIC_MAX_RESTARTS": "0", "MASTER_PORT": plan.master_port}
+    setup = next(s for s in rank_setups(plan, rec.node_rank, Rendezvous(plan.init_method, rdzv_env), paths, recipe_cfg)
+                 if s.record.global_rank == rec.global_rank)
+    try:
+        run_rank(setup)
+    except BaseException:
+        return 1
+    return 0
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        print("usage: python -m runner.task <run folder>/spec.yaml", file=sys.stderr)
+        raise SystemExit(EXIT_INVALID)
+    code = run_task(Path(sys.argv[1]).resolve(), dict(os.environ))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
