@@ -85,8 +85,9 @@ class Launcher(ABC):
         """Run the job; the exit status of `run`."""
         import sys
 
-        print(f"error: launcher={self.name} can only dry-run so far (dry_run=true prints exactly what it would "
-              f"execute); launcher=local and launcher=manual launch", file=sys.stderr)
+        print(f"error: launcher={self.name}: `run` does not start these jobs itself yet; nothing was started.\n"
+              f"    hint: run the commands below (also in {self.paths.launch}); launcher=local and launcher=manual "
+              f"launch from `run`\n\n{request.materialize().rstrip()}", file=sys.stderr)
         return 2
 
     def task_argv(self) -> tuple[str, ...]:
