@@ -11,9 +11,11 @@ from omegaconf import DictConfig, OmegaConf
 from runner.agent import HostRun
 from runner.environments.slurm import SlurmEnvironment
 from runner.launchers import LAUNCHERS, Invocation
+from runner.launchers.slurm import SlurmLauncher
 from runner.outputs import RunPaths
 from runner.plan import make_plan
 from runner.probe import LocalProbe
+from runner.problems import Severity, errors
 from runner.report import plan_table, render_problems, verdict, write_plan
 from runner.spec import JobConfig
 from runner.validation import check
@@ -32,7 +34,7 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
     job, problems = check(spec, LocalProbe())
     if job is None:
         print(render_problems(problems), file=sys.stderr)
-        n = sum(p.severity.value == "error" for p in problems)
+        n = len(errors(problems))
         print(f"\nthe spec has {n} error(s); nothing was started.", file=sys.stderr)
         return EXIT_INVALID
     paths = RunPaths(out, spec.run_id or run_id)
@@ -40,7 +42,8 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
     invocation = Invocation(spec.launcher.python or sys.executable, os.getcwd(), overrides, config_dir,
                             config_name if config_name != "job" else None, _run_command())
     launcher = LAUNCHERS[spec.launcher.kind](plan, paths, invocation, run_host)
-    launcher.in_allocation = SlurmEnvironment.read(os.environ).in_allocation
+    if isinstance(launcher, SlurmLauncher):
+        launcher.in_allocation = SlurmEnvironment.read(os.environ).in_allocation
     request = launcher.request()
 
     pinned = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
@@ -66,7 +69,7 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
         print(request.materialize().rstrip())
         print(f"\ndry run: nothing was started. Spec, plan and commands are in {paths.root}/")
         return 0
-    shown = [p for p in problems if p.severity.value == "warning"]
+    shown = [p for p in problems if p.severity is Severity.warning]
     if shown:
         print(render_problems(shown), file=sys.stderr)
     return launcher.launch(request, pinned.recipe)
