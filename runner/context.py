@@ -233,6 +233,3 @@ def _fmt(v: Any) -> str:
         return f"{v:.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
     return str(v)
 
-
-def parameters_of(model: nn.Module) -> Iterable[nn.Parameter]:
-    return RunContext.unwrap(model).parameters()

@@ -15,8 +15,8 @@ from runner.launchers.slurm import SlurmLauncher
 from runner.outputs import RunPaths
 from runner.plan import make_plan
 from runner.probe import LocalProbe
-from runner.problems import Severity, errors
-from runner.report import plan_table, render_problems, verdict, write_plan
+from runner.problems import Severity, errors, render_problems
+from runner.report import plan_table, verdict, write_plan
 from runner.spec import JobConfig
 from runner.validation import check
 

@@ -28,17 +28,13 @@ class Problem:
         return text
 
 
-class SpecError(Exception):
-    """A spec that cannot run; carries every problem found, not only the first."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        super().__init__(render_problems(problems))
-
-
 def errors(problems: list[Problem]) -> list[Problem]:
     return [p for p in problems if p.severity is Severity.error]
 
 
+_ORDER = {Severity.error: 0, Severity.warning: 1, Severity.notice: 2}
+
+
 def render_problems(problems: list[Problem]) -> str:
-    return "\n".join(p.render() for p in problems)
+    """Errors first, then warnings, then notices (stable within each)."""
+    return "\n".join(p.render() for p in sorted(problems, key=lambda p: _ORDER[p.severity]))

@@ -6,7 +6,6 @@ import json
 from dataclasses import asdict
 
 from runner.plan import Plan, ProcessRecord
-from runner.problems import Problem, Severity
 from runner.spec import DeviceKind
 
 SHOWN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -22,11 +21,6 @@ def verdict(plan: Plan) -> str:
             f"device {job.device.value}, backend {job.backend.value}, init {spec.init.method.value} "
             f"({plan.init_method}), {spec.parallel.mode.value}, sharding {spec.sharding.mode.value}, "
             f"launcher {spec.launcher.kind.value} ({spec.launcher.tasks.value})")
-
-
-def render_problems(problems: list[Problem]) -> str:
-    order = {Severity.error: 0, Severity.warning: 1, Severity.notice: 2}
-    return "\n".join(p.render() for p in sorted(problems, key=lambda p: order[p.severity]))
 
 
 def _row(plan: Plan, r: ProcessRecord, cuda: bool) -> list[str]:

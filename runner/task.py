@@ -23,7 +23,7 @@ from runner.environments.slurm import SlurmEnvironment
 from runner.outputs import RunPaths
 from runner.plan import Deferred, Plan, make_plan
 from runner.probe import LocalProbe
-from runner.report import render_problems
+from runner.problems import render_problems
 from runner.spec import JobConfig, LauncherKind, TaskMode
 from runner.validation import check
 
