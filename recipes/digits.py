@@ -43,16 +43,19 @@ def main(ctx, cfg) -> dict:
     model, optimizer = ctx.setup(build_model(cfg.hidden), torch.optim.Adam, lr=cfg.lr)
     loader = ctx.loader(train)
     loss_fn = nn.CrossEntropyLoss()
-    step, first_epoch = 0, 0
-    if cfg.get("resume"):
+    step, first_epoch, skip = 0, 0, 0
+    # this run's own last checkpoint (a requeued or restarted attempt) wins over recipe.resume
+    own = ctx.checkpoint_dir / "last.pt"
+    source = own if own.exists() else cfg.get("resume")
+    if source:
         # a full checkpoint of any sharding mode and world size; the global batch order is the seed's,
-        # so continuing at an epoch boundary takes the steps an uninterrupted run would take
-        saved = ctx.load_checkpoint(path=cfg.resume, model=model, optimizer=optimizer)
+        # so continuing at the saved batch takes the steps an uninterrupted run would take
+        saved = ctx.load_checkpoint(path=source, model=model, optimizer=optimizer)
         if saved is None:
-            raise FileNotFoundError(f"recipe.resume: no checkpoint at {cfg.resume}")
-        step, first_epoch = saved["step"], saved["epoch"]
+            raise FileNotFoundError(f"recipe.resume: no checkpoint at {source}")
+        step, first_epoch, skip = saved["step"], saved["epoch"], saved.get("batch", 0)
         if ctx.is_main:
-            print(f"resumed from {cfg.resume}: step {step}, epoch {first_epoch}", flush=True)
+            print(f"resumed from {source}: step {step}, epoch {first_epoch}, batch {skip}", flush=True)
     if ctx.is_main:
         print(f"digits: {len(train)} train / {len(test)} test images, {ctx.world_size} process(es), "
               f"global batch {cfg.global_batch_size} ({ctx.per_process_batch_size} per process), {cfg.epochs} epochs, "
@@ -61,7 +64,9 @@ def main(ctx, cfg) -> dict:
     for epoch in range(first_epoch, cfg.epochs):
         loader.sampler.set_epoch(epoch)
         total = 0.0
-        for x, y in loader:
+        for batch, (x, y) in enumerate(loader):
+            if batch < skip:
+                continue  # trained before the stop this run resumed from
             x, y = x.to(ctx.device), y.to(ctx.device)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x), y)
@@ -70,6 +75,13 @@ def main(ctx, cfg) -> dict:
             total += loss.item()
             step += 1
             samples += cfg.global_batch_size
+            if ctx.should_stop(every=cfg.stop_check_every):  # Slurm's time-limit signal, or a stop request
+                ctx.save_checkpoint({"step": step, "epoch": epoch, "batch": batch + 1}, model=model, optimizer=optimizer)
+                if ctx.is_main:
+                    print(f"stop requested: checkpoint at step {step} (epoch {epoch}, batch {batch + 1}) "
+                          f"in {ctx.checkpoint_dir}", flush=True)
+                return {"stopped": True, "steps": step}
+        skip = 0
         elapsed = time.perf_counter() - t0
         if epoch % 5 == 4 or epoch == cfg.epochs - 1:
             acc = accuracy(ctx.unwrap(model), test, ctx.device)  # every rank: FSDP's forward is collective

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from runner.outputs import RunPaths
 from runner.plan import Plan
+from runner.stop import stop_signal
 
 HostRun = Callable[[Plan, int, RunPaths, DictConfig], int]
 
@@ -67,7 +68,8 @@ class LaunchAgent:
 
     @classmethod
     def start_if_useful(cls, argv: list[str]) -> "LaunchAgent | None":
-        if (os.cpu_count() or 1) < 2 or any(a in _NO_LAUNCH for a in argv):
+        # a scheduler starts the processes of launcher=slurm and mpi: nothing to fork here
+        if (os.cpu_count() or 1) < 2 or any(a in _NO_LAUNCH or a in ("launcher=slurm", "launcher=mpi") for a in argv):
             return None
         read_fd, write_fd = os.pipe()
         pid = os.fork()
@@ -78,10 +80,12 @@ class LaunchAgent:
         return cls(pid, write_fd)
 
     def run_host(self, plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig) -> int:
-        """Hand the launch to the agent and wait for its exit status; SIGINT/SIGTERM reaching `run` go to it."""
+        """Hand the launch to the agent and wait for its exit status; SIGINT, SIGTERM and the stop signal
+        reaching `run` go to it."""
         data = pickle.dumps((plan, node_rank, paths, recipe_cfg))
         forward = lambda signum, _frame: os.kill(self.pid, signum)  # noqa: E731
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        stop = stop_signal(plan.job.spec.launcher.slurm.signal)  # a request to checkpoint and stop
+        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, stop)}
         try:
             with os.fdopen(self._write_fd, "wb") as pipe:
                 pipe.write(data)

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from runner.sharding import OptimizerFactory, Placement, Strategy, strategy_for
 from runner.spec import ParallelMode, ShardingConfig, ShardingMode
+from runner.stop import StopRequest
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class RunContext:
 
     def __init__(self, place: Place, device: torch.device, device_ids: tuple[int, ...], parallel: ParallelMode,
                  global_batch_size: int | None, seed: int, output_dir: Path, find_unused_parameters: bool = False,
-                 bucket_cap_mb: float = 25.0, sharding: ShardingConfig | None = None) -> None:
+                 bucket_cap_mb: float = 25.0, sharding: ShardingConfig | None = None, attempt: int = 0) -> None:
         self.place = place
         self.device = device
         self._device_ids = device_ids
@@ -53,6 +54,8 @@ class RunContext:
         self.output_dir = output_dir
         self._ddp_options = {"find_unused_parameters": find_unused_parameters, "bucket_cap_mb": bucket_cap_mb}
         self.sharding = sharding or ShardingConfig()
+        self.attempt = attempt  # 0, then 1, 2, ... when the job was restarted or requeued
+        self._stop_calls = 0
         self._strategy: Strategy | None = None
         self._metrics_file = None
         self._t0 = time.perf_counter()
@@ -167,6 +170,26 @@ class RunContext:
     def barrier(self) -> None:
         if dist.is_initialized() and self.world_size > 1:
             dist.barrier()
+
+    # -- stopping early -------------------------------------------------------------------------------
+    @property
+    def stop_requested(self) -> bool:
+        """This process was asked to stop (Slurm's --signal before the time limit or at preemption,
+        forwarded by the runner): checkpoint and return. Local to this process; see :meth:`should_stop`."""
+        return StopRequest.requested
+
+    def should_stop(self, every: int = 1) -> bool:
+        """Whether any process was asked to stop, agreed over all processes: call it at the same point
+        on every rank, e.g. once per step, then checkpoint and return together. The agreement is a small
+        all-reduce, done on every ``every``-th call only (the others say False)."""
+        self._stop_calls += 1
+        if self._stop_calls % max(1, every):
+            return False
+        flag = torch.tensor([1.0 if StopRequest.requested else 0.0],
+                            device="cpu" if self.device.type == "cpu" else self.device)
+        if dist.is_initialized() and self.world_size > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
     # -- metrics ------------------------------------------------------------------------------------
     def log(self, step: int, *, echo: bool = True, **metrics: float) -> None:

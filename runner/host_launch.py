@@ -24,8 +24,9 @@ from omegaconf import DictConfig
 
 from runner.outputs import RunPaths
 from runner.plan import Deferred, Plan
-from runner.rank import RankSetup, run_rank
+from runner.rank import RankSetup, clear_outcome, run_rank
 from runner.spec import InitMethod, recipe_settings
+from runner.stop import stop_signal
 
 EXIT_FAILED = 1
 
@@ -80,7 +81,8 @@ def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> t
 def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvous:
     spec = plan.job.spec
     single = len(plan.job.hosts) == 1
-    env = {"TORCHELASTIC_RUN_ID": paths.run_id, "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0"}
+    env = {"TORCHELASTIC_RUN_ID": paths.run_id, "TORCHELASTIC_RESTART_COUNT": str(paths.attempt),
+           "TORCHELASTIC_MAX_RESTARTS": "0"}
     if spec.init.method is InitMethod.file:
         path = paths.rendezvous_file(spec.init.dir)
         if path.exists():
@@ -131,10 +133,25 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
         print(f"error: init: {e}", file=sys.stderr)
         return 2
     setups = rank_setups(plan, node_rank, rdzv, paths, recipe_cfg)
+    for s in setups:
+        clear_outcome(s)
     # Not imported here, though every DDP rank imports it: torch._dynamo. Forked after that import,
     # ranks deadlocked at teardown (~ProcessGroupGloo joins a gloo thread that waits for the GIL to
     # free a Python object in its thread-local state); seen here on 1 of 31 runs, and in DESIGN.md.
     previous = {s: signal.signal(s, _raise_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    stop = stop_signal(plan.job.spec.launcher.slurm.signal)
+    launcher_pid, ranks = os.getpid(), []
+
+    def forward_stop(signum: int, _frame: object) -> None:  # a stop request is for the ranks to act on
+        if os.getpid() == launcher_pid:  # (not a rank that has not installed its own handler yet)
+            print(f"{signal.Signals(signum).name}: asking {len(ranks)} process(es) to checkpoint and stop", file=sys.stderr)
+            for pid in ranks:
+                try:
+                    os.kill(pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    previous[stop] = signal.signal(stop, forward_stop)
     # torch.multiprocessing leaves a pytorch-errorfile-*.pickle in the temp folder for every rank that
     # raises: keep those (and the ranks' own temp files) in the run folder, and remove them after
     scratch = paths.root / "tmp"
@@ -151,6 +168,7 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
             logs_specs=RankLogs(paths, [s.record.global_rank for s in setups]),
             start_method="fork",
         )
+        ranks.extend(context.pids().values())
         result = context.wait(timeout=-1, period=0.05)
         context = None
         return report(result, setups, paths, time.perf_counter() - started)

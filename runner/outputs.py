@@ -12,6 +12,7 @@ class RunPaths:
 
     root: Path
     run_id: str
+    attempt: int = 0  # restarts so far (a requeued Slurm job, max_restarts): files of one attempt are its own
 
     @property
     def spec(self) -> Path:
@@ -55,9 +56,9 @@ class RunPaths:
         return self.root / "checkpoints"
 
     def rendezvous_file(self, init_dir: str | None) -> Path:
-        """A fresh file per run: named by the run id, in init.dir or else the run folder."""
+        """A fresh file per run and attempt: named by the run id, in init.dir or else the run folder."""
         folder = Path(init_dir) if init_dir else self.root
-        return folder / f"{self.run_id}.rdzv"
+        return folder / (f"{self.run_id}.rdzv" if not self.attempt else f"{self.run_id}.{self.attempt}.rdzv")
 
     def make(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from runner.plan import ProcessRecord
 from runner.spec import DeviceKind, JobConfig, RecipeConfig
+from runner.stop import StopRequest, stop_signal
 
 _PR_SET_PDEATHSIG = 1
 
@@ -75,6 +76,12 @@ def write_error(setup: RankSetup, exc: BaseException) -> None:
     os.replace(tmp, setup.error_file)
 
 
+def clear_outcome(setup: RankSetup) -> None:
+    """Forget an earlier attempt's outcome files of this rank (a restarted or requeued job)."""
+    for path in (setup.error_file, setup.done_file):
+        Path(path).unlink(missing_ok=True)
+
+
 def run_rank(setup: RankSetup) -> None:
     """The body of one rank. Exceptions are recorded, then re-raised for the process context to see."""
     from runner.logs import redirect_output
@@ -87,8 +94,12 @@ def run_rank(setup: RankSetup) -> None:
     # the launcher's handlers were inherited through fork: a rank dies on SIGTERM, Ctrl-C interrupts it
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    StopRequest.install(stop_signal(setup.spec.launcher.slurm.signal))
     os.environ.update(setup.env)
     redirect_output(setup.log_file, setup.echo)
+    attempt = int(setup.env.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if attempt:
+        print(f"== attempt {attempt + 1} (restart {attempt}) ==", file=sys.stderr, flush=True)
     try:
         _run(setup)
     except BaseException as exc:
@@ -125,7 +136,8 @@ def _run(setup: RankSetup) -> None:
     place = Place(rec.global_rank, rec.local_rank, rec.node_rank, setup.world_size, rec.local_world_size, rec.host)
     ctx = RunContext(place, device, rec.device_ids, setup.spec.parallel.mode, setup.recipe.global_batch_size,
                      setup.recipe.seed, Path(setup.output_dir), setup.spec.parallel.find_unused_parameters,
-                     setup.spec.parallel.bucket_cap_mb, setup.spec.sharding)
+                     setup.spec.parallel.bucket_cap_mb, setup.spec.sharding,
+                     attempt=int(setup.env.get("TORCHELASTIC_RESTART_COUNT", "0")))
     try:
         recipe(ctx, setup.recipe_cfg)
     finally:

@@ -177,6 +177,7 @@ class DigitsRecipeConfig(RecipeConfig):
     hidden: int = 64
     test_fraction: float = 0.25
     resume: Optional[str] = None  # a checkpoint (of any sharding mode and world size) to continue from
+    stop_check_every: int = 5  # steps between checks for a stop request (Slurm's time-limit signal)
 
 
 @dataclass

@@ -38,6 +38,9 @@ class TaskPlace:
     count: int
     local_index: int | None
     source: str
+    nodes: int | None = None  # nodes of the step, where the scheduler says
+    tasks_per_node: tuple[int, ...] | None = None
+    attempt: int = 0  # the scheduler's restart count (a requeued Slurm job)
 
 
 class TaskError(Exception):
@@ -55,7 +58,8 @@ def find_place(kind: LauncherKind, env: dict[str, str]) -> TaskPlace:
         slurm = SlurmEnvironment.read(env)
         if not slurm.in_step:
             raise TaskError("launcher=slurm, but this process is not an srun task (no SLURM_STEP_ID/SLURM_PROCID)")
-        return TaskPlace(slurm.proc_id, slurm.ntasks or 0, slurm.local_id, "Slurm")
+        return TaskPlace(slurm.proc_id, slurm.ntasks or 0, slurm.local_id, "Slurm", slurm.step_num_nodes,
+                         slurm.step_tasks_per_node, slurm.restart_count)
     mpi = MpiEnvironment.read(env)
     if mpi is None:
         raise TaskError("launcher=mpi, but no MPI rank variables are set (OMPI_COMM_WORLD_RANK, PMI_RANK, ...)")
@@ -78,10 +82,19 @@ def check_place(plan: Plan, place: TaskPlace) -> None:
     per_host = job.spec.launcher.tasks is TaskMode.per_host
     expected = len(job.hosts) if per_host else plan.world_size
     what = "one task per host" if per_host else "one task per process"
+    counts = tuple(1 if per_host else len(plan.host_records(h.index)) for h in job.hosts)
+    if place.nodes is not None and place.nodes != len(job.hosts):
+        raise TaskError(f"{place.source} started the step on {place.nodes} node(s), but the spec has {len(job.hosts)} "
+                        f"host(s) (topology); hint: allocate {len(job.hosts)} node(s) (sbatch/salloc --nodes="
+                        f"{len(job.hosts)}), or change the topology to this allocation")
     if place.count != expected:
         raise TaskError(f"{place.source} started {place.count} task(s), but the spec needs {expected} "
                         f"(launcher.tasks={job.spec.launcher.tasks.value}: {what}); hint: start the job with the "
                         f"command `run` printed (launch.txt), or change the spec to this allocation")
+    if place.tasks_per_node is not None and place.tasks_per_node != counts:
+        raise TaskError(f"{place.source} placed {'+'.join(map(str, place.tasks_per_node))} task(s) on the step's nodes, "
+                        f"but the spec needs {'+'.join(map(str, counts))} ({what}); hint: start the job with the "
+                        f"command `run` printed (launch.txt), which places the tasks")
     if not per_host and place.local_index is not None:
         rec = plan.records[place.index]
         if place.local_index != rec.local_rank:
@@ -92,29 +105,30 @@ def check_place(plan: Plan, place: TaskPlace) -> None:
 
 def run_task(spec_path: Path, env: dict[str, str]) -> int:
     from runner.host_launch import Rendezvous, launch_host, rank_setups
-    from runner.rank import run_rank
+    from runner.rank import clear_outcome, run_rank
 
     spec, recipe_cfg = load_spec(spec_path)
     job, problems = check(spec, LocalProbe())
     if job is None:
         print(render_problems(problems), file=sys.stderr)
         return EXIT_INVALID
-    paths = RunPaths(spec_path.parent, spec.run_id or spec_path.parent.name)
     try:
         place = find_place(spec.launcher.kind, env)
+        paths = RunPaths(spec_path.parent, spec.run_id or spec_path.parent.name, place.attempt)
         plan = resolve_master(make_plan(job, paths), env)
         check_place(plan, place)
-    except TaskError as e:
+    except (TaskError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_INVALID
     paths.make()
     if spec.launcher.tasks is TaskMode.per_host:
         return launch_host(plan, place.index, paths, recipe_cfg)
     rec = plan.records[place.index]
-    rdzv_env = {"TORCHELASTIC_RUN_ID": paths.run_id, "TORCHELASTIC_RESTART_COUNT": "0",
+    rdzv_env = {"TORCHELASTIC_RUN_ID": paths.run_id, "TORCHELASTIC_RESTART_COUNT": str(paths.attempt),
                 "TORCHELASTIC_MAX_RESTARTS": "0", "MASTER_PORT": plan.master_port}
     setup = next(s for s in rank_setups(plan, rec.node_rank, Rendezvous(plan.init_method, rdzv_env), paths, recipe_cfg)
                  if s.record.global_rank == rec.global_rank)
+    clear_outcome(setup)
     try:
         run_rank(setup)
     except BaseException:

@@ -1,0 +1,179 @@
+"""Slurm jobs and steps that `run` starts: submit with sbatch and follow the job to its end, or run an
+srun step inside the current allocation; both forward `run`'s signals and return the exit status."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+# states after which a job does nothing more (REQUEUED and COMPLETING are on the way elsewhere)
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+                      "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED"})
+_FAILURE_HINTS = {
+    "TIMEOUT": "it reached its time limit (launcher.slurm.time); launcher.slurm.requeue=true checkpoints and requeues",
+    "CANCELLED": "it was cancelled (scancel, or an administrator)",
+    "NODE_FAIL": "a node of the job failed; `scontrol show node` says which",
+    "OUT_OF_MEMORY": "a task ran out of memory; ask for more with launcher.slurm.mem",
+    "PREEMPTED": "it was preempted; launcher.slurm.requeue=true requeues it",
+}
+
+
+class SlurmError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What `scontrol show job` says of a job."""
+
+    state: str
+    reason: str = ""
+    exit_code: int = 0
+    exit_signal: int = 0
+    nodes: str = ""
+    restarts: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> "JobStatus":
+        def field(key: str, default: str = "") -> str:
+            m = re.search(rf"(?:^|\s){key}=(\S*)", text)
+            return m.group(1) if m else default
+
+        code, _, sig = field("ExitCode", "0:0").partition(":")
+        return cls(field("JobState", "UNKNOWN"), field("Reason"), int(code or 0), int(sig or 0),
+                   field("NodeList"), int(field("Restarts", "0") or 0))
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL
+
+    def describe(self) -> str:
+        where = f" on {self.nodes}" if self.state == "RUNNING" and self.nodes not in ("", "(null)") else ""
+        why = f" ({self.reason})" if self.reason not in ("", "None") and self.state != "RUNNING" else ""
+        again = f", restart {self.restarts}" if self.restarts else ""
+        return f"{self.state}{where}{why}{again}"
+
+
+def _slurm(argv: list[str], cwd: str | None = None) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
+    except FileNotFoundError:
+        raise SlurmError(f"`{argv[0]}` is not on PATH: this machine is not a Slurm login node; hint: run on one, "
+                         f"or use dry_run=true to see the batch script") from None
+
+
+def submit(script: Path, cwd: str | None) -> str:
+    """Submit a batch script from ``cwd`` (the job's working folder); its job id."""
+    out = _slurm(["sbatch", "--parsable", str(script)], cwd)
+    if out.returncode != 0:
+        raise SlurmError(f"sbatch refused the job: {out.stderr.strip()}")
+    return out.stdout.strip().split(";")[0]
+
+
+def status(job_id: str) -> JobStatus | None:
+    """The job's status; None once Slurm has forgotten it (MinJobAge after its end)."""
+    out = _slurm(["scontrol", "show", "job", "-o", job_id])
+    if out.returncode != 0:
+        if "Invalid job id" in out.stderr:
+            return None
+        raise SlurmError(f"scontrol show job {job_id}: {out.stderr.strip()}")
+    return JobStatus.parse(out.stdout)
+
+
+class _Tail:
+    """Copies what a file gains to a stream (the job's output file, as it is written on the nodes)."""
+
+    def __init__(self, path: Path, stream) -> None:
+        self.path, self.stream, self.offset = path, stream, 0
+
+    def pump(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        if data:
+            self.offset += len(data)
+            self.stream.write(data.decode(errors="replace"))
+            self.stream.flush()
+
+
+def follow(job_id: str, output: Path, poll_s: float = 1.0, outcome: Callable[[], int] | None = None) -> int:
+    """Wait for a submitted job, showing its state changes and its output; its exit status.
+
+    SIGINT or SIGTERM to `run` cancels the job (scancel) and returns 128 + the signal once it ended.
+    """
+    tail = _Tail(output, sys.stdout)
+    stopping: list[int] = []
+
+    def cancel(signum: int, _frame: object) -> None:
+        if not stopping:
+            print(f"\n{signal.Signals(signum).name}: cancelling Slurm job {job_id} ...", file=sys.stderr)
+            _slurm(["scancel", job_id])
+        stopping.append(signum)
+
+    previous = {s: signal.signal(s, cancel) for s in (signal.SIGINT, signal.SIGTERM)}
+    shown, last = None, None
+    try:
+        while True:
+            current = status(job_id)
+            tail.pump()
+            if current is None:  # forgotten already: the run folder tells how its ranks ended
+                print(f"slurm job {job_id}: ended (no longer known to Slurm)", file=sys.stderr)
+                return 128 + stopping[0] if stopping else (outcome() if outcome else 1)
+            last = current
+            if current.describe() != shown:
+                shown = current.describe()
+                print(f"slurm job {job_id}: {shown}", file=sys.stderr, flush=True)
+            if current.finished:
+                break
+            time.sleep(poll_s)
+        time.sleep(poll_s)  # the output file may still be flushed by the nodes
+        tail.pump()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if stopping:
+        return 128 + stopping[0]
+    return exit_status(job_id, last)
+
+
+def exit_status(job_id: str, job: JobStatus) -> int:
+    if job.state == "COMPLETED":
+        return 0
+    hint = _FAILURE_HINTS.get(job.state, "the batch output above and logs/ say why")
+    print(f"slurm job {job_id} ended {job.state} (exit code {job.exit_code}"
+          f"{f', signal {job.exit_signal}' if job.exit_signal else ''}): {hint}", file=sys.stderr)
+    return job.exit_code or 1
+
+
+def run_step(argv: list[str], cwd: str | None, forward: tuple[int, ...]) -> int:
+    """Run an srun step (inside an allocation) to its end, passing `run`'s signals on to srun, which
+    passes them to the tasks."""
+    proc = subprocess.Popen(argv, cwd=cwd)
+
+    def pass_on(signum: int, _frame: object) -> None:
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, pass_on) for s in forward}
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except InterruptedError:
+                continue
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return code if code >= 0 else 128 - code

@@ -1,0 +1,114 @@
+"""launcher=slurm's pure logic: job states, the allocation fit, the stop signal, a task's place (patched
+environments; the real cluster is in test_slurm_cluster.py)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from conftest import validate
+from runner.environments.slurm import SlurmEnvironment, expand_counts
+from runner.launchers import Invocation
+from runner.launchers.slurm import SlurmLauncher
+from runner.launchers.slurm_job import JobStatus, exit_status
+from runner.outputs import RunPaths
+from runner.plan import make_plan
+from runner.stop import stop_signal
+from runner.task import TaskError, TaskPlace, check_place
+
+SHOW_JOB = ("JobId=42 JobName=run-R1 UserId=root(0) JobState={state} Reason={reason} Dependency=(null) "
+            "Requeue=1 Restarts={restarts} BatchFlag=1 ExitCode={code} RunTime=00:00:07 NodeList={nodes} "
+            "Command=/runs/R1/job.sbatch WorkDir=/work/proj StdOut=/runs/R1/slurm-42.out")
+
+
+def _status(state="RUNNING", reason="None", restarts=0, code="0:0", nodes="h[1-2]") -> JobStatus:
+    return JobStatus.parse(SHOW_JOB.format(state=state, reason=reason, restarts=restarts, code=code, nodes=nodes))
+
+
+def test_job_status_is_read_from_scontrol():
+    running = _status()
+    assert (running.state, running.nodes, running.finished) == ("RUNNING", "h[1-2]", False)
+    assert running.describe() == "RUNNING on h[1-2]"
+    pending = _status("PENDING", "BeginTime", restarts=1, nodes="(null)")
+    assert pending.describe() == "PENDING (BeginTime), restart 1"
+    failed = _status("FAILED", "NonZeroExitCode", code="3:0")
+    assert failed.finished and (failed.exit_code, failed.exit_signal) == (3, 0)
+    assert _status("COMPLETING").finished is False  # still on its way out
+
+
+def test_exit_status_of_a_finished_job(capsys):
+    assert exit_status("42", _status("COMPLETED")) == 0
+    assert exit_status("42", _status("FAILED", code="3:0")) == 3
+    assert exit_status("42", _status("TIMEOUT", code="0:15")) == 1
+    err = capsys.readouterr().err
+    assert "ended TIMEOUT (exit code 0, signal 15): it reached its time limit (launcher.slurm.time)" in err
+
+
+@pytest.mark.parametrize("text, counts", [("2(x3),1", (2, 2, 2, 1)), ("8", (8,)), ("4,2", (4, 2)), ("", None),
+                                          ("garbage", None)])
+def test_compressed_counts(text, counts):
+    assert expand_counts(text) == counts
+
+
+@pytest.mark.parametrize("value, sig", [("USR1@90", signal.SIGUSR1), ("B:USR2@300", signal.SIGUSR2),
+                                        ("SIGTERM", signal.SIGTERM), ("RB:SIGUSR1@60", signal.SIGUSR1),
+                                        ("10@30", signal.Signals(10)), (None, signal.SIGUSR1)])
+def test_stop_signal(value, sig):
+    assert stop_signal(value) == sig
+
+
+def _launcher(*overrides: str) -> SlurmLauncher:
+    checked = validate(["launcher=slurm", "device=cpu", *overrides])
+    assert checked.job is not None, checked.problems
+    paths = RunPaths(Path("/runs/R1"), "R1")
+    return SlurmLauncher(make_plan(checked.job, paths), paths, Invocation("/venv/bin/python", "/work/proj"))
+
+
+def _allocation(**variables: str) -> SlurmEnvironment:
+    return SlurmEnvironment.read({"SLURM_JOB_ID": "42", **variables})
+
+
+def test_an_allocation_that_fits_has_no_problems():
+    launcher = _launcher("topology=2x2")
+    assert launcher.allocation_problems(_allocation(SLURM_JOB_NUM_NODES="2", SLURM_JOB_CPUS_PER_NODE="4(x2)")) == []
+
+
+def test_too_few_nodes_says_both_numbers_and_the_fix():
+    (problem,) = _launcher("topology=2x2").allocation_problems(_allocation(SLURM_JOB_NUM_NODES="1",
+                                                                            SLURM_JOB_CPUS_PER_NODE="8"))
+    assert "has 1 node(s) (SLURM_JOB_NUM_NODES), the spec needs 2" in problem.message
+    assert "salloc --nodes=2" in problem.hint
+
+
+def test_too_few_cpus_per_node_shows_the_arithmetic():
+    # per_host tasks fork one process per device: a task needs devices CPUs
+    (problem,) = _launcher("topology=2x4").allocation_problems(_allocation(SLURM_JOB_NUM_NODES="2",
+                                                                            SLURM_JOB_CPUS_PER_NODE="2(x2)"))
+    assert "has 2 CPU(s) (SLURM_JOB_CPUS_PER_NODE), host 0 of the spec needs 1 task(s) x 4 CPU(s) = 4" in problem.message
+    (problem,) = _launcher("topology=hetero_2_1", "launcher.tasks=per_device", "recipe.global_batch_size=60") \
+        .allocation_problems(_allocation(SLURM_JOB_NUM_NODES="2", SLURM_JOB_CPUS_PER_NODE="1,1"))
+    assert "host 0 of the spec needs 2 task(s) x 1 CPU(s) = 2" in problem.message
+
+
+def _place(**kw) -> TaskPlace:
+    return TaskPlace(**{"index": 0, "count": 4, "local_index": 0, "source": "Slurm", **kw})
+
+
+def test_a_step_on_the_wrong_number_of_nodes_is_refused():
+    plan = _launcher("topology=2x2", "launcher.tasks=per_device").plan
+    check_place(plan, _place(nodes=2, tasks_per_node=(2, 2)))
+    with pytest.raises(TaskError, match=r"started the step on 1 node\(s\), but the spec has 2 host\(s\)"):
+        check_place(plan, _place(nodes=1, tasks_per_node=(4,)))
+    with pytest.raises(TaskError, match=r"placed 3\+1 task\(s\) on the step's nodes, but the spec needs 2\+2"):
+        check_place(plan, _place(nodes=2, tasks_per_node=(3, 1)))
+
+
+def test_slurm_environment_reads_the_step():
+    env = SlurmEnvironment.read({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "2",
+                                 "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_TASKS_PER_NODE": "2,1",
+                                 "SLURMD_NODENAME": "gpu-node02", "SLURM_RESTART_COUNT": "1",
+                                 "SLURM_JOB_CPUS_PER_NODE": "8(x2)"})
+    assert (env.step_num_nodes, env.step_tasks_per_node, env.node_name, env.restart_count) == (2, (2, 1), "gpu-node02", 1)
+    assert env.cpus_per_node == (8, 8)
