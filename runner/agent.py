@@ -89,12 +89,7 @@ class LaunchAgent:
         try:
             with os.fdopen(self._write_fd, "wb") as pipe:
                 pipe.write(data)
-            while True:
-                try:
-                    _, status = os.waitpid(self.pid, 0)
-                    break
-                except InterruptedError:
-                    continue
+            _, status = os.waitpid(self.pid, 0)  # retried after each forwarded signal (PEP 475)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)

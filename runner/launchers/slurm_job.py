@@ -167,12 +167,7 @@ def run_step(argv: list[str], cwd: str | None, forward: tuple[int, ...]) -> int:
 
     previous = {s: signal.signal(s, pass_on) for s in forward}
     try:
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except InterruptedError:
-                continue
+        code = proc.wait()  # retried after each forwarded signal (PEP 475)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
