@@ -22,11 +22,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from runner.network import InterfaceChoice, NetworkError, choose_interface
 from runner.outputs import RunPaths
 from runner.plan import Deferred, Plan
 from runner.rank import RankSetup, clear_outcome, run_rank
 from runner.spec import InitMethod, recipe_settings
-from runner.stop import stop_signal
+from runner.stop import StopRequest, stop_signal
 
 EXIT_FAILED = 1
 
@@ -78,6 +79,12 @@ def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> t
     return (store, sock), sock.getsockname()[1]
 
 
+def stale_rendezvous_file(path: Path) -> None:
+    if path.exists():
+        raise RendezvousError(f"init file {path} already exists (a stale file from an earlier run?); "
+                              f"it is never reused: remove it or start a new run")
+
+
 def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvous:
     spec = plan.job.spec
     single = len(plan.job.hosts) == 1
@@ -85,9 +92,10 @@ def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvou
            "TORCHELASTIC_MAX_RESTARTS": "0"}
     if spec.init.method is InitMethod.file:
         path = paths.rendezvous_file(spec.init.dir)
-        if path.exists():
-            raise RendezvousError(f"init file {path} already exists (a stale file from an earlier run?); "
-                                  f"it is never reused: remove it or start a new run")
+        # With several hosts, another host's ranks may have made the file already: the launch checked
+        # before any host started (runner.job_run.stale_rendezvous_file)
+        if single:
+            stale_rendezvous_file(path)
         return Rendezvous(plan.init_method, env, file=path if node_rank == 0 else None)
     addr = plan.master_addr
     port = int(plan.master_port) if not isinstance(plan.master_port, Deferred) else 0
@@ -98,17 +106,28 @@ def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvou
     return Rendezvous(plan.init_url(port), env, store=store)
 
 
+def network_choice(plan: Plan) -> InterfaceChoice | None:
+    """The interface this host's processes use to reach the others (multi-host jobs), and why."""
+    if len(plan.job.hosts) < 2 or isinstance(plan.master_addr, Deferred):
+        return None
+    backend = plan.job.spec.backend
+    return choose_interface(plan.master_addr, backend.socket_ifname, backend.env, os.environ)
+
+
 def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, recipe_cfg: DictConfig) -> list[RankSetup]:
+    """Raises NetworkError when this host cannot reach the master."""
     job = plan.job
     setups = []
+    network = network_choice(plan)
+    notes = (*rdzv.notes, *([network.note] if network else []))
     for rec in plan.host_records(node_rank):
-        env = {**plan.env(rec), **rdzv.env}
+        env = {**plan.env(rec), **rdzv.env, **(network.env if network else {})}
         if "OMP_NUM_THREADS" not in os.environ:  # as torchrun, but a share of the cores rather than 1
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // rec.local_world_size))
         setups.append(RankSetup(job.spec, recipe_settings(job.spec.recipe), recipe_cfg, rec, plan.world_size, job.backend.value, job.device,
                                 rdzv.init_method, env, str(paths.root), str(paths.rank_log(rec.global_rank)),
                                 str(paths.error_file(rec.global_rank)), str(paths.done_file(rec.global_rank)),
-                                echo=rec.local_rank == 0))
+                                echo=rec.local_rank == 0, notes=notes))
     return setups
 
 
@@ -129,10 +148,13 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
         logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         rdzv = prepare_rendezvous(plan, node_rank, paths)
+        setups = rank_setups(plan, node_rank, rdzv, paths, recipe_cfg)
     except RendezvousError as e:
         print(f"error: init: {e}", file=sys.stderr)
         return 2
-    setups = rank_setups(plan, node_rank, rdzv, paths, recipe_cfg)
+    except NetworkError as e:
+        print(f"error: network: {e}", file=sys.stderr)
+        return 2
     for s in setups:
         clear_outcome(s)
     # Not imported here, though every DDP rank imports it: torch._dynamo. Forked after that import,
@@ -143,13 +165,15 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
     launcher_pid, ranks = os.getpid(), []
 
     def forward_stop(signum: int, _frame: object) -> None:  # a stop request is for the ranks to act on
-        if os.getpid() == launcher_pid:  # (not a rank that has not installed its own handler yet)
-            print(f"{signal.Signals(signum).name}: asking {len(ranks)} process(es) to checkpoint and stop", file=sys.stderr)
-            for pid in ranks:
-                try:
-                    os.kill(pid, signum)
-                except ProcessLookupError:
-                    pass
+        if os.getpid() != launcher_pid:
+            return  # a rank that has not installed its own handler yet (it inherits the request below)
+        StopRequest.requested = True  # ranks not started yet start asked
+        print(f"{signal.Signals(signum).name}: asking {len(setups)} process(es) to checkpoint and stop", file=sys.stderr)
+        for pid in ranks:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
 
     previous[stop] = signal.signal(stop, forward_stop)
     # torch.multiprocessing leaves a pytorch-errorfile-*.pickle in the temp folder for every rank that

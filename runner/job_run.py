@@ -17,7 +17,7 @@ from runner.plan import make_plan
 from runner.probe import LocalProbe
 from runner.problems import Severity, errors, render_problems
 from runner.report import plan_table, verdict, write_plan
-from runner.spec import JobConfig
+from runner.spec import InitMethod, JobConfig, LauncherKind
 from runner.validation import check
 
 EXIT_INVALID = 2
@@ -69,6 +69,14 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
         print(request.materialize().rstrip())
         print(f"\ndry run: nothing was started. Spec, plan and commands are in {paths.root}/")
         return 0
+    if spec.init.method is InitMethod.file and spec.launcher.kind is not LauncherKind.manual:
+        # the launchers that start every host at once; manual hosts start one by one
+        from runner.host_launch import RendezvousError, stale_rendezvous_file
+        try:
+            stale_rendezvous_file(paths.rendezvous_file(spec.init.dir))
+        except RendezvousError as e:
+            print(f"error: init: {e}", file=sys.stderr)
+            return EXIT_INVALID
     shown = [p for p in problems if p.severity is Severity.warning]
     if shown:
         print(render_problems(shown), file=sys.stderr)

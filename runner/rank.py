@@ -44,6 +44,7 @@ class RankSetup:
     error_file: str
     done_file: str
     echo: bool  # also show this rank's stdout on the launching terminal
+    notes: tuple[str, ...] = ()  # what the launch decided for this process (its interface, ...), for its log
 
 
 def die_with_parent() -> None:
@@ -100,6 +101,8 @@ def run_rank(setup: RankSetup) -> None:
     attempt = int(setup.env.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if attempt:
         print(f"== attempt {attempt + 1} (restart {attempt}) ==", file=sys.stderr, flush=True)
+    for note in setup.notes:
+        print(note, file=sys.stderr, flush=True)
     try:
         _run(setup)
     except BaseException as exc:

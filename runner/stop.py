@@ -32,7 +32,9 @@ class StopRequest:
 
     @classmethod
     def install(cls, signum: int) -> None:
-        cls.requested, cls.signum = False, signum
+        """Catch the stop signal from now on. A request the process already had stays: a rank forked
+        after its launcher was asked to stop starts asked."""
+        cls.signum = signum
         signal.signal(signum, cls._handle)
 
     @classmethod

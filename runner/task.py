@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from runner.plan import Deferred, Plan, make_plan
 from runner.probe import LocalProbe
 from runner.problems import render_problems
 from runner.spec import JobConfig, LauncherKind, TaskMode
+from runner.stop import StopRequest, stop_signal
 from runner.validation import check
 
 EXIT_INVALID = 2
@@ -105,9 +107,11 @@ def check_place(plan: Plan, place: TaskPlace) -> None:
 
 def run_task(spec_path: Path, env: dict[str, str]) -> int:
     from runner.host_launch import Rendezvous, launch_host, rank_setups
+    from runner.network import NetworkError
     from runner.rank import clear_outcome, run_rank
 
     spec, recipe_cfg = load_spec(spec_path)
+    StopRequest.install(stop_signal(spec.launcher.slurm.signal))
     job, problems = check(spec, LocalProbe())
     if job is None:
         print(render_problems(problems), file=sys.stderr)
@@ -126,8 +130,12 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
     rec = plan.records[place.index]
     rdzv_env = {"TORCHELASTIC_RUN_ID": paths.run_id, "TORCHELASTIC_RESTART_COUNT": str(paths.attempt),
                 "TORCHELASTIC_MAX_RESTARTS": "0", "MASTER_PORT": plan.master_port}
-    setup = next(s for s in rank_setups(plan, rec.node_rank, Rendezvous(plan.init_method, rdzv_env), paths, recipe_cfg)
-                 if s.record.global_rank == rec.global_rank)
+    try:
+        setups = rank_setups(plan, rec.node_rank, Rendezvous(plan.init_method, rdzv_env), paths, recipe_cfg)
+    except NetworkError as e:
+        print(f"error: network: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    setup = next(s for s in setups if s.record.global_rank == rec.global_rank)
     clear_outcome(setup)
     try:
         run_rank(setup)
@@ -137,6 +145,9 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
 
 
 def main() -> None:
+    # Slurm may send its stop signal early (a short time limit, a preemption): remember it rather than
+    # die of it; the ranks started after it start asked to stop (runner.stop)
+    StopRequest.install(signal.SIGUSR1)  # the default; run_task installs the spec's own once it is read
     if len(sys.argv) != 2:
         print("usage: python -m runner.task <run folder>/spec.yaml", file=sys.stderr)
         raise SystemExit(EXIT_INVALID)

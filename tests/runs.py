@@ -28,11 +28,14 @@ class Finished:
         return self.stdout + self.stderr
 
 
-def run(*overrides: str, cwd: Path, timeout: float = 180, run_id: str | None = None) -> Finished:
-    """`run` with these overrides in ``cwd``; the tests' workloads are importable; a unique run id."""
+def run(*overrides: str, cwd: Path, timeout: float = 180, run_id: str | None = None,
+        env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()) -> Finished:
+    """`run` with these overrides in ``cwd``; the tests' workloads are importable; a unique run id.
+    ``env``: the environment (default: this one); ``prefix``: a command that starts `run` (salloc ...)."""
     run_id = run_id or f"t{uuid.uuid4().hex[:10]}"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    args = [RUN, *overrides]
+    base = os.environ if env is None else env
+    env = {**base, "PYTHONPATH": os.pathsep.join([str(TESTS), base.get("PYTHONPATH", "")])}
+    args = [*prefix, RUN, *overrides]
     if not any(o.startswith("run_id=") for o in overrides):
         args.append(f"run_id={run_id}")
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

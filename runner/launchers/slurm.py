@@ -62,6 +62,7 @@ class SlurmLauncher(Launcher):
                     ' > "$SLURM_HOSTFILE"',
                 ]
             argv.append("--distribution=arbitrary")
+            lines.append("unset SLURM_NTASKS_PER_NODE  # the allocation's count; the hostfile places this step's tasks")
         else:
             argv += [f"--ntasks-per-node={per_node}", "--distribution=block"]
         cpus = self._cpus_per_task()

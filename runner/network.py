@@ -1,0 +1,86 @@
+"""Which network interface a host's processes use to reach the others.
+
+Gloo and NCCL pick an interface by themselves, from the host name (which may resolve to 127.0.1.1, or
+to an address the host does not have) or from the first interface up; on a multi-host job that is
+often the wrong one, and the job hangs or fails with "connection refused" on 127.0.0.1. The runner
+asks the kernel instead: the interface of the route to the master address is the one the other hosts
+are reached on. The user's own choice wins: ``backend.socket_ifname``, ``backend.env`` or the
+variables already in the environment.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import psutil
+
+VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+@dataclass(frozen=True)
+class InterfaceChoice:
+    env: dict[str, str]  # what to set in every process of this host
+    note: str  # what was chosen and why, for the ranks' logs
+
+
+class NetworkError(Exception):
+    pass
+
+
+def resolve(addr: str) -> str:
+    """The IP address a host name or address stands for (IPv4 first, as torch's TCP store does)."""
+    try:
+        infos = socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise NetworkError(f"master address {addr!r} does not resolve ({e.strerror}); hint: use an address, or fix "
+                           f"name resolution (/etc/hosts, DNS) on every host") from None
+    infos.sort(key=lambda i: i[0] != socket.AF_INET)
+    return infos[0][4][0]
+
+
+def route_source(ip: str) -> str:
+    """This host's address on the route to ``ip`` (no packet is sent: a UDP connect only picks a route)."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((ip, 9))
+        except OSError as e:
+            raise NetworkError(f"no route from this host to the master {ip} ({e.strerror}); hint: check the "
+                               f"network (ip route get {ip})") from None
+        return s.getsockname()[0]
+
+
+def interface_of(addr: str) -> str | None:
+    for name, nics in psutil.net_if_addrs().items():
+        if any(n.address.split("%")[0] == addr for n in nics if n.family in (socket.AF_INET, socket.AF_INET6)):
+            return name
+    return None
+
+
+def choose_interface(master_addr: str, spec_ifname: str | None, spec_env: Mapping[str, str],
+                     environ: Mapping[str, str]) -> InterfaceChoice:
+    """GLOO/NCCL_SOCKET_IFNAME for this host's processes in a multi-host job, and why."""
+    if spec_ifname:
+        return InterfaceChoice({v: spec_ifname for v in VARIABLES}, f"network: interface {spec_ifname} "
+                               f"(backend.socket_ifname)")
+    given = {v: (spec_env.get(v) or environ.get(v)) for v in VARIABLES}
+    if all(given.values()):
+        where = ", ".join(f"{v}={given[v]}" for v in VARIABLES)
+        return InterfaceChoice({}, f"network: {where} as set by the user (the runner's choice is off)")
+    ip = resolve(master_addr)
+    if ipaddress.ip_address(ip).is_loopback:
+        # validation lets a loopback master through only when every "host" is this machine
+        return InterfaceChoice({}, f"network: the master {master_addr} is this machine's loopback, so are the "
+                                   f"other hosts: no interface to choose")
+    source = route_source(ip)
+    name = interface_of(source)
+    if name is None:
+        raise NetworkError(f"the route to the master {ip} leaves from {source}, which no interface holds")
+    env = {v: name for v in VARIABLES if not given[v]}
+    kept = [f"{v}={given[v]} (user's)" for v in VARIABLES if given[v]]
+    chosen = ", ".join([*(f"{v}={name}" for v in env), *kept])
+    return InterfaceChoice(env, f"network: {chosen}: {name} ({source}) is the interface of the route to the master "
+                                f"{master_addr}" + (f" ({ip})" if ip != master_addr else ""))
