@@ -10,6 +10,7 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.api import RunProcsResult
 
 from runner.outputs import RunPaths
+from runner.stop import StopRequest
 from runner.rank import RankSetup
 
 
@@ -34,7 +35,10 @@ def _exit_words(code: int | None) -> str:
 def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, elapsed_s: float) -> int:
     n = len(setups)
     if not result.is_failed():
-        print(f"\nrun finished: {n} process(es) in {elapsed_s:.1f} s; outputs in {paths.root}/", flush=True)
+        rec = setups[0].record
+        where = f" on {rec.host}" if setups[0].world_size > n else ""  # this host's share of the job
+        how = "stopped on request (checkpoint and stop)" if StopRequest.requested else "finished"
+        print(f"\nrun {how}: {n} process(es){where} in {elapsed_s:.1f} s; outputs in {paths.root}/", flush=True)
         return 0
     done = [s for s in setups if Path(s.done_file).exists()]
     failures = result.failures

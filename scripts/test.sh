@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), then run the whole test suite. Extra arguments go to pytest.
+# Set up everything (scripts/setup.sh: .venv; scripts/system_packages.sh: Slurm, munge, Open MPI, ...),
+# then run the whole test suite. The tests start their own Slurm cluster and network-namespace hosts
+# (scripts/testbed.py) and stop them. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/system_packages.sh --dev
+export RUNNER_TESTBED=required  # the test bed is set up above: not being able to make one is a failure
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 status=$?

@@ -45,7 +45,7 @@ from runner.spec import (
 )
 from runner.validation import check
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "testbed_fixtures"]
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -42,8 +42,9 @@ def test_monkeypatched_env_is_not_a_leak(monkeypatch) -> None:
     monkeypatch.setenv("RUNNER_TEST_MONKEYPATCHED", "1")  # undone by monkeypatch before the leak check
 
 
-def test_leak_fixture_fails_a_leaking_test(pytester) -> None:
+def test_leak_fixture_fails_a_leaking_test(pytester, monkeypatch) -> None:
     pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
     pytester.makepyfile(test_leaky="""
         import os
 

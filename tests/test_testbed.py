@@ -1,0 +1,232 @@
+"""The namespace test bed itself (scripts/testbed.py, fixture ``testbed``): Slurm runs tasks on every host with
+its own address, hosts reach each other over the bridge and never over their decoys, mpirun reaches both
+namespaces through the rsh agent, and `down` leaves nothing behind."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from testbed_fixtures import (Bed, bed_cmd, bed_down, bed_up, leftovers, missing_requirements, namespace_inodes,
+                              unavailable)
+
+pytestmark = pytest.mark.timeout(120)
+
+# one line per task/rank: "<node or rank fields> <lan0 address>"
+LAN_ADDR = 'ip -4 -o addr show dev lan0 | sed -E "s|.* inet ([0-9.]+)/.*|\\1|"'
+
+# Every rank listens on its lan address, then connects to the next rank's: a TCP ring across the hosts.
+LISTENER = """
+import socket, sys
+s = socket.create_server((sys.argv[1], 0))
+print(s.getsockname()[1], flush=True)
+conn, peer = s.accept()
+conn.sendall(b"hello from " + sys.argv[1].encode())
+print(peer[0], flush=True)
+"""
+CONNECT = """
+import socket, sys
+with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])) as c:
+    print(c.recv(100).decode(), c.getsockname()[0])
+"""
+
+RING_C = r"""
+#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    int rank, size, one = 1, sum = 0, got = -1;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Sendrecv(&rank, 1, MPI_INT, (rank + 1) % size, 0, &got, 1, MPI_INT, (rank + size - 1) % size, 0,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    printf("%d %d %d %d\n", rank, size, sum, got);
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+def run(argv: list[str], env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, f"{done.args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def listen_in(bed: Bed, host: str) -> tuple[subprocess.Popen[str], int]:
+    """A one-connection TCP server on ``host``'s lan address (inside its namespace) and its port."""
+    server = subprocess.Popen(bed.exec_argv(host, [sys.executable, "-c", LISTENER, bed.addrs[host]]),
+                              stdout=subprocess.PIPE, text=True)
+    return server, int(server.stdout.readline())
+
+
+def connect_from(bed: Bed, host: str | None, target: str, port: int, timeout: float = 5):
+    """Connect from ``host``'s namespace (None: the root namespace) to target:port; the finished process."""
+    argv = [sys.executable, "-c", CONNECT, target, str(port), str(timeout)]
+    return run(bed.exec_argv(host, argv) if host else argv, timeout=timeout + 10)
+
+
+def links(bed: Bed, host: str) -> list[dict]:
+    return json.loads(ok(run(bed.exec_argv(host, ["ip", "-j", "addr", "show"]))))
+
+
+def route_dev(bed: Bed, host: str, addr: str) -> str | None:
+    done = run(bed.exec_argv(host, ["ip", "-j", "route", "get", addr]))
+    return json.loads(done.stdout)[0].get("dev") if done.returncode == 0 else None
+
+
+# --------------------------------------------------------------------------- slurm
+
+
+def test_srun_runs_tasks_on_every_host_with_its_own_address(testbed: Bed):
+    out = ok(run(["srun", f"--nodes={len(testbed.hosts)}", "--ntasks-per-node=2", f"--partition={testbed.partition}",
+                  "sh", "-c", f'echo "$SLURMD_NODENAME $SLURM_PROCID $({LAN_ADDR})"'], env=testbed.env()))
+    tasks = [line.split() for line in out.splitlines()]
+    assert sorted(int(rank) for _, rank, _ in tasks) == list(range(2 * len(testbed.hosts))), out
+    assert {node for node, _, _ in tasks} == set(testbed.names), out
+    for node, _, addr in tasks:
+        assert addr == testbed.addrs[node], out
+
+
+def test_sbatch_wait_runs_a_batch_job_across_the_nodes(testbed: Bed, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text('#!/bin/sh\necho "batch $SLURMD_NODENAME"\nsrun sh -c \'echo "step $SLURMD_NODENAME"\'\n')
+    out = tmp_path / "job.out"
+    ok(run(["sbatch", "--wait", f"-N{len(testbed.hosts)}", "--ntasks-per-node=1", f"--output={out}", str(script)],
+           env=testbed.env(), timeout=60))
+    lines = out.read_text().split("\n")
+    assert f"batch {testbed.names[0]}" in lines
+    assert {line.split()[1] for line in lines if line.startswith("step ")} == set(testbed.names)
+
+
+def test_env_prints_the_slurm_conf_to_export(testbed: Bed):
+    out = ok(run(bed_cmd("env", "--state", str(testbed.state))))
+    assert f"export SLURM_CONF={testbed.slurm_env['SLURM_CONF']}" in out.splitlines()
+
+
+# --------------------------------------------------------------------------- network
+
+
+def test_hosts_reach_each_other_and_the_root_namespace_by_name(testbed: Bed):
+    h1, h2 = testbed.names[:2]
+    ok(run(testbed.exec_argv(h1, ["ping", "-c1", "-W2", testbed.addrs[h2]])))
+    ok(run(testbed.exec_argv(h2, ["ping", "-c1", "-W2", testbed.bridge_addr])))
+    assert ok(run(testbed.exec_argv(h1, ["getent", "hosts", h2]))).split()[0] == testbed.addrs[h2]
+    for source in (h1, None):  # from the other host, and from the root namespace over the bridge
+        server, port = listen_in(testbed, h2)
+        greeting = ok(connect_from(testbed, source, h2, port))
+        assert greeting.split() == ["hello", "from", testbed.addrs[h2],
+                                    testbed.addrs[h1] if source else testbed.bridge_addr]
+        assert server.stdout.readline().strip() == (testbed.addrs[h1] if source else testbed.bridge_addr)
+        assert server.wait(timeout=5) == 0
+
+
+def test_names_missing_from_etc_hosts_fail_at_once_in_a_namespace(testbed: Bed):
+    """The name servers cannot be reached from a namespace: a lookup must not wait for the resolver's timeouts."""
+    done = run(testbed.exec_argv(testbed.names[0], ["getent", "hosts", "no-such-host.invalid"]), timeout=3)
+    assert done.returncode == 2  # not found
+
+
+def test_decoy_is_listed_first_and_reaches_nothing(testbed: Bed):
+    h1, h2 = testbed.names[:2]
+    names = [link["ifname"] for link in links(testbed, h1)]
+    lan, decoy_if = testbed.host(h1).ifname, testbed.host(h1).decoy_ifname
+    decoy1, decoy2 = testbed.host(h1).decoy_addr, testbed.host(h2).decoy_addr
+    assert decoy_if is not None
+    assert names.index(decoy_if) < names.index(lan), names
+    decoy = next(link for link in links(testbed, h1) if link["ifname"] == decoy_if)
+    assert "UP" in decoy["flags"]
+    assert [a["local"] for a in decoy["addr_info"] if a["family"] == "inet"] == [decoy1]
+    assert ipaddress.ip_address(decoy1) not in ipaddress.ip_network(testbed.subnet)
+    # the other host and the root namespace are reached through lan0, the other decoy "through" decoy0 ...
+    assert route_dev(testbed, h1, testbed.addrs[h2]) == lan
+    assert route_dev(testbed, h1, testbed.bridge_addr) == lan
+    assert route_dev(testbed, h1, decoy2) == decoy_if
+    # ... which drops everything: no connection even to a port that is listening on every address of h2
+    server = subprocess.Popen(testbed.exec_argv(h2, [sys.executable, "-c", LISTENER, "0.0.0.0"]),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        assert connect_from(testbed, h1, decoy2, port, timeout=1).returncode != 0
+        assert ok(connect_from(testbed, h1, testbed.addrs[h2], port)).startswith("hello")
+        assert server.wait(timeout=5) == 0
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_exec_runs_in_the_namespace_and_passes_the_exit_status(testbed: Bed):
+    h = testbed.names[1]
+    done = run(bed_cmd("exec", "--state", str(testbed.state), h, "--", "sh", "-c", f"{LAN_ADDR}; exit 7"))
+    assert (done.returncode, done.stdout.strip()) == (7, testbed.addrs[h]), done.stderr
+
+
+# --------------------------------------------------------------------------- open mpi
+
+
+def test_rsh_agent_runs_commands_in_the_host_like_ssh(testbed: Bed):
+    h = testbed.names[0]
+    done = run([testbed.rsh_agent, "-x", "-o", "BatchMode=yes", f"root@{testbed.addrs[h]}",
+                LAN_ADDR, "&&", "exit", "3"])
+    assert (done.returncode, done.stdout.strip()) == (3, testbed.addrs[h]), done.stderr
+    assert run([testbed.rsh_agent, "nosuchhost", "true"]).returncode == 255
+
+
+def test_mpirun_runs_ranks_in_both_namespaces(testbed: Bed):
+    h1, h2 = testbed.names[:2]
+    out = ok(run(["mpirun", *testbed.mpirun_args, "-H", f"{h1}:2,{h2}:1", "sh", "-c",
+                  "echo $OMPI_COMM_WORLD_RANK $OMPI_COMM_WORLD_LOCAL_RANK $OMPI_COMM_WORLD_SIZE "
+                  f"$OMPI_COMM_WORLD_LOCAL_SIZE $({LAN_ADDR})"], env=testbed.env(), timeout=60))
+    ranks = sorted(tuple(line.split()) for line in out.splitlines())
+    a1, a2 = testbed.addrs[h1], testbed.addrs[h2]
+    assert ranks == [("0", "0", "3", "2", a1), ("1", "1", "3", "2", a1), ("2", "0", "3", "1", a2)], out
+
+
+def test_mpi_messages_cross_the_hosts(testbed: Bed, tmp_path):
+    """A real MPI program (allreduce, sendrecv around a ring): the transports use the lan, not the decoys."""
+    if shutil.which("mpicc") is None:
+        unavailable("no mpicc: run scripts/system_packages.sh --dev")
+    (tmp_path / "ring.c").write_text(RING_C)
+    ok(run(["mpicc", "-o", str(tmp_path / "ring"), str(tmp_path / "ring.c")], timeout=120))
+    h1, h2 = testbed.names[:2]
+    out = ok(run(["mpirun", *testbed.mpirun_args, "-H", f"{h1}:2,{h2}:1", str(tmp_path / "ring")],
+                 env=testbed.env(), timeout=60))
+    assert sorted(tuple(map(int, line.split())) for line in out.splitlines()) == \
+        [(0, 3, 3, 2), (1, 3, 3, 0), (2, 3, 3, 1)], out
+
+
+# --------------------------------------------------------------------------- down
+
+
+def test_down_removes_namespaces_processes_and_hosts_lines(tmp_path):
+    reason = missing_requirements(slurm=False)
+    if reason:
+        unavailable(reason)
+    state = tmp_path / "bed"
+    description = bed_up(state, "--hosts", "1", "--prefix", "tbd")
+    (host,) = description["hosts"]
+    inodes = namespace_inodes(description)
+    assert host["name"] in run(["ip", "netns", "list"]).stdout
+    assert f"{host['addr']}\t{host['name']}\t{description['hosts_marker']}" in open("/etc/hosts").read()
+    sleeper = subprocess.Popen(bed_cmd("exec", "--state", str(state), host["name"], "--",
+                                       "sh", "-c", "echo inside; exec sleep 600"), stdout=subprocess.PIPE, text=True)
+    try:
+        assert sleeper.stdout.readline() == "inside\n"
+        ok(bed_down(state))
+        assert sleeper.wait(timeout=5) != 0  # killed: it was inside the namespace
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert host["name"] not in run(["ip", "netns", "list"]).stdout
+    assert description["hosts_marker"] not in open("/etc/hosts").read()
+    assert leftovers(description, inodes) == []
+    ok(bed_down(state))  # idempotent

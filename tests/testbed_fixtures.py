@@ -1,0 +1,183 @@
+"""Pytest fixtures for the network-namespace test bed of scripts/testbed.py (loaded from conftest.py).
+
+* ``testbed`` (session): two namespace hosts with decoy interfaces and a real Slurm cluster, brought up once
+  with ``testbed.py up`` in a pytest temp directory and taken down with ``testbed.py down`` at the end of the
+  session, which then fails if a namespace, a process or an /etc/hosts line of the bed is left behind.
+  It is a :class:`Bed`: its hosts (:class:`BedHost`: name, address, namespace, interfaces), the Slurm
+  partition and environment, the rsh agent and the mpirun arguments, plus ``env()`` and ``exec_argv(host, argv)``.
+* :func:`bed_up`, :func:`bed_down`, :func:`leftovers` for tests that make beds of their own.
+
+The bed needs root and the Debian packages of scripts/system_packages.sh; without them it is skipped, or
+fails where RUNNER_TESTBED=required (scripts/test.sh, hence CI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+TESTBED = Path(__file__).resolve().parents[1] / "scripts" / "testbed.py"
+NETNS_DIR = Path("/var/run/netns")
+HOSTS_FILE = Path("/etc/hosts")
+
+NETWORK_TOOLS = ("ip", "nsenter", "unshare")
+SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sinfo", "srun", "sbatch", "scancel")
+
+# variables that would make srun/mpirun think they run inside some other job
+_FOREIGN_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_")
+
+
+@dataclass(frozen=True)
+class BedHost:
+    """One namespace host of a bed: its name is also its namespace and its Slurm node name."""
+
+    name: str
+    addr: str  # on ``ifname``, the bridge subnet
+    netns_path: str  # /var/run/netns/NAME
+    ifname: str
+    decoy_ifname: str | None
+    decoy_addr: str | None
+
+
+@dataclass(frozen=True)
+class Bed:
+    """A running test bed, as its JSON description says (``description`` keeps all of it)."""
+
+    state: Path
+    hosts: tuple[BedHost, ...]
+    subnet: str
+    bridge_addr: str
+    partition: str | None  # the Slurm partition, None without Slurm
+    slurm_env: Mapping[str, str]  # {"SLURM_CONF": ...}, {} without Slurm
+    rsh_agent: str
+    mpirun_args: tuple[str, ...]
+    description: Mapping[str, object]
+
+    @classmethod
+    def from_description(cls, d: Mapping) -> Bed:
+        hosts = tuple(BedHost(name=h["name"], addr=h["addr"], netns_path=h["netns_path"], ifname=h["ifname"],
+                              decoy_ifname=h["decoy_ifname"], decoy_addr=h["decoy_addr"]) for h in d["hosts"])
+        return cls(state=Path(d["state"]), hosts=hosts, subnet=d["subnet"], bridge_addr=d["bridge"]["addr"],
+                   partition=d["slurm"]["partition"] if d["slurm"] else None, slurm_env=dict(d["env"]),
+                   rsh_agent=d["rsh_agent"], mpirun_args=tuple(d["mpirun_args"]), description=d)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(h.name for h in self.hosts)
+
+    @property
+    def addrs(self) -> dict[str, str]:
+        """Host name -> lan address."""
+        return {h.name: h.addr for h in self.hosts}
+
+    def host(self, name: str) -> BedHost:
+        return next(h for h in self.hosts if h.name == name)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """os.environ without other jobs' Slurm/MPI variables, plus this bed's SLURM_CONF and ``extra``."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
+        env.update(self.slurm_env)
+        env.update(extra)
+        return env
+
+    def exec_argv(self, host: str | BedHost, argv: Sequence[str]) -> list[str]:
+        """The command line that runs ``argv`` inside ``host``'s network namespace."""
+        h = host if isinstance(host, BedHost) else self.host(host)
+        return ["nsenter", f"--net={h.netns_path}", "--", *argv]
+
+
+def unavailable(reason: str) -> None:
+    """A test bed cannot be made here: skip, except where the test bed is required (scripts/test.sh sets
+    RUNNER_TESTBED=required after installing its packages; CI runs that), where it is a failure."""
+    if os.environ.get("RUNNER_TESTBED") == "required":
+        pytest.fail(f"{reason} (RUNNER_TESTBED=required)", pytrace=False)
+    pytest.skip(reason)
+
+
+def missing_requirements(slurm: bool) -> str | None:
+    """Why a bed cannot be made here (not root, tools missing), or None."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return "the namespace test bed needs root on Linux"
+    tools = NETWORK_TOOLS + (SLURM_TOOLS if slurm else ())
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        return f"the namespace test bed needs {', '.join(missing)}: run scripts/system_packages.sh as root"
+    return None
+
+
+def bed_cmd(*args: str) -> list[str]:
+    return [sys.executable, str(TESTBED), "-q", *args]
+
+
+def bed_up(state: Path, *options: str, timeout: float = 120) -> dict:
+    """``testbed.py up --state STATE OPTIONS...``; its JSON description, or a test failure with its stderr."""
+    done = subprocess.run(bed_cmd("up", "--state", str(state), *options),
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        pytest.fail(f"testbed.py up {' '.join(options)} failed (exit {done.returncode}):\n{done.stderr}",
+                    pytrace=False)
+    return json.loads(done.stdout)
+
+
+def bed_down(state: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(bed_cmd("down", "--state", str(state)), capture_output=True, text=True, timeout=timeout)
+
+
+def namespace_inodes(description: Mapping) -> dict[int, str]:
+    """Inode of each of the bed's network namespaces -> host name (a process in it links to net:[INODE])."""
+    return {os.stat(h["netns_path"]).st_ino: h["name"] for h in description["hosts"]}
+
+
+def _processes() -> dict[int, tuple[str, str]]:
+    """pid -> (network namespace link, command line) of every live process (zombies have neither)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            net = os.readlink(proc / "ns" / "net")
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        found[int(proc.name)] = (net, cmdline)
+    return found
+
+
+def leftovers(description: Mapping, inodes: Mapping[int, str]) -> list[str]:
+    """What of a bed still exists after `down`: namespaces, processes in them or naming its state directory,
+    /etc/hosts lines with its marker. Empty: nothing."""
+    found = [f"namespace {h['name']}" for h in description["hosts"] if (NETNS_DIR / h["name"]).exists()]
+    nets = {f"net:[{ino}]": name for ino, name in inodes.items()}
+    state = str(description["state"])
+    for pid, (net, cmdline) in _processes().items():
+        if net in nets or state in cmdline:
+            found.append(f"process {pid} ({cmdline.strip()[:100]}) in {nets.get(net, 'the root namespace')}")
+    marker = description["hosts_marker"]
+    found += [f"/etc/hosts: {line}" for line in HOSTS_FILE.read_text().splitlines() if line.endswith(marker)]
+    return found
+
+
+@pytest.fixture(scope="session")
+def testbed(tmp_path_factory: pytest.TempPathFactory):
+    """Two namespace hosts (decoy interfaces, Slurm cluster) for the whole session; torn down and checked after."""
+    reason = missing_requirements(slurm=True)
+    if reason:
+        unavailable(reason)
+    state = tmp_path_factory.mktemp("testbed")
+    description = bed_up(state, "--hosts", "2", "--slurm", "--decoy")
+    inodes = namespace_inodes(description)
+    try:
+        yield Bed.from_description(description)
+    finally:
+        done = bed_down(state)
+        left = leftovers(description, inodes)
+        if done.returncode != 0 or left:
+            pytest.fail(f"testbed.py down (exit {done.returncode}) left: {left}\n{done.stderr}", pytrace=False)
