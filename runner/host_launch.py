@@ -111,6 +111,8 @@ def network_choice(plan: Plan) -> InterfaceChoice | None:
     if len(plan.job.hosts) < 2 or isinstance(plan.master_addr, Deferred):
         return None
     backend = plan.job.spec.backend
+    if not backend.pick_interface and not backend.socket_ifname:
+        return InterfaceChoice({}, "network: backend.pick_interface=false: gloo and NCCL choose their interface")
     return choose_interface(plan.master_addr, backend.socket_ifname, backend.env, os.environ)
 
 

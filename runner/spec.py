@@ -116,6 +116,7 @@ class MpiOptions:
     allow_run_as_root: bool = False
     oversubscribe: bool = False
     extra: list[str] = field(default_factory=list)  # more mpirun arguments, passed as given
+    export: list[str] = field(default_factory=list)  # variables mpirun passes to every rank (-x NAME), e.g. [PYTHONPATH]
 
 
 @dataclass
@@ -139,6 +140,8 @@ class LauncherConfig:
 class BackendConfig:
     name: BackendName = BackendName.auto
     socket_ifname: Optional[str] = None  # GLOO/NCCL_SOCKET_IFNAME for every process; None: runner's choice
+    pick_interface: bool = True  # several hosts: each uses the interface of its route to the master
+    # (runner/network.py); false leaves the choice to gloo and NCCL, as plain torchrun does
     env: dict[str, str] = field(default_factory=dict)  # more variables: +backend.env.NCCL_DEBUG=INFO
 
 

@@ -137,10 +137,15 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
         return EXIT_INVALID
     setup = next(s for s in setups if s.record.global_rank == rec.global_rank)
     clear_outcome(setup)
+    terminal = os.dup(2)  # the rank sends its output to its log; its failure is also said here, in one line
     try:
         run_rank(setup)
-    except BaseException:
+    except BaseException as e:
+        with os.fdopen(terminal, "w") as err:
+            err.write(f"rank {rec.global_rank} ({rec.host}) failed: {type(e).__name__}: {str(e).strip()[:500]}\n"
+                      f"    traceback: {setup.log_file}\n")
         return 1
+    os.close(terminal)
     return 0
 
 

@@ -214,6 +214,10 @@ def _check_topology_fits_launcher(job: Job, probe: MachineProbe) -> Iterator[Pro
             yield Problem(key, f"launcher={kind.value} must know every host, but host(s) {unnamed} have no name or addr",
                           "name them: topology=2x2 'topology.hosts=[{name: a}, {name: b}]'")
     if kind is LauncherKind.mpi:
+        for i, name in enumerate(spec.launcher.mpi.export):
+            if not _ENV_NAME.match(name):
+                yield Problem(f"launcher.mpi.export[{i}]", f"{name!r} is not a variable name",
+                              "names only, e.g. launcher.mpi.export=[PYTHONPATH,HF_HOME]")
         for h in hosts:
             if h.reach is not None and ":" in h.reach:
                 yield Problem(f"topology.hosts[{h.index}].addr", f"{h.reach!r}: mpirun -H cannot take IPv6 literals "

@@ -95,6 +95,9 @@ ROWS = [
                 (E, "init.master_addr", "needs to know host 0's address")]),
     row("mpi-unnamed-hosts", "topology=2x2", "launcher=mpi", "device=cpu", valid=False,
         expect=[(E, "topology.hosts", "launcher=mpi must know every host")]),
+    row("mpi-export-not-a-name", AB_HETERO, "launcher=mpi", "device=cpu", "recipe.global_batch_size=60",
+        "launcher.mpi.export=['A;B']", valid=False,
+        expect=[(E, "launcher.mpi.export[0]", "'A;B' is not a variable name")]),
     row("bad-master-addr", "init.master_addr='a b'", valid=False,
         expect=[(E, "init.master_addr", "'a b' is not a host name")]),
 

@@ -101,3 +101,26 @@ class Launcher(ABC):
         if port and not isinstance(self.plan.master_port, Deferred):
             pins["init.master_port"] = int(self.plan.master_port)
         return pins
+
+
+def run_forwarding_signals(argv: list[str], cwd: str | None, forward: tuple[int, ...]) -> int:
+    """Run a scheduler's command (srun, mpirun) to its end, passing `run`'s signals on to it (it passes
+    them to the tasks); its exit status, 128 + n when a signal n ended it."""
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(argv, cwd=cwd)
+
+    def pass_on(signum: int, _frame: object) -> None:
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {s: signal.signal(s, pass_on) for s in forward}
+    try:
+        code = proc.wait()  # retried after each forwarded signal (PEP 475)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return code if code >= 0 else 128 - code

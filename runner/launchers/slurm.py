@@ -6,7 +6,7 @@ import shlex
 import signal
 
 from runner.environments.slurm import SlurmEnvironment, expand_hostnames
-from runner.launchers.base import HostCommand, Launcher, LaunchRequest
+from runner.launchers.base import HostCommand, Launcher, LaunchRequest, run_forwarding_signals
 from runner.problems import Problem, render_problems
 from runner.spec import DeviceKind, TaskMode
 from runner.stop import stop_signal
@@ -195,7 +195,7 @@ class SlurmLauncher(Launcher):
                 step = request.commands[0]
                 print(f"slurm: an srun step in job {slurm.job_id} ({self.paths.root / 'step.sh'})", file=sys.stderr)
                 stop = stop_signal(self.plan.job.spec.launcher.slurm.signal)
-                return slurm_job.run_step(list(step.argv), step.cwd, (signal.SIGINT, signal.SIGTERM, stop))
+                return run_forwarding_signals(list(step.argv), step.cwd, (signal.SIGINT, signal.SIGTERM, stop))
             job_id = slurm_job.submit(self.paths.sbatch_script, self.invocation.cwd)
         except slurm_job.SlurmError as e:
             print(f"error: launcher=slurm: {e}", file=sys.stderr)

@@ -1,5 +1,4 @@
-"""Slurm jobs and steps that `run` starts: submit with sbatch and follow the job to its end, or run an
-srun step inside the current allocation; both forward `run`'s signals and return the exit status."""
+"""Slurm jobs that `run` submits: sbatch, then follow the job to its end and return its exit status."""
 
 from __future__ import annotations
 
@@ -152,23 +151,3 @@ def exit_status(job_id: str, job: JobStatus) -> int:
     print(f"slurm job {job_id} ended {job.state} (exit code {job.exit_code}"
           f"{f', signal {job.exit_signal}' if job.exit_signal else ''}): {hint}", file=sys.stderr)
     return job.exit_code or 1
-
-
-def run_step(argv: list[str], cwd: str | None, forward: tuple[int, ...]) -> int:
-    """Run an srun step (inside an allocation) to its end, passing `run`'s signals on to srun, which
-    passes them to the tasks."""
-    proc = subprocess.Popen(argv, cwd=cwd)
-
-    def pass_on(signum: int, _frame: object) -> None:
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    previous = {s: signal.signal(s, pass_on) for s in forward}
-    try:
-        code = proc.wait()  # retried after each forwarded signal (PEP 475)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    return code if code >= 0 else 128 - code

@@ -1,0 +1,123 @@
+"""Several hosts for real: network-namespace hosts of the test bed (each with its own address and a
+decoy interface listed before the one that reaches the others), launched by hand on each host
+(launcher=manual) and by mpirun from the root namespace (launcher=mpi, Open MPI's plm_rsh_agent enters
+the namespaces). Nobody sets GLOO_SOCKET_IFNAME: the runner's interface choice is what makes the jobs
+work, as the control test shows."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import hosts_override
+from runs import RUN, TESTS, artifacts, processes_of, run
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def placement(out_dir: Path) -> list[str]:
+    return ["recipe=custom", "recipe.target=workloads.placement:main", f"+recipe.out_dir={out_dir}"]
+
+
+def topology(testbed, counts: list[int]) -> tuple[str, ...]:
+    return hosts_override(*({"name": h.name, "devices": n} for h, n in zip(testbed.hosts, counts)))
+
+
+def mpi_options(testbed) -> list[str]:
+    extra = ",".join(f"'{a}'" for a in testbed.mpirun_args)
+    return ["launcher=mpi", f"launcher.mpi.extra=[{extra}]", "launcher.mpi.export=[PYTHONPATH]"]
+
+
+def check_hosts(testbed, art: Path, counts: list[int]) -> dict[int, dict]:
+    """Ranks 0.. ran on the bed's hosts in plan order (their host's lan address among their addresses)
+    and the all-reduce over all of them summed 1 + ... + world."""
+    found = artifacts(art)
+    world = sum(counts)
+    assert sorted(found) == list(range(world)), found
+    rank = 0
+    for host, n in zip(testbed.hosts, counts):
+        for _ in range(n):
+            assert host.addr in found[rank]["addrs"], (rank, host, found[rank])
+            assert found[rank]["sum"] == world * (world + 1) / 2
+            rank += 1
+    return found
+
+
+def start_manual_hosts(testbed, tmp_path: Path, overrides: list[str], run_id: str) -> list[subprocess.Popen]:
+    """`run ... launcher=manual launcher.manual.host=i` inside each host's namespace, all at once."""
+    env = testbed.env(PYTHONPATH=str(TESTS))
+    return [subprocess.Popen(testbed.exec_argv(h, [RUN, *overrides, f"launcher.manual.host={i}", f"run_id={run_id}"]),
+                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for i, h in enumerate(testbed.hosts)]
+
+
+def finish(procs: list[subprocess.Popen], timeout: float = 120) -> list[tuple[int, str]]:
+    deadline = time.monotonic() + timeout
+    results = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            results.append((p.returncode, out))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results
+
+
+@pytest.mark.parametrize("init", ["tcp", "file"])
+def test_manual_launch_on_each_host(testbed, tmp_path, init):
+    art = tmp_path / "art"
+    art.mkdir()
+    shared = tmp_path / "rdzv"
+    shared.mkdir()
+    run_id = f"m{uuid.uuid4().hex[:8]}"
+    overrides = [*topology(testbed, [2, 2]), "launcher=manual", f"init={init}", *placement(art)]
+    if init == "file":
+        overrides.append(f"init.dir={shared}")
+    results = finish(start_manual_hosts(testbed, tmp_path, overrides, run_id))
+    assert [code for code, _ in results] == [0, 0], results
+    check_hosts(testbed, art, [2, 2])
+    logs = sorted(tmp_path.glob("outputs/*/*/logs/rank00002.log"))
+    assert logs and "GLOO_SOCKET_IFNAME=lan0" in logs[0].read_text()
+    assert "the interface of the route to the master" in logs[0].read_text()
+    assert not processes_of(run_id)
+
+
+@pytest.mark.parametrize("init, tasks, counts", [
+    ("tcp", "per_device", [2, 1]),
+    ("file", "per_device", [2, 2]),
+    ("env", "per_host", [2, 2]),
+])
+def test_mpirun_across_hosts(testbed, tmp_path, init, tasks, counts):
+    art = tmp_path / "art"
+    art.mkdir()
+    done = run(*topology(testbed, counts), *mpi_options(testbed), f"init={init}", f"launcher.tasks={tasks}",
+               f"recipe.global_batch_size={sum(counts) * 10}", *placement(art), cwd=tmp_path, env=testbed.env())
+    assert done.code == 0, done.output
+    assert "mpi: mpirun " in done.stderr
+    found = check_hosts(testbed, art, counts)
+    assert {rec["master_addr"] for rec in found.values()} == {testbed.hosts[0].name}  # rank 0's host
+    assert not processes_of(done.run_id)
+
+
+def test_control_without_the_runners_interface_choice_the_same_job_fails(testbed, tmp_path):
+    """backend.pick_interface=false leaves gloo to its own devices: in a namespace host the machine's host
+    name resolves to an address the host does not have, gloo falls back to loopback, and the hosts
+    cannot connect. The success above is the runner's doing."""
+    art = tmp_path / "art"
+    art.mkdir()
+    started = time.monotonic()
+    done = run(*topology(testbed, [2, 2]), *mpi_options(testbed), "init=tcp", "launcher.tasks=per_device",
+               "backend.pick_interface=false", "init.timeout_s=30", *placement(art), cwd=tmp_path,
+               env=testbed.env(), timeout=180)
+    assert done.code != 0, done.output
+    assert "127.0.0.1" in done.output or "timed out" in done.output.lower(), done.output
+    assert not artifacts(art)
+    assert time.monotonic() - started < 120
+    assert not processes_of(done.run_id)
