@@ -106,21 +106,22 @@ def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvou
     return Rendezvous(plan.init_url(port), env, store=store)
 
 
-def network_choice(plan: Plan) -> InterfaceChoice | None:
-    """The interface this host's processes use to reach the others (multi-host jobs), and why."""
+def network_choice(plan: Plan, node_rank: int) -> InterfaceChoice | None:
+    """The interface host ``node_rank``'s processes use to reach the others (multi-host jobs), and why."""
     if len(plan.job.hosts) < 2 or isinstance(plan.master_addr, Deferred):
         return None
     backend = plan.job.spec.backend
     if not backend.pick_interface and not backend.socket_ifname:
         return InterfaceChoice({}, "network: backend.pick_interface=false: gloo and NCCL choose their interface")
-    return choose_interface(plan.master_addr, backend.socket_ifname, backend.env, os.environ)
+    peers = [h.reach for h in plan.job.hosts if h.index != node_rank and h.reach]
+    return choose_interface(plan.master_addr, backend.socket_ifname, backend.env, os.environ, peers)
 
 
 def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, recipe_cfg: DictConfig) -> list[RankSetup]:
     """Raises NetworkError when this host cannot reach the master."""
     job = plan.job
     setups = []
-    network = network_choice(plan)
+    network = network_choice(plan, node_rank)
     notes = (*rdzv.notes, *([network.note] if network else []))
     for rec in plan.host_records(node_rank):
         env = {**plan.env(rec), **rdzv.env, **(network.env if network else {})}

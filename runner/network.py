@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import psutil
@@ -61,8 +61,11 @@ def interface_of(addr: str) -> str | None:
 
 
 def choose_interface(master_addr: str, spec_ifname: str | None, spec_env: Mapping[str, str],
-                     environ: Mapping[str, str]) -> InterfaceChoice:
-    """GLOO/NCCL_SOCKET_IFNAME for this host's processes in a multi-host job, and why."""
+                     environ: Mapping[str, str], peers: Sequence[str] = ()) -> InterfaceChoice:
+    """GLOO/NCCL_SOCKET_IFNAME for this host's processes in a multi-host job, and why.
+
+    ``peers``: the other hosts' names or addresses, for the master itself, whose own name may resolve to
+    a loopback address there (Debian's ``127.0.1.1 thishost``): then the route to a peer decides."""
     if spec_ifname:
         return InterfaceChoice({v: spec_ifname for v in VARIABLES}, f"network: interface {spec_ifname} "
                                f"(backend.socket_ifname)")
@@ -70,11 +73,14 @@ def choose_interface(master_addr: str, spec_ifname: str | None, spec_env: Mappin
     if all(given.values()):
         where = ", ".join(f"{v}={given[v]}" for v in VARIABLES)
         return InterfaceChoice({}, f"network: {where} as set by the user (the runner's choice is off)")
-    ip = resolve(master_addr)
+    target, ip = master_addr, resolve(master_addr)
     if ipaddress.ip_address(ip).is_loopback:
-        # validation lets a loopback master through only when every "host" is this machine
-        return InterfaceChoice({}, f"network: the master {master_addr} is this machine's loopback, so are the "
-                                   f"other hosts: no interface to choose")
+        outside = [(peer, peer_ip) for peer in peers if not ipaddress.ip_address(peer_ip := resolve(peer)).is_loopback]
+        if not outside:
+            # validation lets a loopback master through only when every "host" is this machine
+            return InterfaceChoice({}, f"network: the master {master_addr} is this machine's loopback, so are the "
+                                       f"other hosts: no interface to choose")
+        target, ip = outside[0]
     source = route_source(ip)
     name = interface_of(source)
     if name is None:
@@ -82,5 +88,7 @@ def choose_interface(master_addr: str, spec_ifname: str | None, spec_env: Mappin
     env = {v: name for v in VARIABLES if not given[v]}
     kept = [f"{v}={given[v]} (user's)" for v in VARIABLES if given[v]]
     chosen = ", ".join([*(f"{v}={name}" for v in env), *kept])
-    return InterfaceChoice(env, f"network: {chosen}: {name} ({source}) is the interface of the route to the master "
-                                f"{master_addr}" + (f" ({ip})" if ip != master_addr else ""))
+    to = f"the master {master_addr}" if target == master_addr else \
+        f"host {target} (the master {master_addr} is this host, and resolves to loopback here)"
+    return InterfaceChoice(env, f"network: {chosen}: {name} ({source}) is the interface of the route to {to}"
+                                + (f" ({ip})" if ip != target else ""))

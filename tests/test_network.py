@@ -43,3 +43,12 @@ def test_a_loopback_master_means_one_machine():
 def test_a_master_name_that_does_not_resolve_is_a_clear_error():
     with pytest.raises(NetworkError, match=r"'no-such-host\.invalid' does not resolve .*hint: use an address"):
         choose_interface("no-such-host.invalid", None, {}, {})
+
+
+def test_the_master_whose_own_name_is_loopback_there_takes_the_route_to_a_peer():
+    """On host 0 its own name may resolve to 127.0.1.1 (Debian's /etc/hosts); gloo would then listen on
+    loopback only. The route to another host decides instead."""
+    name, addr = _an_address_of_this_machine()
+    choice = choose_interface("localhost", None, {}, {}, peers=["127.0.0.2", addr])
+    assert choice.env == {"GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": name}
+    assert f"route to host {addr} (the master localhost is this host, and resolves to loopback here)" in choice.note
