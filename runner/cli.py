@@ -6,6 +6,7 @@ otherwise what the job returned.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
 import os
@@ -27,7 +28,7 @@ from runner.agent import LaunchAgent
 from runner.job_run import run_job
 from runner.shapes import RunnerConfigSource
 from runner.problems import Problem, render_problems
-from runner.spec import register_schemas
+from runner.spec import register_schemas, unknown_keys
 
 EXIT_INVALID = 2
 
@@ -61,6 +62,14 @@ def _app(cfg: DictConfig) -> None:
     out = Path(hc.runtime.output_dir)
     run_id = f"{_STARTED}-{_uid()}" + (f"-{hc.job.num}" if hc.mode is RunMode.MULTIRUN else "")
     config_dir = next((s.path for s in hc.runtime.config_sources if s.provider == "command-line"), None)
+    unknown = unknown_keys(cfg)
+    if unknown:
+        problems = [Problem(key, "is not a key of the spec", f"known here: {', '.join(known)}"
+                            + (f"; did you mean {close[0]}?" if (close := difflib.get_close_matches(key.rsplit('.', 1)[-1], known, 1)) else ""))
+                    for key, known in unknown]
+        print(render_problems(problems), file=sys.stderr)
+        print(f"\nthe spec has {len(problems)} error(s); nothing was started.", file=sys.stderr)
+        sys.exit(EXIT_INVALID)
     try:
         spec = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as e:
@@ -77,8 +86,57 @@ def _app(cfg: DictConfig) -> None:
         sys.exit(code)
 
 
+def _config_dir(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv):
+        if a.startswith(("--config-dir=", "-cd=")):
+            return a.split("=", 1)[1]
+        if a in ("--config-dir", "-cd") and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def input_problems(argv: list[str]) -> list[str]:
+    """What Hydra would report with a traceback or without naming the culprit: an override it cannot
+    parse, a YAML file of the user's config folder that is not YAML."""
+    import yaml
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    found = []
+    parser = OverridesParser.create()
+    for a in argv:
+        if a.startswith("-") or not ("=" in a or a.startswith("~")):
+            continue  # a flag, or a flag's value (--cfg job): Hydra reads those
+        try:
+            parser.parse_overrides([a])
+        except OverrideParseException as e:
+            key = a.split("=", 1)[0]
+            found.append(f"error: {key}: the override {a!r} does not parse: {e.message.splitlines()[0]}\n"
+                         f"    hint: quote a value with spaces or special characters (key='a b;c'); lists are [a,b], "
+                         f"mappings {{k: v}}")
+    folder = _config_dir(argv)
+    if folder and Path(folder).is_dir():
+        for path in sorted(Path(folder).rglob("*.yaml")):
+            try:
+                yaml.safe_load(path.read_text())
+            except yaml.YAMLError as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+                what = getattr(e, "problem", None) or str(e).splitlines()[0]
+                found.append(f"error: {where}: not valid YAML: {what}\n    hint: check the brackets, quotes and "
+                             f"indentation there")
+    return found
+
+
 def main() -> None:
     """Console entry point."""
+    problems = input_problems(sys.argv[1:])
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        print("\nnothing was started.", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_INVALID)
     setup()
     _State.agent = LaunchAgent.start_if_useful(sys.argv[1:])
     # like `python -m`, make the current folder importable so recipes in the user's repository are found

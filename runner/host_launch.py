@@ -9,6 +9,7 @@ does (TORCHELASTIC_USE_AGENT_STORE), so the port is held from the moment it is c
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -22,9 +23,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from runner import preflight
 from runner.network import InterfaceChoice, NetworkError, choose_interface
 from runner.outputs import RunPaths
 from runner.plan import Deferred, Plan
+from runner.preflight import HostReport
 from runner.rank import RankSetup, clear_outcome, run_rank
 from runner.spec import InitMethod, recipe_settings
 from runner.stop import StopRequest, stop_signal
@@ -55,7 +58,12 @@ class Rendezvous:
 
 
 class RendezvousError(Exception):
-    pass
+    """The meeting point cannot be made; ``hint`` says what to do (also in str())."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(f"{message}; hint: {hint}" if hint else message)
+        self.message = message
+        self.hint = hint
 
 
 def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> tuple[tuple, int]:
@@ -71,8 +79,8 @@ def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> t
     try:
         sock.bind((bind, port))
     except OSError as e:
-        raise RendezvousError(f"cannot listen on {bind}:{port} for the rendezvous store: {e.strerror}; "
-                              f"hint: another job holds the port; leave init.master_port=0, or pick another") from None
+        raise RendezvousError(f"cannot listen on {bind}:{port} for the rendezvous store: {e.strerror}",
+                              "another job holds the port; leave init.master_port=0, or pick another") from None
     sock.listen(1024)
     store = dist.TCPStore(addr, sock.getsockname()[1], None, True, datetime.timedelta(seconds=timeout_s),
                           wait_for_workers=False, master_listen_fd=sock.fileno())
@@ -81,8 +89,8 @@ def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> t
 
 def stale_rendezvous_file(path: Path) -> None:
     if path.exists():
-        raise RendezvousError(f"init file {path} already exists (a stale file from an earlier run?); "
-                              f"it is never reused: remove it or start a new run")
+        raise RendezvousError(f"init file {path} already exists (a stale file from an earlier run?); it is "
+                              f"never reused", "remove it or start a new run")
 
 
 def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvous:
@@ -96,7 +104,7 @@ def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvou
         # before any host started (runner.job_run.stale_rendezvous_file)
         if single:
             stale_rendezvous_file(path)
-        return Rendezvous(plan.init_method, env, file=path if node_rank == 0 else None)
+        return Rendezvous(f"file://{path}", env, file=path if node_rank == 0 else None)
     addr = plan.master_addr
     port = int(plan.master_port) if not isinstance(plan.master_port, Deferred) else 0
     store = None
@@ -117,8 +125,10 @@ def network_choice(plan: Plan, node_rank: int) -> InterfaceChoice | None:
     return choose_interface(plan.master_addr, backend.socket_ifname, backend.env, os.environ, peers)
 
 
-def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, recipe_cfg: DictConfig) -> list[RankSetup]:
-    """Raises NetworkError when this host cannot reach the master."""
+def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, recipe_cfg: DictConfig,
+                preflight: HostReport | None = None) -> list[RankSetup]:
+    """Raises NetworkError when this host cannot reach the master. ``preflight``: this host's checks,
+    for its local rank 0 to complete and print (preflight=true)."""
     job = plan.job
     setups = []
     network = network_choice(plan, node_rank)
@@ -130,8 +140,25 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, r
         setups.append(RankSetup(job.spec, recipe_settings(job.spec.recipe), recipe_cfg, rec, plan.world_size, job.backend.value, job.device,
                                 rdzv.init_method, env, str(paths.root), str(paths.rank_log(rec.global_rank)),
                                 str(paths.error_file(rec.global_rank)), str(paths.done_file(rec.global_rank)),
-                                echo=rec.local_rank == 0, notes=notes))
+                                echo=rec.local_rank == 0, notes=notes,
+                                preflight=preflight if rec.local_rank == 0 else None))
     return setups
+
+
+def _preflight_host(plan: Plan, node_rank: int, paths: RunPaths) -> tuple[Rendezvous, HostReport] | int:
+    """preflight=true: this host's checks, before any rank starts (runner.preflight); then its part of
+    the rendezvous, as in a real run. The rendezvous and the host's report so far, or the exit status
+    when a check failed (its line printed)."""
+    report, port = preflight.host_checks(plan, node_rank, os.environ)
+    if not report.failed:
+        if port is not None:  # host 0 tested this one (a free one, where the launch picks it)
+            plan = dataclasses.replace(plan, master_port=str(port))
+        try:
+            return prepare_rendezvous(plan, node_rank, paths), report
+        except RendezvousError as e:
+            report = report.add(preflight.Check.failed(e.message, e.hint))
+    print(report.line(), flush=True)
+    return preflight.EXIT_FAILED
 
 
 def _raise_signal(signum: int, _frame: object) -> None:
@@ -139,19 +166,39 @@ def _raise_signal(signum: int, _frame: object) -> None:
 
 
 def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig) -> int:
-    """Run host ``node_rank``'s processes to the end; return the exit status for `run`."""
+    """Run host ``node_rank``'s processes to the end, restarting them after a failure up to
+    ``launcher.max_restarts`` times (one-host jobs); return the exit status for `run`."""
+    spec = plan.job.spec
+    restarts = spec.launcher.max_restarts if len(plan.job.hosts) == 1 and not spec.preflight else 0
+    while True:
+        code = _launch_attempt(plan, node_rank, paths, recipe_cfg)
+        if code != EXIT_FAILED or paths.attempt >= restarts or StopRequest.requested:
+            return code
+        paths = dataclasses.replace(paths, attempt=paths.attempt + 1)
+        print(f"\nrestarting: attempt {paths.attempt + 1} of {restarts + 1} (launcher.max_restarts={restarts}); "
+              f"the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
+
+
+def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig) -> int:
     from torch.distributed.elastic.multiprocessing import start_processes
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
+    from runner.failures import report as failure_report
     from runner.logs import RankLogs
-    from runner.failures import report
 
     # the failure report below says what matters; elastic's own error dump would bury it
     for name in ("torch.distributed.elastic", "torch.multiprocessing"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    report = None  # preflight=true: this host's checks, which its local rank 0 completes
+    if plan.job.spec.preflight:
+        checked = _preflight_host(plan, node_rank, paths)
+        if isinstance(checked, int):
+            return checked
+        rdzv, report = checked
     try:
-        rdzv = prepare_rendezvous(plan, node_rank, paths)
-        setups = rank_setups(plan, node_rank, rdzv, paths, recipe_cfg)
+        if report is None:
+            rdzv = prepare_rendezvous(plan, node_rank, paths)
+        setups = rank_setups(plan, node_rank, rdzv, paths, recipe_cfg, report)
     except RendezvousError as e:
         print(f"error: init: {e}", file=sys.stderr)
         return 2
@@ -198,7 +245,9 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
         ranks.extend(context.pids().values())
         result = context.wait(timeout=-1, period=0.05)
         context = None
-        return report(result, setups, paths, time.perf_counter() - started)
+        if report is not None:
+            return preflight.outcome(result, setups, paths)
+        return failure_report(result, setups, paths, time.perf_counter() - started)
     except (Interrupted, SignalException) as e:
         # ours before the processes start, elastic's (it installs its own handlers) after
         signum = e.signum if isinstance(e, Interrupted) else int(e.sigval)

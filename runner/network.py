@@ -27,7 +27,12 @@ class InterfaceChoice:
 
 
 class NetworkError(Exception):
-    pass
+    """What is wrong with this host's network for the job; ``hint`` says what to do (also in str())."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(f"{message}; hint: {hint}" if hint else message)
+        self.message = message
+        self.hint = hint
 
 
 def resolve(addr: str) -> str:
@@ -35,8 +40,8 @@ def resolve(addr: str) -> str:
     try:
         infos = socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
-        raise NetworkError(f"master address {addr!r} does not resolve ({e.strerror}); hint: use an address, or fix "
-                           f"name resolution (/etc/hosts, DNS) on every host") from None
+        raise NetworkError(f"master address {addr!r} does not resolve ({e.strerror})",
+                           "use an address, or fix name resolution (/etc/hosts, DNS) on every host") from None
     infos.sort(key=lambda i: i[0] != socket.AF_INET)
     return infos[0][4][0]
 
@@ -48,8 +53,8 @@ def route_source(ip: str) -> str:
         try:
             s.connect((ip, 9))
         except OSError as e:
-            raise NetworkError(f"no route from this host to the master {ip} ({e.strerror}); hint: check the "
-                               f"network (ip route get {ip})") from None
+            raise NetworkError(f"no route from this host to the master {ip} ({e.strerror})",
+                               f"check the network (ip route get {ip})") from None
         return s.getsockname()[0]
 
 
@@ -84,7 +89,8 @@ def choose_interface(master_addr: str, spec_ifname: str | None, spec_env: Mappin
     source = route_source(ip)
     name = interface_of(source)
     if name is None:
-        raise NetworkError(f"the route to the master {ip} leaves from {source}, which no interface holds")
+        raise NetworkError(f"the route to the master {ip} leaves from {source}, which no interface holds",
+                           f"check the interfaces and routes of this host (ip -br addr; ip route get {ip})")
     env = {v: name for v in VARIABLES if not given[v]}
     kept = [f"{v}={given[v]} (user's)" for v in VARIABLES if given[v]]
     chosen = ", ".join([*(f"{v}={name}" for v in env), *kept])

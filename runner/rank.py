@@ -15,13 +15,16 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
 from runner.plan import ProcessRecord
 from runner.spec import DeviceKind, JobConfig, RecipeConfig
 from runner.stop import StopRequest, stop_signal
+
+if TYPE_CHECKING:
+    from runner.preflight import HostReport
 
 _PR_SET_PDEATHSIG = 1
 
@@ -45,6 +48,7 @@ class RankSetup:
     done_file: str
     echo: bool  # also show this rank's stdout on the launching terminal
     notes: tuple[str, ...] = ()  # what the launch decided for this process (its interface, ...), for its log
+    preflight: HostReport | None = None  # preflight=true: its host's checks, on the process that prints its line
 
 
 def die_with_parent() -> None:
@@ -129,6 +133,11 @@ def _run(setup: RankSetup) -> None:
         device = torch.device("cuda", rec.device_ids[0])
     else:
         device = torch.device("cpu")
+    if setup.spec.preflight:  # no recipe: one all-reduce with the exact spec (runner.preflight)
+        from runner.preflight import collective
+
+        collective(setup, device)
+        return
     recipe = resolve_target(setup.recipe.target)
     manages_group = getattr(sys.modules[recipe.__module__], "MANAGES_PROCESS_GROUP", False)
     timeout = datetime.timedelta(seconds=setup.spec.init.timeout_s)

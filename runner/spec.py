@@ -131,6 +131,8 @@ class LauncherConfig:
     kind: LauncherKind = LauncherKind.local
     tasks: TaskMode = TaskMode.per_host
     python: Optional[str] = None  # interpreter for the tasks a scheduler starts; None: the one running `run`
+    max_restarts: int = 0  # launcher=local: start the job again after a failure, up to this many times;
+    # the recipe resumes from the run's last checkpoint (Slurm: launcher.slurm.requeue)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
     mpi: MpiOptions = field(default_factory=MpiOptions)
     manual: ManualOptions = field(default_factory=ManualOptions)
@@ -204,6 +206,9 @@ class JobConfig:
     recipe: Any = MISSING  # a RecipeConfig subclass, chosen by the recipe group
     device: DeviceKind = DeviceKind.auto
     dry_run: bool = False
+    preflight: bool = False  # launch as a real run, but instead of the recipe each host checks the master address
+    # (resolves, not loopback), the route and interface, the port (free on host 0, reachable from the others) or the
+    # init file's folder, its devices; then every process all-reduces once; one line per host (runner/preflight.py)
     run_id: Optional[str] = None  # None: a fresh id per run; the manual launcher pins one for all hosts
 
 
@@ -216,6 +221,29 @@ def recipe_settings(recipe: Any) -> RecipeConfig:
     base = RecipeConfig()
     return RecipeConfig(target=recipe.get("target", ""), global_batch_size=recipe.get("global_batch_size", base.global_batch_size),
                         seed=recipe.get("seed", base.seed))
+
+
+def unknown_keys(cfg: Any, prefix: str = "") -> list[tuple[str, list[str]]]:
+    """Keys a composed config has beyond its schema: (full key, the schema's keys). Hydra's ``+key=value``
+    adds keys even to a typed node; a recipe's untyped config (recipe=custom) takes any key."""
+    from dataclasses import fields, is_dataclass
+
+    from omegaconf import DictConfig, OmegaConf
+
+    found: list[tuple[str, list[str]]] = []
+    if not isinstance(cfg, DictConfig):
+        return found
+    schema = OmegaConf.get_type(cfg)
+    known = [f.name for f in fields(schema)] if schema is not None and is_dataclass(schema) else None
+    for key in cfg.keys():
+        full = f"{prefix}{key}"
+        if known is not None and key not in known:
+            found.append((full, known))
+            continue
+        value = cfg._get_node(key)
+        if isinstance(value, DictConfig) and not value._is_missing() and not value._is_none():
+            found += unknown_keys(value, full + ".")
+    return found
 
 
 def register_schemas() -> None:

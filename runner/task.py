@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from runner import preflight
 from runner.environments.mpi import MpiEnvironment
 from runner.environments.slurm import SlurmEnvironment
 from runner.outputs import RunPaths
@@ -130,8 +131,14 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
     rec = plan.records[place.index]
     rdzv_env = {"TORCHELASTIC_RUN_ID": paths.run_id, "TORCHELASTIC_RESTART_COUNT": str(paths.attempt),
                 "TORCHELASTIC_MAX_RESTARTS": "0", "MASTER_PORT": plan.master_port}
+    report = None
+    if spec.preflight and rec.local_rank == 0:  # this host's checks, before its rank starts (runner.preflight)
+        report, _ = preflight.host_checks(plan, rec.node_rank, env)
+        if report.failed:
+            print(report.line(), flush=True)
+            return preflight.EXIT_FAILED
     try:
-        setups = rank_setups(plan, rec.node_rank, Rendezvous(plan.init_method, rdzv_env), paths, recipe_cfg)
+        setups = rank_setups(plan, rec.node_rank, Rendezvous(plan.init_method, rdzv_env), paths, recipe_cfg, report)
     except NetworkError as e:
         print(f"error: network: {e}", file=sys.stderr)
         return EXIT_INVALID
@@ -142,8 +149,11 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
         run_rank(setup)
     except BaseException as e:
         with os.fdopen(terminal, "w") as err:
-            err.write(f"rank {rec.global_rank} ({rec.host}) failed: {type(e).__name__}: {str(e).strip()[:500]}\n"
-                      f"    traceback: {setup.log_file}\n")
+            if isinstance(e, preflight.PreflightFailed):  # its line says it all
+                err.write(f"{e}\n")
+            else:
+                err.write(f"rank {rec.global_rank} ({rec.host}) failed: {type(e).__name__}: {str(e).strip()[:500]}\n"
+                          f"    traceback: {setup.log_file}\n")
         return 1
     os.close(terminal)
     return 0

@@ -10,7 +10,9 @@ needs it (GPU count when devices are GPUs, MPI support when backend=mpi, folders
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+from pathlib import Path
 from collections.abc import Iterator
 
 from runner.job import Job
@@ -48,7 +50,7 @@ def check(spec: JobConfig, probe: MachineProbe) -> tuple[Job | None, list[Proble
     backend = _resolve_backend(spec, device)
     problems += _check_options(spec)
     problems += _check_backend(spec, device, backend, probe)
-    problems += _check_recipe(spec)
+    problems += _check_recipe(spec, probe)
     job = None
     if hosts:
         job = Job(spec, hosts, device, backend, _master_addr(spec, hosts))
@@ -131,6 +133,15 @@ def _check_options(spec: JobConfig) -> Iterator[Problem]:
     if spec.run_id is not None and not _RUN_ID.match(spec.run_id):
         yield Problem("run_id", f"{spec.run_id!r} is not a safe run id",
                       "letters, digits, '_', '.' and '-', at most 128, starting with a letter or digit")
+    restarts = spec.launcher.max_restarts
+    if restarts < 0:
+        yield Problem("launcher.max_restarts", f"must be 0 or more, got {restarts}", "0: no restarts")
+    elif restarts and (spec.launcher.kind is not LauncherKind.local):
+        hint = ("launcher.slurm.requeue=true: the job is requeued after Slurm's stop signal, and resumes"
+                if spec.launcher.kind is LauncherKind.slurm else "restart the launch yourself; the recipe resumes "
+                "from its last checkpoint with the same run_id")
+        yield Problem("launcher.max_restarts", f"restarts are done by launcher=local (one host), not "
+                      f"launcher={spec.launcher.kind.value}", hint)
     slurm = spec.launcher.slurm
     if spec.launcher.kind is LauncherKind.slurm:
         if not _SLURM_TIME.match(slurm.time):
@@ -169,22 +180,57 @@ def _check_backend(spec: JobConfig, device: DeviceKind, backend: BackendName,
                           "backend=gloo (CPU) or nccl (GPU) work with launcher=mpi too; backend=mpi needs torch built from source with MPI")
 
 
-def _check_recipe(spec: JobConfig) -> Iterator[Problem]:
+def _defines(origin: str, name: str) -> bool | None:
+    """Whether a module's source defines ``name`` at top level (a def, class, assignment or import);
+    None when its source cannot tell (not Python source, ``import *``). The module is not run."""
+    import ast
+
+    if not origin.endswith(".py"):
+        return None
+    try:
+        tree = ast.parse(Path(origin).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                if (alias.asname or alias.name.split(".")[0]) == name:
+                    return True
+    return False
+
+
+def _check_recipe(spec: JobConfig, probe: MachineProbe) -> Iterator[Problem]:
     recipe = recipe_settings(spec.recipe)
+    if isinstance(spec.recipe, ScriptRecipeConfig) and isinstance(spec.recipe.path, str) \
+            and not probe.exists(spec.recipe.path):
+        yield Problem("recipe.path", f"{spec.recipe.path!r} does not exist (seen from {os.getcwd()})",
+                      "give the training script's path, relative to where you start `run` or absolute")
     target = recipe.target
     if not isinstance(target, str) or not _TARGET.match(target):
         yield Problem("recipe.target", f"{target!r} is not 'package.module:function' or 'package.module'",
                       "e.g. recipe.target=recipes.digits:main")
     else:
-        module = target.split(":")[0]
+        module, _, function = target.partition(":")
+        function = function or "main"
         why = ""
         try:
-            found = importlib.util.find_spec(module) is not None
+            found = importlib.util.find_spec(module)
         except Exception as e:  # a parent package that fails to import: say why, no traceback
-            found, why = False, f" ({type(e).__name__}: {e})"
-        if not found:
+            found, why = None, f" ({type(e).__name__}: {e})"
+        if found is None:
             yield Problem("recipe.target", f"module {module!r} cannot be imported from here{why}",
                           "run from the folder that holds it, or install it (pip install -e .) so every host finds it")
+        elif found.origin and _defines(found.origin, function) is False:
+            yield Problem("recipe.target", f"module {module!r} ({found.origin}) defines no {function!r}",
+                          f"name the recipe function: recipe.target={module}:<function> (without ':', `main`)")
     batch = recipe.global_batch_size
     if batch is not None and not isinstance(batch, int):
         yield Problem("recipe.global_batch_size", f"must be a whole number, got {batch!r}", "e.g. recipe.global_batch_size=64")

@@ -156,7 +156,7 @@ hydra:
 
 device: cuda
 recipe:
-  target: recipes
+  target: recipes.digits
   global_batch_size: 96
 launcher:
   slurm:
@@ -221,7 +221,14 @@ def test_examples_exist() -> None:
     assert (EXAMPLES / "asr-2x8.yaml").is_file() and (EXAMPLES / "topology" / "mycluster.yaml").is_file()
 
 
+def asr_script(cwd: Path) -> None:
+    """The example job's training script, where it says (validation checks it exists)."""
+    (cwd / "asr").mkdir()
+    (cwd / "asr" / "train.py").write_text("print('training')\n")
+
+
 def test_example_asr_2x8(tmp_path: Path) -> None:
+    asr_script(tmp_path)
     r = run_cli(tmp_path, "--config-dir", str(EXAMPLES), "--config-name", "asr-2x8", "dry_run=true")
     assert r.returncode == 0, explain(r)
     assert "valid: 16 process(es) on 2 host(s) (8+8); device cuda, backend nccl" in r.stdout
@@ -249,6 +256,7 @@ def test_example_mycluster_manual(tmp_path: Path) -> None:
 
 
 def test_example_any_shape_on_top(tmp_path: Path) -> None:
+    asr_script(tmp_path)
     r = run_cli(tmp_path, "--config-dir", str(EXAMPLES), "--config-name", "asr-2x8", "topology=3x4", "dry_run=true")
     assert r.returncode == 0, explain(r)
     assert "valid: 12 process(es) on 3 host(s) (4+4+4)" in r.stdout
@@ -297,7 +305,7 @@ defaults:
 
 device: cpu
 recipe:
-  target: recipes
+  target: recipes.digits
 """
 
 

@@ -81,7 +81,7 @@ PROBE = textwrap.dedent("""
 
     runner.cli.setup()
     with initialize_config_module(config_module="runner.conf", version_base=None):
-        cfg = compose(config_name="job", overrides=["topology=2x2", "launcher=slurm", "recipe.target=recipes"])
+        cfg = compose(config_name="job", overrides=["topology=2x2", "launcher=slurm", "recipe.target=recipes.digits"])
     spec = OmegaConf.to_object(cfg)
     job, problems = check(spec, FixedProbe())
     print(json.dumps({
@@ -122,7 +122,7 @@ def test_installed_wheel_dry_run(site: Path, tmp_path: Path) -> None:
     """`run` itself (its entry point) from the installed wheel: a full dry run, in a folder of its own."""
     code = "import sys; from runner.cli import main; sys.argv = ['run', *sys.argv[1:]]; main()"
     r = subprocess.run([sys.executable, "-S", "-c", code, "dry_run=true", "topology=2x2", "launcher=slurm", "device=cpu",
-                        "recipe.target=recipes"], cwd=tmp_path, env=_env_for(site), capture_output=True, text=True,
+                        "recipe.target=recipes.digits"], cwd=tmp_path, env=_env_for(site), capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "valid: 4 process(es) on 2 host(s)" in r.stdout

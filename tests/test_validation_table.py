@@ -199,7 +199,7 @@ ROWS = [
     row("sharding-fsdp-without-fairscale-ok", "sharding=fsdp", "topology=1x2", "device=cpu", valid=True,
         probe={"fairscale": False}),
     row("sharding-with-script-recipe", "recipe=script", "recipe.path=train.py", f"recipe.target={TARGET}",
-        "sharding=sdp", "topology=1x2", "device=cpu", valid=False,
+        "sharding=sdp", "topology=1x2", "device=cpu", valid=False, probe={"paths": frozenset({"train.py"})},
         expect=[(E, "sharding.mode", "recipe=script runs a torchrun-style script that never sees the run context"),
                 (E, "sharding.mode", "sharding=none with recipe=script")]),
     row("sharding-reduce-buffer-negative", "sharding=sdp", "sharding.reduce_buffer_size=-1", valid=False,
@@ -311,7 +311,10 @@ ROWS = [
     row("recipe-custom-batch-not-divisible", "recipe=custom", f"recipe.target={TARGET}", "topology=1x4",
         "recipe.global_batch_size=10", valid=False, expect=[(E, "recipe.global_batch_size", "10 % 4 = 2")]),
     row("recipe-script-has-no-batch-rule", "recipe=script", "recipe.path=train.py", f"recipe.target={TARGET}",
-        "topology=hetero_2_1", "launcher=slurm", "launcher.tasks=per_device", "device=cpu", valid=True),
+        "topology=hetero_2_1", "launcher=slurm", "launcher.tasks=per_device", "device=cpu", valid=True,
+        probe={"paths": frozenset({"train.py"})}),
+    row("recipe-script-missing", "recipe=script", "recipe.path=train.py", "device=cpu", valid=False,
+        expect=[(E, "recipe.path", "'train.py' does not exist")]),
 ]
 
 

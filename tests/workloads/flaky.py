@@ -1,0 +1,35 @@
+"""Adam steps on a fixed regression problem with a checkpoint every `every` steps; rank `fail_rank`
+raises at step `fail_step` in the first `fail_attempts` attempts. Resumes from the run's own last
+checkpoint; the main rank writes the final weights to <out_dir>/final.pt and each attempt's first step
+to <out_dir>/attempt<k>.json."""
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def main(ctx, cfg):
+    torch.manual_seed(0)
+    model, optimizer = ctx.setup(nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)), torch.optim.Adam, lr=0.01)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64 * ctx.world_size, 8, generator=g)
+    y = x.sum(1, keepdim=True).sin()
+    mine = slice(ctx.rank * 64, (ctx.rank + 1) * 64)
+    saved = ctx.load_checkpoint(model=model, optimizer=optimizer)
+    step = saved["step"] if saved else 0
+    if ctx.is_main:
+        Path(cfg.out_dir, f"attempt{ctx.attempt}.json").write_text(json.dumps({"first_step": step}))
+    while step < cfg.steps:
+        if ctx.rank == cfg.fail_rank and step == cfg.fail_step and ctx.attempt < cfg.fail_attempts:
+            raise RuntimeError(f"injected failure at step {step}, attempt {ctx.attempt}")
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x[mine]), y[mine]).backward()
+        optimizer.step()
+        step += 1
+        if step % cfg.every == 0:
+            ctx.save_checkpoint({"step": step}, model=model, optimizer=optimizer)
+    state = ctx.full_state(model)
+    if ctx.is_main:
+        torch.save(state["model"], Path(cfg.out_dir, "final.pt"))
