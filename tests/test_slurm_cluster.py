@@ -170,3 +170,17 @@ def test_preemption_checkpoints_requeues_and_resumes(testbed, tmp_path):
     for key in straight:
         torch.testing.assert_close(resumed_state[key], straight[key], rtol=1e-5, atol=1e-6)
     assert not processes_of(run_id)
+
+
+@pytest.mark.parametrize("tasks", ["per_host", "per_device"])
+def test_a_failing_rank_ends_the_job_with_its_traceback(testbed, tmp_path, tasks):
+    art = tmp_path / "art"
+    art.mkdir()
+    started = time.monotonic()
+    done = run("topology=2x2", "launcher=slurm", f"launcher.tasks={tasks}", "recipe=custom",
+               "recipe.target=workloads.failing:main", f"+recipe.out_dir={art}", "+recipe.fail_rank=3",
+               "+recipe.fail_step=5", cwd=tmp_path, env=testbed.env())
+    assert done.code == 1, done.output
+    assert "RuntimeError: injected failure on rank 3 at step 5" in done.output
+    assert time.monotonic() - started < 60
+    assert not processes_of(done.run_id)

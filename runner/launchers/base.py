@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import shlex
+import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import ClassVar
 
 from runner.agent import HostRun
@@ -81,6 +83,10 @@ class Launcher(ABC):
     def request(self) -> LaunchRequest:
         """The exact commands this launch would execute (no side effects)."""
 
+    def rank_failed(self) -> bool:
+        """A rank of this run raised: it left its error file (runner.rank.write_error)."""
+        return any(self.paths.error_file(r.global_rank).exists() for r in self.plan.records)
+
     def launch(self, request: LaunchRequest, recipe_cfg) -> int:
         """Run the job; the exit status of `run`."""
         import sys
@@ -103,15 +109,20 @@ class Launcher(ABC):
         return pins
 
 
-def run_forwarding_signals(argv: list[str], cwd: str | None, forward: tuple[int, ...]) -> int:
+def run_forwarding_signals(argv: list[str], cwd: str | None, forward: tuple[int, ...],
+                           rank_failed: Callable[[], bool] = lambda: False) -> int:
     """Run a scheduler's command (srun, mpirun) to its end, passing `run`'s signals on to it (it passes
-    them to the tasks); its exit status, 128 + n when a signal n ended it."""
-    import signal
+    them to the tasks). The exit status for `run`: 128 + n when `run` got signal n (SIGINT, SIGTERM)
+    and the command failed; 1 when a rank raised (``rank_failed``: the scheduler may report the status of
+    the tasks it stopped because of it instead, e.g. srun's 143); else the command's."""
     import subprocess
 
     proc = subprocess.Popen(argv, cwd=cwd)
 
+    received: list[int] = []
+
     def pass_on(signum: int, _frame: object) -> None:
+        received.append(signum)
         try:
             proc.send_signal(signum)
         except ProcessLookupError:
@@ -123,4 +134,8 @@ def run_forwarding_signals(argv: list[str], cwd: str | None, forward: tuple[int,
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return code if code >= 0 else 128 - code
+    code = code if code >= 0 else 128 - code
+    stopped = [s for s in received if s in (signal.SIGINT, signal.SIGTERM)]
+    if code and stopped:
+        return 128 + stopped[0]
+    return 1 if code and rank_failed() else code

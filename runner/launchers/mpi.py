@@ -40,7 +40,8 @@ class MpiLauncher(Launcher):
         print(f"mpi: {shlex.join(command.argv)}", file=sys.stderr, flush=True)
         stop = stop_signal(self.plan.job.spec.launcher.slurm.signal)
         try:
-            return run_forwarding_signals(list(command.argv), command.cwd, (signal.SIGINT, signal.SIGTERM, stop))
+            return run_forwarding_signals(list(command.argv), command.cwd, (signal.SIGINT, signal.SIGTERM, stop),
+                                          self.rank_failed)
         except FileNotFoundError:
             print(f"error: launcher=mpi: {command.argv[0]!r} is not on PATH; hint: install Open MPI, or give its path: "
                   f"launcher.mpi.mpirun=/path/to/mpirun", file=sys.stderr)

@@ -195,7 +195,8 @@ class SlurmLauncher(Launcher):
                 step = request.commands[0]
                 print(f"slurm: an srun step in job {slurm.job_id} ({self.paths.root / 'step.sh'})", file=sys.stderr)
                 stop = stop_signal(self.plan.job.spec.launcher.slurm.signal)
-                return run_forwarding_signals(list(step.argv), step.cwd, (signal.SIGINT, signal.SIGTERM, stop))
+                return run_forwarding_signals(list(step.argv), step.cwd, (signal.SIGINT, signal.SIGTERM, stop),
+                                              self.rank_failed)
             job_id = slurm_job.submit(self.paths.sbatch_script, self.invocation.cwd)
         except slurm_job.SlurmError as e:
             print(f"error: launcher=slurm: {e}", file=sys.stderr)
@@ -206,7 +207,7 @@ class SlurmLauncher(Launcher):
         if not self.plan.job.spec.launcher.slurm.follow:
             print(f"slurm: not following it (launcher.slurm.follow=false): `squeue -j {job_id}` shows it", file=sys.stderr)
             return 0
-        return slurm_job.follow(job_id, output, outcome=self._outcome)
+        return slurm_job.follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed)
 
     def _outcome(self) -> int:
         """0 when every rank of the run left its done file, else 1 (for a job Slurm forgot already)."""

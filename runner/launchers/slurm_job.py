@@ -104,7 +104,8 @@ class _Tail:
             self.stream.flush()
 
 
-def follow(job_id: str, output: Path, poll_s: float = 1.0, outcome: Callable[[], int] | None = None) -> int:
+def follow(job_id: str, output: Path, poll_s: float = 1.0, outcome: Callable[[], int] | None = None,
+           rank_failed: Callable[[], bool] | None = None) -> int:
     """Wait for a submitted job, showing its state changes and its output; its exit status.
 
     SIGINT or SIGTERM to `run` cancels the job (scancel) and returns 128 + the signal once it ended.
@@ -141,7 +142,8 @@ def follow(job_id: str, output: Path, poll_s: float = 1.0, outcome: Callable[[],
             signal.signal(s, handler)
     if stopping:
         return 128 + stopping[0]
-    return exit_status(job_id, last)
+    code = exit_status(job_id, last)
+    return 1 if code and rank_failed and rank_failed() else code  # a rank raised: 1, as a local run says
 
 
 def exit_status(job_id: str, job: JobStatus) -> int:
