@@ -61,6 +61,8 @@ def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, ela
         for i, f in failures.items():
             print(f"rank {setups[i].record.global_rank} failed first: {_exit_words(f.exitcode)} (no Python exception)",
                   file=out)
+    for line in _hang_summary(errors, setups, paths):
+        print(line, file=out)
     if rest:
         print("\nthen:", file=out)
         for e in rest:
@@ -70,3 +72,60 @@ def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, ela
         print(f"  {stopped} other process(es) were stopped by the launcher", file=out)
     print(f"\nper-rank logs: {paths.logs}/", file=out)
     return 1
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) if len(ranks) <= 12 else f"{', '.join(map(str, ranks[:12]))}, ... ({len(ranks)})"
+
+
+def _last_stack(log_file: str, frames: int = 8) -> list[str]:
+    """The main thread's frames of the last stack dump in a rank's log (faulthandler, runner.rank.STACK_SIGNAL)."""
+    try:
+        lines = Path(log_file).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    starts = [i for i, line in enumerate(lines) if line.startswith("Current thread ")]
+    if not starts:
+        return []
+    block = []
+    for line in lines[starts[-1] + 1:]:
+        if not line.startswith("  File ") or "/runner/rank.py" in line:
+            break  # the recipe's frames, not the runner's below them
+        block.append(line.strip())
+    return block[:frames]
+
+
+def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths) -> list[str]:
+    """When ranks failed by timing out: which ranks never joined the process group, or which did not
+    arrive at the collective the others waited in, and where those were (their stack dumps)."""
+    if not any(is_timeout_text(e["exception"]) for e in errors):
+        return []
+    timeout = setups[0].spec.init.timeout_s
+    world = setups[0].world_size
+    joined = [r for r in range(world) if paths.joined_file(r).exists()]
+    waited = sorted(e["rank"] for e in errors if is_timeout_text(e["exception"]))
+    if len(joined) < world:
+        missing = sorted(set(range(world)) - set(joined) - set(waited))
+        return ["", f"timeout: the process group did not form within init.timeout_s={timeout:g} s: rank(s) "
+                    f"{_ranks(waited)} waited, rank(s) {_ranks(missing) or 'none'} did not arrive"
+                    + (" (as seen from this host)" if len(setups) < world else ""),
+                "    hint: were their hosts started, and can they reach the master? `run ... preflight=true` "
+                "checks every host's route, port and interface"]
+    local = {s.record.global_rank: s for s in setups}
+    failed = {e["rank"] for e in errors}
+    absent = [r for r in range(world) if r not in failed and not paths.done_file(r).exists()]
+    lines = ["", f"timeout: rank(s) {_ranks(waited)} waited init.timeout_s={timeout:g} s in a collective; "
+                 f"rank(s) {_ranks(absent) or 'none'} did not arrive"]
+    for r in absent:
+        stack = _last_stack(local[r].log_file) if r in local else []
+        if stack:
+            lines.append(f"  rank {r} was at (most recent call first):")
+            lines += [f"    {frame}" for frame in stack]
+    lines.append("    hint: a rank that skips or repeats a collective, or is slower than the timeout; "
+                 "init.timeout_s sets the limit")
+    return lines
+
+
+def is_timeout_text(text: str) -> bool:
+    text = text.lower()
+    return "timed out" in text or "timeout" in text

@@ -161,6 +161,30 @@ def _preflight_host(plan: Plan, node_rank: int, paths: RunPaths) -> tuple[Rendez
     return preflight.EXIT_FAILED
 
 
+def _wait(context, setups: list[RankSetup]):
+    """Wait for the host's processes. When one of them times out in a collective, first ask those still
+    running (not failed, not done) for their stacks (runner.rank.STACK_SIGNAL): the report shows where the
+    ranks that did not arrive were."""
+    from runner.failures import is_timeout_text
+    from runner.rank import STACK_SIGNAL
+
+    asked = False
+    pids = context.pids()
+    while (result := context.wait(timeout=0)) is None:
+        if not asked:
+            failed = [s for s in setups if Path(s.error_file).exists()]
+            if any(is_timeout_text(Path(s.error_file).read_text(errors="replace")) for s in failed):
+                asked = True
+                for i, s in enumerate(setups):
+                    if s not in failed and not Path(s.done_file).exists():
+                        try:
+                            os.kill(pids[i], STACK_SIGNAL)
+                        except ProcessLookupError:
+                            pass
+        time.sleep(0.05)
+    return result
+
+
 def _raise_signal(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
@@ -243,7 +267,7 @@ def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: Dic
             start_method="fork",
         )
         ranks.extend(context.pids().values())
-        result = context.wait(timeout=-1, period=0.05)
+        result = _wait(context, setups)
         context = None
         if report is not None:
             return preflight.outcome(result, setups, paths)
@@ -253,6 +277,23 @@ def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: Dic
         signum = e.signum if isinstance(e, Interrupted) else int(e.sigval)
         for s in (signal.SIGINT, signal.SIGTERM):  # one is enough (Ctrl-C may arrive twice, forwarded too)
             signal.signal(s, signal.SIG_IGN)
+        grace = plan.job.spec.launcher.grace_s
+        if signum == signal.SIGTERM and context is not None and ranks and grace > 0:
+            # a polite stop (a scheduler, a shutdown): the ranks may checkpoint first (ctx.should_stop)
+            print(f"\nSIGTERM: asking {len(setups)} process(es) to checkpoint and stop (launcher.grace_s={grace:g}) ...",
+                  file=sys.stderr, flush=True)
+            StopRequest.requested = True
+            for pid in ranks:
+                try:
+                    os.kill(pid, stop)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                if context.wait(timeout=0) is not None:  # all returned (or one failed): closed already
+                    context = None
+                    break
+                time.sleep(0.05)
         print(f"\n{signal.Signals(signum).name}: stopping {len(setups)} process(es) ...", file=sys.stderr)
         return 128 + signum
     finally:

@@ -47,6 +47,10 @@ class RunPaths:
         """Written by a rank whose recipe returned: a crash after it is a teardown crash, not a failure."""
         return self.logs / f"rank{rank:05d}.done"
 
+    def joined_file(self, rank: int) -> Path:
+        """Written by a rank once it joined the process group: a rendezvous that times out names those missing."""
+        return self.logs / f"rank{rank:05d}.joined"
+
     @property
     def metrics(self) -> Path:
         return self.root / "metrics.jsonl"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import gc
 import datetime
 import importlib
@@ -81,10 +82,25 @@ def write_error(setup: RankSetup, exc: BaseException) -> None:
     os.replace(tmp, setup.error_file)
 
 
+STACK_SIGNAL = signal.SIGQUIT  # a rank writes every thread's Python stack to its log (the launcher asks
+# the ranks that did not arrive at a collective that timed out; Ctrl-\ too)
+TIMEOUT_PAUSE_S = 1.0  # a rank whose collective timed out waits this long before exiting, so that its
+# launcher can ask the ranks it waited for where they are
+
+
+def joined_file(setup: RankSetup) -> Path:
+    return Path(setup.done_file).with_suffix(".joined")
+
+
 def clear_outcome(setup: RankSetup) -> None:
     """Forget an earlier attempt's outcome files of this rank (a restarted or requeued job)."""
-    for path in (setup.error_file, setup.done_file):
+    for path in (setup.error_file, setup.done_file, joined_file(setup)):
         Path(path).unlink(missing_ok=True)
+
+
+def is_timeout(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return "timed out" in text or "timeout" in text
 
 
 def run_rank(setup: RankSetup) -> None:
@@ -107,6 +123,7 @@ def run_rank(setup: RankSetup) -> None:
         print(f"== attempt {attempt + 1} (restart {attempt}) ==", file=sys.stderr, flush=True)
     for note in setup.notes:
         print(note, file=sys.stderr, flush=True)
+    faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True)
     try:
         _run(setup)
     except BaseException as exc:
@@ -114,6 +131,8 @@ def run_rank(setup: RankSetup) -> None:
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
+        if is_timeout(exc):
+            time.sleep(TIMEOUT_PAUSE_S)
         raise
     Path(setup.done_file).touch()
 
@@ -144,6 +163,7 @@ def _run(setup: RankSetup) -> None:
     if not manages_group:
         dist.init_process_group(setup.backend, init_method=setup.init_method, rank=rec.global_rank,
                                 world_size=setup.world_size, timeout=timeout)
+        joined_file(setup).touch()
     torch.manual_seed(setup.recipe.seed)
     place = Place(rec.global_rank, rec.local_rank, rec.node_rank, setup.world_size, rec.local_world_size, rec.host)
     ctx = RunContext(place, device, rec.device_ids, setup.spec.parallel.mode, setup.recipe.global_batch_size,

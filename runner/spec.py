@@ -131,6 +131,8 @@ class LauncherConfig:
     kind: LauncherKind = LauncherKind.local
     tasks: TaskMode = TaskMode.per_host
     python: Optional[str] = None  # interpreter for the tasks a scheduler starts; None: the one running `run`
+    grace_s: float = 10.0  # on SIGTERM, ranks are asked to checkpoint and stop (ctx.should_stop) and get this
+    # long before they are terminated; Ctrl-C (SIGINT) stops them at once
     max_restarts: int = 0  # launcher=local: start the job again after a failure, up to this many times;
     # the recipe resumes from the run's last checkpoint (Slurm: launcher.slurm.requeue)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)

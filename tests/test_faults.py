@@ -1,14 +1,19 @@
 """Faults: restarts after a failure resume from the last checkpoint and end where an uninterrupted run
-ends (real processes, real gloo groups)."""
+ends; hangs end at the timeout naming the ranks that did not arrive; SIGTERM asks for a checkpoint first
+(real processes, real gloo groups; the process table is checked after each)."""
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
+import uuid
 
 import pytest
 import torch
 
-from runs import processes_of, run
+from runs import RUN, processes_of, run
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -43,3 +48,50 @@ def test_restarts_run_out(tmp_path):
     assert done.stderr.count("restarting:") == 1
     assert "injected failure at step 13, attempt 1" in done.output
     assert not processes_of(done.run_id)
+
+
+def test_a_rank_stuck_outside_a_collective_ends_the_job_at_the_timeout_naming_it(tmp_path):
+    started = time.monotonic()
+    done = run("topology=1x3", "recipe=custom", "recipe.target=workloads.hang:main", "+recipe.hang_rank=1",
+               "+recipe.hang_step=3", "recipe.global_batch_size=3", "init.timeout_s=6", cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    assert done.code == 1, done.output
+    assert "timeout: rank(s) 0, 2 waited init.timeout_s=6 s in a collective; rank(s) 1 did not arrive" in done.stderr
+    assert "rank 1 was at (most recent call first):" in done.stderr
+    assert 'workloads/hang.py", line 12 in main' in done.stderr  # the time.sleep line of the stuck rank
+    assert elapsed < 6 + 20
+    assert not processes_of(done.run_id)
+
+
+def test_a_rendezvous_that_never_completes_names_the_ranks_that_did_not_arrive(tmp_path):
+    """Host 1 of a manual launch is never started: host 0's ranks give up at init.timeout_s."""
+    done = run("launcher=manual", "topology=custom", "launcher.manual.host=0", "init.timeout_s=5",
+               "topology.hosts=[{name: 127.0.0.1, devices: 2}, {name: 127.0.0.2, devices: 1}]",
+               "recipe.global_batch_size=30", cwd=tmp_path)
+    assert done.code == 1, done.output
+    assert ("timeout: the process group did not form within init.timeout_s=5 s: rank(s) 0, 1 waited, rank(s) 2 "
+            "did not arrive (as seen from this host)") in done.stderr
+    assert "preflight=true" in done.stderr
+    assert not processes_of(done.run_id)
+
+
+def test_sigterm_asks_the_recipe_to_checkpoint_then_stops_every_rank(tmp_path):
+    run_id = f"term-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen([RUN, "topology=1x2", "recipe.epochs=2000", f"run_id={run_id}"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("outputs/*/*/metrics.jsonl")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM: asking 2 process(es) to checkpoint and stop" in err
+    assert "stop requested: checkpoint at step" in out
+    (checkpoint,) = tmp_path.glob("outputs/*/*/checkpoints/last.pt")
+    assert torch.load(checkpoint, weights_only=False)["batch"] > 0  # taken mid-epoch, at the request
+    assert not processes_of(run_id)

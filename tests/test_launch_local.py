@@ -181,7 +181,7 @@ def test_signal_stops_every_rank(tmp_path, sig):
     art = tmp_path / "art"
     art.mkdir()
     run_id = f"sig{sig.value}{tmp_path.name[-6:]}"
-    proc = subprocess.Popen([RUN, "topology=1x2", f"run_id={run_id}",
+    proc = subprocess.Popen([RUN, "topology=1x2", f"run_id={run_id}", "launcher.grace_s=2",
                              *custom("workloads.failing:main", art, "+recipe.fail_rank=-1", "+recipe.fail_step=0")],
                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -202,7 +202,7 @@ def test_killing_run_takes_its_processes_with_it(tmp_path):
     art = tmp_path / "art"
     art.mkdir()
     run_id = f"kill{tmp_path.name[-6:]}"
-    proc = subprocess.Popen([RUN, "topology=1x2", f"run_id={run_id}",
+    proc = subprocess.Popen([RUN, "topology=1x2", f"run_id={run_id}", "launcher.grace_s=2",
                              *custom("workloads.failing:main", art, "+recipe.fail_rank=-1", "+recipe.fail_step=0")],
                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
