@@ -55,6 +55,10 @@ class Rendezvous:
         self.store = None
         if self.file is not None:
             self.file.unlink(missing_ok=True)
+            try:
+                self.file.parent.rmdir()  # the run's private folder, once no attempt's file is left
+            except OSError:
+                pass
 
 
 class RendezvousError(Exception):
@@ -79,8 +83,12 @@ def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> t
     try:
         sock.bind((bind, port))
     except OSError as e:
-        raise RendezvousError(f"cannot listen on {bind}:{port} for the rendezvous store: {e.strerror}",
-                              "another job holds the port; leave init.master_port=0, or pick another") from None
+        if not single_host:  # the other hosts were told this port
+            raise RendezvousError(f"cannot listen on {bind}:{port} for the rendezvous store: {e.strerror}",
+                                  "another job holds the port; leave init.master_port=0, or pick another") from None
+        sock.bind((bind, 0))  # one host: nobody else needs to know the port, take a free one
+        print(f"warning: init.master_port={port} is in use on this machine ({e.strerror}); using the free port "
+              f"{sock.getsockname()[1]} instead", file=sys.stderr)
     sock.listen(1024)
     store = dist.TCPStore(addr, sock.getsockname()[1], None, True, datetime.timedelta(seconds=timeout_s),
                           wait_for_workers=False, master_listen_fd=sock.fileno())
@@ -104,6 +112,7 @@ def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvou
         # before any host started (runner.job_run.stale_rendezvous_file)
         if single:
             stale_rendezvous_file(path)
+        RunPaths.make_private(path.parent)
         return Rendezvous(f"file://{path}", env, file=path if node_rank == 0 else None)
     addr = plan.master_addr
     port = int(plan.master_port) if not isinstance(plan.master_port, Deferred) else 0
@@ -203,6 +212,23 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
               f"the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
 
 
+def _master_unreachable(plan: Plan, node_rank: int, rdzv: Rendezvous, setups: list[RankSetup]) -> str | None:
+    """On a host other than host 0 (env/tcp init): why the master's store cannot be reached, within
+    init.timeout_s (host 0 may start later), naming the address, port and interface tried; None: reachable."""
+    from runner.network import resolve
+    from runner.preflight import check_reachable
+
+    if node_rank == 0 or plan.job.spec.init.method is InitMethod.file or isinstance(plan.master_addr, Deferred):
+        return None
+    port = int(rdzv.env["MASTER_PORT"])
+    ifname = setups[0].env.get("GLOO_SOCKET_IFNAME") if setups else None
+    check = check_reachable(resolve(plan.master_addr), port, plan.job.spec.init.timeout_s, ifname)
+    if check.ok:
+        return None
+    return f"the master {plan.master_addr}:{port} cannot be reached from this host: {check.failure}" + \
+        (f"; hint: {check.hint}" if check.hint else "")
+
+
 def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig) -> int:
     from torch.distributed.elastic.multiprocessing import start_processes
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -229,6 +255,10 @@ def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: Dic
     except NetworkError as e:
         print(f"error: network: {e}", file=sys.stderr)
         return 2
+    unreachable = _master_unreachable(plan, node_rank, rdzv, setups) if report is None else None
+    if unreachable:
+        print(f"error: init: {unreachable}", file=sys.stderr)
+        return EXIT_FAILED
     for s in setups:
         clear_outcome(s)
     # Not imported here, though every DDP rank imports it: torch._dynamo. Forked after that import,

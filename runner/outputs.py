@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,9 +61,19 @@ class RunPaths:
         return self.root / "checkpoints"
 
     def rendezvous_file(self, init_dir: str | None) -> Path:
-        """A fresh file per run and attempt: named by the run id, in init.dir or else the run folder."""
+        """A fresh file per run and attempt, in a folder of the run's own that only the user may enter
+        (see :meth:`make_private`): ``<init.dir or run folder>/<run id>.rdzv/attempt<k>``."""
         folder = Path(init_dir) if init_dir else self.root
-        return folder / (f"{self.run_id}.rdzv" if not self.attempt else f"{self.run_id}.{self.attempt}.rdzv")
+        return folder / f"{self.run_id}.rdzv" / f"attempt{self.attempt}"
+
+    @staticmethod
+    def make_private(folder: Path) -> None:
+        """Create ``folder`` readable by the user only (0700), unless a host of the run made it already."""
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            return
+        os.chmod(folder, 0o700)  # whatever the umask
 
     def make(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -175,7 +175,7 @@ def make_plan(job: Job, run: RunPaths | None = None) -> Plan:
     elif spec.init.method is InitMethod.tcp:
         url = f"tcp://{_url_host(addr)}:{port}"  # Plan.init_url fills a deferred port
     else:
-        path = run.rendezvous_file(spec.init.dir) if run else f"{spec.init.dir or Deferred.of('run folder')}/{Deferred.of('run id')}.rdzv"
+        path = run.rendezvous_file(spec.init.dir) if run else f"{spec.init.dir or Deferred.of('run folder')}/{Deferred.of('run id')}.rdzv/attempt0"
         url = f"file://{path}"
     return Plan(job, tuple(_records(job)), addr, port, url)
 

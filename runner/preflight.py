@@ -401,7 +401,8 @@ def _checks(plan: Plan, node_rank: int, environ: Mapping[str, str], port: int | 
                     return done(check)
                 checks.append(check)
     if file_init:
-        check = check_init_folder(Path(plan.init_method.removeprefix("file://")).parent)
+        # init.dir (or the run folder), which holds the run's private <run id>.rdzv folder
+        check = check_init_folder(Path(plan.init_method.removeprefix("file://")).parent.parent)
         if not check.ok:
             return done(check)
         checks.append(check)

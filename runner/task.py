@@ -26,7 +26,7 @@ from runner.outputs import RunPaths
 from runner.plan import Deferred, Plan, make_plan
 from runner.probe import LocalProbe
 from runner.problems import render_problems
-from runner.spec import JobConfig, LauncherKind, TaskMode
+from runner.spec import InitMethod, JobConfig, LauncherKind, TaskMode
 from runner.stop import StopRequest, stop_signal
 from runner.validation import check
 
@@ -144,6 +144,8 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
         return EXIT_INVALID
     setup = next(s for s in setups if s.record.global_rank == rec.global_rank)
     clear_outcome(setup)
+    if spec.init.method is InitMethod.file:
+        RunPaths.make_private(paths.rendezvous_file(spec.init.dir).parent)
     terminal = os.dup(2)  # the rank sends its output to its log; its failure is also said here, in one line
     try:
         run_rank(setup)

@@ -71,7 +71,7 @@ def test_dry_run_slurm_writes_spec_plan_and_script(tmp_path: Path) -> None:
     plan = json.loads((folder / "plan.json").read_text())
     assert plan["world_size"] == 4 and len(plan["processes"]) == 4
     assert [p["env"]["RANK"] for p in plan["processes"]] == ["0", "1", "2", "3"]
-    assert plan["init_method"] == f"file://{folder}/{run_id}.rdzv"
+    assert plan["init_method"] == f"file://{folder}/{run_id}.rdzv/attempt0"
     launch = (folder / "launch.txt").read_text()
     assert launch.rstrip() in out  # the dry run prints exactly what the folder keeps
     script = (folder / "job.sbatch").read_text()

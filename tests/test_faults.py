@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -95,3 +96,26 @@ def test_sigterm_asks_the_recipe_to_checkpoint_then_stops_every_rank(tmp_path):
     (checkpoint,) = tmp_path.glob("outputs/*/*/checkpoints/last.pt")
     assert torch.load(checkpoint, weights_only=False)["batch"] > 0  # taken mid-epoch, at the request
     assert not processes_of(run_id)
+
+
+def test_a_pinned_port_in_use_moves_to_a_free_one_on_a_single_host(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = run("topology=1x2", "init=tcp", f"init.master_port={port}", "recipe.epochs=1", cwd=tmp_path)
+    assert done.code == 0, done.output
+    assert f"init.master_port={port} is in use on this machine" in done.stderr
+
+
+def test_an_unreachable_master_is_a_clear_error_within_the_timeout(tmp_path):
+    """Host 1 of a manual launch whose host 0 never starts: the address and port it tried, before any rank."""
+    started = time.monotonic()
+    done = run("launcher=manual", "topology=custom", "launcher.manual.host=1", "init.timeout_s=3",
+               "topology.hosts=[{name: 127.0.0.1, devices: 1}, {name: 127.0.0.2, devices: 1}]",
+               "recipe.global_batch_size=2", cwd=tmp_path)
+    assert done.code == 1, done.output
+    assert "the master 127.0.0.1:" in done.stderr and "cannot be reached from this host" in done.stderr
+    assert "refused the connection for 3 s" in done.stderr
+    assert time.monotonic() - started < 3 + 15
+    assert not list(tmp_path.glob("outputs/*/*/logs/rank*.log"))  # no rank was started

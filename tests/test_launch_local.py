@@ -58,7 +58,16 @@ def test_init_methods(tmp_path, method):
     assert all(rec["sum"] == 3.0 for rec in artifacts(art).values())
     plan = json.loads((run_folder(tmp_path) / "plan.json").read_text())
     assert plan["init_method"].startswith({"env": "env://", "tcp": "tcp://127.0.0.1:", "file": "file:///"}[method])
-    assert not list(run_folder(tmp_path).glob("*.rdzv")), "the init file must be removed after the run"
+    assert not list(run_folder(tmp_path).glob("*.rdzv")), "the init file (and its folder) must be removed after the run"
+
+
+def test_the_init_file_lives_in_a_folder_only_the_user_can_enter(tmp_path):
+    art = tmp_path / "art"
+    art.mkdir()
+    done = run("topology=1x2", "init=file", "recipe=custom", "recipe.target=workloads.rdzv_mode:main",
+               f"+recipe.out_dir={art}", cwd=tmp_path)
+    assert done.code == 0, done.output
+    assert json.loads((art / "mode.json").read_text()) == {"folder_mode": "0o700"}
 
 
 def test_two_runs_get_their_own_ports(tmp_path):
@@ -78,13 +87,14 @@ def test_two_runs_get_their_own_ports(tmp_path):
 def test_existing_init_file_is_never_reused(tmp_path):
     rdzv = tmp_path / "rdzv"
     rdzv.mkdir()
-    (rdzv / "stale1.rdzv").write_text("left over from an earlier run")
+    (rdzv / "stale1.rdzv").mkdir()
+    (rdzv / "stale1.rdzv" / "attempt0").write_text("left over from an earlier run")
     done = run("init=file", f"init.dir={rdzv}", "run_id=stale1", *custom("workloads.artifact:main", tmp_path),
                cwd=tmp_path)
     assert done.code == 2
     assert "already exists" in done.stderr and "stale1.rdzv" in done.stderr
     assert "Traceback" not in done.output
-    assert (rdzv / "stale1.rdzv").read_text() == "left over from an earlier run"
+    assert (rdzv / "stale1.rdzv" / "attempt0").read_text() == "left over from an earlier run"
     assert not list(tmp_path.glob("rank*.json"))
 
 
