@@ -32,7 +32,10 @@ def _exit_words(code: int | None) -> str:
     return f"exit status {code}"
 
 
-def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, elapsed_s: float) -> int:
+def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, elapsed_s: float,
+           killed: dict[int, int] | None = None) -> int:
+    """Say how the host's processes ended; the exit status. ``killed``: local ranks that died of a signal
+    from outside (no Python exception) -> exit code, as the launcher saw them before stopping the others."""
     n = len(setups)
     if not result.is_failed():
         rec = setups[0].record
@@ -50,7 +53,16 @@ def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, ela
     errors = sorted((e for s in setups if (e := _load(s.error_file))), key=lambda e: e["timestamp"])
     out = sys.stderr
     print("\n== job failed ==", file=out)
-    if errors:
+    # a rank killed by a signal leaves no error file; the ranks that lost it fail after it, with errors
+    # about their lost peer: the killed one is the cause
+    killed = killed or {}
+    if killed:
+        for i, code in killed.items():
+            print(f"rank {setups[i].record.global_rank} (host {setups[i].record.host}) failed first: "
+                  f"{_exit_words(code)} (no Python exception: killed from outside; the kernel's OOM killer? "
+                  f"`dmesg` says)", file=out)
+        rest = errors
+    elif errors:
         first = errors[0]
         print(f"rank {first['rank']} (host {first['host']}, local rank {first['local_rank']}, pid {first['pid']}) "
               f"failed first:\n", file=out)
@@ -67,7 +79,7 @@ def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, ela
         print("\nthen:", file=out)
         for e in rest:
             print(f"  rank {e['rank']} (host {e['host']}): {e['exception'].splitlines()[0][:200]}", file=out)
-    stopped = n - len(errors) - len(done)
+    stopped = n - len(errors) - len(done) - len(killed)
     if stopped > 0 and errors:
         print(f"  {stopped} other process(es) were stopped by the launcher", file=out)
     print(f"\nper-rank logs: {paths.logs}/", file=out)

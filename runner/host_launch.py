@@ -170,16 +170,26 @@ def _preflight_host(plan: Plan, node_rank: int, paths: RunPaths) -> tuple[Rendez
     return preflight.EXIT_FAILED
 
 
-def _wait(context, setups: list[RankSetup]):
-    """Wait for the host's processes. When one of them times out in a collective, first ask those still
-    running (not failed, not done) for their stacks (runner.rank.STACK_SIGNAL): the report shows where the
-    ranks that did not arrive were."""
+def _wait(context, setups: list[RankSetup]) -> tuple[object, dict[int, int]]:
+    """Wait for the host's processes; the result, and the local ranks killed from outside (by a signal,
+    with no Python exception) -> exit code, seen before the launcher stops the others.
+
+    When one of them times out in a collective, first ask those still running (not failed, not done) for
+    their stacks (runner.rank.STACK_SIGNAL): the report shows where the ranks that did not arrive were."""
     from runner.failures import is_timeout_text
     from runner.rank import STACK_SIGNAL
 
     asked = False
     pids = context.pids()
-    while (result := context.wait(timeout=0)) is None:
+    processes = getattr(getattr(context, "_pc", None), "processes", None) or []  # torch's mp.ProcessContext
+    killed: dict[int, int] = {}
+    while True:
+        for i, proc in enumerate(processes):
+            code = proc.exitcode
+            if code is not None and code < 0 and i not in killed and not Path(setups[i].error_file).exists():
+                killed[i] = code
+        if (result := context.wait(timeout=0)) is not None:
+            return result, killed
         if not asked:
             failed = [s for s in setups if Path(s.error_file).exists()]
             if any(is_timeout_text(Path(s.error_file).read_text(errors="replace")) for s in failed):
@@ -191,7 +201,6 @@ def _wait(context, setups: list[RankSetup]):
                         except ProcessLookupError:
                             pass
         time.sleep(0.05)
-    return result
 
 
 def _raise_signal(signum: int, _frame: object) -> None:
@@ -297,11 +306,11 @@ def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: Dic
             start_method="fork",
         )
         ranks.extend(context.pids().values())
-        result = _wait(context, setups)
+        result, killed = _wait(context, setups)
         context = None
         if report is not None:
             return preflight.outcome(result, setups, paths)
-        return failure_report(result, setups, paths, time.perf_counter() - started)
+        return failure_report(result, setups, paths, time.perf_counter() - started, killed)
     except (Interrupted, SignalException) as e:
         # ours before the processes start, elastic's (it installs its own handlers) after
         signum = e.signum if isinstance(e, Interrupted) else int(e.sigval)

@@ -5,6 +5,7 @@ ends; hangs end at the timeout naming the ranks that did not arrive; SIGTERM ask
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -14,7 +15,7 @@ import uuid
 import pytest
 import torch
 
-from runs import RUN, processes_of, run
+from runs import RUN, TESTS, processes_of, run
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -119,3 +120,29 @@ def test_an_unreachable_master_is_a_clear_error_within_the_timeout(tmp_path):
     assert "refused the connection for 3 s" in done.stderr
     assert time.monotonic() - started < 3 + 15
     assert not list(tmp_path.glob("outputs/*/*/logs/rank*.log"))  # no rank was started
+
+
+def test_a_rank_killed_with_sigkill_ends_the_job(tmp_path):
+    art = tmp_path / "art"
+    art.mkdir()
+    run_id = f"kill-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen([RUN, "topology=1x3", "recipe.global_batch_size=3", f"run_id={run_id}", "recipe=custom",
+                             "recipe.target=workloads.failing:main", f"+recipe.out_dir={art}", "+recipe.fail_rank=-1",
+                             "+recipe.fail_step=0"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(art.glob("pid*"))) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        os.kill(int((art / "pid1").read_text()), signal.SIGKILL)
+        started = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    assert "rank 1 (host node0) failed first: killed by SIGKILL (no Python exception: killed from outside" in err
+    assert err.index("failed first") < err.index("then:")  # the others' lost-peer errors come after
+    assert time.monotonic() - started < 10
+    assert not processes_of(run_id)
