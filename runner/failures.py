@@ -58,9 +58,10 @@ def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, ela
     killed = killed or {}
     if killed:
         for i, code in killed.items():
+            why = ("killed from outside; the kernel's OOM killer? `dmesg` says" if code < 0 else
+                   "it exited without one: os._exit or sys.exit in the recipe, or a crash in native code")
             print(f"rank {setups[i].record.global_rank} (host {setups[i].record.host}) failed first: "
-                  f"{_exit_words(code)} (no Python exception: killed from outside; the kernel's OOM killer? "
-                  f"`dmesg` says)", file=out)
+                  f"{_exit_words(code)} (no Python exception: {why})", file=out)
         rest = errors
     elif errors:
         first = errors[0]

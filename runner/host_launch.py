@@ -171,8 +171,8 @@ def _preflight_host(plan: Plan, node_rank: int, paths: RunPaths) -> tuple[Rendez
 
 
 def _wait(context, setups: list[RankSetup]) -> tuple[object, dict[int, int]]:
-    """Wait for the host's processes; the result, and the local ranks killed from outside (by a signal,
-    with no Python exception) -> exit code, seen before the launcher stops the others.
+    """Wait for the host's processes; the result, and the local ranks that died without a Python exception
+    (a signal from outside, os._exit, a crash in C) -> exit code, seen before the launcher stops the others.
 
     When one of them times out in a collective, first ask those still running (not failed, not done) for
     their stacks (runner.rank.STACK_SIGNAL): the report shows where the ranks that did not arrive were."""
@@ -186,7 +186,8 @@ def _wait(context, setups: list[RankSetup]) -> tuple[object, dict[int, int]]:
     while True:
         for i, proc in enumerate(processes):
             code = proc.exitcode
-            if code is not None and code < 0 and i not in killed and not Path(setups[i].error_file).exists():
+            if code not in (None, 0) and i not in killed and not Path(setups[i].error_file).exists() \
+                    and not Path(setups[i].done_file).exists():
                 killed[i] = code
         if (result := context.wait(timeout=0)) is not None:
             return result, killed

@@ -70,7 +70,8 @@ def write_error(setup: RankSetup, exc: BaseException) -> None:
     record = {
         "rank": setup.record.global_rank,
         "local_rank": setup.record.local_rank,
-        "host": socket.gethostname(),
+        "host": setup.record.host,  # as the plan names it (every namespace host has the machine's name)
+        "machine": socket.gethostname(),
         "pid": os.getpid(),
         "timestamp": time.time(),
         "exception": f"{type(exc).__name__}: {exc}",

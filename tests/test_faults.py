@@ -132,7 +132,7 @@ def test_a_rank_killed_with_sigkill_ends_the_job(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while len(list(art.glob("pid*"))) < 3:
+        while sum(1 for f in art.glob("pid*") if f.read_text().strip()) < 3:  # written, not just created
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.1)
         os.kill(int((art / "pid1").read_text()), signal.SIGKILL)

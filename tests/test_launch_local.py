@@ -196,7 +196,7 @@ def test_signal_stops_every_rank(tmp_path, sig):
                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while len(list(art.glob("pid*"))) < 2:
+    while sum(1 for f in art.glob("pid*") if f.read_text().strip()) < 2:  # written, not just created
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.1)
@@ -217,7 +217,7 @@ def test_killing_run_takes_its_processes_with_it(tmp_path):
                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while len(list(art.glob("pid*"))) < 2:
+    while sum(1 for f in art.glob("pid*") if f.read_text().strip()) < 2:  # written, not just created
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.1)
     ranks = [psutil.Process(int(p.read_text())) for p in art.glob("pid*")]
