@@ -267,7 +267,10 @@ def test_preflight_catches_a_master_name_that_resolves_to_loopback(testbed, tmp_
     done = run("topology=2x2", "launcher=slurm", f"init.master_addr={name}", "preflight=true", cwd=tmp_path,
                env=testbed.env())
     assert done.code not in (0, 2), done.output
-    (failed,) = [line for line in host_lines(done.output) if line.startswith("preflight node1 ")]
+    # (lines of the two hosts' tasks may interleave in Slurm's output file under load)
+    lines = [line[line.index("preflight node1 ("):] for line in done.output.splitlines() if "preflight node1 (" in line]
+    assert lines, done.output
+    failed = lines[0]
     assert failed.startswith(f"preflight node1 ({testbed.hosts[1].name}): FAILED: the master address {name} -> 127."), \
         done.output
     assert "is loopback, but the job has 2 hosts" in failed and "hint: name resolution" in failed
