@@ -36,6 +36,7 @@ EXIT_INVALID = 2
 class _State:
     entered = False  # Hydra called our task: a later exit status 1 is the job's, not a composition error
     agent: LaunchAgent | None = None
+    sweep_codes: list[int] = []  # exit status of each job of a multirun
 
 
 _STARTED = time.strftime("%Y%m%d-%H%M%S")
@@ -79,10 +80,17 @@ def _app(cfg: DictConfig) -> None:
     except OmegaConfBaseException as e:
         print(f"error: {e.full_key or 'spec'}: {e.msg}", file=sys.stderr)
         sys.exit(EXIT_INVALID)
+    if hc.mode is RunMode.MULTIRUN and spec.run_id:
+        # one run id for the whole sweep: each job gets its own, as its own folder and ports need
+        spec.run_id = f"{spec.run_id}-{hc.job.num}"
+        cfg.run_id = spec.run_id
     agent = _State.agent
     code = run_job(cfg, spec, out, run_id, tuple(hc.overrides.task), config_dir, hc.job.config_name,
                    agent.run_host if agent else None)
-    if code:
+    if hc.mode is RunMode.MULTIRUN:  # a failed job does not stop the sweep; the summary and the exit say it
+        (out / "exit_status").write_text(f"{code}\n")
+        _State.sweep_codes.append(code)
+    elif code:
         sys.exit(code)
 
 
@@ -153,6 +161,10 @@ def main() -> None:
             print("hint: `run --help` lists every group and option; `run --cfg job` prints the composed spec",
                   file=sys.stderr)
             code = EXIT_INVALID
+    if code == 0 and any(_State.sweep_codes):
+        failed = sum(1 for c in _State.sweep_codes if c)
+        print(f"\n{failed} of {len(_State.sweep_codes)} job(s) of the sweep failed (see the summary)", file=sys.stderr)
+        code = 1
     if _State.agent is not None:
         _State.agent.cancel()
     # Everything is written and closed: skip the interpreter's teardown (over half a second with torch

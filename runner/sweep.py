@@ -1,0 +1,179 @@
+"""The result of a sweep (`run -m topology=1x1,1x2,1x4 ...`): one row per job, a CSV and a Markdown
+table, and a plot of throughput and efficiency against world size, written into the sweep folder.
+
+Each job's row comes from its run folder: the overrides that made it (.hydra/overrides.yaml), its
+world size (plan.json), how its ranks ended (logs/), and its metrics (metrics.jsonl: the last
+``samples_per_s`` is the throughput, the final row's other numbers the final metrics). Speedup is
+throughput over that of the smallest world size in the sweep; efficiency is speedup over the ratio of
+world sizes (1.0: linear scaling). Registered as a Hydra callback in conf/job.yaml.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+THROUGHPUT = "samples_per_s"
+
+
+@dataclass
+class JobRow:
+    folder: Path
+    config: str  # the job's overrides, as typed
+    world_size: int | None
+    status: str  # done, failed (exit n), invalid spec, dry run, stopped, not run
+    throughput: float | None
+    final: dict[str, Any] = field(default_factory=dict)
+    speedup: float | None = None
+    efficiency: float | None = None
+
+
+def _metrics(folder: Path) -> tuple[float | None, dict[str, Any]]:
+    path = folder / "metrics.jsonl"
+    if not path.exists():
+        return None, {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    throughput = next((r[THROUGHPUT] for r in reversed(rows) if THROUGHPUT in r), None)
+    final = next((r for r in reversed(rows) if r.get("final")), rows[-1] if rows else {})
+    numbers = {k: v for k, v in final.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+               and k not in ("step", "time_s", THROUGHPUT)}
+    return throughput, numbers
+
+
+def _status(folder: Path, world_size: int | None) -> str:
+    exit_file = folder / "exit_status"
+    code = int(exit_file.read_text()) if exit_file.exists() else None
+    if not (folder / "spec.yaml").exists():
+        return "invalid spec" if code == 2 else "not run"
+    if code not in (None, 0):
+        return "invalid spec" if code == 2 else f"failed (exit {code})"
+    spec = OmegaConf.load(folder / "spec.yaml")
+    if spec.get("dry_run"):
+        return "dry run"
+    logs = folder / "logs"
+    if list(logs.glob("*.error.json")):
+        return "failed"
+    done = len(list(logs.glob("*.done")))
+    if world_size and done >= world_size:
+        return "done"
+    return "stopped" if done else "not run"
+
+
+def job_row(folder: Path) -> JobRow:
+    overrides_file = folder / ".hydra" / "overrides.yaml"
+    overrides = OmegaConf.load(overrides_file) if overrides_file.exists() else []
+    config = " ".join(str(o) for o in overrides if not str(o).startswith(("run_id=", "hydra.")))
+    plan = folder / "plan.json"
+    world = json.loads(plan.read_text())["world_size"] if plan.exists() else None
+    throughput, final = _metrics(folder)
+    return JobRow(folder, config, world, _status(folder, world), throughput, final)
+
+
+def summarize(sweep_dir: Path) -> list[JobRow]:
+    """One row per job folder of the sweep (Hydra's numbered folders), in job order, with speedup and
+    efficiency against the first job of the smallest world size that has a throughput."""
+    folders = sorted((p.parent.parent for p in sweep_dir.glob("*/.hydra/overrides.yaml")),
+                     key=lambda p: (len(p.name), p.name))
+    rows = [job_row(f) for f in folders]
+    measured = [r for r in rows if r.throughput and r.world_size]
+    if measured:
+        base = min(measured, key=lambda r: r.world_size)  # the first job of the smallest world size
+        for r in measured:
+            r.speedup = r.throughput / base.throughput
+            r.efficiency = r.speedup / (r.world_size / base.world_size)
+    return rows
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
+    return str(value)
+
+
+def table(rows: list[JobRow]) -> tuple[list[str], list[list[str]]]:
+    metrics = sorted({k for r in rows for k in r.final})
+    header = ["job", "configuration", "world size", "status", "throughput (samples/s)", "speedup", "efficiency",
+              *metrics]
+    body = [[r.folder.name, r.config, _fmt(r.world_size), r.status, _fmt(r.throughput), _fmt(r.speedup),
+             _fmt(r.efficiency), *(_fmt(r.final.get(m)) for m in metrics)] for r in rows]
+    return header, body
+
+
+def write_csv(rows: list[JobRow], path: Path) -> None:
+    header, body = table(rows)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(body)
+
+
+def markdown(rows: list[JobRow]) -> str:
+    header, body = table(rows)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[JobRow], path: Path) -> bool:
+    """Throughput and efficiency against world size (jobs that measured a throughput); False: none did."""
+    points = sorted((r for r in rows if r.throughput and r.world_size), key=lambda r: r.world_size)
+    if not points:
+        return False
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # not its font-cache notes on the terminal
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    worlds = [r.world_size for r in points]
+    fig, left = plt.subplots(figsize=(7, 4.5), dpi=120)
+    left.plot(worlds, [r.throughput for r in points], "o-", color="tab:blue", label="throughput")
+    base = points[0]
+    left.plot(worlds, [base.throughput * w / base.world_size for w in worlds], ":", color="tab:blue", alpha=0.5,
+              label="linear scaling")
+    left.set_xlabel("world size (processes)")
+    left.set_ylabel("throughput (samples/s)", color="tab:blue")
+    left.set_xticks(sorted(set(worlds)))
+    right = left.twinx()
+    right.plot(worlds, [r.efficiency for r in points], "s--", color="tab:red", label="efficiency")
+    right.set_ylabel("efficiency (speedup / world-size ratio)", color="tab:red")
+    right.set_ylim(0, max(1.1, max(r.efficiency for r in points) * 1.1))
+    lines = left.get_lines() + right.get_lines()
+    left.legend(lines, [line.get_label() for line in lines], loc="upper left")
+    left.set_title("scaling of the sweep")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def write_summary(sweep_dir: Path) -> list[JobRow]:
+    rows = summarize(sweep_dir)
+    if not rows:
+        return rows
+    write_csv(rows, sweep_dir / "summary.csv")
+    (sweep_dir / "summary.md").write_text(markdown(rows))
+    plot(rows, sweep_dir / "scaling.png")
+    return rows
+
+
+class SweepSummary(Callback):
+    """At the end of a multirun: the sweep's summary in its folder, and the table on the terminal."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        rows = write_summary(sweep_dir)
+        if rows:
+            print(f"\n== sweep: {len(rows)} job(s) ==\n{markdown(rows)}")
+            print(f"summary: {sweep_dir / 'summary.csv'}, {sweep_dir / 'summary.md'}"
+                  + (f", {sweep_dir / 'scaling.png'}" if (sweep_dir / "scaling.png").exists() else ""), flush=True)

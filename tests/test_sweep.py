@@ -1,0 +1,72 @@
+"""Sweeps: `run -m` runs each job with its own folder and ports, then writes the sweep's summary (CSV,
+Markdown, scaling plot). The arithmetic is checked on made-up job folders; one real sweep end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from runner.sweep import markdown, summarize
+from runs import run
+
+
+def _job(sweep: Path, num: int, overrides: list[str], world: int, throughput: float | None, accuracy: float,
+         done: int | None = None, error: bool = False) -> None:
+    folder = sweep / str(num)
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / "logs").mkdir()
+    OmegaConf.save(OmegaConf.create(overrides), folder / ".hydra" / "overrides.yaml")
+    (folder / "spec.yaml").write_text("dry_run: false\n")
+    (folder / "plan.json").write_text(json.dumps({"world_size": world}))
+    rows = [{"step": 10, "time_s": 1.0, "samples_per_s": throughput}] if throughput else []
+    rows.append({"step": 20, "time_s": 2.0, "final": True, "test_accuracy": accuracy, "steps": 20})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for r in range(world if done is None else done):
+        (folder / "logs" / f"rank{r:05d}.done").touch()
+    if error:
+        (folder / "logs" / "rank00000.error.json").write_text("{}")
+
+
+def test_speedup_and_efficiency_are_against_the_smallest_world_size(tmp_path):
+    _job(tmp_path, 0, ["topology=1x1", "run_id=x"], 1, 1000.0, 0.96)
+    _job(tmp_path, 1, ["topology=1x2"], 2, 1800.0, 0.97)
+    _job(tmp_path, 2, ["topology=1x4"], 4, 3000.0, 0.95)
+    _job(tmp_path, 10, ["topology=1x8"], 8, None, 0.0, error=True)
+    rows = summarize(tmp_path)
+    assert [r.folder.name for r in rows] == ["0", "1", "2", "10"]  # job order, not text order
+    assert [r.config for r in rows] == ["topology=1x1", "topology=1x2", "topology=1x4", "topology=1x8"]
+    assert [r.speedup for r in rows[:3]] == [1.0, 1.8, 3.0]
+    assert [r.efficiency for r in rows[:3]] == [1.0, 0.9, 0.75]
+    assert [r.status for r in rows] == ["done", "done", "done", "failed"]
+    assert rows[3].speedup is None and rows[1].final == {"test_accuracy": 0.97, "steps": 20}
+    table = markdown(rows)
+    assert "| 2 | topology=1x4 | 4 | done | 3000 | 3 | 0.75 | 20 | 0.95 |" in table
+
+
+def test_a_sweep_writes_its_summary_and_plot(tmp_path):
+    done = run("-m", "topology=1x1,1x2", "recipe.epochs=5", cwd=tmp_path)
+    assert done.code == 0, done.output
+    (sweep,) = [p for p in (tmp_path / "outputs" / "multirun").glob("*/*") if (p / "summary.csv").exists()]
+    with open(sweep / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["configuration"].split()[0], r["world size"], r["status"]) for r in rows] == \
+        [("topology=1x1", "1", "done"), ("topology=1x2", "2", "done")]
+    assert float(rows[0]["speedup"]) == 1.0 and float(rows[1]["throughput (samples/s)"]) > 0
+    assert abs(float(rows[1]["efficiency"]) - float(rows[1]["speedup"]) / 2) < 1e-3  # (4 significant digits)
+    assert all(float(r["test_accuracy"]) > 0.8 for r in rows)
+    assert (sweep / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "== sweep: 2 job(s) ==" in done.stdout and "summary.md" in done.stdout
+    run_ids = {OmegaConf.load(sweep / n / "spec.yaml").run_id for n in ("0", "1")}
+    assert len(run_ids) == 2  # each job is its own run: id, folder and (a free) port
+
+
+def test_a_failed_job_does_not_stop_the_sweep_and_the_sweep_says_so(tmp_path):
+    done = run("-m", "topology=1x2,1x1", "recipe.global_batch_size=3", "recipe.epochs=1", cwd=tmp_path)
+    assert done.code == 1, done.output
+    assert "1 of 2 job(s) of the sweep failed" in done.stderr
+    (summary,) = (tmp_path / "outputs" / "multirun").glob("*/*/summary.csv")
+    with open(summary) as f:
+        assert [r["status"] for r in csv.DictReader(f)] == ["invalid spec", "done"]
