@@ -1,0 +1,91 @@
+"""The whole benchmark suite, one command: ``.venv/bin/python benchmarks/run_all.py``.
+
+Runs each benchmark in its own process, one after the other (each measures its figures against its
+references in the same run), then prints the headline ratios and writes them, with the date and the
+machine, to benchmarks/results/suite.json. ``--quick`` runs fewer repetitions (a smoke test of the
+suite, not figures to quote).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+
+def _run(script: str, *args: str) -> float:
+    started = time.monotonic()
+    print(f"\n=== {script} {' '.join(args)}", flush=True)
+    subprocess.run([sys.executable, str(HERE / script), *args], check=True, cwd=HERE.parent)
+    return time.monotonic() - started
+
+
+def _machine() -> dict[str, object]:
+    import torch
+
+    return {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "cuda": torch.cuda.is_available()}
+
+
+def headline() -> list[tuple[str, str]]:
+    """(figure, value) pairs from the benchmarks' result files."""
+    rows: list[tuple[str, str]] = []
+    launch = json.loads((RESULTS / "launch_speed.json").read_text())
+    for size, r in sorted(launch.get("launch", {}).items(), key=lambda kv: int(kv[0])):
+        rows.append((f"`run` whole-command time, {size} processes, vs torchrun --standalone",
+                     f"{r['ratio_vs_torchrun']['run (recipe)']:.2f}x ({r['median_s']['run (recipe)']:.2f} s vs "
+                     f"{r['median_s']['torchrun --standalone']:.2f} s)"))
+        rows.append((f"... vs a bare torch.multiprocessing script, {size} processes",
+                     f"{r['ratio_vs_mp_spawn']['run (recipe)']:.2f}x"))
+        rows.append((f"... vs the floor (import torch + rendezvous), {size} processes",
+                     f"{r['ratio_vs_floor']['run (recipe)']:.2f}x"))
+    for size, r in sorted(launch.get("throughput", {}).items(), key=lambda kv: int(kv[0])):
+        rows.append((f"training throughput vs a hand-written DDP loop, {size} processes", f"{r['ratio']:.3f}x"))
+    plan = json.loads((RESULTS / "plan_scale.json").read_text())
+    for row in plan["rows"]:
+        if row["processes"] == max(r["processes"] for r in plan["rows"]):
+            rows.append((f"validation + plan, {row['hosts']:,} hosts x {row['devices_per_host']} ({row['form']})",
+                         f"{row['seconds']:.2f} s ({row['us_per_process']:.2f} us/process, "
+                         f"{row['ratio_vs_1000']:.2f}x the per-process time at 1,000 hosts)"))
+    sharding = json.loads((RESULTS / "sharding_memory.json").read_text())
+    for shape, r in sharding["results"].items():
+        none = r["modes"]["none"]["optimizer_state_bytes"]
+        ratios = ", ".join(f"{mode} {m['optimizer_state_bytes'] / none:.2f}x" for mode, m in r["modes"].items()
+                           if mode != "none")
+        rows.append((f"optimizer state per process vs sharding=none, {shape}", ratios))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions: check the suite runs")
+    parser.add_argument("--only", nargs="+", choices=["launch_speed", "plan_scale", "sharding_memory"],
+                        help="run these benchmarks only; the summary also reads the others' last result files")
+    args = parser.parse_args()
+    quick = {"launch_speed": ["--reps", "1", "--steps", "200"], "plan_scale": ["--repeat", "1"],
+             "sharding_memory": ["--steps", "5"]}
+    took = {f"{name}.py": _run(f"{name}.py", *(quick[name] if args.quick else []))
+            for name in (args.only or quick)}
+    rows = headline()
+    suite = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": _machine(), "quick": args.quick,
+             "seconds": {k: round(v, 1) for k, v in took.items()}, "headline": dict(rows)}
+    (RESULTS / "suite.json").write_text(json.dumps(suite, indent=2) + "\n")
+    width = max(len(k) for k, _ in rows)
+    print(f"\n=== suite, {suite['date']}, {suite['machine']['platform']}, {suite['machine']['cpus']} CPUs, "
+          f"torch {suite['machine']['torch']}" + (" (--quick: not figures to quote)" if args.quick else ""))
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    print(f"\nwritten: {RESULTS / 'suite.json'} (and each benchmark's own file there)")
+
+
+if __name__ == "__main__":
+    main()
