@@ -11,7 +11,7 @@ from torch.distributed.elastic.multiprocessing.api import RunProcsResult
 
 from runner.outputs import RunPaths
 from runner.stop import StopRequest
-from runner.rank import RankSetup
+from runner.rank import RankSetup, is_timeout_text
 
 
 def _load(path: str) -> dict | None:
@@ -137,8 +137,3 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths) 
     lines.append("    hint: a rank that skips or repeats a collective, or is slower than the timeout; "
                  "init.timeout_s sets the limit")
     return lines
-
-
-def is_timeout_text(text: str) -> bool:
-    text = text.lower()
-    return "timed out" in text or "timeout" in text

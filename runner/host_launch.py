@@ -176,8 +176,7 @@ def _wait(context, setups: list[RankSetup]) -> tuple[object, dict[int, int]]:
 
     When one of them times out in a collective, first ask those still running (not failed, not done) for
     their stacks (runner.rank.STACK_SIGNAL): the report shows where the ranks that did not arrive were."""
-    from runner.failures import is_timeout_text
-    from runner.rank import STACK_SIGNAL
+    from runner.rank import STACK_SIGNAL, is_timeout_text
 
     asked = False
     pids = context.pids()

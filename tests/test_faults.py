@@ -143,6 +143,7 @@ def test_a_rank_killed_with_sigkill_ends_the_job(tmp_path):
             proc.kill()
     assert proc.returncode == 1, err
     assert "rank 1 (host node0) failed first: killed by SIGKILL (no Python exception: killed from outside" in err
-    assert err.index("failed first") < err.index("then:")  # the others' lost-peer errors come after
+    if "then:" in err:  # the others may be stopped before they notice the lost peer
+        assert err.index("failed first") < err.index("then:")  # their lost-peer errors come after
     assert time.monotonic() - started < 10
     assert not processes_of(run_id)
