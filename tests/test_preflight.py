@@ -259,7 +259,7 @@ def test_a_literal_loopback_master_with_two_hosts_is_refused_before_anything_sta
 
 def test_preflight_catches_a_master_name_that_resolves_to_loopback(testbed, tmp_path):
     """The machine's host name maps to 127.0.x.x in /etc/hosts (the namespace hosts share it): validation
-    cannot know, preflight resolves it on each host and refuses it on the host that would dial it."""
+    cannot know, preflight resolves it on each host: host 1 would dial loopback, host 0 would serve on it."""
     name = socket.gethostname()
     if not socket.gethostbyname(name).startswith("127."):
         pytest.skip(f"this machine's name {name} does not resolve to loopback")
@@ -267,13 +267,22 @@ def test_preflight_catches_a_master_name_that_resolves_to_loopback(testbed, tmp_
     done = run("topology=2x2", "launcher=slurm", f"init.master_addr={name}", "preflight=true", cwd=tmp_path,
                env=testbed.env())
     assert done.code not in (0, 2), done.output
-    # (lines of the two hosts' tasks may interleave in Slurm's output file under load)
-    lines = [line[line.index("preflight node1 ("):] for line in done.output.splitlines() if "preflight node1 (" in line]
-    assert lines, done.output
-    failed = lines[0]
-    assert failed.startswith(f"preflight node1 ({testbed.hosts[1].name}): FAILED: the master address {name} -> 127."), \
-        done.output
-    assert "is loopback, but the job has 2 hosts" in failed and "hint: name resolution" in failed
+    # Both hosts check at once and the first to fail ends the step, so either diagnosis may be the one shown
+    # (and the two tasks' lines may interleave in Slurm's output file under load).
+    failed = [line[line.index("preflight node"):] for line in done.output.splitlines()
+              if "preflight node" in line and "FAILED" in line]
+    assert failed, done.output
+    first, second = testbed.hosts
+    for line in failed:
+        if line.startswith("preflight node1 ("):
+            # host 1 would dial the master's name, and it resolves to loopback
+            assert line.startswith(f"preflight node1 ({second.name}): FAILED: the master address {name} -> 127."), line
+            assert "is loopback, but the job has 2 hosts" in line and "hint: name resolution" in line, line
+        else:
+            # host 0 would serve on the loopback address its own name resolves to
+            assert line.startswith(f"preflight node0 ({first.name}, 127."), line
+            assert f"master {name} -> 127." in line and "(loopback here, on host 0 itself)" in line, line
+            assert "the other hosts cannot connect to it" in line and "hint: interface:" in line, line
     assert time.monotonic() - started < 60
 
 
