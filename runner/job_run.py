@@ -12,6 +12,7 @@ from runner.agent import HostRun
 from runner.environments.slurm import SlurmEnvironment
 from runner.launchers import LAUNCHERS, Invocation
 from runner.launchers.slurm import SlurmLauncher
+from runner.launchers.slurm_array import ArrayMember
 from runner.outputs import RunPaths
 from runner.plan import make_plan
 from runner.probe import LocalProbe
@@ -30,7 +31,10 @@ def _run_command() -> str:
 
 
 def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
-            config_dir: str | None, config_name: str | None = None, run_host: HostRun | None = None) -> int:
+            config_dir: str | None, config_name: str | None = None, run_host: HostRun | None = None,
+            defer_submit: bool = False) -> int | ArrayMember:
+    """The job's exit status; with ``defer_submit`` (a sweep on Slurm), a batch job is prepared but not
+    submitted: its :class:`ArrayMember` is returned for the sweep's job array."""
     job, problems = check(spec, LocalProbe())
     if job is None:
         print(render_problems(problems), file=sys.stderr)
@@ -80,5 +84,7 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
     shown = [p for p in problems if p.severity is Severity.warning]
     if shown:
         print(render_problems(shown), file=sys.stderr)
+    if defer_submit and isinstance(launcher, SlurmLauncher) and not launcher.in_allocation:
+        return launcher.array_member()
     return launcher.launch(request, pinned.recipe)
 

@@ -209,6 +209,19 @@ class SlurmLauncher(Launcher):
             return 0
         return slurm_job.follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed)
 
+    def array_member(self) -> "ArrayMember":
+        """This job as a member of a sweep's job array (runner.launchers.slurm_array): its batch script
+        is written, the array's script runs it."""
+        from runner.launchers.slurm_array import ArrayMember
+
+        own = ("#SBATCH --job-name=", "#SBATCH --output=", "#SBATCH --open-mode=")
+        directives = tuple(line for line in self.script().splitlines()
+                           if line.startswith("#SBATCH ") and not line.startswith(own))
+        records = self.plan.records
+        return ArrayMember(self.paths.root, self.paths.sbatch_script, directives, self.invocation.cwd,
+                           tuple(self.paths.done_file(r.global_rank) for r in records),
+                           tuple(self.paths.error_file(r.global_rank) for r in records))
+
     def _outcome(self) -> int:
         """0 when every rank of the run left its done file, else 1 (for a job Slurm forgot already)."""
         done = all(self.paths.done_file(r.global_rank).exists() for r in self.plan.records)
