@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import secrets
+import signal
 import sys
 import time
 from pathlib import Path
@@ -24,7 +25,9 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from hydra._internal.sources_registry import SourcesRegistry
 from hydra.core.plugins import Plugins
 
+from runner import sweep
 from runner.agent import LaunchAgent
+from runner.launchers.slurm_array import ArrayMember
 from runner.job_run import run_job
 from runner.shapes import RunnerConfigSource
 from runner.problems import Problem, render_problems
@@ -36,7 +39,6 @@ EXIT_INVALID = 2
 class _State:
     entered = False  # Hydra called our task: a later exit status 1 is the job's, not a composition error
     agent: LaunchAgent | None = None
-    sweep_codes: list[int] = []  # exit status of each job of a multirun
 
 
 _STARTED = time.strftime("%Y%m%d-%H%M%S")
@@ -51,13 +53,16 @@ def setup() -> None:
     """Register schemas and resolvers; idempotent (tests compose through Hydra's API too)."""
     register_schemas()
     Plugins.instance()  # Hydra registers its own sources first ...
+    # ... and our sweep launcher: Hydra's scan of hydra_plugins does not see into an editable install
+    from hydra_plugins.runner_sweep_launcher import RunnerSweepLauncher
+    Plugins.instance().register(RunnerSweepLauncher)
     SourcesRegistry.instance().types["pkg"] = RunnerConfigSource  # ... then ours serves pkg://
     if not OmegaConf.has_resolver("runner_uid"):
         OmegaConf.register_new_resolver("runner_uid", _uid)
 
 
 @hydra.main(version_base=None, config_path="pkg://runner.conf", config_name="job")
-def _app(cfg: DictConfig) -> None:
+def _app(cfg: DictConfig) -> ArrayMember | None:
     _State.entered = True
     hc = HydraConfig.get()
     out = Path(hc.runtime.output_dir)
@@ -85,13 +90,17 @@ def _app(cfg: DictConfig) -> None:
         spec.run_id = f"{spec.run_id}-{hc.job.num}"
         cfg.run_id = spec.run_id
     agent = _State.agent
+    # a sweep under our Hydra launcher sends its Slurm batch jobs together, as job arrays
+    in_array_sweep = hc.mode is RunMode.MULTIRUN and hc.launcher.get("_target_") == sweep.LAUNCHER
     code = run_job(cfg, spec, out, run_id, tuple(hc.overrides.task), config_dir, hc.job.config_name,
-                   agent.run_host if agent else None)
+                   agent.run_host if agent else None, defer_submit=in_array_sweep)
+    if isinstance(code, ArrayMember):
+        return code  # the launcher submits it with the others, and records how it ended
     if hc.mode is RunMode.MULTIRUN:  # a failed job does not stop the sweep; the summary and the exit say it
-        (out / "exit_status").write_text(f"{code}\n")
-        _State.sweep_codes.append(code)
+        sweep.record_exit(out, code)
     elif code:
         sys.exit(code)
+    return None
 
 
 def _config_dir(argv: list[str]) -> str | None:
@@ -161,9 +170,13 @@ def main() -> None:
             print("hint: `run --help` lists every group and option; `run --cfg job` prints the composed spec",
                   file=sys.stderr)
             code = EXIT_INVALID
-    if code == 0 and any(_State.sweep_codes):
-        failed = sum(1 for c in _State.sweep_codes if c)
-        print(f"\n{failed} of {len(_State.sweep_codes)} job(s) of the sweep failed (see the summary)", file=sys.stderr)
+    codes = sweep.SweepCodes.codes
+    if code == 0 and sweep.SweepCodes.stopped():
+        code = sweep.SweepCodes.stopped()
+        print(f"\nthe sweep was stopped ({signal.Signals(code - 128).name}) after {len(codes)} job(s)", file=sys.stderr)
+    elif code == 0 and any(codes):
+        failed = sum(1 for c in codes if c)
+        print(f"\n{failed} of {len(codes)} job(s) of the sweep failed (see the summary)", file=sys.stderr)
         code = 1
     if _State.agent is not None:
         _State.agent.cancel()

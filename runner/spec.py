@@ -108,6 +108,7 @@ class SlurmOptions:
     requeue: bool = False
     extra: list[str] = field(default_factory=list)  # more #SBATCH lines, e.g. ["--constraint=a100"]
     follow: bool = True  # wait for a submitted job and return its exit status
+    array_parallelism: Optional[int] = None  # a sweep's job array: at most this many of its jobs at once (--array=...%N)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,28 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 THROUGHPUT = "samples_per_s"
+LAUNCHER = "hydra_plugins.runner_sweep_launcher.RunnerSweepLauncher"  # conf/job.yaml's hydra/launcher
+
+
+STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a job's status when `run` was asked to stop
+
+
+class SweepCodes:
+    """The exit status of each job of this process's sweep, as they become known."""
+
+    codes: list[int] = []
+
+    @classmethod
+    def stopped(cls) -> int | None:
+        """128 + the signal that stopped a job (Ctrl-C, SIGTERM): the sweep stops too; None if none was."""
+        return next((c for c in cls.codes if c in STOPPED), None)
+
+
+def record_exit(folder: Path, code: int) -> None:
+    """A job of the sweep ended: its status goes into its folder (for the summary) and into the sweep's
+    tally (`run` exits 1 when any job failed)."""
+    (folder / "exit_status").write_text(f"{code}\n")
+    SweepCodes.codes.append(code)
 
 
 @dataclass
@@ -27,7 +50,7 @@ class JobRow:
     folder: Path
     config: str  # the job's overrides, as typed
     world_size: int | None
-    status: str  # done, failed (exit n), invalid spec, dry run, stopped, not run
+    status: str  # done, failed (exit n), stopped (SIGINT), invalid spec, dry run, stopped, not run, submitted (slurm job n)
     throughput: float | None
     final: dict[str, Any] = field(default_factory=dict)
     speedup: float | None = None
@@ -51,11 +74,15 @@ def _status(folder: Path, world_size: int | None) -> str:
     code = int(exit_file.read_text()) if exit_file.exists() else None
     if not (folder / "spec.yaml").exists():
         return "invalid spec" if code == 2 else "not run"
+    if code in STOPPED:
+        return f"stopped ({signal.Signals(code - 128).name})"
     if code not in (None, 0):
         return "invalid spec" if code == 2 else f"failed (exit {code})"
     spec = OmegaConf.load(folder / "spec.yaml")
     if spec.get("dry_run"):
         return "dry run"
+    if code is None and (folder / "slurm_job_id").exists():  # launcher.slurm.follow=false
+        return f"submitted (slurm job {(folder / 'slurm_job_id').read_text().strip()})"
     logs = folder / "logs"
     if list(logs.glob("*.error.json")):
         return "failed"

@@ -156,6 +156,9 @@ def _check_options(spec: JobConfig) -> Iterator[Problem]:
         if slurm.cpus_per_task is not None and slurm.cpus_per_task < 1:
             yield Problem("launcher.slurm.cpus_per_task", f"must be at least 1, got {slurm.cpus_per_task}",
                           "leave it null for Slurm's default")
+        if slurm.array_parallelism is not None and slurm.array_parallelism < 1:
+            yield Problem("launcher.slurm.array_parallelism", f"must be at least 1, got {slurm.array_parallelism}",
+                          "leave it null to let Slurm run every job of a sweep's array at once")
         for i, line in enumerate(slurm.extra):
             if not line.startswith("--") or "\n" in line:
                 yield Problem(f"launcher.slurm.extra[{i}]", f"{line!r} is not an sbatch option",

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,25 @@ def run(*overrides: str, cwd: Path, timeout: float = 180, run_id: str | None = N
         args.append(f"run_id={run_id}")
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     return Finished(proc.returncode, proc.stdout, proc.stderr, run_id)
+
+
+def signal_when_ready(args: list[str], cwd: Path, sig: int, ready: str, count: int = 1, timeout: float = 60,
+                      env: dict[str, str] | None = None) -> Finished:
+    """Start `run` with ``args`` (one of them ``run_id=...``); once ``count`` files under ``cwd`` match the
+    glob ``ready``, send it ``sig``, and wait for it to end."""
+    run_id = next(a.split("=", 1)[1] for a in args if a.startswith("run_id="))
+    proc = subprocess.Popen([RUN, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while len(list(cwd.glob(ready))) < count:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return Finished(proc.returncode, out, err, run_id)
 
 
 def processes_of(run_id: str) -> list[psutil.Process]:

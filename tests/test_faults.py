@@ -15,7 +15,7 @@ import uuid
 import pytest
 import torch
 
-from runs import RUN, TESTS, processes_of, run
+from runs import RUN, TESTS, processes_of, run, signal_when_ready
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -79,19 +79,10 @@ def test_a_rendezvous_that_never_completes_names_the_ranks_that_did_not_arrive(t
 
 def test_sigterm_asks_the_recipe_to_checkpoint_then_stops_every_rank(tmp_path):
     run_id = f"term-{uuid.uuid4().hex[:8]}"
-    proc = subprocess.Popen([RUN, "topology=1x2", "recipe.epochs=2000", f"run_id={run_id}"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not list(tmp_path.glob("outputs/*/*/metrics.jsonl")):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    done = signal_when_ready(["topology=1x2", "recipe.epochs=2000", f"run_id={run_id}"], tmp_path, signal.SIGTERM,
+                             "outputs/*/*/metrics.jsonl", timeout=60)
+    out, err = done.stdout, done.stderr
+    assert done.code == 128 + signal.SIGTERM, err
     assert "SIGTERM: asking 2 process(es) to checkpoint and stop" in err
     assert "stop requested: checkpoint at step" in out
     (checkpoint,) = tmp_path.glob("outputs/*/*/checkpoints/last.pt")

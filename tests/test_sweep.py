@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
+import uuid
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from runner.sweep import markdown, summarize
-from runs import run
+from runs import processes_of, run, signal_when_ready
 
 
 def _job(sweep: Path, num: int, overrides: list[str], world: int, throughput: float | None, accuracy: float,
@@ -70,3 +72,17 @@ def test_a_failed_job_does_not_stop_the_sweep_and_the_sweep_says_so(tmp_path):
     (summary,) = (tmp_path / "outputs" / "multirun").glob("*/*/summary.csv")
     with open(summary) as f:
         assert [r["status"] for r in csv.DictReader(f)] == ["invalid spec", "done"]
+
+
+def test_ctrl_c_stops_the_whole_sweep_not_just_its_job(tmp_path):
+    run_id = f"int{uuid.uuid4().hex[:8]}"
+    done = signal_when_ready(["-m", "topology=1x1,1x2", "recipe.epochs=400", f"run_id={run_id}"], tmp_path,
+                             signal.SIGINT, "outputs/multirun/*/*/0/metrics.jsonl")
+    out = done.output
+    assert done.code == 130, out
+    assert "the sweep was stopped (SIGINT) after 1 job(s)" in out
+    (sweep,) = [p for p in (tmp_path / "outputs" / "multirun").glob("*/*") if (p / "summary.csv").exists()]
+    assert not (sweep / "1").exists()  # the second job never started
+    with open(sweep / "summary.csv") as f:
+        assert [r["status"] for r in csv.DictReader(f)] == ["stopped (SIGINT)"]
+    assert not processes_of(run_id) and not processes_of(f"{run_id}-0")

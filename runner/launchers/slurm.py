@@ -217,10 +217,11 @@ class SlurmLauncher(Launcher):
         own = ("#SBATCH --job-name=", "#SBATCH --output=", "#SBATCH --open-mode=")
         directives = tuple(line for line in self.script().splitlines()
                            if line.startswith("#SBATCH ") and not line.startswith(own))
-        records = self.plan.records
+        records, opts = self.plan.records, self.plan.job.spec.launcher.slurm
         return ArrayMember(self.paths.root, self.paths.sbatch_script, directives, self.invocation.cwd,
                            tuple(self.paths.done_file(r.global_rank) for r in records),
-                           tuple(self.paths.error_file(r.global_rank) for r in records))
+                           tuple(self.paths.error_file(r.global_rank) for r in records),
+                           opts.array_parallelism, opts.follow)
 
     def _outcome(self) -> int:
         """0 when every rank of the run left its done file, else 1 (for a job Slurm forgot already)."""

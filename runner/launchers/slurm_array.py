@@ -1,10 +1,23 @@
-"""A sweep on Slurm (`run -m ... launcher=slurm`): its jobs go to Slurm as job arrays, one array per
-resource shape, and `run` follows them all to their end."""
+"""A sweep on Slurm (`run -m topology=1x2,2x2 launcher=slurm`): its jobs go to Slurm as job arrays.
+
+Each job of the sweep is prepared as a single job would be (its own run folder, spec, plan and batch
+script, ``job.sbatch``), but not submitted. Jobs whose batch scripts ask for the same resources share
+one array (Slurm gives every task of an array the same request); the array's task ids are the jobs'
+numbers in the sweep, and task ``i`` runs job ``i``'s own batch script, writing to its run folder.
+`run` then follows every array to its end and returns each job's exit status.
+"""
 
 from __future__ import annotations
 
+import re
+import shlex
+import signal
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from runner.launchers.slurm_job import JobStatus, SlurmError, scancel, show_jobs, submit
 
 
 @dataclass(frozen=True)
@@ -17,3 +30,197 @@ class ArrayMember:
     cwd: str
     done_files: tuple[Path, ...]  # one per rank: every rank's recipe returned
     error_files: tuple[Path, ...]  # a rank raised
+    parallelism: int | None = None  # launcher.slurm.array_parallelism
+    follow: bool = True  # launcher.slurm.follow
+
+    def output(self, array_id: str, task: int) -> Path:
+        return self.folder / f"slurm-{array_id}_{task}.out"
+
+    def outcome(self) -> int:
+        """For a task Slurm forgot already: 0 when every rank left its done file, else 1."""
+        return 0 if all(p.exists() for p in self.done_files) else 1
+
+    def rank_failed(self) -> bool:
+        return any(p.exists() for p in self.error_files)
+
+
+@dataclass(frozen=True)
+class JobArray:
+    """Jobs of a sweep that share one resource request, by their job number in the sweep."""
+
+    members: dict[int, ArrayMember]
+
+    @property
+    def directives(self) -> tuple[str, ...]:
+        return next(iter(self.members.values())).directives
+
+    def script(self, sweep_dir: Path, name: str) -> str:
+        q = shlex.quote
+        tasks = ",".join(str(n) for n in self.members)
+        limits = [m.parallelism for m in self.members.values() if m.parallelism]
+        throttle = f"%{min(limits)}" if limits else ""
+        lines = [
+            "#!/bin/bash",
+            f"# Written by `run` for the sweep in {sweep_dir}: jobs {tasks.replace(',', ', ')} of the sweep ask for",
+            "# the same resources, so they go as one job array; task i runs job i's own batch script, in its folder.",
+            f"#SBATCH --job-name={q(name)}",
+            f"#SBATCH --array={tasks}{throttle}",
+            # what a task says before it enters its job's folder (nothing, unless that folder is gone)
+            f"#SBATCH --output={q(str(sweep_dir.resolve() / 'slurm-%A_%a.out'))}",
+            *self.directives,
+            "",
+            "set -euo pipefail",
+            'case "$SLURM_ARRAY_TASK_ID" in',
+        ]
+        for n, member in self.members.items():
+            lines.append(f"  {n}) folder={q(str(member.folder))} ;;")
+        lines += [
+            '  *) echo "run: array task $SLURM_ARRAY_TASK_ID is not a job of this sweep" >&2; exit 2 ;;',
+            "esac",
+            "# the job's script, as this shell (Slurm's --signal reaches its trap), its output in its run folder",
+            'exec bash "$folder/job.sbatch" >>"$folder/slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out" 2>&1',
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def group(members: dict[int, ArrayMember]) -> list[JobArray]:
+    """One array per distinct resource request, in the order of the sweep's first job of each."""
+    arrays: dict[tuple[str, ...], dict[int, ArrayMember]] = {}
+    for n, member in sorted(members.items()):
+        arrays.setdefault(member.directives, {})[n] = member
+    return [JobArray(m) for m in arrays.values()]
+
+
+def task_ids(text: str) -> list[int]:
+    """Slurm's ArrayTaskId: ``3``, or for tasks still pending together ``0,2-4%2``."""
+    ids: list[int] = []
+    for part in text.split("%")[0].split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit():
+            ids += range(int(first), int(last or first) + 1)
+    return ids
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no output)"
+
+
+def run_sweep(members: dict[int, ArrayMember], sweep_dir: Path, configs: dict[int, str],
+              poll_s: float = 1.0) -> dict[int, int | None]:
+    """Submit the sweep's arrays and follow them; each job's exit status (None: submitted, not followed).
+
+    SIGINT or SIGTERM to `run` cancels every array (scancel); the jobs not finished yet get 128 + the signal.
+    """
+    arrays = group(members)
+    submitted: list[tuple[str, JobArray]] = []
+    codes: dict[int, int | None] = {}
+    for k, array in enumerate(arrays):
+        path = sweep_dir / f"array{k}.sbatch"
+        path.write_text(array.script(sweep_dir, f"run-sweep-{sweep_dir.name}-{k}"))
+        cwd = next(iter(array.members.values())).cwd
+        try:
+            array_id = submit(path, cwd)
+        except SlurmError as e:
+            print(f"error: launcher=slurm: {e}", file=sys.stderr)
+            for n in array.members:
+                codes[n] = 2
+            continue
+        submitted.append((array_id, array))
+        for n, member in array.members.items():
+            (member.folder / "slurm_job_id").write_text(f"{array_id}_{n}\n")
+        jobs = ", ".join(str(n) for n in array.members)
+        print(f"slurm: submitted job array {array_id} (sweep job(s) {jobs}): {path}", file=sys.stderr)
+    follow = [(a, arr) for a, arr in submitted if all(m.follow for m in arr.members.values())]
+    for array_id, array in submitted:
+        if (array_id, array) not in follow:
+            print(f"slurm: not following array {array_id} (launcher.slurm.follow=false): `squeue -j {array_id}` "
+                  f"shows it", file=sys.stderr)
+            codes.update({n: None for n in array.members})
+    if follow:
+        codes.update(_follow(follow, sweep_dir, configs, poll_s))
+    return codes
+
+
+def _follow(arrays: list[tuple[str, JobArray]], sweep_dir: Path, configs: dict[int, str],
+            poll_s: float) -> dict[int, int]:
+    stopping: list[int] = []
+
+    def cancel(signum: int, _frame: object) -> None:
+        if not stopping:
+            ids = [a for a, _ in arrays]
+            print(f"\n{signal.Signals(signum).name}: cancelling Slurm job array(s) {', '.join(ids)} ...", file=sys.stderr)
+            scancel(ids)
+        stopping.append(signum)
+
+    previous = {s: signal.signal(s, cancel) for s in (signal.SIGINT, signal.SIGTERM)}
+    shown: dict[int, str] = {}
+    last: dict[int, JobStatus] = {}
+    codes: dict[int, int] = {}
+    try:
+        while True:
+            for array_id, array in arrays:
+                pending = [n for n in array.members if n not in codes]
+                if not pending:
+                    continue
+                known = _tasks(array_id)
+                for n in pending:
+                    member, name = array.members[n], f"{array_id}_{n}"
+                    current = known.get(n)
+                    if current is None and n in last:  # ended, and forgotten since: the run folder says how
+                        codes[n] = 128 + stopping[0] if stopping else member.outcome()
+                        _ended(sweep_dir, array_id, n, configs, member, codes[n])
+                        continue
+                    if current is None:
+                        continue  # not listed yet
+                    last[n] = current
+                    if current.describe() != shown.get(n):
+                        shown[n] = current.describe()
+                        print(f"slurm job {name} (sweep job {n}: {configs.get(n, '')}): {shown[n]}", file=sys.stderr,
+                              flush=True)
+                    if current.finished:
+                        codes[n] = _code(current, member, stopping)
+                        _ended(sweep_dir, array_id, n, configs, member, codes[n])
+            if all(n in codes for _, array in arrays for n in array.members):
+                return codes
+            time.sleep(poll_s)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _tasks(array_id: str) -> dict[int, JobStatus]:
+    """The status of each task of an array that Slurm still knows."""
+    found: dict[int, JobStatus] = {}
+    for record in show_jobs(array_id):
+        m = re.search(r"(?:^|\s)ArrayTaskId=(\S+)", record)
+        if m:
+            status = JobStatus.parse(record)
+            found.update({n: status for n in task_ids(m.group(1))})
+    return found
+
+
+def _code(job: JobStatus, member: ArrayMember, stopping: list[int]) -> int:
+    if stopping:
+        return 128 + stopping[0]
+    if job.state == "COMPLETED":
+        return 0
+    code = job.exit_code or 1
+    return 1 if member.rank_failed() else code  # a rank raised: 1, as a local run says
+
+
+def _ended(sweep_dir: Path, array_id: str, n: int, configs: dict[int, str], member: ArrayMember, code: int) -> None:
+    name = f"{array_id}_{n}"
+    early = sweep_dir / f"slurm-{name}.out"  # the array's own output file for this task
+    if early.exists() and early.stat().st_size == 0:
+        early.unlink()
+    if code == 0:
+        print(f"sweep job {n} ({configs.get(n, '')}): done, in {member.folder}", file=sys.stderr, flush=True)
+        return
+    output = member.output(array_id, n)
+    print(f"sweep job {n} ({configs.get(n, '')}): failed (exit {code}), slurm job {name}; the end of "
+          f"{output}:", file=sys.stderr)
+    print("  " + _tail(output).replace("\n", "\n  "), file=sys.stderr, flush=True)
+

@@ -75,14 +75,25 @@ def submit(script: Path, cwd: str | None) -> str:
     return out.stdout.strip().split(";")[0]
 
 
-def status(job_id: str) -> JobStatus | None:
-    """The job's status; None once Slurm has forgotten it (MinJobAge after its end)."""
+def show_jobs(job_id: str) -> list[str]:
+    """``scontrol show job -o``: one record per line (an array's tasks each have their own); none once
+    Slurm has forgotten the job (MinJobAge after its end)."""
     out = _slurm(["scontrol", "show", "job", "-o", job_id])
     if out.returncode != 0:
         if "Invalid job id" in out.stderr:
-            return None
+            return []
         raise SlurmError(f"scontrol show job {job_id}: {out.stderr.strip()}")
-    return JobStatus.parse(out.stdout)
+    return [line for line in out.stdout.splitlines() if line.strip()]
+
+
+def status(job_id: str) -> JobStatus | None:
+    """The job's status; None once Slurm has forgotten it."""
+    records = show_jobs(job_id)
+    return JobStatus.parse(records[0]) if records else None
+
+
+def scancel(job_ids: list[str]) -> None:
+    _slurm(["scancel", *job_ids])
 
 
 class _Tail:
@@ -116,7 +127,7 @@ def follow(job_id: str, output: Path, poll_s: float = 1.0, outcome: Callable[[],
     def cancel(signum: int, _frame: object) -> None:
         if not stopping:
             print(f"\n{signal.Signals(signum).name}: cancelling Slurm job {job_id} ...", file=sys.stderr)
-            _slurm(["scancel", job_id])
+            scancel([job_id])
         stopping.append(signum)
 
     previous = {s: signal.signal(s, cancel) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -1,0 +1,174 @@
+"""Sweeps on Slurm (`run -m ... launcher=slurm`): one job array per resource shape, followed to the end.
+
+The grouping, task-id parsing and the array script are checked on their own; then real sweeps on the
+two-node test cluster (scripts/testbed.py): every job done with its own folder and output, a failing job
+that does not stop the others, and follow=false leaving the arrays to Slurm."""
+
+from __future__ import annotations
+
+import csv
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from runner.launchers.slurm_array import ArrayMember, group, task_ids
+from runs import processes_of, run, signal_when_ready
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _member(folder: Path, directives: tuple[str, ...], parallelism: int | None = None) -> ArrayMember:
+    return ArrayMember(folder, folder / "job.sbatch", directives, "/work", (folder / "logs/rank00000.done",),
+                       (folder / "logs/rank00000.error.json",), parallelism)
+
+
+def test_task_ids_read_slurms_forms():
+    assert task_ids("3") == [3]
+    assert task_ids("1-3") == [1, 2, 3]
+    assert task_ids("0,2-4%2") == [0, 2, 3, 4]  # tasks pending together, throttled
+    assert task_ids("N/A") == []
+
+
+def test_jobs_that_ask_for_the_same_resources_share_an_array(tmp_path):
+    small, big = ("#SBATCH --nodes=1", "#SBATCH --cpus-per-task=2"), ("#SBATCH --nodes=2", "#SBATCH --cpus-per-task=2")
+    members = {n: _member(tmp_path / str(n), d) for n, d in [(0, small), (1, big), (2, small), (3, big), (4, small)]}
+    arrays = group(members)
+    assert [list(a.members) for a in arrays] == [[0, 2, 4], [1, 3]]
+    assert [a.directives for a in arrays] == [small, big]
+
+
+def test_the_array_script_runs_each_jobs_own_script_in_its_folder(tmp_path):
+    sweep = tmp_path / "sweep dir"  # a space: every path is quoted
+    directives = ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --signal=B:USR1@90")
+    members = {n: _member(sweep / str(n), directives, p) for n, p in [(1, 4), (3, 2), (7, None)]}
+    (array,) = group(members)
+    text = array.script(sweep, "run-sweep-x-0")
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash"
+    assert "#SBATCH --array=1,3,7%2" in lines  # the task ids are the sweep's job numbers; the smallest limit
+    assert f"#SBATCH --output='{sweep}/slurm-%A_%a.out'" in lines
+    assert all(d in lines for d in directives)
+    for n in (1, 3, 7):
+        assert f"  {n}) folder='{sweep / str(n)}' ;;" in lines
+    assert lines[-1] == ('exec bash "$folder/job.sbatch" >>"$folder/slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}'
+                         '.out" 2>&1')
+    # bash accepts it, and a task id outside the sweep is refused
+    script = tmp_path / "array.sbatch"
+    script.write_text(text)
+    done = subprocess.run(["bash", str(script)], env={"SLURM_ARRAY_TASK_ID": "5", "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "array task 5 is not a job of this sweep" in done.stderr
+
+
+def _sweep_folder(cwd: Path) -> Path:
+    (folder,) = [p for p in (cwd / "outputs" / "multirun").glob("*/*") if (p / "multirun.yaml").exists()]
+    return folder
+
+
+def _summary(sweep: Path) -> list[dict[str, str]]:
+    with open(sweep / "summary.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_sweep_goes_to_slurm_as_one_array_per_shape(testbed, tmp_path):
+    done = run("-m", "topology=1x2,2x2", "recipe.seed=1,2", "recipe.epochs=2", "launcher=slurm", cwd=tmp_path,
+               env=testbed.env())
+    assert done.code == 0, done.output
+    assert done.stderr.count("slurm: submitted job array") == 2, done.output
+    sweep = _sweep_folder(tmp_path)
+    rows = _summary(sweep)
+    assert [(r["configuration"].split()[0], r["world size"], r["status"]) for r in rows] == \
+        [("topology=1x2", "2", "done"), ("topology=1x2", "2", "done"), ("topology=2x2", "4", "done"),
+         ("topology=2x2", "4", "done")]
+    assert all(float(r["test_accuracy"]) > 0.8 and float(r["throughput (samples/s)"]) > 0 for r in rows)
+    ids = {n: (sweep / str(n) / "slurm_job_id").read_text().strip() for n in range(4)}
+    arrays = {n: ids[n].split("_") for n in ids}
+    assert [a[1] for a in arrays.values()] == ["0", "1", "2", "3"]  # task id = the job's number in the sweep
+    assert arrays[0][0] == arrays[1][0] != arrays[2][0] == arrays[3][0]  # one array per shape
+    for n, job in ids.items():
+        folder = sweep / str(n)
+        assert "final test accuracy" in (folder / f"slurm-{job}.out").read_text()
+        assert (folder / "exit_status").read_text() == "0\n"
+    # the 2x2 jobs ran across both nodes, each host choosing its own route
+    both = testbed.hosts[0].name[:-1] + "[1-2]"  # Slurm's form of the two nodes' names
+    for n in (2, 3):
+        running = [line for line in done.stderr.splitlines() if line.startswith(f"slurm job {ids[n]} (sweep job {n}: ")
+                   and "RUNNING on" in line]
+        assert running and running[0].endswith(f"RUNNING on {both}"), done.stderr
+        assert "network: GLOO_SOCKET_IFNAME=lan0" in (sweep / str(n) / "logs" / "rank00002.log").read_text()
+    assert not list(sweep.glob("slurm-*.out"))  # the arrays' own outputs were empty, and removed
+    assert (sweep / "scaling.png").exists() and (sweep / "array0.sbatch").exists()
+
+
+def test_a_failing_job_of_a_slurm_sweep_does_not_stop_the_others(testbed, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    done = run("-m", "topology=1x2", "launcher=slurm", "recipe=custom", "recipe.target=workloads.flaky:main",
+               f"+recipe.out_dir={out}", "+recipe.steps=20", "+recipe.every=5", "+recipe.fail_rank=1",
+               "+recipe.fail_step=3", "+recipe.fail_attempts=1,0", cwd=tmp_path, env=testbed.env())
+    assert done.code == 1, done.output
+    assert "1 of 2 job(s) of the sweep failed" in done.stderr
+    sweep = _sweep_folder(tmp_path)
+    assert [r["status"] for r in _summary(sweep)] == ["failed (exit 1)", "done"]
+    # the failed job's own output is shown: the rank's traceback
+    assert "sweep job 0 (" in done.stderr and "failed (exit 1)" in done.stderr
+    assert "RuntimeError: injected failure at step 3, attempt 0" in done.stderr
+    assert (sweep / "1" / "exit_status").read_text() == "0\n"
+
+
+def test_follow_false_leaves_the_arrays_to_slurm(testbed, tmp_path):
+    done = run("-m", "topology=1x1,1x2", "recipe.epochs=1", "launcher=slurm", "launcher.slurm.follow=false",
+               "launcher.slurm.array_parallelism=1", cwd=tmp_path, env=testbed.env())
+    assert done.code == 0, done.output
+    sweep = _sweep_folder(tmp_path)
+    ids = [(sweep / str(n) / "slurm_job_id").read_text().strip() for n in range(2)]
+    assert [r["status"] for r in _summary(sweep)] == [f"submitted (slurm job {i})" for i in ids]
+    assert "#SBATCH --array=0%1" in (sweep / "array0.sbatch").read_text()
+    assert "not following array" in done.stderr
+    # Slurm runs them on its own; wait for them, so that the test leaves nothing behind
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if all("final test accuracy" in _read(sweep / str(n) / f"slurm-{i}.out") for n, i in enumerate(ids)):
+            break
+        time.sleep(1)
+    else:
+        subprocess.run(["scancel", *(i.split("_")[0] for i in ids)], env=testbed.env())
+        pytest.fail("the unfollowed arrays did not finish within 120 s")
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def test_a_dry_run_sweep_submits_nothing(testbed, tmp_path):
+    done = run("-m", "topology=1x2,2x2", "launcher=slurm", "dry_run=true", cwd=tmp_path, env=testbed.env())
+    assert done.code == 0, done.output
+    assert "submitted" not in done.stderr and done.stdout.count("#SBATCH --nodes=") == 2
+    sweep = _sweep_folder(tmp_path)
+    assert [r["status"] for r in _summary(sweep)] == ["dry run", "dry run"]
+    assert not list(sweep.glob("array*.sbatch"))
+
+
+def test_ctrl_c_cancels_every_array_and_leaves_nothing_running(testbed, tmp_path):
+    run_id = f"sweepint-{uuid.uuid4().hex[:8]}"
+    done = signal_when_ready(["-m", "topology=1x2,2x2", "recipe.epochs=400", "launcher=slurm", f"run_id={run_id}"],
+                             tmp_path, signal.SIGINT, "outputs/multirun/*/*/*/metrics.jsonl", count=2, timeout=120,
+                             env=testbed.env())  # both jobs are training
+    out = done.output
+    assert done.code == 130, out
+    assert "SIGINT: cancelling Slurm job array(s)" in out
+    sweep = _sweep_folder(tmp_path)
+    arrays = {(sweep / str(n) / "slurm_job_id").read_text().split("_")[0] for n in range(2)}
+    queue = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(sorted(arrays))], env=testbed.env(),
+                           capture_output=True, text=True).stdout.split()
+    assert not queue, queue  # cancelled, not left running
+    assert [r["status"] for r in _summary(sweep)] == ["stopped (SIGINT)", "stopped (SIGINT)"]
+    deadline = time.monotonic() + 30  # the ranks on the nodes end once Slurm has cancelled their steps
+    ids = [run_id, f"{run_id}-0", f"{run_id}-1"]  # `run`, and each job's ranks (a sweep's jobs get -<num>)
+    while any(processes_of(i) for i in ids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(processes_of(i) for i in ids)
