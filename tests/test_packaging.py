@@ -21,7 +21,7 @@ import pytest
 
 from conftest import REPO, clean_env
 
-BUILD_INPUTS = ("pyproject.toml", "README.md", "runner", "conf", "recipes")
+BUILD_INPUTS = ("pyproject.toml", "README.md", "runner", "conf", "recipes", "hydra_plugins")
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +65,8 @@ def test_wheel_contains_every_config_and_the_recipes(wheel: Path) -> None:
     assert [n for n in recipes if f"recipes/{n}" not in names] == []
     for module in sorted(p.relative_to(REPO).as_posix() for p in (REPO / "runner").rglob("*.py")):
         assert module in names, f"{module} is not in the wheel (is its package listed in pyproject.toml?)"
+    assert "hydra_plugins/runner_sweep_launcher/__init__.py" in names  # the sweep launcher (Hydra looks there)
+    assert "hydra_plugins/__init__.py" not in names  # a namespace package, shared with other plugins
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "run = runner.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -107,7 +109,7 @@ def _env_for(site: Path) -> dict[str, str]:
 
 
 def test_installed_wheel_composes_without_the_checkout(site: Path, tmp_path: Path) -> None:
-    checkout = [f"{REPO / d}{os.sep}" for d in ("runner", "conf", "recipes")]
+    checkout = [f"{REPO / d}{os.sep}" for d in ("runner", "conf", "recipes", "hydra_plugins")]
     r = subprocess.run([sys.executable, "-S", "-c", PROBE, *checkout], cwd=tmp_path, env=_env_for(site), capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -5,12 +5,12 @@ the jobs that would submit a Slurm batch job are prepared instead, and then go t
 arrays (runner.launchers.slurm_array), followed to their end. conf/job.yaml selects it.
 """
 
-from __future__ import annotations
-
+# (no `from __future__ import annotations`: Hydra's plugin scan runs this module outside sys.modules,
+# where dataclasses cannot resolve string annotations)
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
@@ -51,8 +51,8 @@ class RunnerSweepLauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         log.info(f"Launching {len(job_overrides)} jobs")
-        runs: dict[int, JobReturn] = {}
-        configs: dict[int, str] = {}
+        runs: Dict[int, JobReturn] = {}
+        configs: Dict[int, str] = {}
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
             if SweepCodes.stopped():  # Ctrl-C or SIGTERM stopped a job: the sweep stops with it
                 log.info(f"the sweep was stopped: jobs #{idx} and on are not run")
