@@ -61,6 +61,9 @@ def main(ctx, cfg) -> dict:
               f"global batch {cfg.global_batch_size} ({ctx.per_process_batch_size} per process), {cfg.epochs} epochs, "
               f"sharding={ctx.sharding.mode.value}", flush=True)
     samples, t0 = 0, time.perf_counter()
+    # a live bar on rank 0's terminal (plain lines where it is not a TTY, and in every rank's log);
+    # a resumed run starts at its step
+    bar = ctx.progress(cfg.epochs * len(loader), "train", initial=step)
     for epoch in range(first_epoch, cfg.epochs):
         loader.sampler.set_epoch(epoch)
         total = 0.0
@@ -72,14 +75,17 @@ def main(ctx, cfg) -> dict:
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
-            total += loss.item()
+            last = loss.item()
+            total += last
             step += 1
             samples += cfg.global_batch_size
+            bar.update(loss=last, samples=cfg.global_batch_size)
             if ctx.should_stop(every=cfg.stop_check_every):  # Slurm's time-limit signal, or a stop request
                 ctx.save_checkpoint({"step": step, "epoch": epoch, "batch": batch + 1}, model=model, optimizer=optimizer)
                 if ctx.is_main:
                     print(f"stop requested: checkpoint at step {step} (epoch {epoch}, batch {batch + 1}) "
                           f"in {ctx.checkpoint_dir}", flush=True)
+                bar.close()
                 return {"stopped": True, "steps": step}
         skip = 0
         elapsed = time.perf_counter() - t0
@@ -89,6 +95,7 @@ def main(ctx, cfg) -> dict:
                     test_accuracy=acc)
             # consolidated (full) state: resumable under any sharding mode and world size
             ctx.save_checkpoint({"step": step, "epoch": epoch + 1}, model=model, optimizer=optimizer)
+    bar.close()
     result = {"test_accuracy": accuracy(ctx.unwrap(model), test, ctx.device), "steps": step,
               "optimizer_state_bytes": ctx.optimizer_state_bytes(optimizer)}
     if ctx.is_main:

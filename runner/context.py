@@ -22,6 +22,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from runner.progress import LINE_INTERVAL_S, Progress, for_rank
 from runner.sharding import OptimizerFactory, Placement, Strategy, strategy_for
 from runner.spec import ParallelMode, ShardingConfig, ShardingMode
 from runner.stop import StopRequest
@@ -40,7 +41,16 @@ class Place:
 
 
 class RunContext:
-    """Rank, device, wrapping, data, metrics and checkpoints for one process of a job."""
+    """Rank, device, wrapping, data, progress, metrics and checkpoints for one process of a job.
+
+    Where this process is (:attr:`rank`, :attr:`local_rank`, :attr:`world_size`, :attr:`is_main`,
+    :attr:`device`); the model wrapped or sharded as the spec says (:meth:`setup`, :meth:`wrap`,
+    :meth:`unwrap`, :meth:`full_state`); this process's share of each global batch (:meth:`loader`);
+    progress of a loop (:meth:`progress`: a live bar on rank 0's terminal, plain lines in the logs);
+    metrics (:meth:`log`, rank 0 to metrics.jsonl); checkpoints (:meth:`save_checkpoint`,
+    :meth:`load_checkpoint`); stop requests (:meth:`should_stop`); small collectives (:meth:`mean`,
+    :meth:`barrier`).
+    """
 
     def __init__(self, place: Place, device: torch.device, device_ids: tuple[int, ...], parallel: ParallelMode,
                  global_batch_size: int | None, seed: int, output_dir: Path, find_unused_parameters: bool = False,
@@ -58,6 +68,7 @@ class RunContext:
         self._stop_calls = 0
         self._strategy: Strategy | None = None
         self._metrics_file = None
+        self._progress: list[Progress] = []
         self._t0 = time.perf_counter()
 
     # -- where am I -------------------------------------------------------------------------------
@@ -191,6 +202,23 @@ class RunContext:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
+    # -- progress -----------------------------------------------------------------------------------
+    def progress(self, total: int | None, desc: str = "", *, initial: int = 0,
+                 interval_s: float = LINE_INTERVAL_S) -> Progress:
+        """Show a loop's progress: call ``bar.update(loss=..., samples=...)`` once per step, then
+        ``bar.close()`` (or use ``with``; the context closes what is left open when the recipe returns).
+
+        Rank 0 draws a live bar (steps, percent, samples/s, smoothed loss, elapsed, ETA) on its
+        terminal when that is a TTY, and writes plain lines to its log; when the terminal is not a TTY
+        (CI, a pipe, Slurm's output file) the plain lines go to both. Other ranks write the plain lines
+        to their own logs. Lines come at every tenth of ``total`` and at least every ``interval_s``.
+        ``initial``: steps taken before (a resumed run). No collectives: pass the global batch as
+        ``samples`` for the job's throughput (:mod:`runner.progress`).
+        """
+        bar = for_rank(self.rank, total, desc, initial=initial, interval_s=interval_s)
+        self._progress.append(bar)
+        return bar
+
     # -- metrics ------------------------------------------------------------------------------------
     def log(self, step: int, *, echo: bool = True, **metrics: float) -> None:
         """Record metrics of the main process as one JSON line in metrics.jsonl (others: no-op)."""
@@ -246,6 +274,8 @@ class RunContext:
         return state
 
     def close(self) -> None:
+        for bar in self._progress:
+            bar.close()
         if self._metrics_file is not None:
             self._metrics_file.close()
         sys.stdout.flush()

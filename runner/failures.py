@@ -5,20 +5,28 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-
-from torch.distributed.elastic.multiprocessing.api import RunProcsResult
+from typing import TYPE_CHECKING
 
 from runner.outputs import RunPaths
 from runner.stop import StopRequest
 from runner.rank import RankSetup, is_timeout_text
 
+if TYPE_CHECKING:  # torch stays out of `run`'s own process, which reads the error files too (runner.run_summary)
+    from torch.distributed.elastic.multiprocessing.api import RunProcsResult
 
-def _load(path: str) -> dict | None:
+
+def _load(path: str | Path) -> dict | None:
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
+
+
+def rank_errors(error_files: Iterable[str | Path]) -> list[dict]:
+    """The error records (runner.rank.write_error) among ``error_files`` that exist, the first failure first."""
+    return sorted((e for f in error_files if (e := _load(f))), key=lambda e: e["timestamp"])
 
 
 def _exit_words(code: int | None) -> str:
@@ -50,7 +58,7 @@ def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, ela
         print(f"\nrun finished: every process completed its recipe, but {codes} while exiting "
               f"(a teardown crash after training, not a training failure); outputs in {paths.root}/", flush=True)
         return 0
-    errors = sorted((e for s in setups if (e := _load(s.error_file))), key=lambda e: e["timestamp"])
+    errors = rank_errors(s.error_file for s in setups)
     out = sys.stderr
     print("\n== job failed ==", file=out)
     # a rank killed by a signal leaves no error file; the ranks that lost it fail after it, with errors

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -18,6 +19,7 @@ from runner.plan import make_plan
 from runner.probe import LocalProbe
 from runner.problems import Severity, errors, render_problems
 from runner.report import plan_table, verdict, write_plan
+from runner.run_summary import report as report_run
 from runner.spec import InitMethod, JobConfig, LauncherKind
 from runner.validation import check
 
@@ -35,6 +37,7 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
             defer_submit: bool = False) -> int | ArrayMember:
     """The job's exit status; with ``defer_submit`` (a sweep on Slurm), a batch job is prepared but not
     submitted: its :class:`ArrayMember` is returned for the sweep's job array."""
+    started = time.perf_counter()
     job, problems = check(spec, LocalProbe())
     if job is None:
         print(render_problems(problems), file=sys.stderr)
@@ -86,5 +89,7 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
         print(render_problems(shown), file=sys.stderr)
     if defer_submit and isinstance(launcher, SlurmLauncher) and not launcher.in_allocation:
         return launcher.array_member()
-    return launcher.launch(request, pinned.recipe)
+    code = launcher.launch(request, pinned.recipe)
+    report_run(plan, paths, code, time.perf_counter() - started)  # the run on one screen, and run_summary.json
+    return code
 
