@@ -55,6 +55,8 @@ class JobRow:
     final: dict[str, Any] = field(default_factory=dict)
     speedup: float | None = None
     efficiency: float | None = None
+    overrides: tuple[str, ...] = ()
+    series: str = ""  # the overrides, other than the topology's, that differ between the sweep's jobs
 
 
 def _metrics(folder: Path) -> tuple[float | None, dict[str, Any]]:
@@ -95,25 +97,44 @@ def _status(folder: Path, world_size: int | None) -> str:
 def job_row(folder: Path) -> JobRow:
     overrides_file = folder / ".hydra" / "overrides.yaml"
     overrides = OmegaConf.load(overrides_file) if overrides_file.exists() else []
-    config = " ".join(str(o) for o in overrides if not str(o).startswith(("run_id=", "hydra.")))
+    shown = tuple(str(o) for o in overrides if not str(o).startswith(("run_id=", "hydra.")))
     plan = folder / "plan.json"
     world = json.loads(plan.read_text())["world_size"] if plan.exists() else None
     throughput, final = _metrics(folder)
-    return JobRow(folder, config, world, _status(folder, world), throughput, final)
+    return JobRow(folder, " ".join(shown), world, _status(folder, world), throughput, final, overrides=shown)
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def _label_series(rows: list[JobRow]) -> None:
+    """A job's series: its overrides other than the topology's, those that differ between jobs (a sweep
+    over topology x sharding has one series per sharding mode, each scaling over the topologies)."""
+    values: dict[str, set[str]] = {}
+    for r in rows:
+        for o in r.overrides:
+            values.setdefault(_key(o), set()).add(o)
+    varying = {k for k, v in values.items() if len(v) > 1 and not k.startswith("topology")}
+    for r in rows:
+        r.series = " ".join(o for o in r.overrides if _key(o) in varying)
 
 
 def summarize(sweep_dir: Path) -> list[JobRow]:
     """One row per job folder of the sweep (Hydra's numbered folders), in job order, with speedup and
-    efficiency against the first job of the smallest world size that has a throughput."""
+    efficiency against the first job of the smallest world size of the same series (the same
+    configuration but for its topology); when every job has the same world size, against the first job."""
     folders = sorted((p.parent.parent for p in sweep_dir.glob("*/.hydra/overrides.yaml")),
                      key=lambda p: (len(p.name), p.name))
     rows = [job_row(f) for f in folders]
+    _label_series(rows)
     measured = [r for r in rows if r.throughput and r.world_size]
-    if measured:
-        base = min(measured, key=lambda r: r.world_size)  # the first job of the smallest world size
-        for r in measured:
-            r.speedup = r.throughput / base.throughput
-            r.efficiency = r.speedup / (r.world_size / base.world_size)
+    one_size = len({r.world_size for r in measured}) == 1
+    for r in measured:
+        peers = measured if one_size else [p for p in measured if p.series == r.series]
+        base = min(peers, key=lambda p: p.world_size)  # the first job of the smallest world size
+        r.speedup = r.throughput / base.throughput
+        r.efficiency = r.speedup / (r.world_size / base.world_size)
     return rows
 
 
@@ -150,8 +171,9 @@ def markdown(rows: list[JobRow]) -> str:
 
 
 def plot(rows: list[JobRow], path: Path) -> bool:
-    """Throughput and efficiency against world size (jobs that measured a throughput); False: none did."""
-    points = sorted((r for r in rows if r.throughput and r.world_size), key=lambda r: r.world_size)
+    """Throughput and efficiency against world size, one line per series; when every job has the same
+    world size, throughput per job as bars. False: no job measured a throughput."""
+    points = [r for r in rows if r.throughput and r.world_size]
     if not points:
         return False
     import logging
@@ -162,22 +184,40 @@ def plot(rows: list[JobRow], path: Path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    worlds = [r.world_size for r in points]
-    fig, left = plt.subplots(figsize=(7, 4.5), dpi=120)
-    left.plot(worlds, [r.throughput for r in points], "o-", color="tab:blue", label="throughput")
-    base = points[0]
-    left.plot(worlds, [base.throughput * w / base.world_size for w in worlds], ":", color="tab:blue", alpha=0.5,
-              label="linear scaling")
-    left.set_xlabel("world size (processes)")
-    left.set_ylabel("throughput (samples/s)", color="tab:blue")
-    left.set_xticks(sorted(set(worlds)))
-    right = left.twinx()
-    right.plot(worlds, [r.efficiency for r in points], "s--", color="tab:red", label="efficiency")
-    right.set_ylabel("efficiency (speedup / world-size ratio)", color="tab:red")
-    right.set_ylim(0, max(1.1, max(r.efficiency for r in points) * 1.1))
-    lines = left.get_lines() + right.get_lines()
-    left.legend(lines, [line.get_label() for line in lines], loc="upper left")
-    left.set_title("scaling of the sweep")
+    fig, left = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+    if len({r.world_size for r in points}) == 1:
+        labels = [f"{r.folder.name}: {r.series or r.config}" for r in points]
+        bars = left.bar(range(len(points)), [r.throughput for r in points], color="tab:blue")
+        left.bar_label(bars, [f"{r.speedup:.2f}x" for r in points])
+        left.set_xticks(range(len(points)), labels, rotation=20, ha="right", fontsize=8)
+        left.set_ylabel("throughput (samples/s)")
+        left.set_title(f"the sweep at world size {points[0].world_size} (speedup against job {points[0].folder.name})")
+    else:
+        from matplotlib.lines import Line2D
+
+        right = left.twinx()
+        series = list(dict.fromkeys(r.series for r in points))
+        legend = []
+        for i, name in enumerate(series):
+            line = sorted((r for r in points if r.series == name), key=lambda r: r.world_size)
+            color = f"C{i % 10}"
+            worlds = [r.world_size for r in line]
+            left.plot(worlds, [r.throughput for r in line], "o-", color=color)
+            base = line[0]
+            left.plot(worlds, [base.throughput * w / base.world_size for w in worlds], ":", color=color, alpha=0.4)
+            right.plot(worlds, [r.efficiency for r in line], "s--", color=color, alpha=0.8)
+            legend.append(Line2D([], [], color=color, marker="o", label=name or "throughput"))
+        legend += [Line2D([], [], color="gray", linestyle=":", label="linear scaling"),
+                   Line2D([], [], color="gray", marker="s", linestyle="--", label="efficiency")]
+        left.set_xlabel("world size (processes)")
+        left.set_ylabel("throughput (samples/s), solid")
+        left.set_xticks(sorted({r.world_size for r in points}))
+        right.set_ylabel("efficiency (speedup / world-size ratio), dashed")
+        right.set_ylim(0, max(1.1, max(r.efficiency for r in points) * 1.1))
+        # below the plot: the lines of either axis may pass anywhere inside it
+        left.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(4, len(legend)),
+                    fontsize=8, frameon=False)
+        left.set_title("scaling of the sweep")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

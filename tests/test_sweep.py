@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from runner.sweep import markdown, summarize
+from runner.sweep import markdown, plot, summarize
 from runs import processes_of, run, signal_when_ready
 
 
@@ -46,6 +46,35 @@ def test_speedup_and_efficiency_are_against_the_smallest_world_size(tmp_path):
     assert rows[3].speedup is None and rows[1].final == {"test_accuracy": 0.97, "steps": 20}
     table = markdown(rows)
     assert "| 2 | topology=1x4 | 4 | done | 3000 | 3 | 0.75 | 20 | 0.95 |" in table
+
+
+def test_each_configuration_scales_against_its_own_smallest_world_size(tmp_path):
+    """topology x sharding: one series per sharding mode, each with its own baseline and plot line."""
+    for n, (topology, world, sharding, throughput) in enumerate([("1x1", 1, "none", 1000.0), ("1x1", 1, "zero", 800.0),
+                                                                  ("1x4", 4, "none", 3000.0), ("1x4", 4, "zero", 3200.0)]):
+        _job(tmp_path, n, [f"topology={topology}", f"sharding={sharding}", "recipe.epochs=3"], world, throughput, 0.9)
+    rows = summarize(tmp_path)
+    assert [r.series for r in rows] == ["sharding=none", "sharding=zero"] * 2  # constant keys are not a series
+    assert [r.speedup for r in rows] == [1.0, 1.0, 3.0, 4.0]
+    assert [r.efficiency for r in rows] == [1.0, 1.0, 0.75, 1.0]
+    assert plot(rows, tmp_path / "scaling.png")
+    assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_jobs_of_one_world_size_compare_against_the_first_job(tmp_path):
+    for n, (sharding, throughput) in enumerate([("none", 1000.0), ("zero", 900.0), ("fsdp", 700.0)]):
+        _job(tmp_path, n, ["topology=1x2", f"sharding={sharding}"], 2, throughput, 0.95)
+    rows = summarize(tmp_path)
+    assert [r.speedup for r in rows] == [1.0, 0.9, 0.7] and [r.efficiency for r in rows] == [1.0, 0.9, 0.7]
+    assert plot(rows, tmp_path / "bars.png")  # a bar per job
+    assert (tmp_path / "bars.png").stat().st_size > 0
+
+
+def test_a_sweep_without_throughput_has_no_plot(tmp_path):
+    _job(tmp_path, 0, ["topology=1x2"], 2, None, 0.9)
+    rows = summarize(tmp_path)
+    assert rows[0].speedup is None and not plot(rows, tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
 
 
 def test_a_sweep_writes_its_summary_and_plot(tmp_path):
