@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,8 +27,24 @@ def _load(path: str | Path) -> dict | None:
 
 
 def rank_errors(error_files: Iterable[str | Path]) -> list[dict]:
-    """The error records (runner.rank.write_error) among ``error_files`` that exist, the first failure first."""
-    return sorted((e for f in error_files if (e := _load(f))), key=lambda e: e["timestamp"])
+    """The error records among ``error_files`` that exist, the first failure first: those of ranks killed
+    by a signal (written by their launcher, ``"killed": true``: the peers that lost them fail after them),
+    then those of ranks that raised (runner.rank.write_error), by time."""
+    return sorted((e for f in error_files if (e := _load(f))), key=lambda e: (not e.get("killed"), e["timestamp"]))
+
+
+def _record_killed(setups: list[RankSetup], killed: dict[int, int]) -> None:
+    """An error file for each rank that died without a Python exception (it could write none), so that
+    what reads the run folder afterwards (the run's summary, a sweep's) sees which rank failed first."""
+    for i, code in killed.items():
+        rec = setups[i].record
+        path = Path(setups[i].error_file)
+        record = {"rank": rec.global_rank, "local_rank": rec.local_rank, "host": rec.host, "pid": None,
+                  "timestamp": time.time(), "killed": True, "traceback": "",
+                  "exception": f"{_exit_words(code)} (no Python exception)"}
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
 
 
 def _exit_words(code: int | None) -> str:
@@ -41,11 +59,14 @@ def _exit_words(code: int | None) -> str:
 
 
 def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, elapsed_s: float,
-           killed: dict[int, int] | None = None) -> int:
+           killed: dict[int, int] | None = None, announce: bool = True) -> int:
     """Say how the host's processes ended; the exit status. ``killed``: local ranks that died of a signal
-    from outside (no Python exception) -> exit code, as the launcher saw them before stopping the others."""
+    from outside (no Python exception) -> exit code, as the launcher saw them before stopping the others.
+    ``announce``: a line for a success too (not when `run`'s own summary follows)."""
     n = len(setups)
     if not result.is_failed():
+        if not announce:
+            return 0
         rec = setups[0].record
         where = f" on {rec.host}" if setups[0].world_size > n else ""  # this host's share of the job
         how = "stopped on request (checkpoint and stop)" if StopRequest.requested else "finished"
@@ -92,6 +113,7 @@ def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, ela
     if stopped > 0 and errors:
         print(f"  {stopped} other process(es) were stopped by the launcher", file=out)
     print(f"\nper-rank logs: {paths.logs}/", file=out)
+    _record_killed(setups, killed)
     return 1
 
 

@@ -207,13 +207,15 @@ def _raise_signal(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
 
-def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig) -> int:
+def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig, announce: bool = False) -> int:
     """Run host ``node_rank``'s processes to the end, restarting them after a failure up to
-    ``launcher.max_restarts`` times (one-host jobs); return the exit status for `run`."""
+    ``launcher.max_restarts`` times (one-host jobs); return the exit status for `run`. ``announce``: say
+    in a line that the host's processes finished (a Slurm or MPI task, whose `run` is elsewhere; `run`
+    itself ends with its summary)."""
     spec = plan.job.spec
     restarts = spec.launcher.max_restarts if len(plan.job.hosts) == 1 and not spec.preflight else 0
     while True:
-        code = _launch_attempt(plan, node_rank, paths, recipe_cfg)
+        code = _launch_attempt(plan, node_rank, paths, recipe_cfg, announce)
         if code != EXIT_FAILED or paths.attempt >= restarts or StopRequest.requested:
             return code
         paths = dataclasses.replace(paths, attempt=paths.attempt + 1)
@@ -238,7 +240,7 @@ def _master_unreachable(plan: Plan, node_rank: int, rdzv: Rendezvous, setups: li
         (f"; hint: {check.hint}" if check.hint else "")
 
 
-def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig) -> int:
+def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig, announce: bool) -> int:
     from torch.distributed.elastic.multiprocessing import start_processes
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
@@ -310,7 +312,7 @@ def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: Dic
         context = None
         if report is not None:
             return preflight.outcome(result, setups, paths)
-        return failure_report(result, setups, paths, time.perf_counter() - started, killed)
+        return failure_report(result, setups, paths, time.perf_counter() - started, killed, announce)
     except (Interrupted, SignalException) as e:
         # ours before the processes start, elastic's (it installs its own handlers) after
         signum = e.signum if isinstance(e, Interrupted) else int(e.sigval)

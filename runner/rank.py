@@ -136,7 +136,8 @@ def run_rank(setup: RankSetup) -> None:
         if is_timeout_text(f"{type(exc).__name__}: {exc}"):
             time.sleep(TIMEOUT_PAUSE_S)
         raise
-    Path(setup.done_file).touch()
+    # "stopped": the recipe returned because it was asked to stop (it checkpointed), not at its end
+    Path(setup.done_file).write_text("stopped\n" if StopRequest.requested else "")
 
 
 def _run(setup: RankSetup) -> None:

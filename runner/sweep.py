@@ -88,9 +88,10 @@ def _status(folder: Path, world_size: int | None) -> str:
     logs = folder / "logs"
     if list(logs.glob("*.error.json")):
         return "failed"
-    done = len(list(logs.glob("*.done")))
-    if world_size and done >= world_size:
-        return "done"
+    done = list(logs.glob("*.done"))
+    if world_size and len(done) >= world_size:
+        # a rank that returned because it was asked to stop says so in its done file (runner.rank)
+        return "stopped on request" if any(p.read_text().strip() == "stopped" for p in done) else "done"
     return "stopped" if done else "not run"
 
 

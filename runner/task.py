@@ -127,7 +127,7 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
         return EXIT_INVALID
     paths.make()
     if spec.launcher.tasks is TaskMode.per_host:
-        return launch_host(plan, place.index, paths, recipe_cfg)
+        return launch_host(plan, place.index, paths, recipe_cfg, announce=True)
     rec = plan.records[place.index]
     rdzv_env = {"TORCHELASTIC_RUN_ID": paths.run_id, "TORCHELASTIC_RESTART_COUNT": str(paths.attempt),
                 "TORCHELASTIC_MAX_RESTARTS": "0", "MASTER_PORT": plan.master_port}

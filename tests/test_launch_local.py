@@ -175,7 +175,7 @@ def test_failing_rank_stops_the_job(tmp_path):
                cwd=tmp_path)
     assert done.code == 1
     assert time.monotonic() - started < 60
-    report = done.stderr[done.stderr.index("== job failed =="):]
+    report = done.stderr[done.stderr.index("== job failed =="):done.stderr.index("\n== run ")]  # not the summary
     assert report.splitlines()[1].startswith("rank 1 ")  # the first failure, named, at the top
     assert "RuntimeError: injected failure on rank 1 at step 5" in report
     assert report.count("RuntimeError: injected failure") == 1  # shown once; the others' errors are summarised

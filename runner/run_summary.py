@@ -1,0 +1,277 @@
+"""The end of a run on one screen, and the same facts in ``<run folder>/run_summary.json``.
+
+`run` prints it to stderr once the launch returns (:func:`runner.job_run.run_job`; stdout carries the
+ranks' echo)::
+
+    == run 20261122-081449-c18061: done in 6.2 s ==
+      job       1 host x 2 processes · cpu · gloo · ddp · sharding=none · launcher=local · recipes.digits:main
+      status    done: every rank returned (exit 0)
+      metrics   step 420: test_accuracy=0.9689 steps=420 optimizer_state_bytes=33704
+      outputs   outputs/2026-11-22/08-14-49_c18061/
+                logs/rank*.log (2) · metrics.jsonl · checkpoints/last.pt · spec.yaml · plan.json · launch.txt
+
+Every fact comes from the plan, the exit status and the run folder (:class:`runner.outputs.RunPaths`):
+the status from the exit status (0 done, 2 refused, 128+n stopped by signal n, else failed, naming the
+rank that failed first from the ranks' error files, :func:`runner.failures.rank_errors`), the metrics
+from the last row of metrics.jsonl. With launcher=manual each host's `run` prints (and writes) its own.
+Nothing here imports torch: `run`'s own process never does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.failures import rank_errors
+from runner.outputs import RunPaths
+from runner.plan import Plan
+from runner.progress import duration
+from runner.spec import LauncherKind, recipe_settings
+
+EXIT_REFUSED = 2
+WIDTH = 110  # the outputs line wraps here
+MAX_METRICS = 8
+FILE_NAME = "run_summary.json"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one run did, as facts; :meth:`render` is the screen, :meth:`document` the JSON."""
+
+    run_id: str
+    status: str  # done, failed, stopped, refused, submitted
+    status_text: str  # the status line, in words
+    exit_code: int
+    wall_time_s: float
+    world_size: int
+    processes_per_host: tuple[int, ...]
+    hosts: tuple[str, ...]
+    device: str
+    backend: str
+    parallel: str
+    sharding: str
+    launcher: str
+    recipe: str
+    root: Path
+    first_failure: dict[str, Any] | None = None  # rank, host, exception of the rank that failed first
+    signal: str | None = None  # stopped: the signal's name
+    slurm_job_id: str | None = None
+    metrics_step: int | None = None
+    final_metrics: dict[str, float] = field(default_factory=dict)
+    files: tuple[str, ...] = ()  # what the run folder holds, relative to it, grouped (logs/rank*.log (2), ...)
+    paths: dict[str, Any] = field(default_factory=dict)  # the same, as absolute paths by kind
+
+    @property
+    def job(self) -> str:
+        counts = self.processes_per_host
+        n_hosts = len(counts)
+        if len(set(counts)) <= 1:
+            shape = f"{_count(n_hosts, 'host')} x {_count(counts[0] if counts else 0, 'process', 'processes')}"
+        else:
+            shape = f"{n_hosts} hosts ({'+'.join(map(str, counts))}) = {_count(self.world_size, 'process', 'processes')}"
+        return " · ".join([shape, self.device, self.backend, self.parallel, f"sharding={self.sharding}",
+                           f"launcher={self.launcher}", self.recipe])
+
+    def headline(self) -> str:
+        took = duration(self.wall_time_s)
+        how = {"done": f"done in {took}", "submitted": f"submitted in {took}"}.get(self.status,
+                                                                                   f"{self.status} after {took}")
+        return f"== run {self.run_id}: {how} =="
+
+    def render(self, cwd: Path | None = None) -> str:
+        """The screen: at most a dozen lines. The run folder is shown relative to ``cwd`` when under it."""
+        lines = [self.headline(), f"  job       {self.job}", f"  status    {self.status_text}"]
+        if self.final_metrics:
+            shown = " ".join(f"{k}={_number(v)}" for k, v in list(self.final_metrics.items())[:MAX_METRICS])
+            more = f" (+{len(self.final_metrics) - MAX_METRICS} more)" if len(self.final_metrics) > MAX_METRICS else ""
+            at = f"step {self.metrics_step}: " if self.metrics_step is not None else ""
+            lines.append(f"  metrics   {at}{shown}{more}")
+        lines.append(f"  outputs   {_shown_path(self.root, cwd)}/")
+        row = ""
+        for item in self.files:
+            if row and len(row) + 3 + len(item) > WIDTH - 12:
+                lines.append(f"            {row}")
+                row = ""
+            row = f"{row} · {item}" if row else item
+        if row:
+            lines.append(f"            {row}")
+        return "\n".join(lines)
+
+    def document(self) -> dict[str, Any]:
+        """The facts for other tools (run_summary.json)."""
+        return {
+            "run_id": self.run_id, "status": self.status, "status_text": self.status_text,
+            "exit_code": self.exit_code, "wall_time_s": round(self.wall_time_s, 3),
+            "world_size": self.world_size, "hosts": list(self.hosts), "processes_per_host": list(self.processes_per_host),
+            "device": self.device, "backend": self.backend, "parallel": self.parallel, "sharding": self.sharding,
+            "launcher": self.launcher, "recipe": self.recipe,
+            "first_failure": self.first_failure, "signal": self.signal, "slurm_job_id": self.slurm_job_id,
+            "metrics_step": self.metrics_step, "final_metrics": self.final_metrics,
+            "paths": self.paths,
+        }
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _number(v: float) -> str:
+    if isinstance(v, int):
+        return str(v)
+    return f"{v:.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
+
+
+def _shown_path(path: Path, cwd: Path | None) -> str:
+    path = path.absolute()
+    if cwd is not None and path.is_relative_to(cwd.absolute()) and path != cwd.absolute():
+        return str(path.relative_to(cwd.absolute()))
+    return str(path)
+
+
+def _last_metrics(path: Path) -> tuple[int | None, dict[str, float]]:
+    """The step and the numbers of metrics.jsonl's last row (not its time, not its flags)."""
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        row = json.loads(lines[-1]) if lines else {}
+    except (OSError, ValueError):
+        return None, {}
+    if not isinstance(row, dict):
+        return None, {}
+    step = row.get("step") if isinstance(row.get("step"), int) else None
+    numbers = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+               and k not in ("step", "time_s")}
+    return step, numbers
+
+
+def _status(plan: Plan, paths: RunPaths, code: int, slurm_job_id: str | None) -> tuple[str, str, dict | None, str | None]:
+    """(status, its words, the first failure, the signal's name) from the exit status and the rank files."""
+    spec = plan.job.spec
+    ranks = [r.global_rank for r in plan.records]
+    n = len(ranks)
+    done = sum(1 for r in ranks if paths.done_file(r).exists())
+    if code == 0:
+        if spec.launcher.kind is LauncherKind.slurm and not spec.launcher.slurm.follow and slurm_job_id:
+            # run_summary.json then says so too: nothing here knows how the job will end
+            return ("submitted", f"submitted as Slurm job {slurm_job_id}, not followed (launcher.slurm.follow=false): "
+                    f"`squeue -j {slurm_job_id}` shows it", None, None)
+        if done == n and any(paths.done_file(r).read_text().strip() == "stopped" for r in ranks):
+            return ("stopped", "stopped on request (Slurm's time-limit signal, SIGTERM or the stop signal): every "
+                    "rank returned, asked to checkpoint (exit 0)", None, None)
+        if done == n:
+            what = "preflight passed, every rank returned" if spec.preflight else "every rank returned"
+            return "done", f"done: {what} (exit 0)", None, None
+        if spec.launcher.kind is LauncherKind.manual and len(plan.job.hosts) > 1:
+            return "done", f"done: this host's processes returned (exit 0); {done} of {n} rank(s) so far", None, None
+        return "done", f"done (exit 0): {done} of {n} rank(s) left their done file", None, None
+    if code == EXIT_REFUSED:
+        return "refused", "refused (exit 2): the launch did not start the job; the error above says why", None, None
+    if code > 128:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            name = f"signal {code - 128}"
+        returned = f"; {done} of {n} rank(s) had returned" if done else ""
+        return "stopped", f"stopped by {name} (exit {code}){returned}", None, name
+    errors = rank_errors(paths.error_file(r) for r in ranks)
+    if not errors:
+        if spec.preflight:
+            why = "a preflight check failed; the host line above says which"
+        elif not any(paths.rank_log(r).exists() for r in ranks):
+            why = "no rank started; the error above says why"
+        else:
+            why = ("no rank recorded a Python exception (killed by a signal, or a crash in native code?); the "
+                   "report above says more")
+        return "failed", f"failed (exit {code}): {why}", None, None
+    first = errors[0]
+    exception = (first.get("exception") or "?").splitlines()[0]
+    exception = exception if len(exception) <= 120 else exception[:117] + "..."
+    others = f" ({len(errors) - 1} other rank(s) failed after it)" if len(errors) > 1 else ""
+    failure = {"rank": first.get("rank"), "host": first.get("host"), "exception": exception}
+    how = "ended:" if first.get("killed") else "raised"  # killed by a signal: its launcher wrote the record
+    return ("failed", f"failed (exit {code}): rank {failure['rank']} on host {failure['host']} {how} {exception}{others}",
+            failure, None)
+
+
+def _files(plan: Plan, paths: RunPaths) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """What the run folder holds, for the screen (grouped, relative) and for the JSON (absolute, by kind)."""
+    root = paths.root
+    logs = sorted(paths.logs.glob("rank*.log")) if paths.logs.is_dir() else []
+    errors = sorted(paths.logs.glob("rank*.error.json")) if paths.logs.is_dir() else []
+    checkpoints = sorted(p for p in paths.checkpoints.rglob("*") if p.is_file()) if paths.checkpoints.is_dir() else []
+    slurm_out = sorted(root.glob("slurm-*.out"))
+    shown: list[str] = []
+    if logs:
+        shown.append(f"logs/rank*.log ({len(logs)})")
+    if errors:
+        shown.append(f"logs/rank*.error.json ({len(errors)})")
+    if paths.metrics.exists():
+        shown.append(paths.metrics.name)
+    shown += [str(p.relative_to(root)) for p in checkpoints[:3]]
+    if len(checkpoints) > 3:
+        shown.append(f"checkpoints/ (+{len(checkpoints) - 3} more)")
+    shown += [p.name for p in slurm_out]
+    shown += [p.name for p in (paths.spec, paths.plan, paths.launch, paths.sbatch_script) if p.exists()]
+    shown.append(FILE_NAME)
+    by_kind = {
+        "run_folder": str(root.absolute()),
+        "logs": [str(p.absolute()) for p in logs],
+        "error_files": [str(p.absolute()) for p in errors],
+        "metrics": str(paths.metrics.absolute()) if paths.metrics.exists() else None,
+        "checkpoints": [str(p.absolute()) for p in checkpoints],
+        "spec": str(paths.spec.absolute()),
+        "plan": str(paths.plan.absolute()),
+        "launch": str(paths.launch.absolute()),
+        "summary": str((root / FILE_NAME).absolute()),
+    }
+    if slurm_out:
+        by_kind["slurm_output"] = [str(p.absolute()) for p in slurm_out]
+    return tuple(shown), by_kind
+
+
+def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float) -> RunSummary:
+    """The summary of a run whose launch returned exit status ``code`` after ``wall_time_s``."""
+    job, spec = plan.job, plan.job.spec
+    id_file = paths.root / "slurm_job_id"
+    slurm_job_id = id_file.read_text().strip() or None if id_file.exists() else None
+    status, words, failure, sig = _status(plan, paths, code, slurm_job_id)
+    if slurm_job_id and status != "submitted":
+        words += f" · Slurm job {slurm_job_id}"
+    recipe = recipe_settings(spec.recipe).target
+    script = spec.recipe.get("path") if isinstance(spec.recipe, dict) else getattr(spec.recipe, "path", None)
+    if script:
+        recipe += f" ({script})"
+    step, metrics = _last_metrics(paths.metrics)
+    shown, by_kind = _files(plan, paths)
+    return RunSummary(
+        run_id=paths.run_id, status=status, status_text=words, exit_code=code, wall_time_s=wall_time_s,
+        world_size=plan.world_size, processes_per_host=tuple(len(plan.host_records(h.index)) for h in job.hosts),
+        hosts=tuple(h.label for h in job.hosts), device=job.device.value, backend=job.backend.value,
+        parallel=spec.parallel.mode.value, sharding=spec.sharding.mode.value, launcher=spec.launcher.kind.value,
+        recipe=recipe, root=paths.root, first_failure=failure, signal=sig, slurm_job_id=slurm_job_id,
+        metrics_step=step, final_metrics=metrics, files=shown, paths=by_kind)
+
+
+def write(summary: RunSummary, path: Path) -> None:
+    """Atomically (the hosts of a manual run may share the folder)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(summary.document(), indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def report(plan: Plan, paths: RunPaths, code: int, wall_time_s: float) -> RunSummary | None:
+    """Print the summary to stderr and write run_summary.json; never changes the run's outcome (a
+    summary that cannot be made says why in one line)."""
+    try:
+        summary = summarize(plan, paths, code, wall_time_s)
+        write(summary, paths.root / FILE_NAME)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"\n(no run summary: {type(e).__name__}: {e})", file=sys.stderr, flush=True)
+        return None
+    sys.stdout.flush()
+    print("\n" + summary.render(Path.cwd()), file=sys.stderr, flush=True)
+    return summary

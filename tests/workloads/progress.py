@@ -1,0 +1,16 @@
+"""Steps with a progress bar: each rank reports loss 100 + its rank (so a line names its rank), and rank 0
+prints a line halfway (output written while the bar is shown). Logs one metrics row at the end."""
+
+import torch
+import torch.distributed as dist
+
+
+def main(ctx, cfg):
+    with ctx.progress(cfg.steps, "work", interval_s=cfg.get("interval_s", 1e9)) as bar:
+        for step in range(cfg.steps):
+            t = torch.ones(1)
+            dist.all_reduce(t)
+            if ctx.is_main and step == cfg.steps // 2:
+                print(f"halfway: step {step}", flush=True)
+            bar.update(loss=100.0 + ctx.rank, samples=cfg.global_batch_size)
+    ctx.log(cfg.steps, echo=False, world=float(t.item()), final=True)
