@@ -169,7 +169,8 @@ def _follow(arrays: list[tuple[str, JobArray]], sweep_dir: Path, configs: dict[i
                 for n in pending:
                     member, name = array.members[n], f"{array_id}_{n}"
                     current = known.get(n)
-                    if current is None and n in last:  # ended, and forgotten since: the run folder says how
+                    if current is None and (n in last or not known):
+                        # ended and forgotten since (or the whole array was): the run folder says how
                         codes[n] = 128 + stopping[0] if stopping else member.outcome()
                         _ended(sweep_dir, array_id, n, configs, member, codes[n])
                         continue
