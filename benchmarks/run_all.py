@@ -2,8 +2,9 @@
 
 Runs each benchmark in its own process, one after the other (each measures its figures against its
 references in the same run), then prints the headline ratios and writes them, with the date and the
-machine, to benchmarks/results/suite.json. ``--quick`` runs fewer repetitions (a smoke test of the
-suite, not figures to quote).
+machine, to benchmarks/results/suite.json, and the tables of benchmarks/REPORT.md from the result
+files. ``--quick`` runs fewer repetitions (a smoke test of the suite, not figures to quote; the report
+is left alone).
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ def main() -> None:
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
     print(f"\nwritten: {RESULTS / 'suite.json'} (and each benchmark's own file there)")
+    if not args.quick:  # figures to quote: the report's tables become this run's
+        import report
+
+        print(f"rewrote the tables ({', '.join(report.update())}) of {report.REPORT}")
 
 
 if __name__ == "__main__":

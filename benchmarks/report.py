@@ -1,0 +1,92 @@
+"""The tables of benchmarks/REPORT.md, made from the result files of the last run.
+
+REPORT.md keeps its prose; each table sits between ``<!-- table:NAME -->`` and ``<!-- end -->`` and is
+written anew by ``run_all.py`` after a full run (or ``python benchmarks/report.py`` by hand), so the
+report never quotes figures its result files do not hold.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+REPORT = HERE / "REPORT.md"
+_BLOCK = re.compile(r"(<!-- table:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end -->)", re.S)
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def machine() -> str:
+    suite = _load("suite")
+    m = suite["machine"]
+    return (f"{m['machine']}, {m['cpus']} cores, Python {m['python']}, torch {m['torch']}, gloo; "
+            f"measured {suite['date']}")
+
+
+def launch() -> str:
+    data = _load("launch_speed")
+    out = []
+    for size, r in sorted(data["launch"].items(), key=lambda kv: int(kv[0])):
+        rows = [[name, f"{r['median_s'][name]:.2f}", f"{r['ratio_vs_torchrun'][name]:.2f}",
+                 f"{r['ratio_vs_mp_spawn'][name]:.2f}", f"{r['ratio_vs_floor'][name]:.2f}"] for name in r["median_s"]]
+        out.append(f"**{size} processes**\n\n" + _table(["command", "seconds", "× torchrun --standalone", "× mp.spawn",
+                                                          "× floor"], rows))
+    return "\n".join(out)
+
+
+def throughput() -> str:
+    data = _load("launch_speed")
+    rows = []
+    for size, r in sorted(data["throughput"].items(), key=lambda kv: int(kv[0])):
+        run, ref = r["median_steps_per_s"]["run"], r["median_steps_per_s"]["hand-written mp DDP"]
+        rows.append([size, f"{run:.1f}", f"{ref:.1f}", f"{r['ratio']:.3f}"])
+    return _table(["processes", "run", "hand-written torch.multiprocessing DDP", "ratio"], rows)
+
+
+def plan() -> str:
+    rows = [[r["form"], f"{r['hosts']:,}", f"{r['processes']:,}", f"{r['seconds']:.3f}", f"{r['us_per_process']:.2f}",
+             f"{r['ratio_vs_1000']:.2f}"] for r in _load("plan_scale")["rows"]]
+    return _table(["form", "hosts", "processes", "seconds", "µs/process", "× per-process time at 1,000 hosts"], rows)
+
+
+def sharding() -> str:
+    rows = []
+    for shape, r in _load("sharding_memory")["results"].items():
+        for mode, m in r["modes"].items():
+            if mode == "none":
+                continue
+            ratio = m["ratio_vs_none"]
+            rows.append([shape, mode, f"{ratio['optimizer_state_bytes']:.2f}", f"{ratio['peak_bytes']:.2f}",
+                         f"{ratio['step_s']:.2f}"])
+    return _table(["shape", "mode", "optimizer state / process", "peak tensor memory", "step time"], rows)
+
+
+TABLES = {"machine": lambda: machine() + "\n", "launch": launch, "throughput": throughput, "plan": plan,
+          "sharding": sharding}
+
+
+def update(report: Path = REPORT) -> list[str]:
+    """Rewrite every table block of the report from the result files; the names of those rewritten."""
+    text, done = report.read_text(), []
+
+    def fill(m: re.Match) -> str:
+        done.append(m["name"])
+        return m.group(1) + TABLES[m["name"]]() + m.group(4)
+
+    report.write_text(_BLOCK.sub(fill, text))
+    return done
+
+
+if __name__ == "__main__":
+    print(f"{REPORT}: rewrote {', '.join(update())}")
