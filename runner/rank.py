@@ -93,6 +93,12 @@ def joined_file(setup: RankSetup) -> Path:
     return Path(setup.done_file).with_suffix(".joined")
 
 
+def returned_on_request(done_file: str | Path) -> bool:
+    """A rank's done file says its recipe returned because it was asked to stop (and checkpointed),
+    not at the end of its work."""
+    return Path(done_file).read_text().strip() == "stopped"
+
+
 def clear_outcome(setup: RankSetup) -> None:
     """Forget an earlier attempt's outcome files of this rank (a restarted or requeued job)."""
     for path in (setup.error_file, setup.done_file, joined_file(setup)):
@@ -136,7 +142,7 @@ def run_rank(setup: RankSetup) -> None:
         if is_timeout_text(f"{type(exc).__name__}: {exc}"):
             time.sleep(TIMEOUT_PAUSE_S)
         raise
-    # "stopped": the recipe returned because it was asked to stop (it checkpointed), not at its end
+    # (read by returned_on_request)
     Path(setup.done_file).write_text("stopped\n" if StopRequest.requested else "")
 
 

@@ -31,6 +31,7 @@ from runner.failures import rank_errors
 from runner.outputs import RunPaths
 from runner.plan import Plan
 from runner.progress import duration
+from runner.rank import returned_on_request
 from runner.spec import LauncherKind, recipe_settings
 
 EXIT_REFUSED = 2
@@ -159,7 +160,7 @@ def _status(plan: Plan, paths: RunPaths, code: int, slurm_job_id: str | None) ->
             # run_summary.json then says so too: nothing here knows how the job will end
             return ("submitted", f"submitted as Slurm job {slurm_job_id}, not followed (launcher.slurm.follow=false): "
                     f"`squeue -j {slurm_job_id}` shows it", None, None)
-        if done == n and any(paths.done_file(r).read_text().strip() == "stopped" for r in ranks):
+        if done == n and any(returned_on_request(paths.done_file(r)) for r in ranks):
             return ("stopped", "stopped on request (Slurm's time-limit signal, SIGTERM or the stop signal): every "
                     "rank returned, asked to checkpoint (exit 0)", None, None)
         if done == n:

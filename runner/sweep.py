@@ -20,6 +20,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from runner.rank import returned_on_request
+
 THROUGHPUT = "samples_per_s"
 LAUNCHER = "hydra_plugins.runner_sweep_launcher.RunnerSweepLauncher"  # conf/job.yaml's hydra/launcher
 
@@ -90,8 +92,7 @@ def _status(folder: Path, world_size: int | None) -> str:
         return "failed"
     done = list(logs.glob("*.done"))
     if world_size and len(done) >= world_size:
-        # a rank that returned because it was asked to stop says so in its done file (runner.rank)
-        return "stopped on request" if any(p.read_text().strip() == "stopped" for p in done) else "done"
+        return "stopped on request" if any(returned_on_request(p) for p in done) else "done"
     return "stopped" if done else "not run"
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import shlex
 import signal
+from typing import TYPE_CHECKING
 
 from runner.environments.slurm import SlurmEnvironment, expand_hostnames
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, run_forwarding_signals
 from runner.problems import Problem, render_problems
 from runner.spec import DeviceKind, TaskMode
 from runner.stop import stop_signal
+
+if TYPE_CHECKING:
+    from runner.launchers.slurm_array import ArrayMember
 
 
 class SlurmLauncher(Launcher):
@@ -209,7 +213,7 @@ class SlurmLauncher(Launcher):
             return 0
         return slurm_job.follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed)
 
-    def array_member(self) -> "ArrayMember":
+    def array_member(self) -> ArrayMember:
         """This job as a member of a sweep's job array (runner.launchers.slurm_array): its batch script
         is written, the array's script runs it."""
         from runner.launchers.slurm_array import ArrayMember
