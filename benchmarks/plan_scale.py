@@ -65,7 +65,7 @@ def make_spec(hosts: int, form: str) -> JobConfig:
         backend=BackendConfig(),
         parallel=ParallelConfig(),
         sharding=ShardingConfig(),
-        recipe=RecipeConfig(target="recipes.digits:main", global_batch_size=hosts * DEVICES * 4),
+        recipe=RecipeConfig(target="runner.recipes.digits:main", global_batch_size=hosts * DEVICES * 4),
         device=DeviceKind.cuda,
     )
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 import time
 
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.utils.data import TensorDataset
 
 
 def datasets(test_fraction: float, seed: int) -> tuple[TensorDataset, TensorDataset]:
+    # imported here, not with the module: validation imports the module to check it (runner.targets)
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
     x, y = load_digits(return_X_y=True)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=test_fraction, random_state=seed, stratify=y)
     mean, std = x_train.mean(0), x_train.std(0) + 1e-6  # statistics of the training split only

@@ -1,9 +1,11 @@
 """The launch agent: a process forked as `run` starts, that imports torch while `run` composes and
-validates the spec, then starts this host's processes when handed the launch.
+validates the spec, tries the recipe target for validation (runner.targets, in a child of its own),
+then starts this host's processes when handed the launch.
 
 Importing torch takes over a second and Hydra's composition about half of one; on a machine with a
-core to spare they overlap, and the ranks are still forked from a process that holds torch (and has
-not initialised CUDA). Without the agent (one core, a dry run, a multirun) `run` launches in-process.
+core to spare they overlap, the recipe's module (which imports torch first, as a rule) is tried in a
+child that has torch already, and the ranks are still forked from a process that holds torch (and has
+not initialised CUDA). Without the agent (one core, a multirun) `run` does both in-process.
 """
 
 from __future__ import annotations
@@ -19,22 +21,20 @@ from omegaconf import DictConfig
 from runner.outputs import RunPaths
 from runner.plan import Plan
 from runner.stop import stop_signal
+from runner.targets import TargetProblem, target_problem
 
 HostRun = Callable[[Plan, int, RunPaths, DictConfig], int]
 
-# arguments of `run` that mean no launch follows in this process
-_NO_LAUNCH = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--multirun", "-m", "--run", "-r",
-              "--shell-completion", "-sc", "dry_run=true", "dry_run=True")
+# arguments of `run` that mean no job is validated here (help, the composed config), or several are (a
+# multirun: its jobs are validated and launched in-process, one after another)
+_NO_JOB = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--multirun", "-m", "--run", "-r",
+           "--shell-completion", "-sc")
 
 
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _agent_main(read_fd: int) -> None:
+def _agent_main(requests_fd: int, answers_fd: int) -> None:
+    """Serve `run`'s requests: ("target", (target, workdir)) -> the target's problem or None, answered at
+    once; ("launch", (plan, node_rank, paths, recipe_cfg)) -> run this host's share, then exit with its
+    status. The closed pipe without a launch: `run` needed none."""
     from runner.rank import die_with_parent
 
     die_with_parent()
@@ -43,10 +43,17 @@ def _agent_main(read_fd: int) -> None:
 
         from runner.host_launch import launch_host
 
-        work = _read_all(read_fd)
-        if not work:
-            os._exit(0)  # `run` needed no launch
-        code = launch_host(*pickle.loads(work))
+        with os.fdopen(requests_fd, "rb") as requests, os.fdopen(answers_fd, "wb") as answers:
+            while True:
+                try:
+                    kind, args = pickle.load(requests)
+                except EOFError:
+                    os._exit(0)
+                if kind == "launch":
+                    break
+                pickle.dump(target_problem(*args), answers)  # forked from here: torch is imported already
+                answers.flush()
+        code = launch_host(*args)
     except KeyboardInterrupt:
         code = 128 + signal.SIGINT
     except BaseException:
@@ -62,33 +69,49 @@ def _agent_main(read_fd: int) -> None:
 class LaunchAgent:
     """The parent's handle on the agent process."""
 
-    def __init__(self, pid: int, write_fd: int) -> None:
+    def __init__(self, pid: int, requests_fd: int, answers_fd: int) -> None:
         self.pid = pid
-        self._write_fd = write_fd
+        self._requests = os.fdopen(requests_fd, "wb")
+        self._answers = os.fdopen(answers_fd, "rb")
+
+    def _send(self, kind: str, args: tuple) -> None:
+        pickle.dump((kind, args), self._requests)
+        self._requests.flush()
 
     @classmethod
     def start_if_useful(cls, argv: list[str]) -> "LaunchAgent | None":
-        # a scheduler starts the processes of launcher=slurm and mpi: nothing to fork here
-        if (os.cpu_count() or 1) < 2 or any(a in _NO_LAUNCH or a in ("launcher=slurm", "launcher=mpi") for a in argv):
+        # (a dry run, or launcher=slurm and mpi, whose processes a scheduler starts, only ask it about the target)
+        if (os.cpu_count() or 1) < 2 or any(a in _NO_JOB for a in argv):
             return None
-        read_fd, write_fd = os.pipe()
+        requests_read, requests_write = os.pipe()
+        answers_read, answers_write = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os.close(write_fd)
-            _agent_main(read_fd)
-        os.close(read_fd)
-        return cls(pid, write_fd)
+            os.close(requests_write)
+            os.close(answers_read)
+            _agent_main(requests_read, answers_write)
+        os.close(requests_read)
+        os.close(answers_write)
+        return cls(pid, requests_write, answers_read)
+
+    def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None:
+        """runner.targets.target_problem, in a child of the agent: the agent has imported torch by then,
+        which the recipe's module usually imports first."""
+        try:
+            self._send("target", (target, workdir))
+            return pickle.load(self._answers)
+        except (EOFError, OSError):  # the agent is gone (it says why on stderr): ask from here
+            return target_problem(target, workdir)
 
     def run_host(self, plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig) -> int:
         """Hand the launch to the agent and wait for its exit status; SIGINT, SIGTERM and the stop signal
         reaching `run` go to it."""
-        data = pickle.dumps((plan, node_rank, paths, recipe_cfg))
         forward = lambda signum, _frame: os.kill(self.pid, signum)  # noqa: E731
         stop = stop_signal(plan.job.spec.launcher.slurm.signal)  # a request to checkpoint and stop
         previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, stop)}
         try:
-            with os.fdopen(self._write_fd, "wb") as pipe:
-                pipe.write(data)
+            self._send("launch", (plan, node_rank, paths, recipe_cfg))
+            self._requests.close()
             _, status = os.waitpid(self.pid, 0)  # retried after each forwarded signal (PEP 475)
         finally:
             for s, handler in previous.items():
@@ -99,6 +122,6 @@ class LaunchAgent:
     def cancel(self) -> None:
         """No launch after all: the agent exits once it reads the closed pipe."""
         try:
-            os.close(self._write_fd)
+            self._requests.close()
         except OSError:
             pass

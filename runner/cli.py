@@ -93,7 +93,7 @@ def _app(cfg: DictConfig) -> ArrayMember | None:
     # a sweep under our Hydra launcher sends its Slurm batch jobs together, as job arrays
     in_array_sweep = hc.mode is RunMode.MULTIRUN and hc.launcher.get("_target_") == sweep.LAUNCHER
     code = run_job(cfg, spec, out, run_id, tuple(hc.overrides.task), config_dir, hc.job.config_name,
-                   agent.run_host if agent else None, defer_submit=in_array_sweep)
+                   agent, defer_submit=in_array_sweep)
     if isinstance(code, ArrayMember):
         return code  # the launcher submits it with the others, and records how it ended
     if hc.mode is RunMode.MULTIRUN:  # a failed job does not stop the sweep; the summary and the exit say it
@@ -145,8 +145,50 @@ def input_problems(argv: list[str]) -> list[str]:
     return found
 
 
+def _hydra_quoted(text: str) -> str:
+    """``text`` as a quoted value of Hydra's override grammar that composes back to exactly ``text``:
+    backslashes are literal except before a quote or at the end (doubled there), quotes are escaped, and
+    ``${`` is escaped for OmegaConf (no interpolation)."""
+    text = text.replace("${", "\\${")
+    out, backslashes = [], 0
+    for ch in text:
+        if ch == "\\":
+            backslashes += 1
+            continue
+        out.append("\\" * (2 * backslashes) + "\\'" if ch == "'" else "\\" * backslashes + ch)
+        backslashes = 0
+    return "'" + "".join(out) + "\\" * (2 * backslashes) + "'"
+
+
+class ScriptArgsError(ValueError):
+    pass
+
+
+def script_overrides(argv: list[str]) -> list[str]:
+    """``run [overrides] -- train.py --lr=0.1`` as plain overrides: ``recipe=script``, ``recipe.path`` and
+    ``recipe.args`` (as torchrun takes a script and its arguments, without Hydra's quoting)."""
+    if "--" not in argv:
+        return argv
+    cut = argv.index("--")
+    ours, script = argv[:cut], argv[cut + 1:]
+    if not script:
+        raise ScriptArgsError("nothing follows `--`; hint: run [overrides] -- train.py [its arguments]")
+    clashing = [a for a in ours if a.split("=", 1)[0].lstrip("+~") in ("recipe.path", "recipe.args")
+                or (a.startswith("recipe=") and a != "recipe=script")]
+    if clashing:
+        raise ScriptArgsError(f"{clashing[0]!r} and `-- {script[0]} ...` both say what to run; hint: keep one: "
+                              f"`run [overrides] -- {script[0]} ...` means recipe=script recipe.path={script[0]}")
+    return [*ours, "recipe=script", f"recipe.path={_hydra_quoted(script[0])}",
+            "recipe.args=[" + ",".join(_hydra_quoted(a) for a in script[1:]) + "]"]
+
+
 def main() -> None:
     """Console entry point."""
+    try:
+        sys.argv[1:] = script_overrides(sys.argv[1:])
+    except ScriptArgsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(EXIT_INVALID)
     problems = input_problems(sys.argv[1:])
     if problems:
         print("\n".join(problems), file=sys.stderr)
@@ -156,8 +198,9 @@ def main() -> None:
         os._exit(EXIT_INVALID)
     setup()
     _State.agent = LaunchAgent.start_if_useful(sys.argv[1:])
-    # like `python -m`, make the current folder importable so recipes in the user's repository are found
-    sys.path.insert(0, os.getcwd())
+    # The user's modules are imported from the job's folder by the ranks, and tried by validation in a
+    # child process (runner.targets); `run` itself never puts that folder on its path, so nothing there
+    # (a runner.py, a hydra/ folder) can shadow what `run` imports.
     code = 0
     try:
         _app()

@@ -121,6 +121,9 @@ def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 12 else f"{', '.join(map(str, ranks[:12]))}, ... ({len(ranks)})"
 
 
+_RUNNER_DIR = f'"{Path(__file__).resolve().parent}{os.sep}'  # how faulthandler writes a frame of the runner
+
+
 def _last_stack(log_file: str, frames: int = 8) -> list[str]:
     """The main thread's frames of the last stack dump in a rank's log (faulthandler, runner.rank.STACK_SIGNAL)."""
     try:
@@ -132,8 +135,8 @@ def _last_stack(log_file: str, frames: int = 8) -> list[str]:
         return []
     block = []
     for line in lines[starts[-1] + 1:]:
-        if not line.startswith("  File ") or "/runner/rank.py" in line:
-            break  # the recipe's frames, not the runner's below them
+        if not line.startswith("  File ") or _RUNNER_DIR in line or "<frozen runpy>" in line:
+            break  # the recipe's (or script's) frames, not the runner's below them
         block.append(line.strip())
     return block[:frames]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.agent import HostRun
+from runner.agent import LaunchAgent
 from runner.environments.slurm import SlurmEnvironment
 from runner.launchers import LAUNCHERS, Invocation
 from runner.launchers.slurm import SlurmLauncher
@@ -33,12 +33,15 @@ def _run_command() -> str:
 
 
 def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
-            config_dir: str | None, config_name: str | None = None, run_host: HostRun | None = None,
+            config_dir: str | None, config_name: str | None = None, agent: LaunchAgent | None = None,
             defer_submit: bool = False) -> int | ArrayMember:
-    """The job's exit status; with ``defer_submit`` (a sweep on Slurm), a batch job is prepared but not
+    """The job's exit status; ``agent``: `run`'s launch agent, which tries the recipe target and starts this
+    host's processes (runner.agent), if it has one; with ``defer_submit`` (a sweep on Slurm), a batch job is prepared but not
     submitted: its :class:`ArrayMember` is returned for the sweep's job array."""
     started = time.perf_counter()
-    job, problems = check(spec, LocalProbe())
+    # the job's folder, for every process on every host (runner.targets): pinned in the spec they load
+    spec.workdir = cfg.workdir = os.path.abspath(spec.workdir or os.getcwd())
+    job, problems = check(spec, LocalProbe(agent.target_problem) if agent else LocalProbe())
     if job is None:
         print(render_problems(problems), file=sys.stderr)
         n = len(errors(problems))
@@ -48,7 +51,7 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
     plan = make_plan(job, paths)
     invocation = Invocation(spec.launcher.python or sys.executable, os.getcwd(), overrides, config_dir,
                             config_name if config_name != "job" else None, _run_command())
-    launcher = LAUNCHERS[spec.launcher.kind](plan, paths, invocation, run_host)
+    launcher = LAUNCHERS[spec.launcher.kind](plan, paths, invocation, agent.run_host if agent else None)
     if isinstance(launcher, SlurmLauncher):
         launcher.in_allocation = SlurmEnvironment.read(os.environ).in_allocation
     request = launcher.request()

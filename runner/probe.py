@@ -11,8 +11,13 @@ import functools
 import os
 import shutil
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from runner.targets import TargetProblem, target_problem
+
+TargetCheck = Callable[[str, "str | None"], "TargetProblem | None"]
 
 
 class MachineProbe(Protocol):
@@ -23,6 +28,7 @@ class MachineProbe(Protocol):
     def exists(self, path: str) -> bool: ...
     def is_dir(self, path: str) -> bool: ...
     def host_names(self) -> frozenset[str]: ...
+    def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None: ...
 
 
 def _nvidia_driver_present() -> bool:
@@ -31,7 +37,16 @@ def _nvidia_driver_present() -> bool:
 
 
 class LocalProbe:
-    """Answers about this machine. GPU counting goes through NVML, so it does not poison fork."""
+    """Answers about this machine. GPU counting goes through NVML, so it does not poison fork.
+
+    ``check_target``: how a recipe target is tried (runner.targets.target_problem: in a child forked from
+    this process; `run`'s launch agent offers one forked from itself, where torch is already imported)."""
+
+    def __init__(self, check_target: TargetCheck = target_problem) -> None:
+        self._check_target = check_target
+
+    def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None:
+        return self._check_target(target, workdir)
 
     @functools.cache
     def cuda_device_count(self) -> int:
@@ -111,3 +126,12 @@ class FixedProbe:
 
     def host_names(self) -> frozenset[str]:
         return self.names
+
+    def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None:
+        """This machine's answer: the modules a test names are those of this checkout and its tests."""
+        return _tried(target, workdir)
+
+
+@functools.lru_cache(maxsize=256)
+def _tried(target: str, workdir: str | None) -> TargetProblem | None:
+    return target_problem(target, workdir)  # a child per distinct target: tests validate thousands of specs

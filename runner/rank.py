@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import faulthandler
+import functools
 import gc
 import datetime
-import importlib
 import json
 import os
 import signal
@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from runner.plan import ProcessRecord
 from runner.spec import DeviceKind, JobConfig, RecipeConfig
 from runner.stop import StopRequest, stop_signal
+from runner.targets import load_target
 
 if TYPE_CHECKING:
     from runner.preflight import HostReport
@@ -58,11 +59,6 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
-
-
-def resolve_target(target: str) -> Any:
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name or "main")
 
 
 def write_error(setup: RankSetup, exc: BaseException) -> None:
@@ -125,6 +121,8 @@ def run_rank(setup: RankSetup) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     StopRequest.install(stop_signal(setup.spec.launcher.slurm.signal))
     os.environ.update(setup.env)
+    if setup.spec.workdir:
+        os.chdir(setup.spec.workdir)  # the job's folder (runner.targets): relative paths mean the same on every host
     redirect_output(setup.log_file, setup.echo)
     attempt = int(setup.env.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if attempt:
@@ -144,6 +142,26 @@ def run_rank(setup: RankSetup) -> None:
         raise
     # (read by returned_on_request)
     Path(setup.done_file).write_text("stopped\n" if StopRequest.requested else "")
+
+
+def _watch_own_process_group(timeout: datetime.timedelta, joined: Path) -> None:
+    """For a recipe that makes its own process group (a torchrun-style script): the groups it makes
+    without a timeout get init.timeout_s rather than torch's 30 minutes (torch reads these public defaults
+    when ``timeout`` is None), and joining is marked as for a recipe's group, so a hang in its collectives
+    is reported the same way (runner.failures)."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    c10d.default_pg_timeout = timeout
+    c10d.default_pg_nccl_timeout = timeout
+    original = c10d.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> None:
+        original(*args, **kwargs)
+        joined.touch()
+
+    c10d.init_process_group = dist.init_process_group = init_process_group
 
 
 def _run(setup: RankSetup) -> None:
@@ -166,10 +184,12 @@ def _run(setup: RankSetup) -> None:
 
         collective(setup, device)
         return
-    recipe = resolve_target(setup.recipe.target)
+    recipe = load_target(setup.recipe.target, setup.spec.workdir)
     manages_group = getattr(sys.modules[recipe.__module__], "MANAGES_PROCESS_GROUP", False)
     timeout = datetime.timedelta(seconds=setup.spec.init.timeout_s)
-    if not manages_group:
+    if manages_group:
+        _watch_own_process_group(timeout, joined_file(setup))
+    else:
         dist.init_process_group(setup.backend, init_method=setup.init_method, rank=rec.global_rank,
                                 world_size=setup.world_size, timeout=timeout)
         joined_file(setup).touch()

@@ -4,7 +4,7 @@
 ranks' echo)::
 
     == run 20261122-081449-c18061: done in 6.2 s ==
-      job       1 host x 2 processes · cpu · gloo · ddp · sharding=none · launcher=local · recipes.digits:main
+      job       1 host x 2 processes · cpu · gloo · ddp · sharding=none · launcher=local · runner.recipes.digits:main
       status    done: every rank returned (exit 0)
       metrics   step 420: test_accuracy=0.9689 steps=420 optimizer_state_bytes=33704
       outputs   outputs/2026-11-22/08-14-49_c18061/

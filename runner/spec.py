@@ -172,14 +172,15 @@ class ShardingConfig:
 class RecipeConfig:
     """What every recipe's config has; a recipe's own schema extends it."""
 
-    target: str = MISSING  # "package.module:function" or "package.module" (then its `main`)
+    target: str = MISSING  # "package.module:function" or "package.module" (then its `main`), imported from
+    # the job's folder (workdir) first, then the installed packages (runner.targets)
     global_batch_size: Optional[int] = 64  # kept whatever the world size; per process = global / world size
     seed: int = 0
 
 
 @dataclass
 class DigitsRecipeConfig(RecipeConfig):
-    target: str = "recipes.digits:main"
+    target: str = "runner.recipes.digits:main"
     epochs: int = 20
     lr: float = 0.003
     hidden: int = 64
@@ -190,10 +191,12 @@ class DigitsRecipeConfig(RecipeConfig):
 
 @dataclass
 class ScriptRecipeConfig(RecipeConfig):
-    target: str = "recipes.script:main"
+    target: str = "runner.recipes.script:main"
     global_batch_size: Optional[int] = None  # the script batches its data itself
-    path: str = MISSING  # a torchrun-style training script
-    args: list[str] = field(default_factory=list)
+    path: str = MISSING  # a torchrun-style training script, relative to the job's folder (workdir) or absolute
+    args: list[str] = field(default_factory=list)  # its arguments; `run [overrides] -- train.py --lr=0.1` sets both
+    local_rank_arg: Optional[str] = None  # --local_rank or --local-rank: append <flag>=<local rank> to each
+    # process's arguments, as torch.distributed.launch did (for scripts that require it)
 
 
 @dataclass
@@ -213,6 +216,8 @@ class JobConfig:
     # (resolves, not loopback), the route and interface, the port (free on host 0, reachable from the others) or the
     # init file's folder, its devices; then every process all-reduces once; one line per host (runner/preflight.py)
     run_id: Optional[str] = None  # None: a fresh id per run; the manual launcher pins one for all hosts
+    workdir: Optional[str] = None  # the job's folder: every process starts in it and imports the user's modules
+    # from it first, as `python -m` does; None: the folder `run` is started from (pinned in the run's spec.yaml)
 
 
 def recipe_settings(recipe: Any) -> RecipeConfig:

@@ -1,5 +1,6 @@
-"""A task a scheduler starts: ``python -m runner.task <run folder>/spec.yaml`` (the command that
-launcher=slurm and launcher=mpi print and run).
+"""A task a scheduler starts: ``python -P -m runner.task <run folder>/spec.yaml`` (the command that
+launcher=slurm and launcher=mpi print and run; ``-P``: the folder it starts in is not put on the path,
+so a ``runner.py`` or ``runner/`` of the user's cannot shadow the runner).
 
 It loads the spec the launch pinned, validates and plans it again on the node it landed on, finds its
 place from the scheduler's environment (the launcher the spec names decides which: Slurm's variables
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +108,10 @@ def check_place(plan: Plan, place: TaskPlace) -> None:
                             f"allocation's tasks per node differ from the topology's devices per host")
 
 
+def _tried_by_run(target: str, workdir: str | None) -> None:
+    return None
+
+
 def run_task(spec_path: Path, env: dict[str, str]) -> int:
     from runner.host_launch import Rendezvous, launch_host, rank_setups
     from runner.network import NetworkError
@@ -113,7 +119,12 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
 
     spec, recipe_cfg = load_spec(spec_path)
     StopRequest.install(stop_signal(spec.launcher.slurm.signal))
-    job, problems = check(spec, LocalProbe())
+    if spec.workdir and not os.path.isdir(spec.workdir):
+        print(f"error: workdir: the job's folder {spec.workdir} is not on this host ({socket.gethostname()}); hint: "
+              f"start `run` from a folder every host sees (a shared filesystem), or set workdir= to one", file=sys.stderr)
+        return EXIT_INVALID
+    # `run` tried the recipe target where it was started (runner.targets); the ranks import it themselves
+    job, problems = check(spec, LocalProbe(check_target=_tried_by_run))
     if job is None:
         print(render_problems(problems), file=sys.stderr)
         return EXIT_INVALID

@@ -9,10 +9,8 @@ needs it (GPU count when devices are GPUs, MPI support when backend=mpi, folders
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
-from pathlib import Path
 from collections.abc import Iterator
 
 from runner.job import Job
@@ -32,11 +30,11 @@ from runner.spec import (
     TaskMode,
     recipe_settings,
 )
+from runner.targets import TARGET_PATTERN
 from runner.topology import Host, is_loopback, is_valid_host, resolve_hosts
 
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 _SLURM_SIGNAL = re.compile(r"^(R:|B:)?(SIG)?[A-Z0-9]+(@\d+)?$")
@@ -183,62 +181,44 @@ def _check_backend(spec: JobConfig, device: DeviceKind, backend: BackendName,
                           "backend=gloo (CPU) or nccl (GPU) work with launcher=mpi too; backend=mpi needs torch built from source with MPI")
 
 
-def _defines(origin: str, name: str) -> bool | None:
-    """Whether a module's source defines ``name`` at top level (a def, class, assignment or import);
-    None when its source cannot tell (not Python source, ``import *``). The module is not run."""
-    import ast
-
-    if not origin.endswith(".py"):
-        return None
-    try:
-        tree = ast.parse(Path(origin).read_text())
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
-            return True
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-                return True
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                if alias.name == "*":
-                    return None
-                if (alias.asname or alias.name.split(".")[0]) == name:
-                    return True
-    return False
-
-
 def _check_recipe(spec: JobConfig, probe: MachineProbe) -> Iterator[Problem]:
     recipe = recipe_settings(spec.recipe)
-    if isinstance(spec.recipe, ScriptRecipeConfig) and isinstance(spec.recipe.path, str) \
-            and not probe.exists(spec.recipe.path):
-        yield Problem("recipe.path", f"{spec.recipe.path!r} does not exist (seen from {os.getcwd()})",
-                      "give the training script's path, relative to where you start `run` or absolute")
+    workdir = spec.workdir
+    if workdir is not None and not (os.path.isabs(workdir) and probe.is_dir(workdir)):
+        yield Problem("workdir", f"{workdir!r} is not a folder here" if os.path.isabs(workdir) else
+                      f"{workdir!r} is not an absolute path",
+                      "leave it unset (the folder `run` is started from), or give an absolute path every host sees")
+        return
+    if isinstance(spec.recipe, ScriptRecipeConfig):
+        yield from _check_script(spec.recipe, workdir, probe)
     target = recipe.target
-    if not isinstance(target, str) or not _TARGET.match(target):
+    if not isinstance(target, str) or not TARGET_PATTERN.match(target):
         yield Problem("recipe.target", f"{target!r} is not 'package.module:function' or 'package.module'",
-                      "e.g. recipe.target=recipes.digits:main")
-    else:
-        module, _, function = target.partition(":")
-        function = function or "main"
-        why = ""
-        try:
-            found = importlib.util.find_spec(module)
-        except Exception as e:  # a parent package that fails to import: say why, no traceback
-            found, why = None, f" ({type(e).__name__}: {e})"
-        if found is None:
-            yield Problem("recipe.target", f"module {module!r} cannot be imported from here{why}",
-                          "run from the folder that holds it, or install it (pip install -e .) so every host finds it")
-        elif found.origin and _defines(found.origin, function) is False:
-            yield Problem("recipe.target", f"module {module!r} ({found.origin}) defines no {function!r}",
-                          f"name the recipe function: recipe.target={module}:<function> (without ':', `main`)")
+                      "e.g. recipe.target=mypkg.train:main (mypkg/ in the folder you start `run` from)")
+    elif (problem := probe.target_problem(target, workdir)) is not None:
+        yield Problem("recipe.target", problem.message, problem.hint)
     batch = recipe.global_batch_size
     if batch is not None and not isinstance(batch, int):
         yield Problem("recipe.global_batch_size", f"must be a whole number, got {batch!r}", "e.g. recipe.global_batch_size=64")
     elif isinstance(batch, int) and batch < 1:
         yield Problem("recipe.global_batch_size", f"must be at least 1, got {batch}", "e.g. recipe.global_batch_size=64")
+
+
+LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
+
+
+def _check_script(recipe: ScriptRecipeConfig, workdir: str | None, probe: MachineProbe) -> Iterator[Problem]:
+    if isinstance(recipe.path, str):
+        path = os.path.join(workdir, recipe.path) if workdir else recipe.path
+        if not probe.exists(path):
+            yield Problem("recipe.path", f"{recipe.path!r} does not exist (seen from {workdir or os.getcwd()})",
+                          "give the training script's path, relative to the folder you start `run` from, or absolute")
+    flag = recipe.local_rank_arg
+    if flag is not None and flag not in LOCAL_RANK_FLAGS:
+        yield Problem("recipe.local_rank_arg", f"{flag!r} is neither of {' or '.join(LOCAL_RANK_FLAGS)}",
+                      "the flag your script's argparse declares, as torch.distributed.launch passed it: "
+                      "recipe.local_rank_arg=--local_rank (older scripts) or --local-rank (torch >= 2.0); "
+                      "unset for scripts that read LOCAL_RANK from the environment")
 
 
 def _check_topology_fits_launcher(job: Job, probe: MachineProbe) -> Iterator[Problem]:
@@ -417,7 +397,7 @@ def _check_sharding(job: Job, probe: MachineProbe) -> Iterator[Problem]:
         yield Problem("sharding.mode", f"{mode.value} uses fairscale, which cannot be imported here",
                       "pip install 'fairscale>=0.4.13' (a dependency of this package); or torch's own: sharding=zero "
                       "(optimizer state, like oss) or sharding=fsdp")
-    if isinstance(spec.recipe, ScriptRecipeConfig) or recipe_settings(spec.recipe).target.split(":")[0] == "recipes.script":
+    if isinstance(spec.recipe, ScriptRecipeConfig) or recipe_settings(spec.recipe).target.split(":")[0] == "runner.recipes.script":
         yield Problem("sharding.mode", f"{mode.value} is applied by ctx.setup, but recipe=script runs a torchrun-style "
                                        f"script that never sees the run context: nothing would be sharded",
                       "sharding=none with recipe=script (shard inside the script), or a recipe main(ctx, cfg) that "

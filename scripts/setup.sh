@@ -14,5 +14,10 @@ pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
   pip install "torch==$TORCH_VERSION"
 fi
+# this package was called `runner` on the index before (a name taken there): drop such an install of this
+# checkout, whose top-level `recipes` package would shadow a user's own
+if .venv/bin/python -m pip show runner 2>/dev/null | grep -qx "Editable project location: $PWD"; then
+  pip uninstall -y runner
+fi
 pip install -e ".[test]"
 echo "ready: .venv (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"

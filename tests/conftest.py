@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
 # An importable recipe target that is always there: the dry-run layer is tested apart from the recipes.
-TARGET = "recipes.digits:main"  # a real recipe: validation checks the function exists
+TARGET = "runner.recipes.digits:main"  # a real recipe: validation checks the function exists
 
 
 # --------------------------------------------------------------------------- composing specs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,16 +30,31 @@ class Finished:
         return self.stdout + self.stderr
 
 
+def plain_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this environment) as a user's shell has it: no PYTHONPATH pointing at anything."""
+    return {k: v for k, v in (os.environ if base is None else base).items() if k != "PYTHONPATH"}
+
+
+def user_env(cwd: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Make ``cwd`` a user's folder that holds the tests' recipes (the ``workloads`` package), as a user's
+    repository holds theirs, and return :func:`plain_env`: the runner must find them as it finds a user's
+    modules, from the folder `run` is started in."""
+    staged = cwd / "workloads"
+    if not staged.exists():
+        shutil.copytree(TESTS / "workloads", staged, ignore=shutil.ignore_patterns("__pycache__"))
+    return plain_env(base)
+
+
 def run(*overrides: str, cwd: Path, timeout: float = 180, run_id: str | None = None,
-        env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()) -> Finished:
-    """`run` with these overrides in ``cwd``; the tests' workloads are importable; a unique run id.
-    ``env``: the environment (default: this one); ``prefix``: a command that starts `run` (salloc ...)."""
+        env: dict[str, str] | None = None, prefix: tuple[str, ...] = (), workloads: bool = True) -> Finished:
+    """`run` with these arguments in ``cwd``, which holds the tests' workloads (:func:`user_env`; not with
+    ``workloads=False``), and a unique run id (before a ``--``). ``env``: the environment (default: this
+    one), without PYTHONPATH; ``prefix``: a command that starts `run` (salloc ...)."""
     run_id = run_id or f"t{uuid.uuid4().hex[:10]}"
-    base = os.environ if env is None else env
-    env = {**base, "PYTHONPATH": os.pathsep.join([str(TESTS), base.get("PYTHONPATH", "")])}
+    env = user_env(cwd, env) if workloads else plain_env(env)
     args = [*prefix, RUN, *overrides]
     if not any(o.startswith("run_id=") for o in overrides):
-        args.append(f"run_id={run_id}")
+        args.insert(args.index("--") if "--" in args else len(args), f"run_id={run_id}")
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     return Finished(proc.returncode, proc.stdout, proc.stderr, run_id)
 
@@ -48,7 +64,7 @@ def signal_when_ready(args: list[str], cwd: Path, sig: int, ready: str, count: i
     """Start `run` with ``args`` (one of them ``run_id=...``); once ``count`` files under ``cwd`` match the
     glob ``ready``, send it ``sig``, and wait for it to end."""
     run_id = next(a.split("=", 1)[1] for a in args if a.startswith("run_id="))
-    proc = subprocess.Popen([RUN, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([RUN, *args], cwd=cwd, env=user_env(cwd, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + timeout
         while len(list(cwd.glob(ready))) < count:
@@ -84,3 +100,46 @@ def run_folder(cwd: Path) -> Path:
     """The single run folder a `run` made under cwd/outputs."""
     (folder,) = [p.parent for p in (cwd / "outputs").glob("*/*/spec.yaml")]
     return folder
+
+
+# --------------------------------------------------------------------------- several hosts (the test bed)
+
+
+def bed_hosts(testbed, counts: list[int]) -> tuple[str, ...]:
+    """Overrides that make the topology the bed's hosts, with ``counts`` processes each."""
+    from conftest import hosts_override
+
+    return hosts_override(*({"name": h.name, "devices": n} for h, n in zip(testbed.hosts, counts)))
+
+
+def mpi_options(testbed) -> list[str]:
+    """launcher=mpi, with what mpirun needs to reach the bed's namespace hosts."""
+    extra = ",".join(f"'{a}'" for a in testbed.mpirun_args)
+    return ["launcher=mpi", f"launcher.mpi.extra=[{extra}]"]
+
+
+def start_manual_hosts(testbed, cwd: Path, args: list[str], run_id: str, env: dict[str, str] | None = None,
+                       script: tuple[str, ...] = ()) -> list[subprocess.Popen]:
+    """`run ARGS launcher.manual.host=i run_id=... [-- SCRIPT...]` inside each host's namespace, all at once,
+    in ``cwd`` (``env``: default the tests' workloads staged in ``cwd``, :func:`user_env`)."""
+    env = user_env(cwd, testbed.env()) if env is None else env
+    tail = ("--", *script) if script else ()
+    return [subprocess.Popen(testbed.exec_argv(h, [RUN, *args, f"launcher.manual.host={i}", f"run_id={run_id}", *tail]),
+                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for i, h in enumerate(testbed.hosts)]
+
+
+def finish(procs: list[subprocess.Popen], timeout: float = 120) -> list[tuple[int, str]]:
+    """Each process's exit status and output; none is left running."""
+    deadline = time.monotonic() + timeout
+    results = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            results.append((p.returncode, out))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results

@@ -79,7 +79,7 @@ CASES = [
     # recipes
     case("recipe-not-importable", "recipe=custom", "recipe.target=no_such_package.train:main", says="recipe.target"),
     case("recipe-not-a-target", "recipe=custom", "recipe.target='train my model'", says="recipe.target"),
-    case("recipe-function-missing", "recipe=custom", "recipe.target=recipes.digits:no_such_function", says="recipe.target"),
+    case("recipe-function-missing", "recipe=custom", "recipe.target=runner.recipes.digits:no_such_function", says="recipe.target"),
     case("recipe-target-missing", "recipe=custom", says="recipe.target"),
     case("script-missing", "recipe=script", "recipe.path=/no/such/train.py", says="recipe.path"),
     # init paths

@@ -156,7 +156,7 @@ hydra:
 
 device: cuda
 recipe:
-  target: recipes.digits
+  target: runner.recipes.digits
   global_batch_size: 96
 launcher:
   slurm:
@@ -305,7 +305,7 @@ defaults:
 
 device: cpu
 recipe:
-  target: recipes.digits
+  target: runner.recipes.digits
 """
 
 

@@ -15,7 +15,7 @@ import uuid
 import pytest
 import torch
 
-from runs import RUN, TESTS, processes_of, run, signal_when_ready
+from runs import RUN, processes_of, run, signal_when_ready, user_env
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -119,7 +119,7 @@ def test_a_rank_killed_with_sigkill_ends_the_job(tmp_path):
     run_id = f"kill-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen([RUN, "topology=1x3", "recipe.global_batch_size=3", f"run_id={run_id}", "recipe=custom",
                              "recipe.target=workloads.failing:main", f"+recipe.out_dir={art}", "+recipe.fail_rank=-1",
-                             "+recipe.fail_step=0"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
+                             "+recipe.fail_step=0"], cwd=tmp_path, env=user_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

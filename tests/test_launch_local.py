@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 
-from runs import RUN, TESTS, artifacts, processes_of, run, run_folder
+from runs import RUN, artifacts, processes_of, run, run_folder, user_env
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -76,7 +76,7 @@ def test_two_runs_get_their_own_ports(tmp_path):
     for art in arts:
         art.mkdir()
         procs.append(subprocess.Popen([RUN, "topology=1x2", *custom("workloads.artifact:main", art)],
-                                      cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
+                                      cwd=tmp_path, env=user_env(tmp_path),
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
@@ -193,7 +193,7 @@ def test_signal_stops_every_rank(tmp_path, sig):
     run_id = f"sig{sig.value}{tmp_path.name[-6:]}"
     proc = subprocess.Popen([RUN, "topology=1x2", f"run_id={run_id}", "launcher.grace_s=2",
                              *custom("workloads.failing:main", art, "+recipe.fail_rank=-1", "+recipe.fail_step=0")],
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
+                            cwd=tmp_path, env=user_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while sum(1 for f in art.glob("pid*") if f.read_text().strip()) < 2:  # written, not just created
@@ -214,7 +214,7 @@ def test_killing_run_takes_its_processes_with_it(tmp_path):
     run_id = f"kill{tmp_path.name[-6:]}"
     proc = subprocess.Popen([RUN, "topology=1x2", f"run_id={run_id}", "launcher.grace_s=2",
                              *custom("workloads.failing:main", art, "+recipe.fail_rank=-1", "+recipe.fail_step=0")],
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS)},
+                            cwd=tmp_path, env=user_env(tmp_path),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while sum(1 for f in art.glob("pid*") if f.read_text().strip()) < 2:  # written, not just created
@@ -241,7 +241,7 @@ def test_manual_launch_on_two_hosts_of_this_machine(tmp_path):
     launch = (run_folder(tmp_path) / "launch.txt").read_text()
     commands = [line.split(" && ", 1)[1] for line in launch.splitlines() if line.startswith("cd ")]
     assert len(commands) == 2
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    env = user_env(tmp_path)
     procs = [subprocess.Popen(shlex.split(c), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for c in reversed(commands)]
     outs = [p.communicate(timeout=120)[0] for p in procs]

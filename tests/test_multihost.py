@@ -6,30 +6,19 @@ work, as the control test shows."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import hosts_override
-from runs import RUN, TESTS, artifacts, processes_of, run
+from runs import artifacts, bed_hosts, finish, mpi_options, processes_of, run, start_manual_hosts
 
 pytestmark = pytest.mark.timeout(240)
 
 
 def placement(out_dir: Path) -> list[str]:
     return ["recipe=custom", "recipe.target=workloads.placement:main", f"+recipe.out_dir={out_dir}"]
-
-
-def topology(testbed, counts: list[int]) -> tuple[str, ...]:
-    return hosts_override(*({"name": h.name, "devices": n} for h, n in zip(testbed.hosts, counts)))
-
-
-def mpi_options(testbed) -> list[str]:
-    extra = ",".join(f"'{a}'" for a in testbed.mpirun_args)
-    return ["launcher=mpi", f"launcher.mpi.extra=[{extra}]", "launcher.mpi.export=[PYTHONPATH]"]
 
 
 def check_hosts(testbed, art: Path, counts: list[int]) -> dict[int, dict]:
@@ -47,29 +36,6 @@ def check_hosts(testbed, art: Path, counts: list[int]) -> dict[int, dict]:
     return found
 
 
-def start_manual_hosts(testbed, tmp_path: Path, overrides: list[str], run_id: str) -> list[subprocess.Popen]:
-    """`run ... launcher=manual launcher.manual.host=i` inside each host's namespace, all at once."""
-    env = testbed.env(PYTHONPATH=str(TESTS))
-    return [subprocess.Popen(testbed.exec_argv(h, [RUN, *overrides, f"launcher.manual.host={i}", f"run_id={run_id}"]),
-                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for i, h in enumerate(testbed.hosts)]
-
-
-def finish(procs: list[subprocess.Popen], timeout: float = 120) -> list[tuple[int, str]]:
-    deadline = time.monotonic() + timeout
-    results = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            results.append((p.returncode, out))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return results
-
-
 @pytest.mark.parametrize("init", ["tcp", "file"])
 def test_manual_launch_on_each_host(testbed, tmp_path, init):
     art = tmp_path / "art"
@@ -77,7 +43,7 @@ def test_manual_launch_on_each_host(testbed, tmp_path, init):
     shared = tmp_path / "rdzv"
     shared.mkdir()
     run_id = f"m{uuid.uuid4().hex[:8]}"
-    overrides = [*topology(testbed, [2, 2]), "launcher=manual", f"init={init}", *placement(art)]
+    overrides = [*bed_hosts(testbed, [2, 2]), "launcher=manual", f"init={init}", *placement(art)]
     if init == "file":
         overrides.append(f"init.dir={shared}")
     results = finish(start_manual_hosts(testbed, tmp_path, overrides, run_id))
@@ -97,7 +63,7 @@ def test_manual_launch_on_each_host(testbed, tmp_path, init):
 def test_mpirun_across_hosts(testbed, tmp_path, init, tasks, counts):
     art = tmp_path / "art"
     art.mkdir()
-    done = run(*topology(testbed, counts), *mpi_options(testbed), f"init={init}", f"launcher.tasks={tasks}",
+    done = run(*bed_hosts(testbed, counts), *mpi_options(testbed), f"init={init}", f"launcher.tasks={tasks}",
                f"recipe.global_batch_size={sum(counts) * 10}", *placement(art), cwd=tmp_path, env=testbed.env())
     assert done.code == 0, done.output
     assert "mpi: mpirun " in done.stderr
@@ -113,7 +79,7 @@ def test_control_without_the_runners_interface_choice_the_same_job_fails(testbed
     art = tmp_path / "art"
     art.mkdir()
     started = time.monotonic()
-    done = run(*topology(testbed, [2, 2]), *mpi_options(testbed), "init=tcp", "launcher.tasks=per_device",
+    done = run(*bed_hosts(testbed, [2, 2]), *mpi_options(testbed), "init=tcp", "launcher.tasks=per_device",
                "backend.pick_interface=false", "init.timeout_s=30", *placement(art), cwd=tmp_path,
                env=testbed.env(), timeout=180)
     assert done.code != 0, done.output

@@ -39,7 +39,7 @@ def wheel(tmp_path_factory) -> Path:
          "-w", str(out), str(src)],
         env=clean_env(PIP_DISABLE_PIP_VERSION_CHECK="1"), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    (whl,) = out.glob("runner-*.whl")
+    (whl,) = out.glob("torch_jobspec-*.whl")
     return whl
 
 
@@ -60,20 +60,22 @@ def test_wheel_contains_every_config_and_the_recipes(wheel: Path) -> None:
     assert shipped, "conf/ has no group options?"
     missing = [f"runner/conf/{p}" for p in shipped if f"runner/conf/{p}" not in names]
     assert not missing, missing
-    assert "recipes/__init__.py" in names
+    assert "runner/recipes/__init__.py" in names  # the bundled recipes, inside the runner's own package ...
+    assert not [n for n in names if n.startswith("recipes/")]  # ... so a user's `recipes` package is theirs
     recipes = sorted(p.name for p in (REPO / "recipes").glob("*.py"))
-    assert [n for n in recipes if f"recipes/{n}" not in names] == []
+    assert [n for n in recipes if f"runner/recipes/{n}" not in names] == []
     for module in sorted(p.relative_to(REPO).as_posix() for p in (REPO / "runner").rglob("*.py")):
         assert module in names, f"{module} is not in the wheel (is its package listed in pyproject.toml?)"
     assert "hydra_plugins/runner_sweep_launcher/__init__.py" in names  # the sweep launcher (Hydra looks there)
     assert "hydra_plugins/__init__.py" not in names  # a namespace package, shared with other plugins
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "run = runner.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert entry_points.startswith("torch_jobspec-")  # the distribution's name (`runner` is taken on the index)
 
 
 PROBE = textwrap.dedent("""
     import json, os, sys
-    import recipes
+    import runner.recipes
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
     import runner.cli
@@ -83,11 +85,11 @@ PROBE = textwrap.dedent("""
 
     runner.cli.setup()
     with initialize_config_module(config_module="runner.conf", version_base=None):
-        cfg = compose(config_name="job", overrides=["topology=2x2", "launcher=slurm", "recipe.target=recipes.digits"])
+        cfg = compose(config_name="job", overrides=["topology=2x2", "launcher=slurm", "recipe.target=runner.recipes.digits"])
     spec = OmegaConf.to_object(cfg)
     job, problems = check(spec, FixedProbe())
     print(json.dumps({
-        "runner": runner.cli.__file__, "conf": runner.conf.__file__, "recipes": recipes.__file__,
+        "runner": runner.cli.__file__, "conf": runner.conf.__file__, "recipes": runner.recipes.__file__,
         "from_checkout": sorted(n for n, m in sys.modules.items()
                                 if (getattr(m, "__file__", None) or "").startswith(tuple(sys.argv[1:]))),
         "nodes": spec.topology.nodes, "devices_per_node": spec.topology.devices_per_node,
@@ -124,7 +126,7 @@ def test_installed_wheel_dry_run(site: Path, tmp_path: Path) -> None:
     """`run` itself (its entry point) from the installed wheel: a full dry run, in a folder of its own."""
     code = "import sys; from runner.cli import main; sys.argv = ['run', *sys.argv[1:]]; main()"
     r = subprocess.run([sys.executable, "-S", "-c", code, "dry_run=true", "topology=2x2", "launcher=slurm", "device=cpu",
-                        "recipe.target=recipes.digits"], cwd=tmp_path, env=_env_for(site), capture_output=True, text=True,
+                        "recipe.target=runner.recipes.digits"], cwd=tmp_path, env=_env_for(site), capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "valid: 4 process(es) on 2 host(s)" in r.stdout

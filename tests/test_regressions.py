@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from conftest import TARGET, compose, hosts_override, make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation

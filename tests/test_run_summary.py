@@ -19,7 +19,7 @@ from conftest import validate
 from runner.outputs import RunPaths
 from runner.plan import make_plan
 from runner.run_summary import summarize
-from runs import RUN, TESTS, processes_of, run, run_folder, signal_when_ready
+from runs import RUN, TESTS, processes_of, run, run_folder, signal_when_ready, user_env
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -48,7 +48,7 @@ def failing(out_dir: Path, fail_rank: int, fail_step: int, ranks: int = 2) -> li
 def started(tmp_path: Path, art: Path, run_id: str, ranks: int) -> subprocess.Popen:
     """`run` with ranks that do collectives until stopped, once each of them is in its recipe."""
     proc = subprocess.Popen([RUN, f"run_id={run_id}", *failing(art, -1, 0, ranks)], cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(TESTS)}, stdout=subprocess.PIPE,
+                            env=user_env(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while sum(1 for f in art.glob("pid*") if f.read_text().strip()) < ranks:  # written, not just created

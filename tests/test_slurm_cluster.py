@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runs import RUN, artifacts, processes_of, run, run_folder
+from runs import RUN, artifacts, processes_of, run, run_folder, user_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -114,9 +114,9 @@ def test_a_step_shaped_unlike_the_plan_is_refused_by_its_tasks(testbed, tmp_path
               cwd=tmp_path, env=testbed.env())
     assert dry.code == 0, dry.output
     spec = run_folder(tmp_path) / "spec.yaml"
-    env = {**testbed.env(), "PYTHONPATH": str(Path(__file__).parent)}
     step = subprocess.run(["srun", "--nodes=2", "--ntasks=3", f"--partition={testbed.partition}", sys.executable,
-                           "-m", "runner.task", str(spec)], env=env, capture_output=True, text=True, timeout=120)
+                           "-P", "-m", "runner.task", str(spec)], env=user_env(tmp_path, testbed.env()),
+                          capture_output=True, text=True, timeout=120)
     assert step.returncode != 0
     assert "placed 2+1 task(s) on the step's nodes, but the spec needs 2+2" in step.stderr or \
         "started 3 task(s), but the spec needs 4" in step.stderr, step.stderr

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from runs import TESTS, artifacts, processes_of, run, run_folder
+from runs import artifacts, processes_of, run, run_folder, user_env
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -25,9 +25,10 @@ def _dry_run(tmp_path, *overrides: str):
 
 
 def _start_tasks(spec, variables: list[dict[str, str]]) -> list[subprocess.CompletedProcess]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI_"))}
-    base["PYTHONPATH"] = str(TESTS)
-    procs = [subprocess.Popen([sys.executable, "-m", "runner.task", str(spec)], env={**base, **v},
+    """The tasks, started as the launch starts them (``-P``: the folder they start in is not on their path)
+    in the run's folder (the spec's workdir, where the workloads are, is found from the spec)."""
+    base = {k: v for k, v in user_env(spec.parents[3]).items() if not k.startswith(("SLURM_", "OMPI_", "PMI_"))}
+    procs = [subprocess.Popen([sys.executable, "-P", "-m", "runner.task", str(spec)], env={**base, **v}, cwd=spec.parent,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for v in variables]
     return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
 

@@ -97,8 +97,9 @@ class Launcher(ABC):
         return 2
 
     def task_argv(self) -> tuple[str, ...]:
-        """How a task started by a scheduler (srun, mpirun) enters the runner: it loads the pinned spec."""
-        return (self.invocation.python, "-m", "runner.task", str(self.paths.spec))
+        """How a task started by a scheduler (srun, mpirun) enters the runner: it loads the pinned spec.
+        ``-P``: not the folder the task starts in (the user's) but the installed runner (runner.task)."""
+        return (self.invocation.python, "-P", "-m", "runner.task", str(self.paths.spec))
 
     def pins(self, port: bool = False) -> dict[str, object]:
         """Spec keys this launch fixes for every process: the run id, and the master port where the
