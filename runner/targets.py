@@ -111,9 +111,9 @@ def target_problem(target: str, workdir: str | None, timeout_s: float = IMPORT_T
     pid = os.fork()
     if pid == 0:  # the child: import, answer, leave without running any of the parent's cleanup
         os.close(read_fd)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
+        devnull = os.open(os.devnull, os.O_RDWR)  # no input to wait for, no output to show
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
         answer: dict[str, str] = {}
         try:
             load_target(target, workdir)

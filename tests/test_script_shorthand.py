@@ -1,0 +1,83 @@
+"""`run [overrides] -- train.py --lr=0.1`: the script and its arguments as torchrun takes them, turned into
+``recipe=script recipe.path=... recipe.args=[...]`` that compose back to exactly what was typed."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import compose
+from runner.cli import ScriptArgsError, script_overrides
+from runs import TESTS, artifacts, run, run_folder
+
+SCRIPT = TESTS / "scripts" / "report_script.py"
+
+
+def composed(argv: list[str]):
+    return compose(*script_overrides(argv)).recipe
+
+
+def test_no_double_dash_leaves_the_arguments_alone() -> None:
+    assert script_overrides(["topology=1x2", "-m"]) == ["topology=1x2", "-m"]
+
+
+def test_the_script_and_its_arguments_become_the_script_recipe() -> None:
+    recipe = composed(["topology=1x2", "--", "train.py", "--lr=0.1", "--out=/x", "a b", "it's"])
+    assert recipe.path == "train.py" and recipe.args == ["--lr=0.1", "--out=/x", "a b", "it's"]
+    assert recipe.target == "runner.recipes.script:main"
+
+
+@settings(max_examples=60, deadline=None)
+@given(path=st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=20),
+       args=st.lists(st.text(st.characters(blacklist_categories=("Cs",)), max_size=12), max_size=4))
+def test_any_arguments_compose_back_exactly(path: str, args: list[str]) -> None:
+    """Quotes, backslashes, commas, brackets, `${...}`, `=`, spaces: what Hydra's grammar and OmegaConf's
+    interpolation would otherwise take for syntax arrives as typed."""
+    recipe = composed(["--", path, *args])
+    assert (recipe.path, recipe.args) == (path, args)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--"], "nothing follows `--`"),
+    (["recipe=digits", "--", "t.py"], "'recipe=digits' and `-- t.py ...` both say what to run"),
+    (["recipe.args=[a]", "--", "t.py"], "'recipe.args=[a]' and `-- t.py ...`"),
+    (["+recipe.path=x", "--", "t.py"], "'+recipe.path=x' and `-- t.py ...`"),
+])
+def test_clashes_are_refused(argv: list[str], says: str) -> None:
+    with pytest.raises(ScriptArgsError) as e:
+        script_overrides(argv)
+    assert says in str(e.value) and "hint:" in str(e.value)
+
+
+def test_a_clash_from_the_command_line_is_a_clear_error(tmp_path) -> None:
+    done = run("recipe=digits", "--", "train.py", cwd=tmp_path)
+    assert done.code == 2 and "both say what to run" in done.stderr and "Traceback" not in done.output
+
+
+def test_the_shorthand_in_a_dry_run(tmp_path) -> None:
+    shutil.copy(SCRIPT, tmp_path)
+    dry = run("launcher=slurm", "dry_run=true", "--", "report_script.py", "--tag", "a b", cwd=tmp_path)
+    assert dry.code == 0, dry.output
+    assert "path: report_script.py" in dry.stdout and "  - a b\n" in dry.stdout
+
+
+def test_the_shorthand_in_a_real_run(tmp_path) -> None:
+    shutil.copy(SCRIPT, tmp_path)
+    done = run("topology=1x2", "--", "report_script.py", "--tag", "x'y", cwd=tmp_path)
+    assert done.code == 0, done.output
+    found = artifacts(tmp_path / "art")
+    assert sorted(found) == [0, 1] and {r["tag"] for r in found.values()} == {"x'y"}
+    spec = (run_folder(tmp_path) / "spec.yaml").read_text()
+    assert "path: report_script.py" in spec and "  - --tag\n  - x'y\n" in spec
+
+
+def test_the_shorthand_in_a_sweep(tmp_path) -> None:
+    shutil.copy(SCRIPT, tmp_path)
+    done = run("-m", "topology=1x1,1x2", "--", "report_script.py", "--tag", "a,b", cwd=tmp_path, timeout=300)
+    assert done.code == 0, done.output
+    specs = sorted((tmp_path / "outputs" / "multirun").glob("*/*/*/spec.yaml"))
+    assert len(specs) == 2 and all("  - a,b\n" in s.read_text() for s in specs)  # one value, not a sweep
+    assert {r["world_size"] for r in artifacts(tmp_path / "art").values()} == {2}  # the last job's ranks
