@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from runner.launchers import LAUNCHERS, Invocation  # noqa: E402
-from runner.outputs import RunPaths  # noqa: E402
-from runner.plan import make_plan  # noqa: E402
-from runner.probe import FixedProbe  # noqa: E402
-from runner.report import verdict  # noqa: E402
-from runner.spec import (  # noqa: E402
+from runner.plan.paths import RunPaths  # noqa: E402
+from runner.plan.processes import make_plan  # noqa: E402
+from runner.spec.probe import FixedProbe  # noqa: E402
+from runner.plan.render import verdict  # noqa: E402
+from runner.spec.schema import (  # noqa: E402
     BackendConfig,
     DeviceKind,
     HostConfig,
@@ -43,7 +43,7 @@ from runner.spec import (  # noqa: E402
     TaskMode,
     TopologyConfig,
 )
-from runner.validation import check  # noqa: E402
+from runner.spec.validation import check  # noqa: E402
 
 SIZES = (1_000, 2_500, 5_000, 10_000)
 DEVICES = 8

@@ -13,7 +13,7 @@ from torch.utils.data import TensorDataset
 
 
 def datasets(test_fraction: float, seed: int) -> tuple[TensorDataset, TensorDataset]:
-    # imported here, not with the module: validation imports the module to check it (runner.targets)
+    # imported here, not with the module: validation imports the module to check it (runner.spec.targets)
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 

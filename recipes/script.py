@@ -2,7 +2,7 @@
 
 The process already has torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...);
 the script calls ``init_process_group`` itself, exactly as under torchrun (a group made without a
-timeout gets init.timeout_s: runner.rank). With ``recipe.local_rank_arg`` it also gets
+timeout gets init.timeout_s: runner.worker.rank). With ``recipe.local_rank_arg`` it also gets
 ``--local_rank=<local rank>`` (or ``--local-rank=``), as torch.distributed.launch passed it.
 """
 

@@ -1,8 +1,8 @@
 """Shared helpers for the tests of the spec / validation / plan / dry-run layer.
 
-* :func:`compose` builds a typed :class:`~runner.spec.JobConfig` from Hydra overrides exactly as
+* :func:`compose` builds a typed :class:`~runner.spec.schema.JobConfig` from Hydra overrides exactly as
   `run` does (same config module, same schemas and resolvers), through Hydra's compose API.
-* :func:`validate` runs :func:`runner.validation.check` against a :class:`~runner.probe.FixedProbe`
+* :func:`validate` runs :func:`runner.spec.validation.check` against a :class:`~runner.spec.probe.FixedProbe`
   and returns everything a test wants to look at (job, problems by severity, the probe and what it
   was asked).
 * :func:`make_spec` builds a JobConfig straight from the dataclasses (no Hydra: fast, for property
@@ -24,11 +24,11 @@ from hydra import compose as _hydra_compose
 from hydra import initialize_config_module
 from omegaconf import OmegaConf
 
-import runner.cli
-from runner.job import Job
-from runner.probe import FixedProbe
-from runner.problems import Problem, Severity
-from runner.spec import (
+import runner.app.cli
+from runner.spec.job import Job
+from runner.spec.probe import FixedProbe
+from runner.spec.problems import Problem, Severity
+from runner.spec.schema import (
     BackendConfig,
     DeviceKind,
     HostConfig,
@@ -43,7 +43,7 @@ from runner.spec import (
     TaskMode,
     TopologyConfig,
 )
-from runner.validation import check
+from runner.spec.validation import check
 
 pytest_plugins = ["pytester", "testbed_fixtures"]
 
@@ -59,7 +59,7 @@ TARGET = "runner.recipes.digits:main"  # a real recipe: validation checks the fu
 
 def compose(*overrides: str) -> JobConfig:
     """The typed spec `run <overrides>` would get (Hydra compose API, pkg://runner.conf, `job`)."""
-    runner.cli.setup()  # schemas in the ConfigStore, the runner_uid resolver
+    runner.app.cli.setup()  # schemas in the ConfigStore, the runner_uid resolver
     with initialize_config_module(config_module="runner.conf", version_base=None):
         cfg = _hydra_compose(config_name="job", overrides=list(overrides))
     return OmegaConf.to_object(cfg)

@@ -76,7 +76,7 @@ def test_dry_run_slurm_writes_spec_plan_and_script(tmp_path: Path) -> None:
     assert launch.rstrip() in out  # the dry run prints exactly what the folder keeps
     script = (folder / "job.sbatch").read_text()
     assert launch.endswith(script) or script.rstrip() in launch
-    assert f"runner.task {folder}/spec.yaml" in script
+    assert f"runner.app.task {folder}/spec.yaml" in script
 
 
 def test_dry_run_inside_an_allocation_is_an_srun_step(tmp_path: Path) -> None:

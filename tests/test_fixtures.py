@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 from conftest import TARGET, compose, environ_changes, hosts_override, make_spec, validate
-from runner.probe import FixedProbe
-from runner.spec import JobConfig, LauncherKind
+from runner.spec.probe import FixedProbe
+from runner.spec.schema import JobConfig, LauncherKind
 
 
 def test_compose_gives_the_typed_spec() -> None:

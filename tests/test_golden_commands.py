@@ -19,8 +19,8 @@ import pytest
 
 from conftest import GOLDEN, TARGET, compose, hosts_override, validate
 from runner.launchers import LAUNCHERS, Invocation
-from runner.outputs import RunPaths
-from runner.plan import make_plan
+from runner.plan.paths import RunPaths
+from runner.plan.processes import make_plan
 
 PATHS = RunPaths(root=Path("/runs/R1"), run_id="R1")
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"

@@ -1,4 +1,4 @@
-"""runner.network: the interface of the route to the master, and the user's choice winning over it
+"""runner.worker.network: the interface of the route to the master, and the user's choice winning over it
 (real routes of this machine; the namespace hosts with a decoy interface are in the multi-host tests)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import socket
 import psutil
 import pytest
 
-from runner.network import NetworkError, choose_interface
+from runner.worker.network import NetworkError, choose_interface
 
 
 def _an_address_of_this_machine() -> tuple[str, str]:

@@ -69,7 +69,7 @@ def test_wheel_contains_every_config_and_the_recipes(wheel: Path) -> None:
     assert "hydra_plugins/runner_sweep_launcher/__init__.py" in names  # the sweep launcher (Hydra looks there)
     assert "hydra_plugins/__init__.py" not in names  # a namespace package, shared with other plugins
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "run = runner.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "run = runner.app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
     assert entry_points.startswith("torch_jobspec-")  # the distribution's name (`runner` is taken on the index)
 
 
@@ -78,18 +78,18 @@ PROBE = textwrap.dedent("""
     import runner.recipes
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
-    import runner.cli
-    from runner.probe import FixedProbe
-    from runner.validation import check
-    from runner.plan import make_plan
+    import runner.app.cli
+    from runner.spec.probe import FixedProbe
+    from runner.spec.validation import check
+    from runner.plan.processes import make_plan
 
-    runner.cli.setup()
+    runner.app.cli.setup()
     with initialize_config_module(config_module="runner.conf", version_base=None):
         cfg = compose(config_name="job", overrides=["topology=2x2", "launcher=slurm", "recipe.target=runner.recipes.digits"])
     spec = OmegaConf.to_object(cfg)
     job, problems = check(spec, FixedProbe())
     print(json.dumps({
-        "runner": runner.cli.__file__, "conf": runner.conf.__file__, "recipes": runner.recipes.__file__,
+        "runner": runner.app.cli.__file__, "conf": runner.conf.__file__, "recipes": runner.recipes.__file__,
         "from_checkout": sorted(n for n, m in sys.modules.items()
                                 if (getattr(m, "__file__", None) or "").startswith(tuple(sys.argv[1:]))),
         "nodes": spec.topology.nodes, "devices_per_node": spec.topology.devices_per_node,
@@ -124,7 +124,7 @@ def test_installed_wheel_composes_without_the_checkout(site: Path, tmp_path: Pat
 
 def test_installed_wheel_dry_run(site: Path, tmp_path: Path) -> None:
     """`run` itself (its entry point) from the installed wheel: a full dry run, in a folder of its own."""
-    code = "import sys; from runner.cli import main; sys.argv = ['run', *sys.argv[1:]]; main()"
+    code = "import sys; from runner.app.cli import main; sys.argv = ['run', *sys.argv[1:]]; main()"
     r = subprocess.run([sys.executable, "-S", "-c", code, "dry_run=true", "topology=2x2", "launcher=slurm", "device=cpu",
                         "recipe.target=runner.recipes.digits"], cwd=tmp_path, env=_env_for(site), capture_output=True, text=True,
                        timeout=60)

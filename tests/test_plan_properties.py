@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from conftest import make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation
-from runner.outputs import RunPaths
-from runner.plan import make_plan
-from runner.probe import FixedProbe
-from runner.spec import DeviceKind, LauncherKind, ParallelMode, TaskMode
+from runner.plan.paths import RunPaths
+from runner.plan.processes import make_plan
+from runner.spec.probe import FixedProbe
+from runner.spec.schema import DeviceKind, LauncherKind, ParallelMode, TaskMode
 
 PATHS = RunPaths(Path("/runs/R1"), "R1")
 INVOCATION = Invocation(python="/venv/bin/python", cwd="/work/proj", overrides=(), config_dir=None)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from runner.preflight import (
+from runner.worker.preflight import (
     Check,
     HostReport,
     check_devices,
@@ -22,9 +22,9 @@ from runner.preflight import (
     connect_failure,
     hold_port,
 )
-from runner.network import InterfaceChoice
-from runner.spec import DeviceKind
-from runner.topology import Host
+from runner.worker.network import InterfaceChoice
+from runner.spec.schema import DeviceKind
+from runner.spec.topology import Host
 from runs import processes_of, run, run_folder
 
 pytestmark = pytest.mark.timeout(240)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.progress import Progress, duration
+from runner.training.progress import Progress, duration
 from runs import run, run_folder
 
 LINE = re.compile(r"^progress: (?:(\w+) )?step (\d+)(?:/(\d+) \((\d+)%\))?")
@@ -145,8 +145,8 @@ def test_on_a_tty_the_bar_redraws_in_place_and_the_log_gets_plain_lines_only():
 
 PTY_SCRIPT = r"""
 import sys
-from runner import logs
-from runner.progress import for_rank
+import runner.worker.logs as logs
+from runner.training.progress import for_rank
 
 logs.redirect_output(sys.argv[1], echo=True)
 bar = for_rank(int(sys.argv[2]), 40, "train")

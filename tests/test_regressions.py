@@ -7,9 +7,9 @@ from pathlib import Path
 
 from conftest import TARGET, compose, hosts_override, make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation
-from runner.outputs import RunPaths
-from runner.plan import make_plan
-from runner.spec import BackendConfig, InitConfig, InitMethod, LauncherKind, TaskMode
+from runner.plan.paths import RunPaths
+from runner.plan.processes import make_plan
+from runner.spec.schema import BackendConfig, InitConfig, InitMethod, LauncherKind, TaskMode
 
 PATHS = RunPaths(Path("/runs/R1"), "R1")
 INVOCATION = Invocation(python="/venv/bin/python", cwd="/work/proj")

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import validate
-from runner.outputs import RunPaths
-from runner.plan import make_plan
-from runner.run_summary import summarize
+from runner.plan.paths import RunPaths
+from runner.plan.processes import make_plan
+from runner.reports.run_summary import summarize
 from runs import RUN, TESTS, processes_of, run, run_folder, signal_when_ready, user_env
 
 pytestmark = pytest.mark.timeout(240)
@@ -174,7 +174,7 @@ def test_a_launch_that_refuses_says_nothing_was_started(tmp_path):
 
 def test_the_summary_needs_no_torch_in_runs_own_process():
     """`run` itself never imports torch (its launch agent and the ranks do): the summary must not either."""
-    code = ("import sys, runner.job_run, runner.run_summary; "
+    code = ("import sys, runner.app.launch, runner.reports.run_summary; "
             "sys.exit(1 if 'torch' in sys.modules or 'tqdm' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], cwd=TESTS.parent).returncode == 0
 

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from runs import artifacts, run, run_folder
-from runner.context import Place, RunContext
-from runner.sharding import _by_index, _by_name, default_shard_units, state_bytes
-from runner.spec import ParallelMode, ShardingConfig, ShardingMode
+from runner.training.context import Place, RunContext
+from runner.training.sharding import _by_index, _by_name, default_shard_units, state_bytes
+from runner.spec.schema import ParallelMode, ShardingConfig, ShardingMode
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -115,7 +115,7 @@ def test_a_step_shaped_unlike_the_plan_is_refused_by_its_tasks(testbed, tmp_path
     assert dry.code == 0, dry.output
     spec = run_folder(tmp_path) / "spec.yaml"
     step = subprocess.run(["srun", "--nodes=2", "--ntasks=3", f"--partition={testbed.partition}", sys.executable,
-                           "-P", "-m", "runner.task", str(spec)], env=user_env(tmp_path, testbed.env()),
+                           "-P", "-m", "runner.app.task", str(spec)], env=user_env(tmp_path, testbed.env()),
                           capture_output=True, text=True, timeout=120)
     assert step.returncode != 0
     assert "placed 2+1 task(s) on the step's nodes, but the spec needs 2+2" in step.stderr or \

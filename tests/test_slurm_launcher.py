@@ -13,10 +13,10 @@ from runner.environments.slurm import SlurmEnvironment, expand_counts
 from runner.launchers import Invocation
 from runner.launchers.slurm import SlurmLauncher
 from runner.launchers.slurm_job import JobStatus, exit_status
-from runner.outputs import RunPaths
-from runner.plan import make_plan
-from runner.stop import stop_signal
-from runner.task import TaskError, TaskPlace, check_place
+from runner.plan.paths import RunPaths
+from runner.plan.processes import make_plan
+from runner.common.signals import stop_signal
+from runner.app.task import TaskError, TaskPlace, check_place
 
 SHOW_JOB = ("JobId=42 JobName=run-R1 UserId=root(0) JobState={state} Reason={reason} Dependency=(null) "
             "Requeue=1 Restarts={restarts} BatchFlag=1 ExitCode={code} RunTime=00:00:07 NodeList={nodes} "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from runner.sweep import markdown, plot, summarize
+from runner.reports.sweep import markdown, plot, summarize
 from runs import processes_of, run, signal_when_ready
 
 

@@ -1,4 +1,4 @@
-"""`python -m runner.task SPEC`: the task a scheduler starts, run here with the variables srun or
+"""`python -m runner.app.task SPEC`: the task a scheduler starts, run here with the variables srun or
 mpirun would set (the real Slurm cluster and mpirun come with their own tests)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _start_tasks(spec, variables: list[dict[str, str]]) -> list[subprocess.Compl
     """The tasks, started as the launch starts them (``-P``: the folder they start in is not on their path)
     in the run's folder (the spec's workdir, where the workloads are, is found from the spec)."""
     base = {k: v for k, v in user_env(spec.parents[3]).items() if not k.startswith(("SLURM_", "OMPI_", "PMI_"))}
-    procs = [subprocess.Popen([sys.executable, "-P", "-m", "runner.task", str(spec)], env={**base, **v}, cwd=spec.parent,
+    procs = [subprocess.Popen([sys.executable, "-P", "-m", "runner.app.task", str(spec)], env={**base, **v}, cwd=spec.parent,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for v in variables]
     return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
 

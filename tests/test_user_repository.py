@@ -254,17 +254,17 @@ def test_slurm_on_the_test_cluster(testbed, repo, tasks):
     assert done.code == 0, done.output
     records = found(repo, "legacy", 4)
     assert sorted(r["local_rank"] for r in records.values()) == [0, 0, 1, 1]
-    assert "-P -m runner.task" in next(repo.glob("outputs/*/*/job.sbatch")).read_text()
+    assert "-P -m runner.app.task" in next(repo.glob("outputs/*/*/job.sbatch")).read_text()
 
 
 def test_the_task_command_is_not_shadowed_by_a_users_runner_py(repo):
-    """What srun and mpirun run, in the user's folder: `python -P -m runner.task` imports the runner;
-    `python -m runner.task` would import the user's runner.py and fail."""
+    """What srun and mpirun run, in the user's folder: `python -P -m runner.app.task` imports the runner;
+    `python -m runner.app.task` would import the user's runner.py and fail."""
     import subprocess
 
-    shadowed = subprocess.run([sys.executable, "-m", "runner.task"], cwd=repo, env=plain_env(), capture_output=True,
+    shadowed = subprocess.run([sys.executable, "-m", "runner.app.task"], cwd=repo, env=plain_env(), capture_output=True,
                               text=True, timeout=60)
     assert "the user's runner.py was imported" in shadowed.stderr
-    ours = subprocess.run([sys.executable, "-P", "-m", "runner.task"], cwd=repo, env=plain_env(), capture_output=True,
+    ours = subprocess.run([sys.executable, "-P", "-m", "runner.app.task"], cwd=repo, env=plain_env(), capture_output=True,
                           text=True, timeout=60)
-    assert ours.returncode == 2 and "usage: python -m runner.task" in ours.stderr, ours.stderr
+    assert ours.returncode == 2 and "usage: python -m runner.app.task" in ours.stderr, ours.stderr

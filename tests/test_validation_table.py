@@ -16,8 +16,8 @@ from typing import Callable
 import pytest
 
 from conftest import TARGET, compose, hosts_override, validate
-from runner.problems import Severity
-from runner.spec import JobConfig
+from runner.spec.problems import Severity
+from runner.spec.schema import JobConfig
 
 E, W, N = Severity.error, Severity.warning, Severity.notice
 BASE = (f"recipe.target={TARGET}",)

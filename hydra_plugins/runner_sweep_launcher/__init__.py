@@ -43,7 +43,7 @@ class RunnerSweepLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from runner.launchers.slurm_array import ArrayMember, run_sweep
-        from runner.sweep import SweepCodes, record_exit
+        from runner.reports.sweep import SweepCodes, record_exit
 
         setup_globals()
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None

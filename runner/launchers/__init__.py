@@ -7,7 +7,7 @@ from runner.launchers.local import LocalLauncher
 from runner.launchers.manual import ManualLauncher
 from runner.launchers.mpi import MpiLauncher
 from runner.launchers.slurm import SlurmLauncher
-from runner.spec import LauncherKind
+from runner.spec.schema import LauncherKind
 
 LAUNCHERS: dict[LauncherKind, type[Launcher]] = {
     LauncherKind.local: LocalLauncher,

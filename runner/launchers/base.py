@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import ClassVar
 
-from runner.agent import HostRun
-from runner.outputs import RunPaths
-from runner.plan import Deferred, Plan
+from runner.app.agent import HostRun
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Deferred, Plan
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,10 @@ class Launcher(ABC):
 
     def run_host(self, node_rank: int, recipe_cfg) -> int:
         """Start host ``node_rank``'s processes here and wait for them: through the launch agent when
-        `run` has one (runner.agent), else in this process."""
+        `run` has one (runner.app.agent), else in this process."""
         if self._run_host is not None:
             return self._run_host(self.plan, node_rank, self.paths, recipe_cfg)
-        from runner.host_launch import launch_host
+        from runner.worker.supervise import launch_host
 
         return launch_host(self.plan, node_rank, self.paths, recipe_cfg)
 
@@ -84,7 +84,7 @@ class Launcher(ABC):
         """The exact commands this launch would execute (no side effects)."""
 
     def rank_failed(self) -> bool:
-        """A rank of this run raised: it left its error file (runner.rank.write_error)."""
+        """A rank of this run raised: it left its error file (runner.worker.rank.write_error)."""
         return any(self.paths.error_file(r.global_rank).exists() for r in self.plan.records)
 
     def launch(self, request: LaunchRequest, recipe_cfg) -> int:
@@ -98,12 +98,12 @@ class Launcher(ABC):
 
     def task_argv(self) -> tuple[str, ...]:
         """How a task started by a scheduler (srun, mpirun) enters the runner: it loads the pinned spec.
-        ``-P``: not the folder the task starts in (the user's) but the installed runner (runner.task)."""
-        return (self.invocation.python, "-P", "-m", "runner.task", str(self.paths.spec))
+        ``-P``: not the folder the task starts in (the user's) but the installed runner (runner.app.task)."""
+        return (self.invocation.python, "-P", "-m", "runner.app.task", str(self.paths.spec))
 
     def pins(self, port: bool = False) -> dict[str, object]:
         """Spec keys this launch fixes for every process: the run id, and the master port where the
-        plan agreed on one (see runner.plan._master_port)."""
+        plan agreed on one (see runner.plan.processes._master_port)."""
         pins: dict[str, object] = {"run_id": self.paths.run_id}
         if port and not isinstance(self.plan.master_port, Deferred):
             pins["init.master_port"] = int(self.plan.master_port)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest
-from runner.probe import LocalProbe
-from runner.topology import is_loopback
+from runner.spec.probe import LocalProbe
+from runner.spec.topology import is_loopback
 
 _PINNED = ("launcher.manual.host=", "run_id=", "init.master_port=", "dry_run=")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import shlex
 
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, run_forwarding_signals
-from runner.spec import TaskMode
-from runner.stop import stop_signal
+from runner.spec.schema import TaskMode
+from runner.common.signals import stop_signal
 
 
 class MpiLauncher(Launcher):

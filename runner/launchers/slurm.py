@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 from runner.environments.slurm import SlurmEnvironment, expand_hostnames
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, run_forwarding_signals
-from runner.problems import Problem, render_problems
-from runner.spec import DeviceKind, TaskMode
-from runner.stop import stop_signal
+from runner.spec.problems import Problem, render_problems
+from runner.spec.schema import DeviceKind, TaskMode
+from runner.common.signals import stop_signal
 
 if TYPE_CHECKING:
     from runner.launchers.slurm_array import ArrayMember

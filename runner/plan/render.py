@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from runner.plan import Plan, ProcessRecord
-from runner.spec import DeviceKind
+from runner.plan.processes import Plan, ProcessRecord
+from runner.spec.schema import DeviceKind
 
 SHOWN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
              "CUDA_VISIBLE_DEVICES", "GLOO_SOCKET_IFNAME")

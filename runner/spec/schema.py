@@ -3,7 +3,7 @@
 Every YAML option under ``conf/`` is merged onto one of these dataclasses (registered in Hydra's
 ConfigStore by :func:`register_schemas`), so a misspelt key, a wrong type or an unknown choice fails
 at composition time with Hydra's message naming the key. Rules that span several keys live in
-:mod:`runner.validation`, not here.
+:mod:`runner.spec.validation`, not here.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ class RecipeConfig:
     """What every recipe's config has; a recipe's own schema extends it."""
 
     target: str = MISSING  # "package.module:function" or "package.module" (then its `main`), imported from
-    # the job's folder (workdir) first, then the installed packages (runner.targets)
+    # the job's folder (workdir) first, then the installed packages (runner.spec.targets)
     global_batch_size: Optional[int] = 64  # kept whatever the world size; per process = global / world size
     seed: int = 0
 

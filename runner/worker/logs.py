@@ -8,7 +8,7 @@ from typing import TextIO
 
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs
 
-from runner.outputs import RunPaths
+from runner.plan.paths import RunPaths
 
 
 class RankLogs(LogsSpecs):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.spec import BackendName, DeviceKind, JobConfig, ParallelMode
-from runner.topology import Host
+from runner.spec.schema import BackendName, DeviceKind, JobConfig, ParallelMode
+from runner.spec.topology import Host
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Progress of a recipe's loop: a live bar on rank 0's terminal, plain lines everywhere else.
 
-``bar = ctx.progress(total, "train")`` (:meth:`runner.context.RunContext.progress`), then
+``bar = ctx.progress(total, "train")`` (:meth:`runner.training.context.RunContext.progress`), then
 ``bar.update(loss=..., samples=...)`` once per step and ``bar.close()`` (or ``with``). Where it shows:
 
 * rank 0, its terminal a TTY: a tqdm bar redrawn in place on the terminal alone (steps, percent,
@@ -158,10 +158,10 @@ class Progress:
 
 class _Bar:
     """tqdm on a TTY. While it is shown, the echoed stdout reaches the terminal through an
-    :class:`_AboveBar` (runner.logs.write_terminal_through), so that printed lines do not break it."""
+    :class:`_AboveBar` (runner.worker.logs.write_terminal_through), so that printed lines do not break it."""
 
     def __init__(self, stream: TextIO, total: int | None, desc: str, initial: int) -> None:
-        from runner import logs
+        import runner.worker.logs as logs
 
         # train: 20%|████      | 120/600 [00:04<00:16, 1234 samples/s, loss 0.3123]
         fmt = ("{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]" if total
@@ -184,7 +184,7 @@ class _Bar:
         self._tqdm.update(n)
 
     def close(self, progress: Progress, now: float) -> None:
-        from runner import logs
+        import runner.worker.logs as logs
 
         self._tqdm.set_postfix_str(progress.postfix(now), refresh=False)
         self._tqdm.close()
@@ -247,7 +247,7 @@ def for_rank(rank: int, total: int | None, desc: str = "", *, initial: int = 0,
              interval_s: float = LINE_INTERVAL_S) -> Progress:
     """The progress of global rank ``rank``, shown where the module docstring says: a bar when rank 0's
     terminal is a TTY, else plain lines (rank 0: terminal and log; others: their log)."""
-    from runner import logs
+    import runner.worker.logs as logs
 
     terminal, log = logs.terminal(), logs.log()
     if terminal is None and log is None:  # output not redirected by the runner (the recipe called on its own)

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate
 
-from runner.job import Job
-from runner.outputs import RunPaths
-from runner.spec import DeviceKind, InitMethod, ParallelMode
-from runner.topology import Host
+from runner.spec.job import Job
+from runner.plan.paths import RunPaths
+from runner.spec.schema import DeviceKind, InitMethod, ParallelMode
+from runner.spec.topology import Host
 
 
 class Deferred(str):

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
-from runner.spec import ParallelMode, ShardingConfig, ShardingMode
+from runner.spec.schema import ParallelMode, ShardingConfig, ShardingMode
 
 OptimizerFactory = Callable[..., Optimizer]  # optimizer_class(params, **kwargs): a class or any factory
 

@@ -1,6 +1,6 @@
 """``topology=NxM`` for any N and M, not only the shapes shipped as files under conf/topology/.
 
-The built-in groups are read by Hydra's ``pkg://`` config source. :func:`runner.cli.setup` registers
+The built-in groups are read by Hydra's ``pkg://`` config source. :func:`runner.app.cli.setup` registers
 this subclass for that scheme: for our package ``runner.conf`` it also answers ``topology/<N>x<M>``
 with a grid topology, and otherwise behaves exactly as Hydra's own source. Shipped files win, and
 a user's own ``topology/NxM.yaml`` in --config-dir is found as usual. (A searchpath entry would

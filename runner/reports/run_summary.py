@@ -1,6 +1,6 @@
 """The end of a run on one screen, and the same facts in ``<run folder>/run_summary.json``.
 
-`run` prints it to stderr once the launch returns (:func:`runner.job_run.run_job`; stdout carries the
+`run` prints it to stderr once the launch returns (:func:`runner.app.launch.run_job`; stdout carries the
 ranks' echo)::
 
     == run 20261122-081449-c18061: done in 6.2 s ==
@@ -10,9 +10,9 @@ ranks' echo)::
       outputs   outputs/2026-11-22/08-14-49_c18061/
                 logs/rank*.log (2) · metrics.jsonl · checkpoints/last.pt · spec.yaml · plan.json · launch.txt
 
-Every fact comes from the plan, the exit status and the run folder (:class:`runner.outputs.RunPaths`):
+Every fact comes from the plan, the exit status and the run folder (:class:`runner.plan.paths.RunPaths`):
 the status from the exit status (0 done, 2 refused, 128+n stopped by signal n, else failed, naming the
-rank that failed first from the ranks' error files, :func:`runner.failures.rank_errors`), the metrics
+rank that failed first from the ranks' error files, :func:`runner.worker.failures.rank_errors`), the metrics
 from the last row of metrics.jsonl. With launcher=manual each host's `run` prints (and writes) its own.
 Nothing here imports torch: `run`'s own process never does.
 """
@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.failures import rank_errors
-from runner.outputs import RunPaths
-from runner.plan import Plan
-from runner.progress import duration
-from runner.rank import returned_on_request
-from runner.spec import LauncherKind, recipe_settings
+from runner.worker.failures import rank_errors
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Plan
+from runner.training.progress import duration
+from runner.worker.rank import returned_on_request
+from runner.spec.schema import LauncherKind, recipe_settings
 
 EXIT_REFUSED = 2
 WIDTH = 110  # the outputs line wraps here

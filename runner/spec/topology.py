@@ -6,8 +6,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from runner.problems import Problem
-from runner.spec import TopologyConfig
+from runner.spec.problems import Problem
+from runner.spec.schema import TopologyConfig
 
 # RFC 1123 host names (dots allowed) or IP literals; nothing a shell would read as syntax.
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9_-]{0,62}[A-Za-z0-9])?)*\.?$")

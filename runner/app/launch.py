@@ -9,19 +9,19 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner.agent import LaunchAgent
+from runner.app.agent import LaunchAgent
 from runner.environments.slurm import SlurmEnvironment
 from runner.launchers import LAUNCHERS, Invocation
 from runner.launchers.slurm import SlurmLauncher
 from runner.launchers.slurm_array import ArrayMember
-from runner.outputs import RunPaths
-from runner.plan import make_plan
-from runner.probe import LocalProbe
-from runner.problems import Severity, errors, render_problems
-from runner.report import plan_table, verdict, write_plan
-from runner.run_summary import report as report_run
-from runner.spec import InitMethod, JobConfig, LauncherKind
-from runner.validation import check
+from runner.plan.paths import RunPaths
+from runner.plan.processes import make_plan
+from runner.spec.probe import LocalProbe
+from runner.spec.problems import Severity, errors, render_problems
+from runner.plan.render import plan_table, verdict, write_plan
+from runner.reports.run_summary import report as report_run
+from runner.spec.schema import InitMethod, JobConfig, LauncherKind
+from runner.spec.validation import check
 
 EXIT_INVALID = 2
 
@@ -36,10 +36,10 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
             config_dir: str | None, config_name: str | None = None, agent: LaunchAgent | None = None,
             defer_submit: bool = False) -> int | ArrayMember:
     """The job's exit status; ``agent``: `run`'s launch agent, which tries the recipe target and starts this
-    host's processes (runner.agent), if it has one; with ``defer_submit`` (a sweep on Slurm), a batch job is prepared but not
+    host's processes (runner.app.agent), if it has one; with ``defer_submit`` (a sweep on Slurm), a batch job is prepared but not
     submitted: its :class:`ArrayMember` is returned for the sweep's job array."""
     started = time.perf_counter()
-    # the job's folder, for every process on every host (runner.targets): pinned in the spec they load
+    # the job's folder, for every process on every host (runner.spec.targets): pinned in the spec they load
     spec.workdir = cfg.workdir = os.path.abspath(spec.workdir or os.getcwd())
     job, problems = check(spec, LocalProbe(agent.target_problem) if agent else LocalProbe())
     if job is None:
@@ -81,7 +81,7 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
         return 0
     if spec.init.method is InitMethod.file and spec.launcher.kind is not LauncherKind.manual:
         # the launchers that start every host at once; manual hosts start one by one
-        from runner.host_launch import RendezvousError, stale_rendezvous_file
+        from runner.worker.supervise import RendezvousError, stale_rendezvous_file
         try:
             stale_rendezvous_file(paths.rendezvous_file(spec.init.dir))
         except RendezvousError as e:

@@ -20,7 +20,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runner.rank import returned_on_request
+from runner.worker.rank import returned_on_request
 
 THROUGHPUT = "samples_per_s"
 LAUNCHER = "hydra_plugins.runner_sweep_launcher.RunnerSweepLauncher"  # conf/job.yaml's hydra/launcher

@@ -25,13 +25,13 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 from hydra._internal.sources_registry import SourcesRegistry
 from hydra.core.plugins import Plugins
 
-from runner import sweep
-from runner.agent import LaunchAgent
+import runner.reports.sweep as sweep
+from runner.app.agent import LaunchAgent
 from runner.launchers.slurm_array import ArrayMember
-from runner.job_run import run_job
-from runner.shapes import RunnerConfigSource
-from runner.problems import Problem, render_problems
-from runner.spec import register_schemas, unknown_keys
+from runner.app.launch import run_job
+from runner.app.config_source import RunnerConfigSource
+from runner.spec.problems import Problem, render_problems
+from runner.spec.schema import register_schemas, unknown_keys
 
 EXIT_INVALID = 2
 
@@ -199,7 +199,7 @@ def main() -> None:
     setup()
     _State.agent = LaunchAgent.start_if_useful(sys.argv[1:])
     # The user's modules are imported from the job's folder by the ranks, and tried by validation in a
-    # child process (runner.targets); `run` itself never puts that folder on its path, so nothing there
+    # child process (runner.spec.targets); `run` itself never puts that folder on its path, so nothing there
     # (a runner.py, a hydra/ folder) can shadow what `run` imports.
     code = 0
     try:

@@ -1,4 +1,4 @@
-"""A task a scheduler starts: ``python -P -m runner.task <run folder>/spec.yaml`` (the command that
+"""A task a scheduler starts: ``python -P -m runner.app.task <run folder>/spec.yaml`` (the command that
 launcher=slurm and launcher=mpi print and run; ``-P``: the folder it starts in is not put on the path,
 so a ``runner.py`` or ``runner/`` of the user's cannot shadow the runner).
 
@@ -21,16 +21,16 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from runner import preflight
+import runner.worker.preflight as preflight
 from runner.environments.mpi import MpiEnvironment
 from runner.environments.slurm import SlurmEnvironment
-from runner.outputs import RunPaths
-from runner.plan import Deferred, Plan, make_plan
-from runner.probe import LocalProbe
-from runner.problems import render_problems
-from runner.spec import InitMethod, JobConfig, LauncherKind, TaskMode
-from runner.stop import StopRequest, stop_signal
-from runner.validation import check
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Deferred, Plan, make_plan
+from runner.spec.probe import LocalProbe
+from runner.spec.problems import render_problems
+from runner.spec.schema import InitMethod, JobConfig, LauncherKind, TaskMode
+from runner.common.signals import StopRequest, stop_signal
+from runner.spec.validation import check
 
 EXIT_INVALID = 2
 
@@ -113,9 +113,9 @@ def _tried_by_run(target: str, workdir: str | None) -> None:
 
 
 def run_task(spec_path: Path, env: dict[str, str]) -> int:
-    from runner.host_launch import Rendezvous, launch_host, rank_setups
-    from runner.network import NetworkError
-    from runner.rank import clear_outcome, run_rank
+    from runner.worker.supervise import Rendezvous, launch_host, rank_setups
+    from runner.worker.network import NetworkError
+    from runner.worker.rank import clear_outcome, run_rank
 
     spec, recipe_cfg = load_spec(spec_path)
     StopRequest.install(stop_signal(spec.launcher.slurm.signal))
@@ -123,7 +123,7 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
         print(f"error: workdir: the job's folder {spec.workdir} is not on this host ({socket.gethostname()}); hint: "
               f"start `run` from a folder every host sees (a shared filesystem), or set workdir= to one", file=sys.stderr)
         return EXIT_INVALID
-    # `run` tried the recipe target where it was started (runner.targets); the ranks import it themselves
+    # `run` tried the recipe target where it was started (runner.spec.targets); the ranks import it themselves
     job, problems = check(spec, LocalProbe(check_target=_tried_by_run))
     if job is None:
         print(render_problems(problems), file=sys.stderr)
@@ -143,7 +143,7 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
     rdzv_env = {"TORCHELASTIC_RUN_ID": paths.run_id, "TORCHELASTIC_RESTART_COUNT": str(paths.attempt),
                 "TORCHELASTIC_MAX_RESTARTS": "0", "MASTER_PORT": plan.master_port}
     report = None
-    if spec.preflight and rec.local_rank == 0:  # this host's checks, before its rank starts (runner.preflight)
+    if spec.preflight and rec.local_rank == 0:  # this host's checks, before its rank starts (runner.worker.preflight)
         report, _ = preflight.host_checks(plan, rec.node_rank, env)
         if report.failed:
             print(report.line(), flush=True)
@@ -174,10 +174,10 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
 
 def main() -> None:
     # Slurm may send its stop signal early (a short time limit, a preemption): remember it rather than
-    # die of it; the ranks started after it start asked to stop (runner.stop)
+    # die of it; the ranks started after it start asked to stop (runner.common.signals)
     StopRequest.install(signal.SIGUSR1)  # the default; run_task installs the spec's own once it is read
     if len(sys.argv) != 2:
-        print("usage: python -m runner.task <run folder>/spec.yaml", file=sys.stderr)
+        print("usage: python -m runner.app.task <run folder>/spec.yaml", file=sys.stderr)
         raise SystemExit(EXIT_INVALID)
     code = run_task(Path(sys.argv[1]).resolve(), dict(os.environ))
     sys.stdout.flush()

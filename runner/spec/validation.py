@@ -1,9 +1,9 @@
 """Every rule a spec must pass before any process starts, in one place.
 
 :func:`check` resolves what the spec leaves open (hosts from the grid shorthand, ``device=auto``,
-``backend=auto``, the master address) and returns the resolved :class:`~runner.job.Job` with every
+``backend=auto``, the master address) and returns the resolved :class:`~runner.spec.job.Job` with every
 problem found: all of them at once, each naming its key, showing the arithmetic and giving a hint.
-The machine is consulted only through a :class:`~runner.probe.MachineProbe`, and only when a rule
+The machine is consulted only through a :class:`~runner.spec.probe.MachineProbe`, and only when a rule
 needs it (GPU count when devices are GPUs, MPI support when backend=mpi, folders that must exist).
 """
 
@@ -13,11 +13,11 @@ import os
 import re
 from collections.abc import Iterator
 
-from runner.job import Job
-from runner.plan import RUNNER_VARIABLES
-from runner.probe import MachineProbe
-from runner.problems import Problem, Severity, errors
-from runner.spec import (
+from runner.spec.job import Job
+from runner.plan.processes import RUNNER_VARIABLES
+from runner.spec.probe import MachineProbe
+from runner.spec.problems import Problem, Severity, errors
+from runner.spec.schema import (
     BackendName,
     DeviceKind,
     InitMethod,
@@ -30,8 +30,8 @@ from runner.spec import (
     TaskMode,
     recipe_settings,
 )
-from runner.targets import TARGET_PATTERN
-from runner.topology import Host, is_loopback, is_valid_host, resolve_hosts
+from runner.spec.targets import TARGET_PATTERN
+from runner.spec.topology import Host, is_loopback, is_valid_host, resolve_hosts
 
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -2,7 +2,7 @@
 
 A recipe receives a :class:`RunContext` and its own config, and never imports launcher internals.
 Wrapping, sharding and full (consolidated) checkpoints are delegated to the strategy of
-``sharding.mode`` (:mod:`runner.sharding`).
+``sharding.mode`` (:mod:`runner.training.sharding`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from runner.progress import LINE_INTERVAL_S, Progress, for_rank
-from runner.sharding import OptimizerFactory, Placement, Strategy, strategy_for
-from runner.spec import ParallelMode, ShardingConfig, ShardingMode
-from runner.stop import StopRequest
+from runner.training.progress import LINE_INTERVAL_S, Progress, for_rank
+from runner.training.sharding import OptimizerFactory, Placement, Strategy, strategy_for
+from runner.spec.schema import ParallelMode, ShardingConfig, ShardingMode
+from runner.common.signals import StopRequest
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ class RunContext:
         (CI, a pipe, Slurm's output file) the plain lines go to both. Other ranks write the plain lines
         to their own logs. Lines come at every tenth of ``total`` and at least every ``interval_s``.
         ``initial``: steps taken before (a resumed run). No collectives: pass the global batch as
-        ``samples`` for the job's throughput (:mod:`runner.progress`).
+        ``samples`` for the job's throughput (:mod:`runner.training.progress`).
         """
         bar = for_rank(self.rank, total, desc, initial=initial, interval_s=interval_s)
         self._progress.append(bar)

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from runner.plan import ProcessRecord
-from runner.spec import DeviceKind, JobConfig, RecipeConfig
-from runner.stop import StopRequest, stop_signal
-from runner.targets import load_target
+from runner.plan.processes import ProcessRecord
+from runner.spec.schema import DeviceKind, JobConfig, RecipeConfig
+from runner.common.signals import StopRequest, stop_signal
+from runner.spec.targets import load_target
 
 if TYPE_CHECKING:
-    from runner.preflight import HostReport
+    from runner.worker.preflight import HostReport
 
 _PR_SET_PDEATHSIG = 1
 
@@ -109,7 +109,7 @@ def is_timeout_text(text: str) -> bool:
 
 def run_rank(setup: RankSetup) -> None:
     """The body of one rank. Exceptions are recorded, then re-raised for the process context to see."""
-    from runner.logs import redirect_output
+    from runner.worker.logs import redirect_output
 
     die_with_parent()
     # Everything inherited from the launcher (torch, Hydra, ...) stays alive for the rank's life:
@@ -122,7 +122,7 @@ def run_rank(setup: RankSetup) -> None:
     StopRequest.install(stop_signal(setup.spec.launcher.slurm.signal))
     os.environ.update(setup.env)
     if setup.spec.workdir:
-        os.chdir(setup.spec.workdir)  # the job's folder (runner.targets): relative paths mean the same on every host
+        os.chdir(setup.spec.workdir)  # the job's folder (runner.spec.targets): relative paths mean the same on every host
     redirect_output(setup.log_file, setup.echo)
     attempt = int(setup.env.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if attempt:
@@ -148,7 +148,7 @@ def _watch_own_process_group(timeout: datetime.timedelta, joined: Path) -> None:
     """For a recipe that makes its own process group (a torchrun-style script): the groups it makes
     without a timeout get init.timeout_s rather than torch's 30 minutes (torch reads these public defaults
     when ``timeout`` is None), and joining is marked as for a recipe's group, so a hang in its collectives
-    is reported the same way (runner.failures)."""
+    is reported the same way (runner.worker.failures)."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
@@ -168,7 +168,7 @@ def _run(setup: RankSetup) -> None:
     import torch
     import torch.distributed as dist
 
-    from runner.context import Place, RunContext
+    from runner.training.context import Place, RunContext
 
     rec = setup.record
     # torch was imported before the fork: its thread pool follows the launcher, not this process's
@@ -179,8 +179,8 @@ def _run(setup: RankSetup) -> None:
         device = torch.device("cuda", rec.device_ids[0])
     else:
         device = torch.device("cpu")
-    if setup.spec.preflight:  # no recipe: one all-reduce with the exact spec (runner.preflight)
-        from runner.preflight import collective
+    if setup.spec.preflight:  # no recipe: one all-reduce with the exact spec (runner.worker.preflight)
+        from runner.worker.preflight import collective
 
         collective(setup, device)
         return

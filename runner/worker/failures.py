@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.outputs import RunPaths
-from runner.stop import StopRequest
-from runner.rank import RankSetup, is_timeout_text
+from runner.plan.paths import RunPaths
+from runner.common.signals import StopRequest
+from runner.worker.rank import RankSetup, is_timeout_text
 
-if TYPE_CHECKING:  # torch stays out of `run`'s own process, which reads the error files too (runner.run_summary)
+if TYPE_CHECKING:  # torch stays out of `run`'s own process, which reads the error files too (runner.reports.run_summary)
     from torch.distributed.elastic.multiprocessing.api import RunProcsResult
 
 
@@ -29,7 +29,7 @@ def _load(path: str | Path) -> dict | None:
 def rank_errors(error_files: Iterable[str | Path]) -> list[dict]:
     """The error records among ``error_files`` that exist, the first failure first: those of ranks killed
     by a signal (written by their launcher, ``"killed": true``: the peers that lost them fail after them),
-    then those of ranks that raised (runner.rank.write_error), by time."""
+    then those of ranks that raised (runner.worker.rank.write_error), by time."""
     return sorted((e for f in error_files if (e := _load(f))), key=lambda e: (not e.get("killed"), e["timestamp"]))
 
 
@@ -125,7 +125,7 @@ _RUNNER_DIR = f'"{Path(__file__).resolve().parent}{os.sep}'  # how faulthandler 
 
 
 def _last_stack(log_file: str, frames: int = 8) -> list[str]:
-    """The main thread's frames of the last stack dump in a rank's log (faulthandler, runner.rank.STACK_SIGNAL)."""
+    """The main thread's frames of the last stack dump in a rank's log (faulthandler, runner.worker.rank.STACK_SIGNAL)."""
     try:
         lines = Path(log_file).read_text(errors="replace").splitlines()
     except OSError:

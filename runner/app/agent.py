@@ -1,5 +1,5 @@
 """The launch agent: a process forked as `run` starts, that imports torch while `run` composes and
-validates the spec, tries the recipe target for validation (runner.targets, in a child of its own),
+validates the spec, tries the recipe target for validation (runner.spec.targets, in a child of its own),
 then starts this host's processes when handed the launch.
 
 Importing torch takes over a second and Hydra's composition about half of one; on a machine with a
@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig
 
-from runner.outputs import RunPaths
-from runner.plan import Plan
-from runner.stop import stop_signal
-from runner.targets import TargetProblem, target_problem
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Plan
+from runner.common.signals import stop_signal
+from runner.spec.targets import TargetProblem, target_problem
 
 HostRun = Callable[[Plan, int, RunPaths, DictConfig], int]
 
@@ -35,13 +35,13 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
     """Serve `run`'s requests: ("target", (target, workdir)) -> the target's problem or None, answered at
     once; ("launch", (plan, node_rank, paths, recipe_cfg)) -> run this host's share, then exit with its
     status. The closed pipe without a launch: `run` needed none."""
-    from runner.rank import die_with_parent
+    from runner.worker.rank import die_with_parent
 
     die_with_parent()
     try:
         import torch.distributed.elastic.multiprocessing  # noqa: F401  (the point of the agent)
 
-        from runner.host_launch import launch_host
+        from runner.worker.supervise import launch_host
 
         with os.fdopen(requests_fd, "rb") as requests, os.fdopen(answers_fd, "wb") as answers:
             while True:
@@ -95,7 +95,7 @@ class LaunchAgent:
         return cls(pid, requests_write, answers_read)
 
     def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None:
-        """runner.targets.target_problem, in a child of the agent: the agent has imported torch by then,
+        """runner.spec.targets.target_problem, in a child of the agent: the agent has imported torch by then,
         which the recipe's module usually imports first."""
         try:
             self._send("target", (target, workdir))

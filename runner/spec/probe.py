@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from runner.targets import TargetProblem, target_problem
+from runner.spec.targets import TargetProblem, target_problem
 
 TargetCheck = Callable[[str, "str | None"], "TargetProblem | None"]
 
@@ -39,7 +39,7 @@ def _nvidia_driver_present() -> bool:
 class LocalProbe:
     """Answers about this machine. GPU counting goes through NVML, so it does not poison fork.
 
-    ``check_target``: how a recipe target is tried (runner.targets.target_problem: in a child forked from
+    ``check_target``: how a recipe target is tried (runner.spec.targets.target_problem: in a child forked from
     this process; `run`'s launch agent offers one forked from itself, where torch is already imported)."""
 
     def __init__(self, check_target: TargetCheck = target_problem) -> None:

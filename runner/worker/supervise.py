@@ -23,14 +23,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from runner import preflight
-from runner.network import InterfaceChoice, NetworkError, choose_interface
-from runner.outputs import RunPaths
-from runner.plan import Deferred, Plan
-from runner.preflight import HostReport
-from runner.rank import RankSetup, clear_outcome, run_rank
-from runner.spec import InitMethod, recipe_settings
-from runner.stop import StopRequest, stop_signal
+import runner.worker.preflight as preflight
+from runner.worker.network import InterfaceChoice, NetworkError, choose_interface
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Deferred, Plan
+from runner.worker.preflight import HostReport
+from runner.worker.rank import RankSetup, clear_outcome, run_rank
+from runner.spec.schema import InitMethod, recipe_settings
+from runner.common.signals import StopRequest, stop_signal
 
 EXIT_FAILED = 1
 
@@ -109,7 +109,7 @@ def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvou
     if spec.init.method is InitMethod.file:
         path = paths.rendezvous_file(spec.init.dir)
         # With several hosts, another host's ranks may have made the file already: the launch checked
-        # before any host started (runner.job_run.stale_rendezvous_file)
+        # before any host started (runner.app.launch.stale_rendezvous_file)
         if single:
             stale_rendezvous_file(path)
         RunPaths.make_private(path.parent)
@@ -155,7 +155,7 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, r
 
 
 def _preflight_host(plan: Plan, node_rank: int, paths: RunPaths) -> tuple[Rendezvous, HostReport] | int:
-    """preflight=true: this host's checks, before any rank starts (runner.preflight); then its part of
+    """preflight=true: this host's checks, before any rank starts (runner.worker.preflight); then its part of
     the rendezvous, as in a real run. The rendezvous and the host's report so far, or the exit status
     when a check failed (its line printed)."""
     report, port = preflight.host_checks(plan, node_rank, os.environ)
@@ -175,8 +175,8 @@ def _wait(context, setups: list[RankSetup]) -> tuple[object, dict[int, int]]:
     (a signal from outside, os._exit, a crash in C) -> exit code, seen before the launcher stops the others.
 
     When one of them times out in a collective, first ask those still running (not failed, not done) for
-    their stacks (runner.rank.STACK_SIGNAL): the report shows where the ranks that did not arrive were."""
-    from runner.rank import STACK_SIGNAL, is_timeout_text
+    their stacks (runner.worker.rank.STACK_SIGNAL): the report shows where the ranks that did not arrive were."""
+    from runner.worker.rank import STACK_SIGNAL, is_timeout_text
 
     asked = False
     pids = context.pids()
@@ -226,8 +226,8 @@ def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictCon
 def _master_unreachable(plan: Plan, node_rank: int, rdzv: Rendezvous, setups: list[RankSetup]) -> str | None:
     """On a host other than host 0 (env/tcp init): why the master's store cannot be reached, within
     init.timeout_s (host 0 may start later), naming the address, port and interface tried; None: reachable."""
-    from runner.network import resolve
-    from runner.preflight import check_reachable
+    from runner.worker.network import resolve
+    from runner.worker.preflight import check_reachable
 
     if node_rank == 0 or plan.job.spec.init.method is InitMethod.file or isinstance(plan.master_addr, Deferred):
         return None
@@ -244,8 +244,8 @@ def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: Dic
     from torch.distributed.elastic.multiprocessing import start_processes
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    from runner.failures import report as failure_report
-    from runner.logs import RankLogs
+    from runner.worker.failures import report as failure_report
+    from runner.worker.logs import RankLogs
 
     # the failure report below says what matters; elastic's own error dump would bury it
     for name in ("torch.distributed.elastic", "torch.multiprocessing"):

@@ -1,7 +1,7 @@
 """preflight=true: the job launched as a real run would be, but instead of the recipe each host checks
 its network and devices and every process takes part in one small all-reduce.
 
-On each host, before any rank starts (runner.host_launch for per-host launching; runner.task for one
+On each host, before any rank starts (runner.worker.supervise for per-host launching; runner.app.task for one
 task per process, where the host's local rank 0 checks), in this order, stopping at the first failure:
 
 1. the master address resolves; on hosts other than host 0, not to loopback unless every host is this
@@ -41,17 +41,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.network import NetworkError, interface_of, resolve, route_source
-from runner.plan import Deferred, Plan
-from runner.spec import DeviceKind, InitMethod, LauncherKind
-from runner.topology import Host, is_loopback
+from runner.worker.network import NetworkError, interface_of, resolve, route_source
+from runner.plan.processes import Deferred, Plan
+from runner.spec.schema import DeviceKind, InitMethod, LauncherKind
+from runner.spec.topology import Host, is_loopback
 
 if TYPE_CHECKING:
     from torch.distributed.elastic.multiprocessing.api import RunProcsResult
 
-    from runner.network import InterfaceChoice
-    from runner.outputs import RunPaths
-    from runner.rank import RankSetup
+    from runner.worker.network import InterfaceChoice
+    from runner.plan.paths import RunPaths
+    from runner.worker.rank import RankSetup
 
 COLLECTIVE_TIMEOUT_S = 30.0  # rendezvous + all-reduce at most (init.timeout_s when that is shorter)
 DEADLINE_GRACE_S = 5.0  # after that timeout, the collective is given up on (not every wait honours it)
@@ -163,7 +163,7 @@ def check_interface(choice: InterfaceChoice | None, route_ifname: str | None, sp
     interface this host lacks fails; left to itself, gloo listens on the address this host's name
     resolves to (``own_name_ip``), which must not be loopback.
 
-    ``choice``: the runner's (runner.host_launch.network_choice); ``given``: GLOO_SOCKET_IFNAME as the
+    ``choice``: the runner's (runner.worker.supervise.network_choice); ``given``: GLOO_SOCKET_IFNAME as the
     user set it (backend.env or the environment); ``one_machine``: every host is this machine."""
     chosen = choice.env.get("GLOO_SOCKET_IFNAME") if choice else None
     used = spec_ifname or chosen or given
@@ -351,8 +351,8 @@ def host_checks(plan: Plan, node_rank: int, environ: Mapping[str, str]) -> tuple
 
 def _checks(plan: Plan, node_rank: int, environ: Mapping[str, str], port: int | None, held: Check | None) -> HostReport:
     """``held``: on host 0, whether it holds the port (or why not)."""
-    from runner.host_launch import network_choice
-    from runner.probe import LocalProbe
+    from runner.worker.supervise import network_choice
+    from runner.spec.probe import LocalProbe
 
     job, spec = plan.job, plan.job.spec
     hosts = job.hosts

@@ -1,0 +1,2 @@
+"""Small things every layer shares and nothing of the runner's own: exit statuses, signal handling and stop
+requests, timeout detection, number formatting."""

@@ -1,0 +1,5 @@
+"""The job spec and its rules: the typed schema behind every YAML option (schema), hosts from the topology
+(topology), every rule a spec must pass before anything starts (validation, problems), what validation may
+ask of the machine (probe), how a recipe target is found (targets), and the validated job (job).
+
+Depends on nothing else of the runner but ``runner.common``."""
