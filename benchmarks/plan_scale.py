@@ -5,7 +5,7 @@
 
 For 1,000 / 2,500 / 5,000 / 10,000 hosts x 8 devices, written both as the grid shorthand
 (topology.nodes x devices_per_node) and as an explicit list of named hosts, it times
-``check(spec, FixedProbe())`` followed by ``make_plan(job)`` (best of several repetitions,
+``runner.launchers.check(spec, FixedProbe())`` followed by ``runner.launchers.plan(job)`` (best of several repetitions,
 time.perf_counter) and prints seconds, microseconds per process, and the time per process relative
 to the 1,000-host case of the same form measured in the same run: linear growth gives a ratio of
 about 1, quadratic growth a ratio that rises with the size.
@@ -24,7 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runner.launchers import LAUNCHERS, Invocation  # noqa: E402
+from runner.environments.process import ProcessEnvironment  # noqa: E402
+from runner.launchers import LAUNCHERS  # noqa: E402
+from runner.launchers.base import Invocation  # noqa: E402
 from runner.plan.paths import RunPaths  # noqa: E402
 from runner.plan.processes import make_plan  # noqa: E402
 from runner.spec.probe import FixedProbe  # noqa: E402
@@ -36,14 +38,13 @@ from runner.spec.schema import (  # noqa: E402
     InitConfig,
     JobConfig,
     LauncherConfig,
-    LauncherKind,
     ParallelConfig,
     RecipeConfig,
     ShardingConfig,
     TaskMode,
     TopologyConfig,
 )
-from runner.spec.validation import check  # noqa: E402
+from runner.launchers import check  # noqa: E402
 
 SIZES = (1_000, 2_500, 5_000, 10_000)
 DEVICES = 8
@@ -61,7 +62,7 @@ def make_spec(hosts: int, form: str) -> JobConfig:
     return JobConfig(
         topology=topology,
         init=InitConfig(),
-        launcher=LauncherConfig(kind=LauncherKind.slurm, tasks=TaskMode.per_device),
+        launcher=LauncherConfig(kind="slurm", tasks=TaskMode.per_device),
         backend=BackendConfig(),
         parallel=ParallelConfig(),
         sharding=ShardingConfig(),
@@ -87,7 +88,7 @@ def best_of(fn, repeat: int) -> float:
 def check_and_plan(spec: JobConfig):
     job, problems = check(spec, FixedProbe())
     assert job is not None, "\n".join(p.render() for p in problems)
-    return make_plan(job)
+    return plan_for(job)
 
 
 def measure(repeat: int) -> list[dict]:
@@ -114,7 +115,7 @@ def measure_extras(repeat: int) -> list[dict]:
     invocation = Invocation(python=sys.executable, cwd=str(ROOT))
     for hosts in (250, 500, 1_000, 2_000):
         plan = check_and_plan(make_spec(hosts, "grid"))
-        launcher = LAUNCHERS[LauncherKind.slurm](plan, paths, invocation)
+        launcher = LAUNCHERS["slurm"](plan, paths, invocation, ProcessEnvironment.read({}))
         for what, fn in (("slurm request()", launcher.request), ("report.verdict()", lambda: verdict(plan))):
             seconds = best_of(fn, repeat)
             rows.append({"what": what, "hosts": hosts, "processes": plan.world_size, "seconds": seconds,
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     rows = measure(args.repeat)
-    print("check(spec, FixedProbe()) + make_plan(job), best of", args.repeat)
+    print("check(spec, FixedProbe()) + plan(job), best of", args.repeat)
     print(table(rows))
     largest = [r for r in rows if r["hosts"] == SIZES[-1]]
     worst = max(r["seconds"] for r in largest)

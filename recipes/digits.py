@@ -6,10 +6,16 @@ The default job: ``run`` trains this on 1 host x 2 CPU processes and prints the 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from runner.api import RunContext
 
 
 def datasets(test_fraction: float, seed: int) -> tuple[TensorDataset, TensorDataset]:
@@ -39,7 +45,7 @@ def accuracy(model: nn.Module, data: TensorDataset, device: torch.device) -> flo
     return (pred == y.to(device)).float().mean().item()
 
 
-def main(ctx, cfg) -> dict:
+def main(ctx: RunContext, cfg: DictConfig) -> dict[str, float]:
     train, test = datasets(cfg.test_fraction, cfg.seed)
     # wrapped and sharded as the spec says (sharding=none/oss/sdp/zero/fsdp): the recipe does not change
     model, optimizer = ctx.setup(build_model(cfg.hidden), torch.optim.Adam, lr=cfg.lr)
@@ -61,7 +67,7 @@ def main(ctx, cfg) -> dict:
     if ctx.is_main:
         print(f"digits: {len(train)} train / {len(test)} test images, {ctx.world_size} process(es), "
               f"global batch {cfg.global_batch_size} ({ctx.per_process_batch_size} per process), {cfg.epochs} epochs, "
-              f"sharding={ctx.sharding.mode.value}", flush=True)
+              f"sharding={ctx.sharding_mode}", flush=True)
     samples, t0 = 0, time.perf_counter()
     # a live bar on rank 0's terminal (plain lines where it is not a TTY, and in every rank's log);
     # a resumed run starts at its step

@@ -1,9 +1,10 @@
 """Run an unchanged torchrun-style training script.
 
 The process already has torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...);
-the script calls ``init_process_group`` itself, exactly as under torchrun (a group made without a
-timeout gets init.timeout_s: runner.worker.rank). With ``recipe.local_rank_arg`` it also gets
-``--local_rank=<local rank>`` (or ``--local-rank=``), as torch.distributed.launch passed it.
+the script calls ``init_process_group`` itself, exactly as under torchrun (its config says
+``init_process_group: false``, so the runner makes none; a group the script makes without a timeout
+gets init.timeout_s). With ``recipe.local_rank_arg`` it also gets ``--local_rank=<local rank>`` (or
+``--local-rank=``), as torch.distributed.launch passed it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ import io
 import os
 import runpy
 import sys
+from typing import TYPE_CHECKING
 
-MANAGES_PROCESS_GROUP = True  # the runner must not initialise the process group: the script does
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from runner.api import RunContext
 
 
 class ScriptExit(Exception):
@@ -36,7 +41,7 @@ class _LastLines(io.TextIOBase):
         self._stream.flush()
 
 
-def main(ctx, cfg) -> None:
+def main(ctx: RunContext, cfg: DictConfig) -> None:
     path = os.path.abspath(cfg.path)
     args = [*map(str, cfg.args)]
     if cfg.get("local_rank_arg"):

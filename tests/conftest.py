@@ -25,6 +25,7 @@ from hydra import initialize_config_module
 from omegaconf import OmegaConf
 
 import runner.app.cli
+from runner.environments.process import ProcessEnvironment
 from runner.spec.job import Job
 from runner.spec.probe import FixedProbe
 from runner.spec.problems import Problem, Severity
@@ -35,7 +36,6 @@ from runner.spec.schema import (
     InitConfig,
     JobConfig,
     LauncherConfig,
-    LauncherKind,
     ParallelConfig,
     ParallelMode,
     RecipeConfig,
@@ -43,7 +43,7 @@ from runner.spec.schema import (
     TaskMode,
     TopologyConfig,
 )
-from runner.spec.validation import check
+from runner.launchers import check
 
 pytest_plugins = ["pytester", "testbed_fixtures"]
 
@@ -99,7 +99,7 @@ def make_spec(
     gpus: Iterable[list[int] | None] | None = None,
     nodes: int | None = None,
     devices_per_node: int | None = None,
-    launcher: LauncherKind | str = LauncherKind.local,
+    launcher: str = "local",
     tasks: TaskMode | str = TaskMode.per_host,
     device: DeviceKind | str = DeviceKind.cpu,
     parallel: ParallelMode | str = ParallelMode.ddp,
@@ -134,7 +134,7 @@ def make_spec(
     return JobConfig(
         topology=topology,
         init=init or InitConfig(),
-        launcher=LauncherConfig(kind=LauncherKind(launcher), tasks=TaskMode(tasks)),
+        launcher=LauncherConfig(kind=str(launcher), tasks=TaskMode(tasks)),
         backend=backend or BackendConfig(),
         parallel=ParallelConfig(mode=parallel),
         sharding=ShardingConfig(),
@@ -209,6 +209,12 @@ def run_script() -> str:
     if found is None:
         pytest.fail("the `run` console script is not installed: run scripts/setup.sh (pip install -e .)")
     return found
+
+
+def environment(**variables: str) -> ProcessEnvironment:
+    """A process environment with exactly these variables (runner.environments.process), e.g. SLURM_JOB_ID
+    for `run` inside an allocation."""
+    return ProcessEnvironment.read(variables)
 
 
 def clean_env(**extra: str) -> dict[str, str]:

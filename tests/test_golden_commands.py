@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GOLDEN, TARGET, compose, hosts_override, validate
+from conftest import GOLDEN, TARGET, compose, environment, hosts_override, validate
 from runner.launchers import LAUNCHERS, Invocation
 from runner.plan.paths import RunPaths
-from runner.plan.processes import make_plan
+from runner.launchers import plan as plan_for
 
 PATHS = RunPaths(root=Path("/runs/R1"), run_id="R1")
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -88,11 +88,10 @@ def checked(c: Case):
 
 def materialize(c: Case) -> str:
     got = checked(c)
-    plan = make_plan(got.job, PATHS)
+    plan = plan_for(got.job, PATHS)
     invocation = Invocation(python="/venv/bin/python", cwd="/work/proj", overrides=c.overrides, config_dir=c.config_dir)
-    launcher = LAUNCHERS[got.job.spec.launcher.kind](plan, PATHS, invocation)
-    if c.in_allocation:
-        launcher.in_allocation = True
+    inside = environment(SLURM_JOB_ID="42") if c.in_allocation else environment()
+    launcher = LAUNCHERS[got.job.spec.launcher.kind](plan, PATHS, invocation, inside)
     return launcher.request().materialize()
 
 

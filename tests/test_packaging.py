@@ -80,8 +80,8 @@ PROBE = textwrap.dedent("""
     from omegaconf import OmegaConf
     import runner.app.cli
     from runner.spec.probe import FixedProbe
-    from runner.spec.validation import check
-    from runner.plan.processes import make_plan
+    from runner.launchers import check
+    from runner.launchers import plan as plan_for
 
     runner.app.cli.setup()
     with initialize_config_module(config_module="runner.conf", version_base=None):
@@ -93,7 +93,7 @@ PROBE = textwrap.dedent("""
         "from_checkout": sorted(n for n, m in sys.modules.items()
                                 if (getattr(m, "__file__", None) or "").startswith(tuple(sys.argv[1:]))),
         "nodes": spec.topology.nodes, "devices_per_node": spec.topology.devices_per_node,
-        "world_size": make_plan(job).world_size if job else None,
+        "world_size": plan_for(job).world_size if job else None,
     }))
 """)
 

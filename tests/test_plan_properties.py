@@ -14,12 +14,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import make_spec, validate
+from conftest import environment, make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation
 from runner.plan.paths import RunPaths
-from runner.plan.processes import make_plan
+from runner.launchers import plan as plan_for
 from runner.spec.probe import FixedProbe
-from runner.spec.schema import DeviceKind, LauncherKind, ParallelMode, TaskMode
+from runner.spec.schema import DeviceKind, ParallelMode, TaskMode
 
 PATHS = RunPaths(Path("/runs/R1"), "R1")
 INVOCATION = Invocation(python="/venv/bin/python", cwd="/work/proj", overrides=(), config_dir=None)
@@ -29,31 +29,31 @@ SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[Heal
 @st.composite
 def jobs(draw):
     """A valid spec: 1..50 hosts with 1..8 devices, named hosts, ddp (or dp on one host), cpu or cuda."""
-    launcher = draw(st.sampled_from([LauncherKind.slurm, LauncherKind.manual, LauncherKind.mpi, LauncherKind.local]))
-    n_hosts = 1 if launcher is LauncherKind.local else draw(st.integers(1, 50))
+    launcher = draw(st.sampled_from(["slurm", "manual", "mpi", "local"]))
+    n_hosts = 1 if launcher == "local" else draw(st.integers(1, 50))
     devices = draw(st.lists(st.integers(1, 8), min_size=n_hosts, max_size=n_hosts))
     device = draw(st.sampled_from([DeviceKind.cpu, DeviceKind.cuda]))
     parallel = ParallelMode.dp if n_hosts == 1 and draw(st.booleans()) else ParallelMode.ddp
     uniform = len(set(devices)) == 1
-    if launcher is LauncherKind.slurm and not uniform:
+    if launcher == "slurm" and not uniform:
         tasks = TaskMode.per_device  # per_host under slurm needs the same count on every node
-    elif launcher is LauncherKind.mpi:
+    elif launcher == "mpi":
         tasks = draw(st.sampled_from([TaskMode.per_device, TaskMode.per_host]))
-    elif launcher is LauncherKind.slurm:
+    elif launcher == "slurm":
         tasks = draw(st.sampled_from([TaskMode.per_device, TaskMode.per_host]))
     else:
         tasks = TaskMode.per_host
-    if launcher is LauncherKind.local:
+    if launcher == "local":
         names = ["thishost"]
     else:
         names = [f"node{i:03d}" for i in range(n_hosts)]
-    use_addrs = launcher is not LauncherKind.local and draw(st.booleans())
+    use_addrs = launcher != "local" and draw(st.booleans())
     addrs = [f"10.0.{i // 256}.{i % 256}" for i in range(n_hosts)] if use_addrs else None
     gpus = None
     if device is DeviceKind.cuda and draw(st.booleans()):
         # explicit, distinct GPU indices per host, in any order
         gpus = [draw(st.permutations(range(16)))[:d] for d in devices]
-    grid = launcher is LauncherKind.slurm and uniform and not use_addrs and gpus is None and draw(st.booleans())
+    grid = launcher == "slurm" and uniform and not use_addrs and gpus is None and draw(st.booleans())
     if grid:
         spec = make_spec(nodes=n_hosts, devices_per_node=devices[0], launcher=launcher, tasks=tasks, device=device,
                          parallel=parallel)
@@ -66,7 +66,7 @@ def jobs(draw):
 def _plan(spec):
     got = validate(spec, FixedProbe(cuda_devices=64))
     assert got.valid, got.rendered()
-    return got.job, make_plan(got.job, PATHS)
+    return got.job, plan_for(got.job, PATHS)
 
 
 @SETTINGS
@@ -103,7 +103,7 @@ def test_ranks_are_contiguous_prefix_sums(spec) -> None:
 def test_env_matches_records(spec) -> None:
     job, plan = _plan(spec)
     cuda = job.device is DeviceKind.cuda
-    slurm = spec.launcher.kind is LauncherKind.slurm
+    slurm = spec.launcher.kind == "slurm"
     dp = spec.parallel.mode is ParallelMode.dp
     for r in plan.records:
         env = plan.env(r)
@@ -136,23 +136,23 @@ def test_master_and_launch_requests_agree_with_plan(spec) -> None:
     kind = spec.launcher.kind
     if len(job.hosts) == 1:
         assert plan.master_addr == "127.0.0.1"
-    elif kind in (LauncherKind.manual, LauncherKind.mpi):
+    elif kind in ("manual", "mpi"):
         assert plan.master_addr == job.hosts[0].reach
     else:  # slurm: the first node of the allocation, known at launch
         assert plan.master_addr.startswith("<")
-    launcher = LAUNCHERS[kind](plan, PATHS, INVOCATION)
+    launcher = LAUNCHERS[kind](plan, PATHS, INVOCATION, environment())
     request = launcher.request()
     text = request.materialize()
     assert request.pins["run_id"] == "R1"
     per_host = spec.launcher.tasks is TaskMode.per_host
-    if kind is LauncherKind.mpi:
+    if kind == "mpi":
         argv = request.commands[0].argv
         hosts = argv[argv.index("-H") + 1].split(",")
         slots = [int(h.rsplit(":", 1)[1]) for h in hosts]
         expected = [1] * len(job.hosts) if per_host else [len(plan.host_records(h.index)) for h in job.hosts]
         assert slots == expected
         assert argv[argv.index("-np") + 1] == str(sum(expected))
-    elif kind is LauncherKind.slurm:
+    elif kind == "slurm":
         ntasks = len(job.hosts) if per_host else plan.world_size
         assert f"--ntasks={ntasks}" in text and f"#SBATCH --nodes={len(job.hosts)}" in text
         if not per_host and not job.uniform:
@@ -163,7 +163,7 @@ def test_master_and_launch_requests_agree_with_plan(spec) -> None:
             else:
                 counts = " ".join(str(len(plan.host_records(h.index))) for h in job.hosts)
                 assert f"counts=({counts})" in text
-    elif kind is LauncherKind.manual:
+    elif kind == "manual":
         assert len(request.commands) == len(job.hosts)
         for h, c in zip(job.hosts, request.commands):
             assert c.argv[-1] == f"launcher.manual.host={h.index}"
@@ -173,7 +173,7 @@ def test_master_and_launch_requests_agree_with_plan(spec) -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(1, 8), min_size=2, max_size=20), st.integers(1, 1000))
 def test_batch_rule_is_exact_divisibility(devices, batch) -> None:
-    spec = make_spec(devices=devices, names=[f"h{i}" for i in range(len(devices))], launcher=LauncherKind.mpi,
+    spec = make_spec(devices=devices, names=[f"h{i}" for i in range(len(devices))], launcher="mpi",
                      tasks=TaskMode.per_device, global_batch_size=batch)
     got = validate(spec)
     world = sum(devices)
@@ -186,7 +186,7 @@ def test_batch_rule_is_exact_divisibility(devices, batch) -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(1, 8), min_size=2, max_size=12))
 def test_slurm_per_host_needs_uniform_hosts(devices) -> None:
-    spec = make_spec(devices=devices, launcher=LauncherKind.slurm, tasks=TaskMode.per_host,
+    spec = make_spec(devices=devices, launcher="slurm", tasks=TaskMode.per_host,
                      global_batch_size=sum(devices) * 2)
     got = validate(spec)
     uniform = len(set(devices)) == 1

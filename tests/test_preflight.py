@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from runner.worker.preflight import (
+from runner.worker.preflight.checks import (
     Check,
     HostReport,
     check_devices,

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.training.progress import Progress, duration
+from runner.common.formatting import duration
+from runner.training.progress import Progress
 from runs import run, run_folder
 
 LINE = re.compile(r"^progress: (?:(\w+) )?step (\d+)(?:/(\d+) \((\d+)%\))?")
@@ -145,7 +146,7 @@ def test_on_a_tty_the_bar_redraws_in_place_and_the_log_gets_plain_lines_only():
 
 PTY_SCRIPT = r"""
 import sys
-import runner.worker.logs as logs
+import runner.training.output as logs
 from runner.training.progress import for_rank
 
 logs.redirect_output(sys.argv[1], echo=True)

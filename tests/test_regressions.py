@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from conftest import TARGET, compose, hosts_override, make_spec, validate
+from conftest import TARGET, compose, environment, hosts_override, make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation
 from runner.plan.paths import RunPaths
-from runner.plan.processes import make_plan
-from runner.spec.schema import BackendConfig, InitConfig, InitMethod, LauncherKind, TaskMode
+from runner.launchers import plan as plan_for
+from runner.spec.schema import BackendConfig, InitConfig, InitMethod, TaskMode
 
 PATHS = RunPaths(Path("/runs/R1"), "R1")
 INVOCATION = Invocation(python="/venv/bin/python", cwd="/work/proj")
@@ -30,11 +30,11 @@ def test_tcp_init_url_brackets_an_ipv6_master() -> None:
     """plan.py make_plan: ``f"tcp://{addr}:{port}"`` gives 'tcp://fd00::1:29500' for an IPv6 master,
     which urllib/torch cannot split into host and port. Expected: 'tcp://[fd00::1]:29500'.
     (launchers/mpi.py's ``-H fd00::1:2`` has the same ambiguity.)"""
-    spec = make_spec(devices=[1, 1], names=["a", "b"], addrs=["fd00::1", "fd00::2"], launcher=LauncherKind.manual,
+    spec = make_spec(devices=[1, 1], names=["a", "b"], addrs=["fd00::1", "fd00::2"], launcher="manual",
                      init=InitConfig(method=InitMethod.tcp, master_port=29500))
     got = validate(spec)
     assert got.valid, got.rendered()
-    assert make_plan(got.job).init_method == "tcp://[fd00::1]:29500"
+    assert plan_for(got.job).init_method == "tcp://[fd00::1]:29500"
 
 
 def test_slurm_step_in_allocation_places_uneven_hosts() -> None:
@@ -45,9 +45,8 @@ def test_slurm_step_in_allocation_places_uneven_hosts() -> None:
     batch script does (or sets --nodelist/--ntasks-per-node so the placement is the plan's)."""
     got = validate(compose(f"recipe.target={TARGET}", "topology=hetero_2_1", "launcher=slurm",
                            "launcher.tasks=per_device", "device=cpu", "recipe.global_batch_size=60"))
-    plan = make_plan(got.job, PATHS)
-    launcher = LAUNCHERS[LauncherKind.slurm](plan, PATHS, INVOCATION)
-    launcher.in_allocation = True
+    plan = plan_for(got.job, PATHS)
+    launcher = LAUNCHERS["slurm"](plan, PATHS, INVOCATION, environment(SLURM_JOB_ID="42"))
     text = launcher.request().materialize()
     assert "--distribution=arbitrary" in text
     assert "SLURM_HOSTFILE" in text
@@ -58,7 +57,7 @@ def test_local_hosts_on_this_machine_order_does_not_matter() -> None:
     'thishost' (a name of this machine) is not *loopback*, calling it "another machine"; the reversed
     order was valid. Both are this machine, so both orders are valid (launcher=manual)."""
     def verdict(names):
-        spec = make_spec(devices=[1, 1], names=names, launcher=LauncherKind.manual)
+        spec = make_spec(devices=[1, 1], names=names, launcher="manual")
         return validate(spec)
 
     a, b = verdict(["thishost", "localhost"]), verdict(["localhost", "thishost"])
@@ -75,7 +74,7 @@ def test_backend_env_cannot_contradict_the_plan() -> None:
     got = validate(spec)
     if got.find("backend.env.WORLD_SIZE"):
         return  # rejected: fine
-    plan = make_plan(got.job)
+    plan = plan_for(got.job)
     env = plan.env(plan.records[0])
     assert env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "127.0.0.1"
 
@@ -85,10 +84,10 @@ def test_plan_shows_the_port_the_manual_launch_pins() -> None:
     dry run's table) says MASTER_PORT='<free port chosen at launch>', but the manual (and mpi)
     launcher pins port_for(run_id) (e.g. 24429) into every host's command and spec.yaml. The plan
     then documents a different port from the one used. Expected: plan and pin agree."""
-    spec = make_spec(devices=[2, 2], names=["a", "b"], launcher=LauncherKind.manual)
+    spec = make_spec(devices=[2, 2], names=["a", "b"], launcher="manual")
     got = validate(spec)
-    plan = make_plan(got.job, PATHS)
-    pins = LAUNCHERS[LauncherKind.manual](plan, PATHS, INVOCATION).request().pins
+    plan = plan_for(got.job, PATHS)
+    pins = LAUNCHERS["manual"](plan, PATHS, INVOCATION, environment()).request().pins
     assert plan.master_port == str(pins["init.master_port"])
 
 
@@ -98,11 +97,11 @@ def test_slurm_named_hosts_are_the_allocated_ones() -> None:
     name ('gpu01'): if Slurm allocates other nodes, every rank dials gpu01 and never rendezvous.
     Expected: pin the nodes (--nodelist=gpu01,gpu02), or leave MASTER_ADDR to the allocation, or
     reject/warn about host names under slurm."""
-    spec = make_spec(devices=[2, 2], names=["gpu01", "gpu02"], launcher=LauncherKind.slurm)
+    spec = make_spec(devices=[2, 2], names=["gpu01", "gpu02"], launcher="slurm")
     got = validate(spec)
     assert got.valid, got.rendered()
-    plan = make_plan(got.job, PATHS)
-    script = LAUNCHERS[LauncherKind.slurm](plan, PATHS, INVOCATION).request().files["job.sbatch"]
+    plan = plan_for(got.job, PATHS)
+    script = LAUNCHERS["slurm"](plan, PATHS, INVOCATION, environment()).request().files["job.sbatch"]
     pinned = "--nodelist=gpu01,gpu02" in script
     deferred = plan.master_addr != "gpu01"
     warned = any(p.key.startswith("topology.hosts") for p in got.problems)
@@ -111,6 +110,6 @@ def test_slurm_named_hosts_are_the_allocated_ones() -> None:
 
 def test_mpi_refuses_ipv6_literals() -> None:
     """mpirun -H host:slots cannot take an IPv6 literal: refused with a reason, not an ambiguous command."""
-    spec = make_spec(devices=[1, 1], names=["a", "b"], addrs=["fd00::1", "fd00::2"], launcher=LauncherKind.mpi,
+    spec = make_spec(devices=[1, 1], names=["a", "b"], addrs=["fd00::1", "fd00::2"], launcher="mpi",
                      tasks=TaskMode.per_device)
     assert validate(spec).find("topology.hosts[0].addr")

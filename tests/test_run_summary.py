@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import validate
+from runner.plan.outcome import RankOutcome
 from runner.plan.paths import RunPaths
-from runner.plan.processes import make_plan
+from runner.launchers import plan as plan_for
 from runner.reports.run_summary import summarize
 from runs import RUN, TESTS, processes_of, run, run_folder, signal_when_ready, user_env
 
@@ -136,7 +137,8 @@ def test_a_run_asked_to_stop_says_it_stopped_on_request_not_done(tmp_path):
     assert field(lines, "status").startswith("stopped on request (")
     assert "run finished" not in done.output  # the host's own line is for Slurm and MPI tasks only
     assert document(tmp_path)["status"] == "stopped"
-    assert (run_folder(tmp_path) / "logs" / "rank00001.done").read_text() == "stopped\n"
+    done_file = json.loads((run_folder(tmp_path) / "logs" / "rank00001.done").read_text())
+    assert done_file == {"stopped": True, "result": {"stopped": True, "steps": done_file["result"]["steps"]}}
     assert not processes_of(run_id)
 
 
@@ -187,17 +189,17 @@ def planned(tmp_path: Path, *overrides: str):
     assert checked.valid, checked.rendered()
     paths = RunPaths(tmp_path / "outputs" / "run", "r20261122")
     paths.make()
-    return make_plan(checked.job, paths), paths
+    return plan_for(checked.job, paths), paths
 
 
 def test_a_slurm_job_submitted_and_not_followed_says_so(tmp_path):
     plan, paths = planned(tmp_path, "topology=hetero_2_1", "launcher=slurm", "launcher.tasks=per_device",
                           "launcher.slurm.follow=false", "recipe.global_batch_size=3")
     (paths.root / "slurm_job_id").write_text("4242\n")
-    summary = summarize(plan, paths, 0, 0.42)
+    summary = summarize(plan, paths, 0, 0.42, not_followed="Slurm job 4242")
     assert summary.headline() == "== run r20261122: submitted in 0.4 s =="
     assert summary.status == "submitted" and summary.slurm_job_id == "4242"
-    assert summary.status_text.startswith("submitted as Slurm job 4242, not followed (launcher.slurm.follow=false)")
+    assert summary.status_text.startswith("submitted as Slurm job 4242, not followed")
     assert summary.job.startswith("2 hosts (2+1) = 3 processes · cpu · gloo · ddp · sharding=none · launcher=slurm · ")
     assert summary.document()["slurm_job_id"] == "4242"
 
@@ -206,14 +208,14 @@ def test_a_followed_slurm_job_names_its_job_beside_the_status(tmp_path):
     plan, paths = planned(tmp_path, "topology=1x2", "launcher=slurm")
     (paths.root / "slurm_job_id").write_text("77\n")
     for r in range(2):
-        paths.done_file(r).touch()
+        RankOutcome(paths, r).mark_done(stopped=False)
     summary = summarize(plan, paths, 0, 3.0)
     assert summary.status_text == "done: every rank returned (exit 0) · Slurm job 77"
 
 
 def test_a_sigterm_stop_counts_the_ranks_that_had_returned(tmp_path):
     plan, paths = planned(tmp_path, "topology=1x2")
-    paths.done_file(0).touch()
+    RankOutcome(paths, 0).mark_done(stopped=False)
     summary = summarize(plan, paths, 128 + signal.SIGTERM, 12.0)
     assert summary.headline() == "== run r20261122: stopped after 12.0 s =="
     assert summary.status_text == "stopped by SIGTERM (exit 143); 1 of 2 rank(s) had returned"
@@ -236,7 +238,7 @@ def test_a_preflight_says_what_it_checked(tmp_path):
     assert summarize(plan, paths, 1, 1.0).status_text == \
         "failed (exit 1): a preflight check failed; the host line above says which"
     for r in range(2):
-        paths.done_file(r).touch()
+        RankOutcome(paths, r).mark_done(stopped=False)
     assert summarize(plan, paths, 0, 1.0).status_text == "done: preflight passed, every rank returned (exit 0)"
 
 

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from runs import artifacts, run, run_folder
-from runner.training.context import Place, RunContext
+from runner.training.context import ContextSettings, RunContext
 from runner.training.sharding import _by_index, _by_name, default_shard_units, state_bytes
-from runner.spec.schema import ParallelMode, ShardingConfig, ShardingMode
+from runner.spec.schema import ParallelConfig, ParallelMode, ShardingConfig, ShardingMode
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -199,8 +199,9 @@ def test_digits_recipe_checkpoints_and_resumes_sharded(tmp_path):
 
 
 def context(tmp_path: Path, mode: str, world: int = 1, parallel: ParallelMode = ParallelMode.ddp) -> RunContext:
-    return RunContext(Place(0, 0, 0, world, world, "here"), torch.device("cpu"), (), parallel, 8, 0, tmp_path,
-                      sharding=ShardingConfig(mode=ShardingMode(mode)))
+    return RunContext(ContextSettings(0, 0, 0, world, world, "here", torch.device("cpu"), (), ParallelConfig(mode=parallel),
+                                      ShardingConfig(mode=ShardingMode(mode)), 8, 0, tmp_path, tmp_path / "metrics.jsonl",
+                                      tmp_path / "checkpoints"))
 
 
 @pytest.mark.parametrize("mode", SHARDED)

@@ -15,22 +15,24 @@ from pathlib import Path
 
 import pytest
 
-from runner.launchers.slurm_array import ArrayMember, group, task_ids
+from runner.launchers.slurm_array import ArrayMember, group
+from runner.launchers.slurm_job import task_ids
+from runner.plan.paths import RunPaths
 from runs import processes_of, run, signal_when_ready
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def _member(folder: Path, directives: tuple[str, ...], parallelism: int | None = None) -> ArrayMember:
-    return ArrayMember(folder, folder / "job.sbatch", directives, "/work", (folder / "logs/rank00000.done",),
-                       (folder / "logs/rank00000.error.json",), parallelism)
+    return ArrayMember(RunPaths(folder, folder.name), (0,), directives, "/work", parallelism)
 
 
 def test_task_ids_read_slurms_forms():
-    assert task_ids("3") == [3]
-    assert task_ids("1-3") == [1, 2, 3]
-    assert task_ids("0,2-4%2") == [0, 2, 3, 4]  # tasks pending together, throttled
-    assert task_ids("N/A") == []
+    assert task_ids("3") == (3,)
+    assert task_ids("1-3") == (1, 2, 3)
+    assert task_ids("0,2-4%2") == (0, 2, 3, 4)  # tasks pending together, throttled (scontrol)
+    assert task_ids("[0,2-4%2]") == (0, 2, 3, 4)  # the same in sacct's JobID
+    assert task_ids("N/A") == ()
 
 
 def test_jobs_that_ask_for_the_same_resources_share_an_array(tmp_path):

@@ -8,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import validate
+from conftest import environment, validate
 from runner.environments.slurm import SlurmEnvironment, expand_counts
 from runner.launchers import Invocation
 from runner.launchers.slurm import SlurmLauncher
 from runner.launchers.slurm_job import JobStatus, exit_status
 from runner.plan.paths import RunPaths
-from runner.plan.processes import make_plan
-from runner.common.signals import stop_signal
-from runner.app.task import TaskError, TaskPlace, check_place
+from runner.launchers import plan as plan_for
+from runner.app.task import check_place
+from runner.common.signals import parse_signal
+from runner.launchers.base import TaskError, TaskPlace
 
 SHOW_JOB = ("JobId=42 JobName=run-R1 UserId=root(0) JobState={state} Reason={reason} Dependency=(null) "
             "Requeue=1 Restarts={restarts} BatchFlag=1 ExitCode={code} RunTime=00:00:07 NodeList={nodes} "
@@ -56,14 +57,14 @@ def test_compressed_counts(text, counts):
                                         ("SIGTERM", signal.SIGTERM), ("RB:SIGUSR1@60", signal.SIGUSR1),
                                         ("10@30", signal.Signals(10)), (None, signal.SIGUSR1)])
 def test_stop_signal(value, sig):
-    assert stop_signal(value) == sig
+    assert parse_signal(value) == sig
 
 
 def _launcher(*overrides: str) -> SlurmLauncher:
     checked = validate(["launcher=slurm", "device=cpu", *overrides])
     assert checked.job is not None, checked.problems
     paths = RunPaths(Path("/runs/R1"), "R1")
-    return SlurmLauncher(make_plan(checked.job, paths), paths, Invocation("/venv/bin/python", "/work/proj"))
+    return SlurmLauncher(plan_for(checked.job, paths), paths, Invocation("/venv/bin/python", "/work/proj"), environment())
 
 
 def _allocation(**variables: str) -> SlurmEnvironment:

@@ -112,7 +112,7 @@ ROWS = [
     row("file-init-no-dir-multi-host-notice", "init=file", "topology=2x2", "launcher=slurm", "device=cpu", valid=True,
         expect=[(N, "init.dir", "every host must see at the same path")]),
     row("file-init-manual-multi-host-no-dir", AB, "init=file", "launcher=manual", "device=cpu", valid=False,
-        expect=[(E, "init.dir", "manual launch on several hosts"), (E, "init.dir", "init.dir=/shared/path")]),
+        expect=[(E, "init.dir", "launcher=manual on several hosts"), (E, "init.dir", "init.dir=/shared/path")]),
     row("file-init-manual-multi-host-with-dir", AB, "init=file", "init.dir=/shared", "launcher=manual", "device=cpu",
         valid=True),
     row("init-dir-without-file-init", "init.dir=/shared", valid=True,

@@ -112,7 +112,7 @@ def main(ctx, cfg):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     record = {
-        "rank": ctx.rank, "world_size": ctx.world_size, "mode": ctx.sharding.mode.value, "params": params,
+        "rank": ctx.rank, "world_size": ctx.world_size, "mode": ctx.sharding_mode, "params": params,
         "optimizer_state_bytes": ctx.optimizer_state_bytes(optimizer),
         "peak_bytes": peak, "peak_method": method, "peak_rss_delta_bytes": peak_rss,
         "step_s": statistics.median(times), "steps": cfg.steps, "per_process_batch": batch,

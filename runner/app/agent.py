@@ -14,16 +14,16 @@ import os
 import pickle
 import signal
 import sys
-from collections.abc import Callable
 
 from omegaconf import DictConfig
 
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan
-from runner.common.signals import stop_signal
+from runner.common import exits
+from runner.common.signals import handling
+from runner.environments.process import ProcessEnvironment
 from runner.spec.targets import TargetProblem, target_problem
 
-HostRun = Callable[[Plan, int, RunPaths, DictConfig], int]
 
 # arguments of `run` that mean no job is validated here (help, the composed config), or several are (a
 # multirun: its jobs are validated and launched in-process, one after another)
@@ -55,12 +55,12 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
                 answers.flush()
         code = launch_host(*args)
     except KeyboardInterrupt:
-        code = 128 + signal.SIGINT
+        code = exits.from_signal(signal.SIGINT)
     except BaseException:
         import traceback
 
         traceback.print_exc()
-        code = 1
+        code = exits.FAILED
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -103,21 +103,16 @@ class LaunchAgent:
         except (EOFError, OSError):  # the agent is gone (it says why on stderr): ask from here
             return target_problem(target, workdir)
 
-    def run_host(self, plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig) -> int:
+    def run_host(self, plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig,
+                 environment: ProcessEnvironment) -> int:
         """Hand the launch to the agent and wait for its exit status; SIGINT, SIGTERM and the stop signal
         reaching `run` go to it."""
         forward = lambda signum, _frame: os.kill(self.pid, signum)  # noqa: E731
-        stop = stop_signal(plan.job.spec.launcher.slurm.signal)  # a request to checkpoint and stop
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, stop)}
-        try:
-            self._send("launch", (plan, node_rank, paths, recipe_cfg))
+        with handling((signal.SIGINT, signal.SIGTERM, plan.rules.stop_signal), forward):
+            self._send("launch", (plan, node_rank, paths, recipe_cfg, environment))
             self._requests.close()
             _, status = os.waitpid(self.pid, 0)  # retried after each forwarded signal (PEP 475)
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-        code = os.waitstatus_to_exitcode(status)
-        return code if code >= 0 else 128 - code
+        return exits.from_wait_status(status)
 
     def cancel(self) -> None:
         """No launch after all: the agent exits once it reads the closed pipe."""

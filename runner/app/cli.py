@@ -27,18 +27,19 @@ from hydra.core.plugins import Plugins
 
 import runner.reports.sweep as sweep
 from runner.app.agent import LaunchAgent
-from runner.launchers.slurm_array import ArrayMember
-from runner.app.launch import run_job
 from runner.app.config_source import RunnerConfigSource
+from runner.app.launch import run_job
+from runner.common import exits
+from runner.environments.process import ProcessEnvironment
+from runner.launchers.slurm_array import ArrayMember
 from runner.spec.problems import Problem, render_problems
 from runner.spec.schema import register_schemas, unknown_keys
-
-EXIT_INVALID = 2
 
 
 class _State:
     entered = False  # Hydra called our task: a later exit status 1 is the job's, not a composition error
     agent: LaunchAgent | None = None
+    environment: ProcessEnvironment | None = None  # read once, as `run` starts
 
 
 _STARTED = time.strftime("%Y%m%d-%H%M%S")
@@ -75,16 +76,16 @@ def _app(cfg: DictConfig) -> ArrayMember | None:
                     for key, known in unknown]
         print(render_problems(problems), file=sys.stderr)
         print(f"\nthe spec has {len(problems)} error(s); nothing was started.", file=sys.stderr)
-        sys.exit(EXIT_INVALID)
+        sys.exit(exits.INVALID)
     try:
         spec = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as e:
         key = e.full_key or "?"
         print(render_problems([Problem(key, "has no value (??? in the config)", f"set it: {key}=...")]), file=sys.stderr)
-        sys.exit(EXIT_INVALID)
+        sys.exit(exits.INVALID)
     except OmegaConfBaseException as e:
         print(f"error: {e.full_key or 'spec'}: {e.msg}", file=sys.stderr)
-        sys.exit(EXIT_INVALID)
+        sys.exit(exits.INVALID)
     if hc.mode is RunMode.MULTIRUN and spec.run_id:
         # one run id for the whole sweep: each job gets its own, as its own folder and ports need
         spec.run_id = f"{spec.run_id}-{hc.job.num}"
@@ -92,7 +93,8 @@ def _app(cfg: DictConfig) -> ArrayMember | None:
     agent = _State.agent
     # a sweep under our Hydra launcher sends its Slurm batch jobs together, as job arrays
     in_array_sweep = hc.mode is RunMode.MULTIRUN and hc.launcher.get("_target_") == sweep.LAUNCHER
-    code = run_job(cfg, spec, out, run_id, tuple(hc.overrides.task), config_dir, hc.job.config_name,
+    environment = _State.environment or ProcessEnvironment.read()
+    code = run_job(cfg, spec, out, run_id, tuple(hc.overrides.task), config_dir, environment, hc.job.config_name,
                    agent, defer_submit=in_array_sweep)
     if isinstance(code, ArrayMember):
         return code  # the launcher submits it with the others, and records how it ended
@@ -188,15 +190,16 @@ def main() -> None:
         sys.argv[1:] = script_overrides(sys.argv[1:])
     except ScriptArgsError as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(EXIT_INVALID)
+        sys.exit(exits.INVALID)
     problems = input_problems(sys.argv[1:])
     if problems:
         print("\n".join(problems), file=sys.stderr)
         print("\nnothing was started.", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(EXIT_INVALID)
+        os._exit(exits.INVALID)
     setup()
+    _State.environment = ProcessEnvironment.read()
     _State.agent = LaunchAgent.start_if_useful(sys.argv[1:])
     # The user's modules are imported from the job's folder by the ranks, and tried by validation in a
     # child process (runner.spec.targets); `run` itself never puts that folder on its path, so nothing there
@@ -212,15 +215,16 @@ def main() -> None:
             # Hydra already printed why (unknown key, option, type); it exits 1 for that, we say 2
             print("hint: `run --help` lists every group and option; `run --cfg job` prints the composed spec",
                   file=sys.stderr)
-            code = EXIT_INVALID
+            code = exits.INVALID
     codes = sweep.SweepCodes.codes
     if code == 0 and sweep.SweepCodes.stopped():
         code = sweep.SweepCodes.stopped()
-        print(f"\nthe sweep was stopped ({signal.Signals(code - 128).name}) after {len(codes)} job(s)", file=sys.stderr)
+        print(f"\nthe sweep was stopped ({signal.Signals(exits.signal_of(code)).name}) after {len(codes)} job(s)",
+              file=sys.stderr)
     elif code == 0 and any(codes):
         failed = sum(1 for c in codes if c)
         print(f"\n{failed} of {len(codes)} job(s) of the sweep failed (see the summary)", file=sys.stderr)
-        code = 1
+        code = exits.FAILED
     if _State.agent is not None:
         _State.agent.cancel()
     # Everything is written and closed: skip the interpreter's teardown (over half a second with torch

@@ -1,4 +1,5 @@
-"""One job from a composed spec: validate, plan, write what the run is, then dry-run or launch."""
+"""One job from a composed spec: validate, plan, write what the run is, then dry-run or launch, and say how
+it ended (runner.reports.run_summary)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,18 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from runner.app.agent import LaunchAgent
-from runner.environments.slurm import SlurmEnvironment
-from runner.launchers import LAUNCHERS, Invocation
-from runner.launchers.slurm import SlurmLauncher
+from runner.common import exits
+from runner.environments.process import ProcessEnvironment
+from runner.launchers import LAUNCHERS, check
+from runner.launchers.base import Invocation
 from runner.launchers.slurm_array import ArrayMember
 from runner.plan.paths import RunPaths
 from runner.plan.processes import make_plan
-from runner.spec.probe import LocalProbe
-from runner.spec.problems import Severity, errors, render_problems
 from runner.plan.render import plan_table, verdict, write_plan
 from runner.reports.run_summary import report as report_run
-from runner.spec.schema import InitMethod, JobConfig, LauncherKind
-from runner.spec.validation import check
-
-EXIT_INVALID = 2
+from runner.spec.probe import LocalProbe
+from runner.spec.problems import Severity, errors, render_problems
+from runner.spec.schema import InitMethod, JobConfig
 
 
 def _run_command() -> str:
@@ -33,11 +32,12 @@ def _run_command() -> str:
 
 
 def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
-            config_dir: str | None, config_name: str | None = None, agent: LaunchAgent | None = None,
-            defer_submit: bool = False) -> int | ArrayMember:
-    """The job's exit status; ``agent``: `run`'s launch agent, which tries the recipe target and starts this
-    host's processes (runner.app.agent), if it has one; with ``defer_submit`` (a sweep on Slurm), a batch job is prepared but not
-    submitted: its :class:`ArrayMember` is returned for the sweep's job array."""
+            config_dir: str | None, environment: ProcessEnvironment, config_name: str | None = None,
+            agent: LaunchAgent | None = None, defer_submit: bool = False) -> int | ArrayMember:
+    """The job's exit status. ``environment``: what `run` read of its own (runner.environments.process);
+    ``agent``: `run`'s launch agent, which tries the recipe target and starts this host's processes
+    (runner.app.agent), if it has one; with ``defer_submit`` (a sweep on Slurm), a batch job is prepared but
+    not submitted: its :class:`ArrayMember` is returned for the sweep's job array."""
     started = time.perf_counter()
     # the job's folder, for every process on every host (runner.spec.targets): pinned in the spec they load
     spec.workdir = cfg.workdir = os.path.abspath(spec.workdir or os.getcwd())
@@ -46,14 +46,13 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
         print(render_problems(problems), file=sys.stderr)
         n = len(errors(problems))
         print(f"\nthe spec has {n} error(s); nothing was started.", file=sys.stderr)
-        return EXIT_INVALID
+        return exits.INVALID
+    launcher_class = LAUNCHERS[spec.launcher.kind]
     paths = RunPaths(out, spec.run_id or run_id)
-    plan = make_plan(job, paths)
+    plan = make_plan(job, launcher_class.plan_rules(job, paths), paths)
     invocation = Invocation(spec.launcher.python or sys.executable, os.getcwd(), overrides, config_dir,
                             config_name if config_name != "job" else None, _run_command())
-    launcher = LAUNCHERS[spec.launcher.kind](plan, paths, invocation, agent.run_host if agent else None)
-    if isinstance(launcher, SlurmLauncher):
-        launcher.in_allocation = SlurmEnvironment.read(os.environ).in_allocation
+    launcher = launcher_class(plan, paths, invocation, environment, agent.run_host if agent else None)
     request = launcher.request()
 
     pinned = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
@@ -75,24 +74,24 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
             print(render_problems(problems))
         print("\n== plan ==")
         print(plan_table(plan))
-        print(f"\n== launch ({spec.launcher.kind.value}) ==")
+        print(f"\n== launch ({spec.launcher.kind}) ==")
         print(request.materialize().rstrip())
         print(f"\ndry run: nothing was started. Spec, plan and commands are in {paths.root}/")
-        return 0
-    if spec.init.method is InitMethod.file and spec.launcher.kind is not LauncherKind.manual:
-        # the launchers that start every host at once; manual hosts start one by one
-        from runner.worker.supervise import RendezvousError, stale_rendezvous_file
+        return exits.OK
+    if spec.init.method is InitMethod.file and not plan.rules.hosts_start_apart:
+        # the launchers that start every host at once; hosts started by hand come one by one
+        from runner.worker.rendezvous import RendezvousError, stale_rendezvous_file
         try:
             stale_rendezvous_file(paths.rendezvous_file(spec.init.dir))
         except RendezvousError as e:
             print(f"error: init: {e}", file=sys.stderr)
-            return EXIT_INVALID
+            return exits.INVALID
     shown = [p for p in problems if p.severity is Severity.warning]
     if shown:
         print(render_problems(shown), file=sys.stderr)
-    if defer_submit and isinstance(launcher, SlurmLauncher) and not launcher.in_allocation:
-        return launcher.array_member()
+    if defer_submit and (member := launcher.array_member()) is not None:
+        return member
     code = launcher.launch(request, pinned.recipe)
-    report_run(plan, paths, code, time.perf_counter() - started)  # the run on one screen, and run_summary.json
+    # the run on one screen, and run_summary.json
+    report_run(plan, paths, code, time.perf_counter() - started, launcher.not_followed)
     return code
-

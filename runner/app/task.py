@@ -3,10 +3,10 @@ launcher=slurm and launcher=mpi print and run; ``-P``: the folder it starts in i
 so a ``runner.py`` or ``runner/`` of the user's cannot shadow the runner).
 
 It loads the spec the launch pinned, validates and plans it again on the node it landed on, finds its
-place from the scheduler's environment (the launcher the spec names decides which: Slurm's variables
-or an MPI flavour's), refuses a place that contradicts the plan (with both numbers), and runs its
-share: with ``launcher.tasks=per_host`` it forks its host's processes as launcher=local does; with
-``per_device`` it is one rank itself, and rank 0 serves the rendezvous store, as torch does.
+place from the scheduler's environment (the launcher the spec names reads it: Slurm's variables or an
+MPI flavour's), refuses a place that contradicts the plan (with both numbers), and runs its share: with
+``launcher.tasks=per_host`` it forks its host's processes as launcher=local does; with ``per_device`` it
+is one rank itself, and rank 0 serves the rendezvous store, as torch does.
 """
 
 from __future__ import annotations
@@ -16,40 +16,21 @@ import os
 import signal
 import socket
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-import runner.worker.preflight as preflight
-from runner.environments.mpi import MpiEnvironment
-from runner.environments.slurm import SlurmEnvironment
+from runner.common import exits
+from runner.common.signals import StopRequest
+from runner.environments.process import ProcessEnvironment
+from runner.launchers import LAUNCHERS, check
+from runner.launchers.base import TaskError, TaskPlace
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan, make_plan
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
-from runner.spec.schema import InitMethod, JobConfig, LauncherKind, TaskMode
-from runner.common.signals import StopRequest, stop_signal
-from runner.spec.validation import check
-
-EXIT_INVALID = 2
-
-
-@dataclass(frozen=True)
-class TaskPlace:
-    """Where the scheduler put this task: its index among the step's tasks, and on its node."""
-
-    index: int
-    count: int
-    local_index: int | None
-    source: str
-    nodes: int | None = None  # nodes of the step, where the scheduler says
-    tasks_per_node: tuple[int, ...] | None = None
-    attempt: int = 0  # the scheduler's restart count (a requeued Slurm job)
-
-
-class TaskError(Exception):
-    pass
+from runner.spec.schema import InitMethod, JobConfig, TaskMode
+from runner.spec.targets import TargetProblem
 
 
 def load_spec(path: Path) -> tuple[JobConfig, DictConfig]:
@@ -58,24 +39,11 @@ def load_spec(path: Path) -> tuple[JobConfig, DictConfig]:
     return OmegaConf.to_object(cfg), cfg.recipe
 
 
-def find_place(kind: LauncherKind, env: dict[str, str]) -> TaskPlace:
-    if kind is LauncherKind.slurm:
-        slurm = SlurmEnvironment.read(env)
-        if not slurm.in_step:
-            raise TaskError("launcher=slurm, but this process is not an srun task (no SLURM_STEP_ID/SLURM_PROCID)")
-        return TaskPlace(slurm.proc_id, slurm.ntasks or 0, slurm.local_id, "Slurm", slurm.step_num_nodes,
-                         slurm.step_tasks_per_node, slurm.restart_count)
-    mpi = MpiEnvironment.read(env)
-    if mpi is None:
-        raise TaskError("launcher=mpi, but no MPI rank variables are set (OMPI_COMM_WORLD_RANK, PMI_RANK, ...)")
-    return TaskPlace(mpi.rank, mpi.size, mpi.local_rank, mpi.flavour)
-
-
-def resolve_master(plan: Plan, env: dict[str, str]) -> Plan:
+def resolve_master(plan: Plan, environment: ProcessEnvironment) -> Plan:
     """Fill in what only the allocation knows: Slurm's first node and the job's port."""
     addr, port = plan.master_addr, plan.master_port
     if isinstance(addr, Deferred) or isinstance(port, Deferred):
-        slurm = SlurmEnvironment.read(env)
+        slurm = environment.slurm
         addr = slurm.first_host() if isinstance(addr, Deferred) else addr
         port = str(slurm.port()) if isinstance(port, Deferred) else port
     resolved = dataclasses.replace(plan, master_addr=addr, master_port=port)
@@ -108,53 +76,58 @@ def check_place(plan: Plan, place: TaskPlace) -> None:
                             f"allocation's tasks per node differ from the topology's devices per host")
 
 
-def _tried_by_run(target: str, workdir: str | None) -> None:
+def _tried_by_run(target: str, workdir: str | None) -> TargetProblem | None:
+    """`run` tried the recipe target where it was started (runner.spec.targets); the ranks import it again."""
     return None
 
 
-def run_task(spec_path: Path, env: dict[str, str]) -> int:
-    from runner.worker.supervise import Rendezvous, launch_host, rank_setups
+def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
     from runner.worker.network import NetworkError
-    from runner.worker.rank import clear_outcome, run_rank
+    from runner.worker.preflight.checks import PreflightFailed
+    from runner.worker.preflight.host import host_checks
+    from runner.worker.rank import run_rank
+    from runner.worker.rendezvous import Rendezvous
+    from runner.worker.setup import RankSetup
+    from runner.worker.supervise import launch_host, rank_setups
 
     spec, recipe_cfg = load_spec(spec_path)
-    StopRequest.install(stop_signal(spec.launcher.slurm.signal))
+    launcher = LAUNCHERS.get(spec.launcher.kind)
+    if launcher is not None:
+        StopRequest.install(launcher.stop_signal(spec))
     if spec.workdir and not os.path.isdir(spec.workdir):
         print(f"error: workdir: the job's folder {spec.workdir} is not on this host ({socket.gethostname()}); hint: "
               f"start `run` from a folder every host sees (a shared filesystem), or set workdir= to one", file=sys.stderr)
-        return EXIT_INVALID
-    # `run` tried the recipe target where it was started (runner.spec.targets); the ranks import it themselves
+        return exits.INVALID
     job, problems = check(spec, LocalProbe(check_target=_tried_by_run))
-    if job is None:
+    if job is None or launcher is None:
         print(render_problems(problems), file=sys.stderr)
-        return EXIT_INVALID
+        return exits.INVALID
     try:
-        place = find_place(spec.launcher.kind, env)
+        place = launcher.task_place(environment)
         paths = RunPaths(spec_path.parent, spec.run_id or spec_path.parent.name, place.attempt)
-        plan = resolve_master(make_plan(job, paths), env)
+        plan = resolve_master(make_plan(job, launcher.plan_rules(job, paths), paths), environment)
         check_place(plan, place)
     except (TaskError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_INVALID
+        return exits.INVALID
     paths.make()
     if spec.launcher.tasks is TaskMode.per_host:
-        return launch_host(plan, place.index, paths, recipe_cfg, announce=True)
+        return launch_host(plan, place.index, paths, recipe_cfg, environment, announce=True)
     rec = plan.records[place.index]
-    rdzv_env = {"TORCHELASTIC_RUN_ID": paths.run_id, "TORCHELASTIC_RESTART_COUNT": str(paths.attempt),
-                "TORCHELASTIC_MAX_RESTARTS": "0", "MASTER_PORT": plan.master_port}
     report = None
     if spec.preflight and rec.local_rank == 0:  # this host's checks, before its rank starts (runner.worker.preflight)
-        report, _ = preflight.host_checks(plan, rec.node_rank, env)
+        report, _ = host_checks(plan, rec.node_rank, environment)
         if report.failed:
             print(report.line(), flush=True)
-            return preflight.EXIT_FAILED
+            return exits.FAILED
+    rendezvous = Rendezvous(plan.init_method, plan.master_port, agent_store=False)  # rank 0 serves the store itself
     try:
-        setups = rank_setups(plan, rec.node_rank, Rendezvous(plan.init_method, rdzv_env), paths, recipe_cfg, report)
+        setups = rank_setups(plan, rec.node_rank, rendezvous, paths, recipe_cfg, environment, report)
     except NetworkError as e:
         print(f"error: network: {e}", file=sys.stderr)
-        return EXIT_INVALID
-    setup = next(s for s in setups if s.record.global_rank == rec.global_rank)
-    clear_outcome(setup)
+        return exits.INVALID
+    setup: RankSetup = next(s for s in setups if s.record.global_rank == rec.global_rank)
+    setup.outcome.clear()
     if spec.init.method is InitMethod.file:
         RunPaths.make_private(paths.rendezvous_file(spec.init.dir).parent)
     terminal = os.dup(2)  # the rank sends its output to its log; its failure is also said here, in one line
@@ -162,14 +135,14 @@ def run_task(spec_path: Path, env: dict[str, str]) -> int:
         run_rank(setup)
     except BaseException as e:
         with os.fdopen(terminal, "w") as err:
-            if isinstance(e, preflight.PreflightFailed):  # its line says it all
+            if isinstance(e, PreflightFailed):  # its line says it all
                 err.write(f"{e}\n")
             else:
                 err.write(f"rank {rec.global_rank} ({rec.host}) failed: {type(e).__name__}: {str(e).strip()[:500]}\n"
                           f"    traceback: {setup.log_file}\n")
-        return 1
+        return exits.FAILED
     os.close(terminal)
-    return 0
+    return exits.OK
 
 
 def main() -> None:
@@ -177,9 +150,9 @@ def main() -> None:
     # die of it; the ranks started after it start asked to stop (runner.common.signals)
     StopRequest.install(signal.SIGUSR1)  # the default; run_task installs the spec's own once it is read
     if len(sys.argv) != 2:
-        print("usage: python -m runner.app.task <run folder>/spec.yaml", file=sys.stderr)
-        raise SystemExit(EXIT_INVALID)
-    code = run_task(Path(sys.argv[1]).resolve(), dict(os.environ))
+        print("usage: python -P -m runner.app.task <run folder>/spec.yaml", file=sys.stderr)
+        raise SystemExit(exits.INVALID)
+    code = run_task(Path(sys.argv[1]).resolve(), ProcessEnvironment.read())
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

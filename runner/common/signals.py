@@ -1,40 +1,65 @@
-"""Stop requests: a signal that asks the recipe to checkpoint and return, rather than killing it.
+"""Signal handling, in one place: handlers installed for a while and put back, signal names as specs give
+them, and stop requests.
 
-Slurm sends one before a job's time limit or at preemption (``launcher.slurm.signal``, SIGUSR1 by
-default). Launching processes forward it to their ranks; in a rank it only sets a flag, which the
-recipe polls with ``ctx.should_stop()`` (agreed over all ranks, so that all of them checkpoint at
-the same step).
+A stop request is a signal that asks the recipe to checkpoint and return rather than killing it: Slurm
+sends one before a job's time limit or at preemption (``launcher.slurm.signal``), and ``launcher.stop_signal``
+is the same for the other launchers (``kill -USR1 <run's pid>``). Launching processes forward it to their
+ranks; in a rank it only sets a flag, which the recipe polls with ``ctx.should_stop()`` (agreed over all
+ranks, so that all of them checkpoint at the same step).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Union
 
-DEFAULT = signal.SIGUSR1
+Handler = Union[Callable[[int, Any], Any], int, signal.Handlers, None]
+
+DEFAULT_STOP = signal.SIGUSR1
 
 
-def stop_signal(slurm_signal: str | None) -> signal.Signals:
-    """The signal of a Slurm ``--signal`` value (``[R:|B:][SIG]USR1[@90]``, or a number)."""
-    if not slurm_signal:
-        return DEFAULT
-    name = re.sub(r"^[RB]+:", "", slurm_signal).split("@")[0]
+@contextlib.contextmanager
+def handling(signals: Iterable[int], handler: Handler) -> Iterator[None]:
+    """``handler`` for ``signals`` while the block runs; the previous handlers again after it."""
+    previous = {s: signal.signal(s, handler) for s in dict.fromkeys(signals)}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+def parse_signal(value: str | None, default: signal.Signals = DEFAULT_STOP) -> signal.Signals:
+    """The signal a spec names: ``USR1``, ``SIGUSR1``, ``10``, or a Slurm ``--signal`` value
+    (``[R:|B:][SIG]USR1[@90]``)."""
+    if not value:
+        return default
+    name = re.sub(r"^[RB]+:", "", value).split("@")[0]
     if name.isdigit():
         return signal.Signals(int(name))
     return signal.Signals["SIG" + name.removeprefix("SIG")]
+
+
+def is_signal_name(value: str) -> bool:
+    try:
+        parse_signal(value)
+    except (KeyError, ValueError):
+        return False
+    return True
 
 
 class StopRequest:
     """This process's flag: set by the stop signal, read by the run context."""
 
     requested = False
-    signum: int | None = None
 
     @classmethod
     def install(cls, signum: int) -> None:
         """Catch the stop signal from now on. A request the process already had stays: a rank forked
         after its launcher was asked to stop starts asked."""
-        cls.signum = signum
         signal.signal(signum, cls._handle)
 
     @classmethod

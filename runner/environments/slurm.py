@@ -7,6 +7,8 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from runner.plan.processes import derived_port
+
 VARIABLES = {
     "SLURM_JOB_ID": "id of the allocation (job)",
     "SLURM_STEP_ID": "id of the step; set only inside srun",
@@ -102,4 +104,4 @@ class SlurmEnvironment:
 
     def port(self) -> int:
         """The master port of this job: derived from its id, so two jobs on one node do not collide."""
-        return 20000 + int(self.job_id or 0) % 10000
+        return derived_port(int(self.job_id or 0))

@@ -1,4 +1,6 @@
-"""Launchers: each turns a plan into processes, with a dry run that shows exactly what it would execute."""
+"""Launchers: each turns a plan into processes, with a dry run that shows exactly what it would execute, and
+owns the rules of its kind of launch (runner.launchers.base). Adding one: a module with a Launcher subclass,
+a line in LAUNCHERS, and a conf/launcher/<name>.yaml that sets ``kind: <name>``."""
 
 from __future__ import annotations
 
@@ -7,13 +9,33 @@ from runner.launchers.local import LocalLauncher
 from runner.launchers.manual import ManualLauncher
 from runner.launchers.mpi import MpiLauncher
 from runner.launchers.slurm import SlurmLauncher
-from runner.spec.schema import LauncherKind
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Plan, make_plan
+from runner.spec.job import Job
+from runner.spec.probe import MachineProbe
+from runner.spec.problems import Problem
+from runner.spec.schema import JobConfig
+from runner.spec.validation import check as check_with
 
-LAUNCHERS: dict[LauncherKind, type[Launcher]] = {
-    LauncherKind.local: LocalLauncher,
-    LauncherKind.manual: ManualLauncher,
-    LauncherKind.mpi: MpiLauncher,
-    LauncherKind.slurm: SlurmLauncher,
-}
+LAUNCHERS: dict[str, type[Launcher]] = {cls.name: cls for cls in (LocalLauncher, ManualLauncher, MpiLauncher, SlurmLauncher)}
 
-__all__ = ["LAUNCHERS", "Invocation", "Launcher", "LaunchRequest"]
+
+def launcher_of(spec: JobConfig) -> type[Launcher] | None:
+    return LAUNCHERS.get(spec.launcher.kind)
+
+
+def check(spec: JobConfig, probe: MachineProbe) -> tuple[Job | None, list[Problem]]:
+    """Validate ``spec`` with the rules of the launcher it names (runner.spec.validation.check)."""
+    launcher = launcher_of(spec)
+    if launcher is None:
+        return None, [Problem("launcher.kind", f"{spec.launcher.kind!r} is not a launcher",
+                              f"one of {', '.join(LAUNCHERS)} (launcher=<name>)")]
+    return check_with(spec, probe, launcher)
+
+
+def plan(job: Job, paths: RunPaths | None = None) -> Plan:
+    """The job's plan under its launcher's rules (runner.plan.processes.make_plan)."""
+    launcher = LAUNCHERS[job.spec.launcher.kind]
+    return make_plan(job, launcher.plan_rules(job, paths), paths)
+
+__all__ = ["LAUNCHERS", "Invocation", "LaunchRequest", "Launcher", "check", "launcher_of", "plan"]

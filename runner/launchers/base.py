@@ -1,17 +1,48 @@
-"""What every launcher is: a plan in, a request out (the exact commands), then the launch."""
+"""What every launcher is: the rules of its kind of launch, then a plan in, a request out (the exact
+commands, which the dry run prints), and the launch.
+
+A launcher is one module with one :class:`Launcher` subclass, registered in ``runner.launchers.LAUNCHERS``
+under the name ``launcher.kind`` gives it. Its class owns what is particular to it:
+
+* **validation** — :meth:`Launcher.spec_problems` (its options) and :meth:`Launcher.job_problems` (whether
+  the resolved hosts and devices fit it), plus the facts :mod:`runner.spec.validation` asks
+  (:attr:`supports_restarts`, :attr:`gives_mpi_ranks`, :attr:`shares_run_folder`);
+* **the master** — :meth:`Launcher.default_master` (the address when the spec names none) and
+  :meth:`Launcher.plan_rules` (the port's policy, the stop signal, who sets CUDA_VISIBLE_DEVICES);
+* **its tasks' place** — :meth:`Launcher.task_place`, for a launcher whose scheduler starts
+  ``python -P -m runner.app.task`` (Slurm, mpirun);
+* **the launch** — :meth:`Launcher.request` (no side effects) and :meth:`Launcher.launch`.
+"""
 
 from __future__ import annotations
 
 import shlex
 import signal
+import subprocess
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from runner.app.agent import HostRun
+from omegaconf import DictConfig
+
+from runner.common import exits
+from runner.common.signals import handling, parse_signal
+from runner.environments.process import ProcessEnvironment
+from runner.plan.outcome import any_failed
 from runner.plan.paths import RunPaths
-from runner.plan.processes import Deferred, Plan
+from runner.plan.processes import Deferred, LaunchRules, Plan
+from runner.spec.job import Job
+from runner.spec.probe import MachineProbe
+from runner.spec.problems import Problem
+from runner.spec.schema import JobConfig
+from runner.spec.topology import Host
+
+if TYPE_CHECKING:
+    from runner.launchers.slurm_array import ArrayMember
+
+# How a launcher that forks a host's processes in `run` starts them: through `run`'s launch agent (runner.app.agent)
+HostRun = Callable[[Plan, int, RunPaths, DictConfig, ProcessEnvironment], int]
 
 
 @dataclass(frozen=True)
@@ -59,42 +90,110 @@ class LaunchRequest:
         return "\n\n".join(parts) + "\n"
 
 
+@dataclass(frozen=True)
+class TaskPlace:
+    """Where a scheduler put a task: its index among the step's tasks, and on its node."""
+
+    index: int
+    count: int
+    local_index: int | None
+    source: str  # who says so: "Slurm", "Open MPI", ...
+    nodes: int | None = None  # nodes of the step, where the scheduler says
+    tasks_per_node: tuple[int, ...] | None = None
+    attempt: int = 0  # the scheduler's restart count (a requeued Slurm job)
+
+
+class TaskError(Exception):
+    """A task cannot take its place (not started by its scheduler, a place that contradicts the plan)."""
+
+
 class Launcher(ABC):
-    """Turns a plan into processes. Subclasses build the request; the base class owns the flow."""
+    """Turns a plan into processes, and owns the rules of its kind of launch (see the module docstring).
+    Subclasses set :attr:`name` and give :meth:`request` and :meth:`launch`; the rest has defaults."""
 
     name: ClassVar[str]
+    supports_restarts: ClassVar[bool] = False  # launcher.max_restarts > 0 works with it
+    restart_hint: ClassVar[str] = "restart the launch yourself; the recipe resumes from its last checkpoint with the same run_id"
+    gives_mpi_ranks: ClassVar[bool] = False  # its tasks are MPI ranks (backend=mpi needs them)
+    shares_run_folder: ClassVar[bool] = True  # its hosts' processes share the run folder `run` made
+    forks_here: ClassVar[bool] = False  # `run` forks this host's processes itself (through its launch agent)
+    sets_visible_devices: ClassVar[bool] = True  # CUDA_VISIBLE_DEVICES from topology.hosts[].gpus
+    hosts_start_apart: ClassVar[bool] = False  # each host's share is started by its own `run`
+    master_source: ClassVar[str] = "host 0"  # who the master is, when default_master leaves it to the launch
 
-    def __init__(self, plan: Plan, paths: RunPaths, invocation: Invocation, run_host: HostRun | None = None) -> None:
+    # -- rules, before there is a plan ----------------------------------------------------------------------
+    @classmethod
+    def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:
+        """Problems of this launcher's own options."""
+        return iter(())
+
+    @classmethod
+    def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
+        """Whether the resolved job (hosts, devices) fits this launcher."""
+        return iter(())
+
+    @classmethod
+    def default_master(cls, spec: JobConfig, hosts: tuple[Host, ...]) -> str | None:
+        """The master of a multi-host job whose spec names none: host 0, as the hosts reach it; None: the
+        launch finds it (see :meth:`plan_rules`'s master_source)."""
+        return hosts[0].reach
+
+    @classmethod
+    def master_port(cls, job: Job, paths: RunPaths | None) -> str:
+        """The master port when the spec leaves it at 0: by default a free one, chosen at launch by host 0."""
+        return Deferred.of("free port chosen at launch")
+
+    @classmethod
+    def stop_signal(cls, spec: JobConfig) -> signal.Signals:
+        """The signal that asks the ranks to checkpoint and stop."""
+        return parse_signal(spec.launcher.stop_signal)
+
+    @classmethod
+    def plan_rules(cls, job: Job, paths: RunPaths | None) -> LaunchRules:
+        """What this launcher decides about the job's plan."""
+        return LaunchRules(cls.master_port(job, paths), cls.master_source, cls.stop_signal(job.spec),
+                           cls.sets_visible_devices, cls.hosts_start_apart)
+
+    @classmethod
+    def task_place(cls, environment: ProcessEnvironment) -> TaskPlace:
+        """Where the scheduler put this task (`python -P -m runner.app.task`), from its variables."""
+        raise TaskError(f"launcher={cls.name} starts no tasks of its own: run the job with `run`")
+
+    # -- one launch --------------------------------------------------------------------------------------
+    def __init__(self, plan: Plan, paths: RunPaths, invocation: Invocation, environment: ProcessEnvironment,
+                 run_host: HostRun | None = None) -> None:
         self.plan = plan
         self.paths = paths
         self.invocation = invocation
+        self.environment = environment
         self._run_host = run_host
-
-    def run_host(self, node_rank: int, recipe_cfg) -> int:
-        """Start host ``node_rank``'s processes here and wait for them: through the launch agent when
-        `run` has one (runner.app.agent), else in this process."""
-        if self._run_host is not None:
-            return self._run_host(self.plan, node_rank, self.paths, recipe_cfg)
-        from runner.worker.supervise import launch_host
-
-        return launch_host(self.plan, node_rank, self.paths, recipe_cfg)
+        self.not_followed: str | None = None  # set by a launch that submits and returns ("Slurm job 12")
 
     @abstractmethod
     def request(self) -> LaunchRequest:
         """The exact commands this launch would execute (no side effects)."""
 
+    @abstractmethod
+    def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
+        """Run the job; the exit status of `run` (runner.common.exits)."""
+
+    def array_member(self) -> ArrayMember | None:
+        """This job as a member of a sweep's Slurm job array, prepared and not submitted; None: this
+        launcher launches it on its own."""
+        return None
+
+    def run_host(self, node_rank: int, recipe_cfg: DictConfig) -> int:
+        """Start host ``node_rank``'s processes here and wait for them: through the launch agent when
+        `run` has one (runner.app.agent), else in this process."""
+        if self._run_host is not None:
+            return self._run_host(self.plan, node_rank, self.paths, recipe_cfg, self.environment)
+        from runner.worker.supervise import launch_host
+
+        return launch_host(self.plan, node_rank, self.paths, recipe_cfg, self.environment)
+
     def rank_failed(self) -> bool:
-        """A rank of this run raised: it left its error file (runner.worker.rank.write_error)."""
-        return any(self.paths.error_file(r.global_rank).exists() for r in self.plan.records)
-
-    def launch(self, request: LaunchRequest, recipe_cfg) -> int:
-        """Run the job; the exit status of `run`."""
-        import sys
-
-        print(f"error: launcher={self.name}: `run` does not start these jobs itself yet; nothing was started.\n"
-              f"    hint: run the commands below (also in {self.paths.launch}); launcher=local and launcher=manual "
-              f"launch from `run`\n\n{request.materialize().rstrip()}", file=sys.stderr)
-        return 2
+        """A rank of this run failed: it left its error file (runner.plan.outcome)."""
+        return any_failed(self.paths, (r.global_rank for r in self.plan.records))
 
     def task_argv(self) -> tuple[str, ...]:
         """How a task started by a scheduler (srun, mpirun) enters the runner: it loads the pinned spec.
@@ -103,40 +202,41 @@ class Launcher(ABC):
 
     def pins(self, port: bool = False) -> dict[str, object]:
         """Spec keys this launch fixes for every process: the run id, and the master port where the
-        plan agreed on one (see runner.plan.processes._master_port)."""
+        plan agreed on one (:meth:`master_port`)."""
         pins: dict[str, object] = {"run_id": self.paths.run_id}
         if port and not isinstance(self.plan.master_port, Deferred):
             pins["init.master_port"] = int(self.plan.master_port)
         return pins
 
+    def run_forwarding_signals(self, argv: list[str], cwd: str | None) -> int:
+        """Run a scheduler's command (srun, mpirun) to its end, passing `run`'s SIGINT, SIGTERM and stop
+        signal on to it (it passes them to the tasks). The exit status for `run`: 128 + n when `run` got
+        signal n (SIGINT, SIGTERM) and the command failed; 1 when a rank failed (the scheduler may report
+        the status of the tasks it stopped because of it instead, e.g. srun's 143); else the command's."""
+        proc = subprocess.Popen(argv, cwd=cwd)
+        received: list[int] = []
 
-def run_forwarding_signals(argv: list[str], cwd: str | None, forward: tuple[int, ...],
-                           rank_failed: Callable[[], bool] = lambda: False) -> int:
-    """Run a scheduler's command (srun, mpirun) to its end, passing `run`'s signals on to it (it passes
-    them to the tasks). The exit status for `run`: 128 + n when `run` got signal n (SIGINT, SIGTERM)
-    and the command failed; 1 when a rank raised (``rank_failed``: the scheduler may report the status of
-    the tasks it stopped because of it instead, e.g. srun's 143); else the command's."""
-    import subprocess
+        def pass_on(signum: int, _frame: object) -> None:
+            received.append(signum)
+            try:
+                proc.send_signal(signum)
+            except ProcessLookupError:
+                pass
 
-    proc = subprocess.Popen(argv, cwd=cwd)
+        with handling((signal.SIGINT, signal.SIGTERM, self.plan.rules.stop_signal), pass_on):
+            code = proc.wait()  # retried after each forwarded signal (PEP 475)
+        code = code if code >= 0 else exits.from_signal(-code)
+        stopped = [s for s in received if s in (signal.SIGINT, signal.SIGTERM)]
+        if code and stopped:
+            return exits.from_signal(stopped[0])
+        return exits.FAILED if code and self.rank_failed() else code
 
-    received: list[int] = []
 
-    def pass_on(signum: int, _frame: object) -> None:
-        received.append(signum)
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    previous = {s: signal.signal(s, pass_on) for s in forward}
-    try:
-        code = proc.wait()  # retried after each forwarded signal (PEP 475)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    code = code if code >= 0 else 128 - code
-    stopped = [s for s in received if s in (signal.SIGINT, signal.SIGTERM)]
-    if code and stopped:
-        return 128 + stopped[0]
-    return 1 if code and rank_failed() else code
+def named_hosts_problems(job: Job, launcher: str) -> Iterator[Problem]:
+    """A launcher that reaches every host by name (manual, mpirun) needs a name or address for each."""
+    hosts = job.hosts
+    unnamed = [h.index for h in hosts if h.reach is None]
+    if len(hosts) > 1 and unnamed:
+        key = f"topology.hosts[{unnamed[0]}].name" if job.spec.topology.hosts else "topology.hosts"
+        yield Problem(key, f"launcher={launcher} must know every host, but host(s) {unnamed} have no name or addr",
+                      "name them: topology=2x2 'topology.hosts=[{name: a}, {name: b}]'")

@@ -1,12 +1,34 @@
-"""launcher=local: this machine; the `run` process forks one process per device."""
+"""launcher=local: this machine; `run` forks one process per device (and restarts them after a failure,
+launcher.max_restarts)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+from omegaconf import DictConfig
+
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest
+from runner.spec.job import Job
+from runner.spec.probe import MachineProbe
+from runner.spec.problems import Problem
+from runner.spec.validation import gpus_of_this_machine
 
 
 class LocalLauncher(Launcher):
     name = "local"
+    supports_restarts = True
+    forks_here = True
+
+    @classmethod
+    def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
+        hosts = job.hosts
+        if len(hosts) > 1:
+            yield Problem("launcher.kind", f"local starts one host's processes on this machine, but the topology has "
+                                           f"{len(hosts)} hosts",
+                          f"launcher=manual (one command per host, also for several 'hosts' on this machine), slurm or "
+                          f"mpi; or run the same {job.world_size} processes here: topology.nodes=1 "
+                          f"topology.devices_per_node={job.world_size}")
+        yield from gpus_of_this_machine(job, probe)
 
     def request(self) -> LaunchRequest:
         commands = []
@@ -21,5 +43,5 @@ class LocalLauncher(Launcher):
             ))
         return LaunchRequest(self.name, tuple(commands), pins=self.pins())
 
-    def launch(self, request: LaunchRequest, recipe_cfg) -> int:
+    def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
         return self.run_host(0, recipe_cfg)

@@ -7,9 +7,18 @@ port), plus the host it is for; run on that host, it starts that host's share li
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 
-from runner.launchers.base import HostCommand, Launcher, LaunchRequest
-from runner.spec.probe import LocalProbe
+from omegaconf import DictConfig
+
+from runner.common import exits
+from runner.launchers.base import HostCommand, Launcher, LaunchRequest, named_hosts_problems
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Deferred, port_for
+from runner.spec.job import Job
+from runner.spec.probe import LocalProbe, MachineProbe
+from runner.spec.problems import Problem
+from runner.spec.schema import InitMethod
 from runner.spec.topology import is_loopback
 
 _PINNED = ("launcher.manual.host=", "run_id=", "init.master_port=", "dry_run=")
@@ -17,6 +26,36 @@ _PINNED = ("launcher.manual.host=", "run_id=", "init.master_port=", "dry_run=")
 
 class ManualLauncher(Launcher):
     name = "manual"
+    shares_run_folder = False  # each host's `run` makes its own run folder
+    forks_here = True
+    hosts_start_apart = True
+
+    @classmethod
+    def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
+        spec, hosts = job.spec, job.hosts
+        yield from named_hosts_problems(job, cls.name)
+        if len(hosts) > 1 and job.master_addr is None and spec.init.method is not InitMethod.file:
+            yield Problem("init.master_addr", "manual launch on several hosts needs to know host 0's address",
+                          "name host 0 (topology.hosts[0].name=...) or set init.master_addr")
+        chosen = spec.launcher.manual.host
+        if chosen is None:
+            return
+        if chosen.isascii() and chosen.isdigit():
+            if int(chosen) >= len(hosts):
+                yield Problem("launcher.manual.host", f"index {chosen} is past the last host (the topology has "
+                                                      f"{len(hosts)}: 0..{len(hosts) - 1})",
+                              "an index from 0, or this host's name or address")
+        elif not any(chosen in (h.name, h.addr) for h in hosts):
+            names = [h.reach or h.label for h in hosts]
+            yield Problem("launcher.manual.host", f"{chosen!r} is none of the hosts {names}",
+                          "an index from 0, or one of the names/addresses above")
+
+    @classmethod
+    def master_port(cls, job: Job, paths: RunPaths | None) -> str:
+        if len(job.hosts) == 1:
+            return super().master_port(job, paths)
+        # the hosts cannot learn a port chosen on one of them at launch: they agree on one per run
+        return str(port_for(paths.run_id)) if paths else Deferred.of("port derived from the run id")
 
     def request(self) -> LaunchRequest:
         inv = self.invocation
@@ -51,13 +90,13 @@ class ManualLauncher(Launcher):
         return (f"{found} this machine ({', '.join(sorted(n for n in names if not is_loopback(n))[:6])}); "
                 f"hint: add launcher.manual.host=<index> (the dry run prints each host's command)")
 
-    def launch(self, request: LaunchRequest, recipe_cfg) -> int:
+    def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
         node = self.this_host(LocalProbe().host_names())
         if isinstance(node, str):
             print(f"error: launcher.manual.host: {node}", file=sys.stderr)
-            return 2
+            return exits.INVALID
         if len(self.plan.job.hosts) > 1 and self.plan.job.spec.run_id is None:
             print("error: run_id: several hosts must share one run id and port, but none is pinned; "
                   "hint: run with dry_run=true and use the command it prints for each host", file=sys.stderr)
-            return 2
+            return exits.INVALID
         return self.run_host(node, recipe_cfg)

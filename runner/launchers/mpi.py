@@ -3,14 +3,55 @@
 from __future__ import annotations
 
 import shlex
+import sys
+from collections.abc import Iterator
 
-from runner.launchers.base import HostCommand, Launcher, LaunchRequest, run_forwarding_signals
-from runner.spec.schema import TaskMode
-from runner.common.signals import stop_signal
+from omegaconf import DictConfig
+
+from runner.common import exits
+from runner.environments.process import ProcessEnvironment
+from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError, TaskPlace, named_hosts_problems
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Deferred, port_for
+from runner.spec.job import Job
+from runner.spec.probe import MachineProbe
+from runner.spec.problems import Problem
+from runner.spec.schema import JobConfig, TaskMode
+from runner.spec.validation import ENV_NAME
 
 
 class MpiLauncher(Launcher):
     name = "mpi"
+    gives_mpi_ranks = True
+    master_source = "host of MPI rank 0"
+
+    @classmethod
+    def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:
+        for i, name in enumerate(spec.launcher.mpi.export):
+            if not ENV_NAME.match(name):
+                yield Problem(f"launcher.mpi.export[{i}]", f"{name!r} is not a variable name",
+                              "names only, e.g. launcher.mpi.export=[HF_HOME,WANDB_API_KEY]")
+
+    @classmethod
+    def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
+        yield from named_hosts_problems(job, cls.name)
+        for h in job.hosts:
+            if h.reach is not None and ":" in h.reach:
+                yield Problem(f"topology.hosts[{h.index}].addr", f"{h.reach!r}: mpirun -H cannot take IPv6 literals "
+                                                                 f"(host:slots would be ambiguous)",
+                              "give the host's name instead (topology.hosts[i].name) and resolve it in /etc/hosts or DNS")
+
+    @classmethod
+    def master_port(cls, job: Job, paths: RunPaths | None) -> str:
+        # the ranks on other hosts cannot learn a port chosen here at launch: they agree on one per run
+        return str(port_for(paths.run_id)) if paths else Deferred.of("port derived from the run id")
+
+    @classmethod
+    def task_place(cls, environment: ProcessEnvironment) -> TaskPlace:
+        mpi = environment.mpi
+        if mpi is None:
+            raise TaskError("launcher=mpi, but no MPI rank variables are set (OMPI_COMM_WORLD_RANK, PMI_RANK, ...)")
+        return TaskPlace(mpi.rank, mpi.size, mpi.local_rank, mpi.flavour)
 
     def request(self) -> LaunchRequest:
         job, opts = self.plan.job, self.plan.job.spec.launcher.mpi
@@ -27,22 +68,16 @@ class MpiLauncher(Launcher):
         for name in opts.export:
             argv += ["-x", name]  # Open MPI passes only its own variables to other hosts unless told
         argv += [*opts.extra, *self.task_argv()]
-        pins = self.pins(port=True)
         what = "one task per host, each forks its processes" if per_host else "one MPI rank per process"
         return LaunchRequest(self.name, (HostCommand("this machine", tuple(argv), what, cwd=self.invocation.cwd),),
-                             pins=pins)
+                             pins=self.pins(port=True))
 
-    def launch(self, request: LaunchRequest, recipe_cfg) -> int:
-        import signal
-        import sys
-
+    def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
         (command,) = request.commands
         print(f"mpi: {shlex.join(command.argv)}", file=sys.stderr, flush=True)
-        stop = stop_signal(self.plan.job.spec.launcher.slurm.signal)
         try:
-            return run_forwarding_signals(list(command.argv), command.cwd, (signal.SIGINT, signal.SIGTERM, stop),
-                                          self.rank_failed)
+            return self.run_forwarding_signals(list(command.argv), command.cwd)
         except FileNotFoundError:
             print(f"error: launcher=mpi: {command.argv[0]!r} is not on PATH; hint: install Open MPI, or give its path: "
                   f"launcher.mpi.mpirun=/path/to/mpirun", file=sys.stderr)
-            return 2
+            return exits.INVALID

@@ -2,23 +2,108 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import signal
+import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from omegaconf import DictConfig
+
+from runner.common import exits
+from runner.common.signals import parse_signal
+from runner.environments.process import ProcessEnvironment
 from runner.environments.slurm import SlurmEnvironment, expand_hostnames
-from runner.launchers.base import HostCommand, Launcher, LaunchRequest, run_forwarding_signals
-from runner.spec.problems import Problem, render_problems
-from runner.spec.schema import DeviceKind, TaskMode
-from runner.common.signals import stop_signal
+from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError, TaskPlace
+from runner.plan.outcome import all_done
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Deferred
+from runner.spec.job import Job
+from runner.spec.probe import MachineProbe
+from runner.spec.problems import Problem, Severity, render_problems
+from runner.spec.schema import DeviceKind, JobConfig, TaskMode
+from runner.spec.topology import Host
 
 if TYPE_CHECKING:
     from runner.launchers.slurm_array import ArrayMember
 
+_SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+_SLURM_SIGNAL = re.compile(r"^(R:|B:)?(SIG)?[A-Z0-9]+(@\d+)?$")
+
 
 class SlurmLauncher(Launcher):
     name = "slurm"
-    in_allocation = False  # set by the caller from SlurmEnvironment
+    restart_hint = "launcher.slurm.requeue=true: the job is requeued after Slurm's stop signal, and resumes"
+    sets_visible_devices = False  # Slurm shows each task its node's GPUs
+    master_source = "first host of SLURM_STEP_NODELIST"
+
+    # -- rules ---------------------------------------------------------------------------------------------
+    @classmethod
+    def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:
+        slurm = spec.launcher.slurm
+        if not _SLURM_TIME.match(slurm.time):
+            yield Problem("launcher.slurm.time", f"{slurm.time!r} is not a Slurm time",
+                          "use minutes, MM:SS, HH:MM:SS or D-HH:MM:SS, e.g. 04:00:00")
+        if not _SLURM_SIGNAL.match(slurm.signal):
+            yield Problem("launcher.slurm.signal", f"{slurm.signal!r} is not a Slurm --signal value",
+                          "SIGNAL@SECONDS before the time limit, e.g. USR1@90")
+        if slurm.gpu_request not in ("gpus-per-node", "gres"):
+            yield Problem("launcher.slurm.gpu_request", f"{slurm.gpu_request!r} is not one of gpus-per-node, gres",
+                          "gpus-per-node (#SBATCH --gpus-per-node=N) or gres (#SBATCH --gres=gpu:N)")
+        if slurm.cpus_per_task is not None and slurm.cpus_per_task < 1:
+            yield Problem("launcher.slurm.cpus_per_task", f"must be at least 1, got {slurm.cpus_per_task}",
+                          "leave it null for Slurm's default")
+        if slurm.array_parallelism is not None and slurm.array_parallelism < 1:
+            yield Problem("launcher.slurm.array_parallelism", f"must be at least 1, got {slurm.array_parallelism}",
+                          "leave it null to let Slurm run every job of a sweep's array at once")
+        for i, line in enumerate(slurm.extra):
+            if not line.startswith("--") or "\n" in line:
+                yield Problem(f"launcher.slurm.extra[{i}]", f"{line!r} is not an sbatch option",
+                              "one long option per entry, e.g. --constraint=a100")
+
+    @classmethod
+    def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
+        spec, hosts = job.spec, job.hosts
+        if spec.device is DeviceKind.auto and job.device is DeviceKind.cpu:
+            yield Problem("device", "auto: this machine has no CUDA GPU, so the job asks Slurm for CPU processes",
+                          "on a login node without GPUs, say device=cuda to get GPU nodes", Severity.notice)
+        if not job.uniform and spec.launcher.tasks is TaskMode.per_host:
+            counts = "+".join(str(h.devices) for h in hosts)
+            yield Problem("launcher.tasks",
+                          f"per_host starts one task per node that spawns the same number of processes on every node, "
+                          f"but the hosts have {counts} devices (Slurm asks the same resources of every node of a job)",
+                          "launcher.tasks=per_device (one Slurm task per process, placed 2+1 by the runner); "
+                          "launcher=manual or mpi can also spawn per host")
+        if 0 < sum(h.name is not None for h in hosts) < len(hosts):
+            yield Problem("topology.hosts", "under Slurm, name every host (they become --nodelist) or none (Slurm picks)",
+                          "give each host a name, or drop the names")
+
+    @classmethod
+    def default_master(cls, spec: JobConfig, hosts: tuple[Host, ...]) -> str | None:
+        return None  # the first node of the step, whichever Slurm allocates
+
+    @classmethod
+    def master_port(cls, job: Job, paths: RunPaths | None) -> str:
+        return Deferred.of("port derived from SLURM_JOB_ID")
+
+    @classmethod
+    def stop_signal(cls, spec: JobConfig) -> signal.Signals:
+        return parse_signal(spec.launcher.slurm.signal)  # what sbatch --signal sends before the time limit
+
+    @classmethod
+    def task_place(cls, environment: ProcessEnvironment) -> TaskPlace:
+        slurm = environment.slurm
+        if not slurm.in_step:
+            raise TaskError("launcher=slurm, but this process is not an srun task (no SLURM_STEP_ID/SLURM_PROCID)")
+        return TaskPlace(slurm.proc_id, slurm.ntasks or 0, slurm.local_id, "Slurm", slurm.step_num_nodes,
+                         slurm.step_tasks_per_node, slurm.restart_count)
+
+    # -- the launch ----------------------------------------------------------------------------------------
+    @property
+    def in_allocation(self) -> bool:
+        """`run` runs inside salloc or a batch job: the launch is an srun step there, not a new submission."""
+        return self.environment.slurm.in_allocation
 
     def _counts(self) -> list[int]:
         return [len(self.plan.host_records(h.index)) for h in self.plan.job.hosts]
@@ -80,7 +165,7 @@ class SlurmLauncher(Launcher):
         job, opts = self.plan.job, self.plan.job.spec.launcher.slurm
         _, per_node, _ = self._layout()
         q = shlex.quote
-        stop = stop_signal(opts.signal)
+        stop = self.plan.rules.stop_signal
         lines = [
             "#!/bin/bash",
             f"# Written by `run` for run {self.paths.run_id}; submit with: sbatch {q(str(self.paths.sbatch_script))}",
@@ -182,52 +267,47 @@ class SlurmLauncher(Launcher):
                                         "or leave the host names out and let Slurm choose"))
         return problems
 
-    def launch(self, request: LaunchRequest, recipe_cfg) -> int:
-        import os
-        import sys
-
+    def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
         from runner.launchers import slurm_job
 
-        slurm = SlurmEnvironment.read(os.environ)
+        slurm = self.environment.slurm
         try:
             if self.in_allocation:
                 problems = self.allocation_problems(slurm)
                 if problems:
                     print(render_problems(problems), file=sys.stderr)
                     print("\nthe allocation does not fit the spec; nothing was started.", file=sys.stderr)
-                    return 2
+                    return exits.INVALID
                 step = request.commands[0]
                 print(f"slurm: an srun step in job {slurm.job_id} ({self.paths.root / 'step.sh'})", file=sys.stderr)
-                stop = stop_signal(self.plan.job.spec.launcher.slurm.signal)
-                return run_forwarding_signals(list(step.argv), step.cwd, (signal.SIGINT, signal.SIGTERM, stop),
-                                              self.rank_failed)
+                return self.run_forwarding_signals(list(step.argv), step.cwd)
             job_id = slurm_job.submit(self.paths.sbatch_script, self.invocation.cwd)
         except slurm_job.SlurmError as e:
             print(f"error: launcher=slurm: {e}", file=sys.stderr)
-            return 2
+            return exits.INVALID
         (self.paths.root / "slurm_job_id").write_text(job_id + "\n")
         output = self.paths.root / f"slurm-{job_id}.out"
         print(f"slurm: submitted job {job_id}; output: {output}, rank logs: {self.paths.logs}/", file=sys.stderr)
         if not self.plan.job.spec.launcher.slurm.follow:
             print(f"slurm: not following it (launcher.slurm.follow=false): `squeue -j {job_id}` shows it", file=sys.stderr)
-            return 0
+            self.not_followed = f"Slurm job {job_id}"
+            return exits.OK
         return slurm_job.follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed)
 
-    def array_member(self) -> ArrayMember:
+    def array_member(self) -> ArrayMember | None:
         """This job as a member of a sweep's job array (runner.launchers.slurm_array): its batch script
-        is written, the array's script runs it."""
+        is written, the array's script runs it. None inside an allocation (an srun step of its own)."""
         from runner.launchers.slurm_array import ArrayMember
 
+        if self.in_allocation:
+            return None
         own = ("#SBATCH --job-name=", "#SBATCH --output=", "#SBATCH --open-mode=")
         directives = tuple(line for line in self.script().splitlines()
                            if line.startswith("#SBATCH ") and not line.startswith(own))
-        records, opts = self.plan.records, self.plan.job.spec.launcher.slurm
-        return ArrayMember(self.paths.root, self.paths.sbatch_script, directives, self.invocation.cwd,
-                           tuple(self.paths.done_file(r.global_rank) for r in records),
-                           tuple(self.paths.error_file(r.global_rank) for r in records),
-                           opts.array_parallelism, opts.follow)
+        opts = self.plan.job.spec.launcher.slurm
+        return ArrayMember(self.paths, tuple(r.global_rank for r in self.plan.records), directives,
+                           self.invocation.cwd, opts.array_parallelism, opts.follow)
 
     def _outcome(self) -> int:
         """0 when every rank of the run left its done file, else 1 (for a job Slurm forgot already)."""
-        done = all(self.paths.done_file(r.global_rank).exists() for r in self.plan.records)
-        return 0 if done else 1
+        return exits.OK if all_done(self.paths, (r.global_rank for r in self.plan.records)) else exits.FAILED

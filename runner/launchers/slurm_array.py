@@ -9,7 +9,6 @@ numbers in the sweep, and task ``i`` runs job ``i``'s own batch script, writing 
 
 from __future__ import annotations
 
-import re
 import shlex
 import signal
 import sys
@@ -17,31 +16,37 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.launchers.slurm_job import JobStatus, SlurmError, scancel, show_jobs, submit
+from runner.common import exits
+from runner.common.signals import handling
+from runner.launchers.slurm_job import JobStatus, SlurmError, scancel, statuses, submit
+from runner.plan.outcome import all_done, any_failed
+from runner.plan.paths import RunPaths
 
 
 @dataclass(frozen=True)
 class ArrayMember:
     """One job of a sweep, prepared (run folder, spec, plan, batch script) but not submitted."""
 
-    folder: Path
-    script: Path  # the job's own batch script: what its array task runs
+    paths: RunPaths
+    ranks: tuple[int, ...]
     directives: tuple[str, ...]  # its #SBATCH resource lines: jobs that share them share an array
     cwd: str
-    done_files: tuple[Path, ...]  # one per rank: every rank's recipe returned
-    error_files: tuple[Path, ...]  # a rank raised
     parallelism: int | None = None  # launcher.slurm.array_parallelism
     follow: bool = True  # launcher.slurm.follow
+
+    @property
+    def folder(self) -> Path:
+        return self.paths.root
 
     def output(self, array_id: str, task: int) -> Path:
         return self.folder / f"slurm-{array_id}_{task}.out"
 
     def outcome(self) -> int:
         """For a task Slurm forgot already: 0 when every rank left its done file, else 1."""
-        return 0 if all(p.exists() for p in self.done_files) else 1
+        return exits.OK if all_done(self.paths, self.ranks) else exits.FAILED
 
     def rank_failed(self) -> bool:
-        return any(p.exists() for p in self.error_files)
+        return any_failed(self.paths, self.ranks)
 
 
 @dataclass(frozen=True)
@@ -91,16 +96,6 @@ def group(members: dict[int, ArrayMember]) -> list[JobArray]:
     return [JobArray(m) for m in arrays.values()]
 
 
-def task_ids(text: str) -> list[int]:
-    """Slurm's ArrayTaskId: ``3``, or for tasks still pending together ``0,2-4%2``."""
-    ids: list[int] = []
-    for part in text.split("%")[0].split(","):
-        first, _, last = part.partition("-")
-        if first.isdigit():
-            ids += range(int(first), int(last or first) + 1)
-    return ids
-
-
 def _tail(path: Path, lines: int = 20) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -126,7 +121,7 @@ def run_sweep(members: dict[int, ArrayMember], sweep_dir: Path, configs: dict[in
         except SlurmError as e:
             print(f"error: launcher=slurm: {e}", file=sys.stderr)
             for n in array.members:
-                codes[n] = 2
+                codes[n] = exits.INVALID
             continue
         submitted.append((array_id, array))
         for n, member in array.members.items():
@@ -155,23 +150,23 @@ def _follow(arrays: list[tuple[str, JobArray]], sweep_dir: Path, configs: dict[i
             scancel(ids)
         stopping.append(signum)
 
-    previous = {s: signal.signal(s, cancel) for s in (signal.SIGINT, signal.SIGTERM)}
     shown: dict[int, str] = {}
     last: dict[int, JobStatus] = {}
     codes: dict[int, int] = {}
-    try:
+    with handling((signal.SIGINT, signal.SIGTERM), cancel):
         while True:
+            tasks = _tasks([a for a, array in arrays if any(n not in codes for n in array.members)])
             for array_id, array in arrays:
                 pending = [n for n in array.members if n not in codes]
                 if not pending:
                     continue
-                known = _tasks(array_id)
+                known = tasks.get(array_id, {})
                 for n in pending:
                     member, name = array.members[n], f"{array_id}_{n}"
                     current = known.get(n)
                     if current is None and (n in last or not known):
                         # ended and forgotten since (or the whole array was): the run folder says how
-                        codes[n] = 128 + stopping[0] if stopping else member.outcome()
+                        codes[n] = exits.from_signal(stopping[0]) if stopping else member.outcome()
                         _ended(sweep_dir, array_id, n, configs, member, codes[n])
                         continue
                     if current is None:
@@ -187,29 +182,25 @@ def _follow(arrays: list[tuple[str, JobArray]], sweep_dir: Path, configs: dict[i
             if all(n in codes for _, array in arrays for n in array.members):
                 return codes
             time.sleep(poll_s)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
-def _tasks(array_id: str) -> dict[int, JobStatus]:
-    """The status of each task of an array that Slurm still knows."""
-    found: dict[int, JobStatus] = {}
-    for record in show_jobs(array_id):
-        m = re.search(r"(?:^|\s)ArrayTaskId=(\S+)", record)
-        if m:
-            status = JobStatus.parse(record)
-            found.update({n: status for n in task_ids(m.group(1))})
+def _tasks(array_ids: list[str]) -> dict[str, dict[int, JobStatus]]:
+    """The status of each task Slurm knows of these arrays (one sacct call for all), by array and task id."""
+    found: dict[str, dict[int, JobStatus]] = {}
+    if not array_ids:
+        return found
+    for status in statuses(array_ids):
+        found.setdefault(status.job, {}).update({n: status for n in status.tasks})
     return found
 
 
 def _code(job: JobStatus, member: ArrayMember, stopping: list[int]) -> int:
     if stopping:
-        return 128 + stopping[0]
+        return exits.from_signal(stopping[0])
     if job.state == "COMPLETED":
-        return 0
-    code = job.exit_code or 1
-    return 1 if member.rank_failed() else code  # a rank raised: 1, as a local run says
+        return exits.OK
+    code = job.exit_code or exits.FAILED
+    return exits.FAILED if member.rank_failed() else code  # a rank failed: 1, as a local run says
 
 
 def _ended(sweep_dir: Path, array_id: str, n: int, configs: dict[int, str], member: ArrayMember, code: int) -> None:

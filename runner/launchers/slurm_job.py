@@ -1,4 +1,9 @@
-"""Slurm jobs that `run` submits: sbatch, then follow the job to its end and return its exit status."""
+"""Slurm jobs that `run` submits: sbatch, then follow the job to its end and return its exit status.
+
+Job states come from ``sacct`` (every job and array task asked about, in one call), which remembers jobs
+after their end; where accounting is not kept (``sacct`` refuses: "accounting storage is disabled") or has
+not listed a job yet, from ``scontrol show job``, which forgets a job MinJobAge after its end.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from runner.common import exits
+from runner.common.signals import handling
 
 # states after which a job does nothing more (REQUEUED and COMPLETING are on the way elsewhere)
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
@@ -27,26 +35,53 @@ class SlurmError(Exception):
     pass
 
 
+def task_ids(text: str) -> tuple[int, ...]:
+    """Slurm's array task ids: ``3``, or for tasks still pending together ``0,2-4%2`` (``[0,2-4%2]`` in sacct)."""
+    ids: list[int] = []
+    for part in text.strip("[]").split("%")[0].split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit():
+            ids += range(int(first), int(last or first) + 1)
+    return tuple(ids)
+
+
 @dataclass(frozen=True)
 class JobStatus:
-    """What `scontrol show job` says of a job."""
+    """What Slurm says of a job, or of one or more tasks of a job array (``tasks``)."""
 
+    job: str  # the job id; an array's id for its tasks
     state: str
     reason: str = ""
     exit_code: int = 0
     exit_signal: int = 0
     nodes: str = ""
     restarts: int = 0
+    tasks: tuple[int, ...] = ()  # array task ids this record is about; () for a plain job
 
     @classmethod
-    def parse(cls, text: str) -> "JobStatus":
+    def parse(cls, text: str) -> JobStatus:
+        """One record of ``scontrol show job -o``."""
         def field(key: str, default: str = "") -> str:
             m = re.search(rf"(?:^|\s){key}=(\S*)", text)
             return m.group(1) if m else default
 
         code, _, sig = field("ExitCode", "0:0").partition(":")
-        return cls(field("JobState", "UNKNOWN"), field("Reason"), int(code or 0), int(sig or 0),
-                   field("NodeList"), int(field("Restarts", "0") or 0))
+        array = field("ArrayJobId")
+        return cls(array or field("JobId"), field("JobState", "UNKNOWN"), field("Reason"), int(code or 0),
+                   int(sig or 0), field("NodeList"), int(field("Restarts", "0") or 0),
+                   task_ids(field("ArrayTaskId")) if array else ())
+
+    @classmethod
+    def parse_sacct(cls, line: str) -> JobStatus | None:
+        """One line of ``sacct -X -n -P -o JobID,State,ExitCode,NodeList,Reason``."""
+        parts = line.split("|")
+        if len(parts) < 5:
+            return None
+        job_id, state, exit_code, nodes, reason = parts[:5]
+        code, _, sig = exit_code.partition(":")
+        job, _, tasks = job_id.partition("_")
+        return cls(job, (state.split() or ["UNKNOWN"])[0], reason, int(code or 0) if code.isdigit() else 0,
+                   int(sig or 0) if sig.isdigit() else 0, nodes, 0, task_ids(tasks) if tasks else ())
 
     @property
     def finished(self) -> bool:
@@ -75,21 +110,49 @@ def submit(script: Path, cwd: str | None) -> str:
     return out.stdout.strip().split(";")[0]
 
 
-def show_jobs(job_id: str) -> list[str]:
-    """``scontrol show job -o``: one record per line (an array's tasks each have their own); none once
-    Slurm has forgotten the job (MinJobAge after its end)."""
+class _Sacct:
+    """Whether ``sacct`` answers here (accounting kept); asked once per process."""
+
+    works: bool | None = None
+
+
+def _from_sacct(job_ids: list[str]) -> list[JobStatus] | None:
+    """The jobs' states from one ``sacct`` call; None where it does not answer."""
+    if _Sacct.works is False:
+        return None
+    out = _slurm(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,Reason", "-j", ",".join(job_ids)])
+    _Sacct.works = out.returncode == 0
+    if not _Sacct.works:
+        return None
+    return [s for line in out.stdout.splitlines() if line.strip() and (s := JobStatus.parse_sacct(line))]
+
+
+def _from_scontrol(job_id: str) -> list[JobStatus]:
+    """``scontrol show job -o``: a record per job or array task; none once Slurm has forgotten the job."""
     out = _slurm(["scontrol", "show", "job", "-o", job_id])
     if out.returncode != 0:
         if "Invalid job id" in out.stderr:
             return []
         raise SlurmError(f"scontrol show job {job_id}: {out.stderr.strip()}")
-    return [line for line in out.stdout.splitlines() if line.strip()]
+    return [JobStatus.parse(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def statuses(job_ids: Iterable[str]) -> list[JobStatus]:
+    """What Slurm says of these jobs (and of their array tasks): ``sacct`` in one call, ``scontrol`` for the
+    jobs it does not list (no accounting here, or not recorded yet); none for a job Slurm has forgotten."""
+    ids = list(dict.fromkeys(job_ids))
+    found = _from_sacct(ids) or []
+    listed = {s.job for s in found}
+    for job_id in ids:
+        if job_id not in listed:
+            found += _from_scontrol(job_id)
+    return found
 
 
 def status(job_id: str) -> JobStatus | None:
     """The job's status; None once Slurm has forgotten it."""
-    records = show_jobs(job_id)
-    return JobStatus.parse(records[0]) if records else None
+    records = [s for s in statuses([job_id]) if s.job == job_id]
+    return records[0] if records else None
 
 
 def scancel(job_ids: list[str]) -> None:
@@ -130,15 +193,14 @@ def follow(job_id: str, output: Path, poll_s: float = 1.0, outcome: Callable[[],
             scancel([job_id])
         stopping.append(signum)
 
-    previous = {s: signal.signal(s, cancel) for s in (signal.SIGINT, signal.SIGTERM)}
     shown, last = None, None
-    try:
+    with handling((signal.SIGINT, signal.SIGTERM), cancel):
         while True:
             current = status(job_id)
             tail.pump()
             if current is None:  # forgotten already: the run folder tells how its ranks ended
                 print(f"slurm job {job_id}: ended (no longer known to Slurm)", file=sys.stderr)
-                return 128 + stopping[0] if stopping else (outcome() if outcome else 1)
+                return exits.from_signal(stopping[0]) if stopping else (outcome() if outcome else exits.FAILED)
             last = current
             if current.describe() != shown:
                 shown = current.describe()
@@ -148,19 +210,16 @@ def follow(job_id: str, output: Path, poll_s: float = 1.0, outcome: Callable[[],
             time.sleep(poll_s)
         time.sleep(poll_s)  # the output file may still be flushed by the nodes
         tail.pump()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
     if stopping:
-        return 128 + stopping[0]
+        return exits.from_signal(stopping[0])
     code = exit_status(job_id, last)
-    return 1 if code and rank_failed and rank_failed() else code  # a rank raised: 1, as a local run says
+    return exits.FAILED if code and rank_failed and rank_failed() else code  # a rank failed: 1, as a local run says
 
 
 def exit_status(job_id: str, job: JobStatus) -> int:
     if job.state == "COMPLETED":
-        return 0
+        return exits.OK
     hint = _FAILURE_HINTS.get(job.state, "the batch output above and logs/ say why")
     print(f"slurm job {job_id} ended {job.state} (exit code {job.exit_code}"
           f"{f', signal {job.exit_signal}' if job.exit_signal else ''}): {hint}", file=sys.stderr)
-    return job.exit_code or 1
+    return job.exit_code or exits.FAILED

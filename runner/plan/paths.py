@@ -40,17 +40,11 @@ class RunPaths:
     def rank_log(self, rank: int) -> Path:
         return self.logs / f"rank{rank:05d}.log"
 
-    def error_file(self, rank: int) -> Path:
-        """Written by a rank that raised: rank, host, time, traceback (the failure report reads these)."""
-        return self.logs / f"rank{rank:05d}.error.json"
+    def elastic_error_file(self, rank: int) -> Path:
+        """Where torch elastic's ``@record`` writes a rank's failure (TORCHELASTIC_ERROR_FILE)."""
+        return self.logs / f"rank{rank:05d}.elastic-error.json"
 
-    def done_file(self, rank: int) -> Path:
-        """Written by a rank whose recipe returned: a crash after it is a teardown crash, not a failure."""
-        return self.logs / f"rank{rank:05d}.done"
-
-    def joined_file(self, rank: int) -> Path:
-        """Written by a rank once it joined the process group: a rendezvous that times out names those missing."""
-        return self.logs / f"rank{rank:05d}.joined"
+    # how each rank ended (joined, done, error files): runner.plan.outcome
 
     @property
     def metrics(self) -> Path:

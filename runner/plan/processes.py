@@ -13,19 +13,22 @@ host hold a contiguous block of ranks, which is what per-host spawning and Slurm
 distribution both produce.
 
 Values that only the launch can know (a free port, the first node of a Slurm allocation) are
-:class:`Deferred`: strings that say where the value will come from.
+:class:`Deferred`: strings that say where the value will come from. What depends on the launcher (the
+master port's policy, the stop signal, who sets CUDA_VISIBLE_DEVICES) comes in as :class:`LaunchRules`,
+which each launcher class gives (runner.launchers).
 """
 
 from __future__ import annotations
 
+import signal
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate
 
-from runner.spec.job import Job
 from runner.plan.paths import RunPaths
+from runner.spec.job import Job
 from runner.spec.schema import DeviceKind, InitMethod, ParallelMode
 from runner.spec.topology import Host
 
@@ -36,6 +39,17 @@ class Deferred(str):
     @classmethod
     def of(cls, source: str) -> "Deferred":
         return cls(f"<{source}>")
+
+
+@dataclass(frozen=True)
+class LaunchRules:
+    """What the job's launcher decides about its plan (each launcher class says: runner.launchers)."""
+
+    master_port: str  # a port, or Deferred (a free port chosen at launch, one derived from the Slurm job id)
+    master_source: str  # who the master is when the spec leaves it to the launch ("host 0", Slurm's first node)
+    stop_signal: signal.Signals  # asks the ranks to checkpoint and stop (ctx.should_stop)
+    sets_visible_devices: bool = True  # CUDA_VISIBLE_DEVICES from topology.hosts[].gpus (Slurm sets its own)
+    hosts_start_apart: bool = False  # each host's share is started by its own `run`, by hand (launcher=manual)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +72,7 @@ class Plan:
     master_addr: str
     master_port: str
     init_method: str  # the init_method URL every process passes to init_process_group
+    rules: LaunchRules
 
     @property
     def world_size(self) -> int:
@@ -95,7 +110,7 @@ class Plan:
             "ROLE_WORLD_SIZE": str(self.world_size),
             "ROLE_NAME": "default",
         }
-        if job.device is DeviceKind.cuda and job.spec.launcher.kind.value != "slurm":
+        if job.device is DeviceKind.cuda and self.rules.sets_visible_devices:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, host.gpus))
         if job.spec.backend.socket_ifname:
             env["GLOO_SOCKET_IFNAME"] = env["NCCL_SOCKET_IFNAME"] = job.spec.backend.socket_ifname
@@ -131,45 +146,32 @@ def _records(job: Job) -> Iterator[ProcessRecord]:
             rank += 1
 
 
-# Variables the runner owns: backend.env may not set them (validation says so).
-RUNNER_VARIABLES = frozenset({
-    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_RANK",
-    "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
-    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-})
+PORT_BAND = (20000, 10000)  # derived ports: 20000..29999, below Linux's ephemeral range
+
+
+def derived_port(key: int) -> int:
+    """A port every host can agree on without talking, from a number they all know (a job id, a hash)."""
+    start, size = PORT_BAND
+    return start + key % size
 
 
 def port_for(run_id: str) -> int:
-    """A port all hosts can agree on without talking: derived from the run id, below Linux's ephemeral range."""
-    return 20000 + zlib.crc32(run_id.encode()) % 10000
+    """The port of a run whose hosts agree on it through its run id (launcher=manual and mpi)."""
+    return derived_port(zlib.crc32(run_id.encode()))
 
 
 def _url_host(addr: str) -> str:
     return f"[{addr}]" if ":" in addr and not addr.startswith("<") else addr
 
 
-def _master_port(job: Job, run: RunPaths | None) -> str:
-    spec = job.spec
-    if spec.init.master_port:
-        return str(spec.init.master_port)
-    kind = spec.launcher.kind.value
-    if kind == "slurm":
-        return Deferred.of("port derived from SLURM_JOB_ID")
-    if kind == "mpi" or (kind == "manual" and len(job.hosts) > 1):
-        # processes on other hosts cannot learn a port chosen here at launch: agree on one per run
-        return str(port_for(run.run_id)) if run else Deferred.of("port derived from the run id")
-    return Deferred.of("free port chosen at launch")
-
-
-def make_plan(job: Job, run: RunPaths | None = None) -> Plan:
-    """Expand a validated job into its process records (see the module docstring for the ranks).
-
-    With ``run`` (the run's paths), run-specific values such as the rendezvous file are filled in.
+def make_plan(job: Job, rules: LaunchRules, run: RunPaths | None = None) -> Plan:
+    """Expand a validated job into its process records (see the module docstring for the ranks), under
+    its launcher's ``rules``. With ``run`` (the run's paths), run-specific values such as the rendezvous
+    file are filled in.
     """
     spec = job.spec
-    addr = job.master_addr if job.master_addr is not None else Deferred.of(_master_source(job))
-    port = _master_port(job, run)
+    addr = job.master_addr if job.master_addr is not None else Deferred.of(rules.master_source)
+    port = str(spec.init.master_port) if spec.init.master_port else rules.master_port
     if spec.init.method is InitMethod.env:
         url = "env://"
     elif spec.init.method is InitMethod.tcp:
@@ -177,12 +179,4 @@ def make_plan(job: Job, run: RunPaths | None = None) -> Plan:
     else:
         path = run.rendezvous_file(spec.init.dir) if run else f"{spec.init.dir or Deferred.of('run folder')}/{Deferred.of('run id')}.rdzv/attempt0"
         url = f"file://{path}"
-    return Plan(job, tuple(_records(job)), addr, port, url)
-
-
-def _master_source(job: Job) -> str:
-    kind = job.spec.launcher.kind.value
-    return {
-        "slurm": "first host of SLURM_STEP_NODELIST",
-        "mpi": "host of MPI rank 0",
-    }.get(kind, "host 0")
+    return Plan(job, tuple(_records(job)), addr, port, url, rules)

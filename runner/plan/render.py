@@ -20,7 +20,7 @@ def verdict(plan: Plan) -> str:
     return (f"valid: {plan.world_size} process(es) on {len(job.hosts)} host(s) ({counts}); "
             f"device {job.device.value}, backend {job.backend.value}, init {spec.init.method.value} "
             f"({plan.init_method}), {spec.parallel.mode.value}, sharding {spec.sharding.mode.value}, "
-            f"launcher {spec.launcher.kind.value} ({spec.launcher.tasks.value})"
+            f"launcher {spec.launcher.kind} ({spec.launcher.tasks.value})"
             + ("; preflight: each host's checks and one all-reduce, no recipe" if spec.preflight else ""))
 
 

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.worker.failures import rank_errors
+from runner.common import exits
+from runner.common.formatting import duration, number
+from runner.plan.outcome import first_failures, outcomes
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan
-from runner.training.progress import duration
-from runner.worker.rank import returned_on_request
-from runner.spec.schema import LauncherKind, recipe_settings
+from runner.reports.metrics import read_metrics
+from runner.spec.schema import recipe_settings
 
-EXIT_REFUSED = 2
 WIDTH = 110  # the outputs line wraps here
 MAX_METRICS = 8
 FILE_NAME = "run_summary.json"
@@ -88,7 +88,7 @@ class RunSummary:
         """The screen: at most a dozen lines. The run folder is shown relative to ``cwd`` when under it."""
         lines = [self.headline(), f"  job       {self.job}", f"  status    {self.status_text}"]
         if self.final_metrics:
-            shown = " ".join(f"{k}={_number(v)}" for k, v in list(self.final_metrics.items())[:MAX_METRICS])
+            shown = " ".join(f"{k}={number(v)}" for k, v in list(self.final_metrics.items())[:MAX_METRICS])
             more = f" (+{len(self.final_metrics) - MAX_METRICS} more)" if len(self.final_metrics) > MAX_METRICS else ""
             at = f"step {self.metrics_step}: " if self.metrics_step is not None else ""
             lines.append(f"  metrics   {at}{shown}{more}")
@@ -121,12 +121,6 @@ def _count(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
-def _number(v: float) -> str:
-    if isinstance(v, int):
-        return str(v)
-    return f"{v:.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
-
-
 def _shown_path(path: Path, cwd: Path | None) -> str:
     path = path.absolute()
     if cwd is not None and path.is_relative_to(cwd.absolute()) and path != cwd.absolute():
@@ -134,51 +128,38 @@ def _shown_path(path: Path, cwd: Path | None) -> str:
     return str(path)
 
 
-def _last_metrics(path: Path) -> tuple[int | None, dict[str, float]]:
-    """The step and the numbers of metrics.jsonl's last row (not its time, not its flags)."""
-    try:
-        lines = [line for line in path.read_text().splitlines() if line.strip()]
-        row = json.loads(lines[-1]) if lines else {}
-    except (OSError, ValueError):
-        return None, {}
-    if not isinstance(row, dict):
-        return None, {}
-    step = row.get("step") if isinstance(row.get("step"), int) else None
-    numbers = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-               and k not in ("step", "time_s")}
-    return step, numbers
-
-
-def _status(plan: Plan, paths: RunPaths, code: int, slurm_job_id: str | None) -> tuple[str, str, dict | None, str | None]:
-    """(status, its words, the first failure, the signal's name) from the exit status and the rank files."""
+def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None) -> tuple[str, str, dict | None, str | None]:
+    """(status, its words, the first failure, the signal's name) from the exit status and the rank files.
+    ``not_followed``: what the launch submitted and did not follow to its end ("Slurm job 12")."""
     spec = plan.job.spec
     ranks = [r.global_rank for r in plan.records]
     n = len(ranks)
-    done = sum(1 for r in ranks if paths.done_file(r).exists())
-    if code == 0:
-        if spec.launcher.kind is LauncherKind.slurm and not spec.launcher.slurm.follow and slurm_job_id:
+    rank_outcomes = outcomes(paths, ranks)
+    done = sum(1 for r in rank_outcomes if r.done)
+    if code == exits.OK:
+        if not_followed:
             # run_summary.json then says so too: nothing here knows how the job will end
-            return ("submitted", f"submitted as Slurm job {slurm_job_id}, not followed (launcher.slurm.follow=false): "
-                    f"`squeue -j {slurm_job_id}` shows it", None, None)
-        if done == n and any(returned_on_request(paths.done_file(r)) for r in ranks):
+            return ("submitted", f"submitted as {not_followed}, not followed: the scheduler's queue shows it "
+                    f"(`squeue`)", None, None)
+        if done == n and any(r.returned_on_request for r in rank_outcomes):
             return ("stopped", "stopped on request (Slurm's time-limit signal, SIGTERM or the stop signal): every "
                     "rank returned, asked to checkpoint (exit 0)", None, None)
         if done == n:
             what = "preflight passed, every rank returned" if spec.preflight else "every rank returned"
             return "done", f"done: {what} (exit 0)", None, None
-        if spec.launcher.kind is LauncherKind.manual and len(plan.job.hosts) > 1:
+        if plan.rules.hosts_start_apart and len(plan.job.hosts) > 1:
             return "done", f"done: this host's processes returned (exit 0); {done} of {n} rank(s) so far", None, None
         return "done", f"done (exit 0): {done} of {n} rank(s) left their done file", None, None
-    if code == EXIT_REFUSED:
+    if code == exits.INVALID:
         return "refused", "refused (exit 2): the launch did not start the job; the error above says why", None, None
-    if code > 128:
+    if (signum := exits.signal_of(code)) is not None:
         try:
-            name = signal.Signals(code - 128).name
+            name = signal.Signals(signum).name
         except ValueError:
-            name = f"signal {code - 128}"
+            name = f"signal {signum}"
         returned = f"; {done} of {n} rank(s) had returned" if done else ""
         return "stopped", f"stopped by {name} (exit {code}){returned}", None, name
-    errors = rank_errors(paths.error_file(r) for r in ranks)
+    errors = first_failures(paths, ranks)
     if not errors:
         if spec.preflight:
             why = "a preflight check failed; the host line above says which"
@@ -234,27 +215,27 @@ def _files(plan: Plan, paths: RunPaths) -> tuple[tuple[str, ...], dict[str, Any]
     return tuple(shown), by_kind
 
 
-def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float) -> RunSummary:
+def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_followed: str | None = None) -> RunSummary:
     """The summary of a run whose launch returned exit status ``code`` after ``wall_time_s``."""
     job, spec = plan.job, plan.job.spec
     id_file = paths.root / "slurm_job_id"
     slurm_job_id = id_file.read_text().strip() or None if id_file.exists() else None
-    status, words, failure, sig = _status(plan, paths, code, slurm_job_id)
+    status, words, failure, sig = _status(plan, paths, code, not_followed)
     if slurm_job_id and status != "submitted":
         words += f" · Slurm job {slurm_job_id}"
     recipe = recipe_settings(spec.recipe).target
     script = spec.recipe.get("path") if isinstance(spec.recipe, dict) else getattr(spec.recipe, "path", None)
     if script:
         recipe += f" ({script})"
-    step, metrics = _last_metrics(paths.metrics)
+    metrics = read_metrics(paths)
     shown, by_kind = _files(plan, paths)
     return RunSummary(
         run_id=paths.run_id, status=status, status_text=words, exit_code=code, wall_time_s=wall_time_s,
         world_size=plan.world_size, processes_per_host=tuple(len(plan.host_records(h.index)) for h in job.hosts),
         hosts=tuple(h.label for h in job.hosts), device=job.device.value, backend=job.backend.value,
-        parallel=spec.parallel.mode.value, sharding=spec.sharding.mode.value, launcher=spec.launcher.kind.value,
+        parallel=spec.parallel.mode.value, sharding=spec.sharding.mode.value, launcher=spec.launcher.kind,
         recipe=recipe, root=paths.root, first_failure=failure, signal=sig, slurm_job_id=slurm_job_id,
-        metrics_step=step, final_metrics=metrics, files=shown, paths=by_kind)
+        metrics_step=metrics.step, final_metrics=metrics.final, files=shown, paths=by_kind)
 
 
 def write(summary: RunSummary, path: Path) -> None:
@@ -264,11 +245,11 @@ def write(summary: RunSummary, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def report(plan: Plan, paths: RunPaths, code: int, wall_time_s: float) -> RunSummary | None:
+def report(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_followed: str | None = None) -> RunSummary | None:
     """Print the summary to stderr and write run_summary.json; never changes the run's outcome (a
     summary that cannot be made says why in one line)."""
     try:
-        summary = summarize(plan, paths, code, wall_time_s)
+        summary = summarize(plan, paths, code, wall_time_s, not_followed)
         write(summary, paths.root / FILE_NAME)
     except (OSError, ValueError, KeyError) as e:
         print(f"\n(no run summary: {type(e).__name__}: {e})", file=sys.stderr, flush=True)

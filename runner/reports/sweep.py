@@ -20,13 +20,16 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from runner.worker.rank import returned_on_request
+from runner.common import exits
+from runner.common.formatting import number
+from runner.plan.outcome import outcomes
+from runner.plan.paths import RunPaths
+from runner.reports.metrics import THROUGHPUT, read_metrics
 
-THROUGHPUT = "samples_per_s"
 LAUNCHER = "hydra_plugins.runner_sweep_launcher.RunnerSweepLauncher"  # conf/job.yaml's hydra/launcher
 
 
-STOPPED = (128 + signal.SIGINT, 128 + signal.SIGTERM)  # a job's status when `run` was asked to stop
+STOPPED = (exits.from_signal(signal.SIGINT), exits.from_signal(signal.SIGTERM))  # a job's, when `run` was asked to stop
 
 
 class SweepCodes:
@@ -61,38 +64,26 @@ class JobRow:
     series: str = ""  # the overrides, other than the topology's, that differ between the sweep's jobs
 
 
-def _metrics(folder: Path) -> tuple[float | None, dict[str, Any]]:
-    path = folder / "metrics.jsonl"
-    if not path.exists():
-        return None, {}
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    throughput = next((r[THROUGHPUT] for r in reversed(rows) if THROUGHPUT in r), None)
-    final = next((r for r in reversed(rows) if r.get("final")), rows[-1] if rows else {})
-    numbers = {k: v for k, v in final.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-               and k not in ("step", "time_s", THROUGHPUT)}
-    return throughput, numbers
-
-
 def _status(folder: Path, world_size: int | None) -> str:
     exit_file = folder / "exit_status"
     code = int(exit_file.read_text()) if exit_file.exists() else None
     if not (folder / "spec.yaml").exists():
-        return "invalid spec" if code == 2 else "not run"
+        return "invalid spec" if code == exits.INVALID else "not run"
     if code in STOPPED:
-        return f"stopped ({signal.Signals(code - 128).name})"
+        return f"stopped ({signal.Signals(exits.signal_of(code)).name})"
     if code not in (None, 0):
-        return "invalid spec" if code == 2 else f"failed (exit {code})"
+        return "invalid spec" if code == exits.INVALID else f"failed (exit {code})"
     spec = OmegaConf.load(folder / "spec.yaml")
     if spec.get("dry_run"):
         return "dry run"
     if code is None and (folder / "slurm_job_id").exists():  # launcher.slurm.follow=false
         return f"submitted (slurm job {(folder / 'slurm_job_id').read_text().strip()})"
-    logs = folder / "logs"
-    if list(logs.glob("*.error.json")):
+    ranks = outcomes(RunPaths(folder, folder.name), range(world_size or 0))
+    if any(r.failed for r in ranks):
         return "failed"
-    done = list(logs.glob("*.done"))
+    done = [r for r in ranks if r.done]
     if world_size and len(done) >= world_size:
-        return "stopped on request" if any(returned_on_request(p) for p in done) else "done"
+        return "stopped on request" if any(r.returned_on_request for r in done) else "done"
     return "stopped" if done else "not run"
 
 
@@ -102,8 +93,9 @@ def job_row(folder: Path) -> JobRow:
     shown = tuple(str(o) for o in overrides if not str(o).startswith(("run_id=", "hydra.")))
     plan = folder / "plan.json"
     world = json.loads(plan.read_text())["world_size"] if plan.exists() else None
-    throughput, final = _metrics(folder)
-    return JobRow(folder, " ".join(shown), world, _status(folder, world), throughput, final, overrides=shown)
+    metrics = read_metrics(RunPaths(folder, folder.name))
+    final = {k: v for k, v in metrics.final.items() if k != THROUGHPUT}  # throughput has its own column
+    return JobRow(folder, " ".join(shown), world, _status(folder, world), metrics.throughput, final, overrides=shown)
 
 
 def _key(override: str) -> str:
@@ -140,20 +132,12 @@ def summarize(sweep_dir: Path) -> list[JobRow]:
     return rows
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
-    return str(value)
-
-
 def table(rows: list[JobRow]) -> tuple[list[str], list[list[str]]]:
     metrics = sorted({k for r in rows for k in r.final})
     header = ["job", "configuration", "world size", "status", "throughput (samples/s)", "speedup", "efficiency",
               *metrics]
-    body = [[r.folder.name, r.config, _fmt(r.world_size), r.status, _fmt(r.throughput), _fmt(r.speedup),
-             _fmt(r.efficiency), *(_fmt(r.final.get(m)) for m in metrics)] for r in rows]
+    body = [[r.folder.name, r.config, number(r.world_size), r.status, number(r.throughput), number(r.speedup),
+             number(r.efficiency), *(number(r.final.get(m)) for m in metrics)] for r in rows]
     return header, body
 
 

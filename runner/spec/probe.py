@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +23,6 @@ class MachineProbe(Protocol):
     def cuda_device_count(self) -> int: ...
     def mpi_backend_available(self) -> bool: ...
     def fairscale_available(self) -> bool: ...
-    def which(self, program: str) -> str | None: ...
     def exists(self, path: str) -> bool: ...
     def is_dir(self, path: str) -> bool: ...
     def host_names(self) -> frozenset[str]: ...
@@ -69,9 +67,6 @@ class LocalProbe:
 
         return importlib.util.find_spec("fairscale") is not None
 
-    def which(self, program: str) -> str | None:
-        return shutil.which(program)
-
     def exists(self, path: str) -> bool:
         return os.path.lexists(path)
 
@@ -97,7 +92,6 @@ class FixedProbe:
     cuda_devices: int = 0
     mpi_backend: bool = False
     fairscale: bool = True
-    programs: frozenset[str] = frozenset({"python3", "sbatch", "srun", "scontrol", "mpirun"})
     paths: frozenset[str] = frozenset()
     dirs: frozenset[str] = frozenset({"/shared", "/tmp"})
     names: frozenset[str] = frozenset({"thishost"})
@@ -114,9 +108,6 @@ class FixedProbe:
     def fairscale_available(self) -> bool:
         self.asked.append("fairscale")
         return self.fairscale
-
-    def which(self, program: str) -> str | None:
-        return f"/usr/bin/{program}" if program in self.programs else None
 
     def exists(self, path: str) -> bool:
         return path in self.paths or path in self.dirs

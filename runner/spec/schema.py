@@ -24,13 +24,6 @@ class InitMethod(str, Enum):
     file = "file"  # file:///a/path/every/host/sees, fresh per run
 
 
-class LauncherKind(str, Enum):
-    local = "local"
-    slurm = "slurm"
-    mpi = "mpi"
-    manual = "manual"
-
-
 class TaskMode(str, Enum):
     """What one task of the launcher is."""
 
@@ -129,9 +122,11 @@ class ManualOptions:
 class LauncherConfig:
     """Who starts the processes, and what one task of theirs is."""
 
-    kind: LauncherKind = LauncherKind.local
+    kind: str = "local"  # a registered launcher (runner.launchers.LAUNCHERS): local, manual, slurm, mpi
     tasks: TaskMode = TaskMode.per_host
     python: Optional[str] = None  # interpreter for the tasks a scheduler starts; None: the one running `run`
+    stop_signal: str = "USR1"  # asks the ranks to checkpoint and stop (ctx.should_stop), as Slurm's time-limit
+    # signal does (launcher=slurm: launcher.slurm.signal): `kill -USR1 <pid of run>`
     grace_s: float = 10.0  # on SIGTERM, ranks are asked to checkpoint and stop (ctx.should_stop) and get this
     # long before they are terminated; Ctrl-C (SIGINT) stops them at once
     max_restarts: int = 0  # launcher=local: start the job again after a failure, up to this many times;
@@ -148,6 +143,15 @@ class BackendConfig:
     pick_interface: bool = True  # several hosts: each uses the interface of its route to the master
     # (runner/network.py); false leaves the choice to gloo and NCCL, as plain torchrun does
     env: dict[str, str] = field(default_factory=dict)  # more variables: +backend.env.NCCL_DEBUG=INFO
+
+
+# Variables the runner sets for every process from the plan: backend.env may not set them (validation says so).
+RUNNER_VARIABLES = frozenset({
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "ROLE_RANK",
+    "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
+    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+})
 
 
 @dataclass
@@ -176,6 +180,8 @@ class RecipeConfig:
     # the job's folder (workdir) first, then the installed packages (runner.spec.targets)
     global_batch_size: Optional[int] = 64  # kept whatever the world size; per process = global / world size
     seed: int = 0
+    init_process_group: bool = True  # the runner makes the default process group before calling the recipe;
+    # false: the recipe makes its own (recipe=script: a torchrun-style script calls init_process_group itself)
 
 
 @dataclass
@@ -193,6 +199,7 @@ class DigitsRecipeConfig(RecipeConfig):
 class ScriptRecipeConfig(RecipeConfig):
     target: str = "runner.recipes.script:main"
     global_batch_size: Optional[int] = None  # the script batches its data itself
+    init_process_group: bool = False  # the script calls init_process_group itself
     path: str = MISSING  # a torchrun-style training script, relative to the job's folder (workdir) or absolute
     args: list[str] = field(default_factory=list)  # its arguments; `run [overrides] -- train.py --lr=0.1` sets both
     local_rank_arg: Optional[str] = None  # --local_rank or --local-rank: append <flag>=<local rank> to each
@@ -228,7 +235,8 @@ def recipe_settings(recipe: Any) -> RecipeConfig:
         return RecipeConfig(target=repr(recipe))
     base = RecipeConfig()
     return RecipeConfig(target=recipe.get("target", ""), global_batch_size=recipe.get("global_batch_size", base.global_batch_size),
-                        seed=recipe.get("seed", base.seed))
+                        seed=recipe.get("seed", base.seed),
+                        init_process_group=recipe.get("init_process_group", base.init_process_group))
 
 
 def unknown_keys(cfg: Any, prefix: str = "") -> list[tuple[str, list[str]]]:
@@ -243,13 +251,11 @@ def unknown_keys(cfg: Any, prefix: str = "") -> list[tuple[str, list[str]]]:
         return found
     schema = OmegaConf.get_type(cfg)
     known = [f.name for f in fields(schema)] if schema is not None and is_dataclass(schema) else None
-    for key in cfg.keys():
+    for key, value in cfg.items_ex(resolve=False):  # a missing (???) node is its marker string here, not a dict
         full = f"{prefix}{key}"
         if known is not None and key not in known:
             found.append((full, known))
-            continue
-        value = cfg._get_node(key)
-        if isinstance(value, DictConfig) and not value._is_missing() and not value._is_none():
+        elif isinstance(value, DictConfig):
             found += unknown_keys(value, full + ".")
     return found
 

@@ -1,4 +1,5 @@
-"""Every rule a spec must pass before any process starts, in one place.
+"""Every rule a spec must pass before any process starts: the generic ones here, each launcher's own in
+its class (runner.launchers), asked through :class:`LauncherRules`.
 
 :func:`check` resolves what the spec leaves open (hosts from the grid shorthand, ``device=auto``,
 ``backend=auto``, the master address) and returns the resolved :class:`~runner.spec.job.Job` with every
@@ -12,17 +13,18 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from typing import Protocol
 
+from runner.common.signals import is_signal_name
 from runner.spec.job import Job
-from runner.plan.processes import RUNNER_VARIABLES
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem, Severity, errors
 from runner.spec.schema import (
+    RUNNER_VARIABLES,
     BackendName,
     DeviceKind,
     InitMethod,
     JobConfig,
-    LauncherKind,
     ParallelConfig,
     ParallelMode,
     ScriptRecipeConfig,
@@ -34,26 +36,46 @@ from runner.spec.targets import TARGET_PATTERN
 from runner.spec.topology import Host, is_loopback, is_valid_host, resolve_hosts
 
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
-_SLURM_SIGNAL = re.compile(r"^(R:|B:)?(SIG)?[A-Z0-9]+(@\d+)?$")
 
 
-def check(spec: JobConfig, probe: MachineProbe) -> tuple[Job | None, list[Problem]]:
-    """Validate ``spec``; return the resolved job (None when any error was found) and all problems."""
+class LauncherRules(Protocol):
+    """What validation asks of the job's launcher (each launcher class answers: runner.launchers.base)."""
+
+    name: str
+    supports_restarts: bool  # launcher.max_restarts > 0 works with it
+    restart_hint: str  # what to do instead, when it does not
+    gives_mpi_ranks: bool  # its tasks are MPI ranks (backend=mpi needs them)
+    shares_run_folder: bool  # its hosts' processes share the run folder that `run` made (not manual's)
+
+    def default_master(self, spec: JobConfig, hosts: tuple[Host, ...]) -> str | None:
+        """The master address of a multi-host job whose spec names none; None: found at launch."""
+
+    def spec_problems(self, spec: JobConfig) -> Iterator[Problem]:
+        """Its options' problems (no hosts needed)."""
+
+    def job_problems(self, job: Job, probe: MachineProbe) -> Iterator[Problem]:
+        """Whether the resolved job fits it (hosts, names, devices)."""
+
+
+def check(spec: JobConfig, probe: MachineProbe, launcher: LauncherRules) -> tuple[Job | None, list[Problem]]:
+    """Validate ``spec`` for ``launcher``; return the resolved job (None when any error was found) and all
+    problems. (runner.launchers.check picks the launcher the spec names.)"""
     problems: list[Problem] = []
     hosts = resolve_hosts(spec.topology, problems)
     device = _resolve_device(spec, probe, problems)
     backend = _resolve_backend(spec, device)
-    problems += _check_options(spec)
-    problems += _check_backend(spec, device, backend, probe)
+    problems += _check_options(spec, launcher)
+    problems += launcher.spec_problems(spec)
+    problems += _check_backend(spec, device, backend, probe, launcher)
     problems += _check_recipe(spec, probe)
     job = None
     if hosts:
-        job = Job(spec, hosts, device, backend, _master_addr(spec, hosts))
+        job = Job(spec, hosts, device, backend, _master_addr(spec, hosts, launcher))
         for rule in _JOB_RULES:
-            problems += rule(job, probe)
+            problems += rule(job, probe, launcher)
+        problems += launcher.job_problems(job, probe)
     if errors(problems):
         return None, problems
     return job, problems
@@ -67,9 +89,6 @@ def _resolve_device(spec: JobConfig, probe: MachineProbe, problems: list[Problem
         problems.append(Problem("device", f"auto: this machine has {count} CUDA GPU(s), so devices are GPUs",
                                 "device=cpu to run CPU processes instead", Severity.notice))
         return DeviceKind.cuda
-    if spec.launcher.kind is LauncherKind.slurm:
-        problems.append(Problem("device", "auto: this machine has no CUDA GPU, so the job asks Slurm for CPU processes",
-                                "on a login node without GPUs, say device=cuda to get GPU nodes", Severity.notice))
     return DeviceKind.cpu
 
 
@@ -79,17 +98,15 @@ def _resolve_backend(spec: JobConfig, device: DeviceKind) -> BackendName:
     return BackendName.nccl if device is DeviceKind.cuda else BackendName.gloo
 
 
-def _master_addr(spec: JobConfig, hosts: tuple[Host, ...]) -> str | None:
+def _master_addr(spec: JobConfig, hosts: tuple[Host, ...], launcher: LauncherRules) -> str | None:
     if spec.init.master_addr is not None:
         return spec.init.master_addr
     if len(hosts) == 1:
         return "127.0.0.1"  # one host: rendezvous on loopback, nothing exposed on the network
-    if spec.launcher.kind is LauncherKind.slurm:
-        return None  # the first node of the step, whichever Slurm allocates
-    return hosts[0].reach
+    return launcher.default_master(spec, hosts)
 
 
-def _check_options(spec: JobConfig) -> Iterator[Problem]:
+def _check_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem]:
     init = spec.init
     if not (init.master_port == 0 or 1 <= init.master_port <= 65535):
         yield Problem("init.master_port", f"{init.master_port} is not a TCP port (1..65535)",
@@ -110,7 +127,7 @@ def _check_options(spec: JobConfig) -> Iterator[Problem]:
         yield Problem("backend.socket_ifname", f"{spec.backend.socket_ifname!r} is not an interface name",
                       "an interface as `ip -br link` lists it, e.g. eth0 (15 characters at most, no spaces)")
     for name in spec.backend.env:
-        if not _ENV_NAME.match(name):
+        if not ENV_NAME.match(name):
             yield Problem(f"backend.env.{name}", "is not a valid environment variable name",
                           "use letters, digits and '_', not starting with a digit")
         elif name in RUNNER_VARIABLES:
@@ -134,44 +151,22 @@ def _check_options(spec: JobConfig) -> Iterator[Problem]:
     restarts = spec.launcher.max_restarts
     if restarts < 0:
         yield Problem("launcher.max_restarts", f"must be 0 or more, got {restarts}", "0: no restarts")
-    elif restarts and (spec.launcher.kind is not LauncherKind.local):
-        hint = ("launcher.slurm.requeue=true: the job is requeued after Slurm's stop signal, and resumes"
-                if spec.launcher.kind is LauncherKind.slurm else "restart the launch yourself; the recipe resumes "
-                "from its last checkpoint with the same run_id")
-        yield Problem("launcher.max_restarts", f"restarts are done by launcher=local (one host), not "
-                      f"launcher={spec.launcher.kind.value}", hint)
-    slurm = spec.launcher.slurm
-    if spec.launcher.kind is LauncherKind.slurm:
-        if not _SLURM_TIME.match(slurm.time):
-            yield Problem("launcher.slurm.time", f"{slurm.time!r} is not a Slurm time",
-                          "use minutes, MM:SS, HH:MM:SS or D-HH:MM:SS, e.g. 04:00:00")
-        if not _SLURM_SIGNAL.match(slurm.signal):
-            yield Problem("launcher.slurm.signal", f"{slurm.signal!r} is not a Slurm --signal value",
-                          "SIGNAL@SECONDS before the time limit, e.g. USR1@90")
-        if slurm.gpu_request not in ("gpus-per-node", "gres"):
-            yield Problem("launcher.slurm.gpu_request", f"{slurm.gpu_request!r} is not one of gpus-per-node, gres",
-                          "gpus-per-node (#SBATCH --gpus-per-node=N) or gres (#SBATCH --gres=gpu:N)")
-        if slurm.cpus_per_task is not None and slurm.cpus_per_task < 1:
-            yield Problem("launcher.slurm.cpus_per_task", f"must be at least 1, got {slurm.cpus_per_task}",
-                          "leave it null for Slurm's default")
-        if slurm.array_parallelism is not None and slurm.array_parallelism < 1:
-            yield Problem("launcher.slurm.array_parallelism", f"must be at least 1, got {slurm.array_parallelism}",
-                          "leave it null to let Slurm run every job of a sweep's array at once")
-        for i, line in enumerate(slurm.extra):
-            if not line.startswith("--") or "\n" in line:
-                yield Problem(f"launcher.slurm.extra[{i}]", f"{line!r} is not an sbatch option",
-                              "one long option per entry, e.g. --constraint=a100")
+    elif restarts and not launcher.supports_restarts:
+        yield Problem("launcher.max_restarts", f"launcher={launcher.name} does not restart a job", launcher.restart_hint)
+    if not is_signal_name(spec.launcher.stop_signal):
+        yield Problem("launcher.stop_signal", f"{spec.launcher.stop_signal!r} is not a signal",
+                      "a signal's name or number, e.g. USR1 (the default), USR2 or TERM")
 
 
-def _check_backend(spec: JobConfig, device: DeviceKind, backend: BackendName,
-                   probe: MachineProbe) -> Iterator[Problem]:
+def _check_backend(spec: JobConfig, device: DeviceKind, backend: BackendName, probe: MachineProbe,
+                   launcher: LauncherRules) -> Iterator[Problem]:
     if backend is BackendName.nccl and device is DeviceKind.cpu:
         why = "device=cpu" if spec.device is DeviceKind.cpu else "this machine has no CUDA GPU (device=auto chose cpu)"
         yield Problem("backend.name", f"nccl needs CUDA GPUs, but {why}",
                       "backend=gloo (or backend=auto) for CPU processes; device=cuda on a GPU machine")
     if backend is BackendName.mpi:
-        if spec.launcher.kind is not LauncherKind.mpi:
-            yield Problem("backend.name", f"mpi gets ranks from MPI itself, but launcher={spec.launcher.kind.value}",
+        if not launcher.gives_mpi_ranks:
+            yield Problem("backend.name", f"mpi gets ranks from MPI itself, but launcher={launcher.name} starts no MPI ranks",
                           "launcher=mpi with backend=mpi, or backend=gloo/nccl with this launcher")
         elif spec.launcher.tasks is TaskMode.per_host:
             yield Problem("launcher.tasks", "backend=mpi needs one MPI rank per process, but tasks=per_host forks them",
@@ -221,52 +216,6 @@ def _check_script(recipe: ScriptRecipeConfig, workdir: str | None, probe: Machin
                       "unset for scripts that read LOCAL_RANK from the environment")
 
 
-def _check_topology_fits_launcher(job: Job, probe: MachineProbe) -> Iterator[Problem]:
-    spec, hosts = job.spec, job.hosts
-    kind = spec.launcher.kind
-    if kind is LauncherKind.local and len(hosts) > 1:
-        yield Problem("launcher.kind", f"local starts one host's processes on this machine, but the topology has {len(hosts)} hosts",
-                      f"launcher=manual (one command per host, also for several 'hosts' on this machine), slurm or mpi; "
-                      f"or run the same {job.world_size} processes here: topology.nodes=1 "
-                      f"topology.devices_per_node={job.world_size}")
-    if not job.uniform and spec.launcher.tasks is TaskMode.per_host and kind is LauncherKind.slurm:
-        counts = "+".join(str(h.devices) for h in hosts)
-        yield Problem("launcher.tasks",
-                      f"per_host starts one task per node that spawns the same number of processes on every node, "
-                      f"but the hosts have {counts} devices (Slurm asks the same resources of every node of a job)",
-                      "launcher.tasks=per_device (one Slurm task per process, placed 2+1 by the runner); "
-                      "launcher=manual or mpi can also spawn per host")
-    if kind in (LauncherKind.mpi, LauncherKind.manual) and len(hosts) > 1:
-        unnamed = [h.index for h in hosts if h.reach is None]
-        if unnamed:
-            key = f"topology.hosts[{unnamed[0]}].name" if spec.topology.hosts else "topology.hosts"
-            yield Problem(key, f"launcher={kind.value} must know every host, but host(s) {unnamed} have no name or addr",
-                          "name them: topology=2x2 'topology.hosts=[{name: a}, {name: b}]'")
-    if kind is LauncherKind.mpi:
-        for i, name in enumerate(spec.launcher.mpi.export):
-            if not _ENV_NAME.match(name):
-                yield Problem(f"launcher.mpi.export[{i}]", f"{name!r} is not a variable name",
-                              "names only, e.g. launcher.mpi.export=[PYTHONPATH,HF_HOME]")
-        for h in hosts:
-            if h.reach is not None and ":" in h.reach:
-                yield Problem(f"topology.hosts[{h.index}].addr", f"{h.reach!r}: mpirun -H cannot take IPv6 literals "
-                                                                 f"(host:slots would be ambiguous)",
-                              "give the host's name instead (topology.hosts[i].name) and resolve it in /etc/hosts or DNS")
-    if kind is LauncherKind.slurm and 0 < sum(h.name is not None for h in hosts) < len(hosts):
-        yield Problem("topology.hosts", "under Slurm, name every host (they become --nodelist) or none (Slurm picks)",
-                      "give each host a name, or drop the names")
-    manual = spec.launcher.manual.host
-    if kind is LauncherKind.manual and manual is not None:
-        if manual.isascii() and manual.isdigit():
-            if int(manual) >= len(hosts):
-                yield Problem("launcher.manual.host", f"index {manual} is past the last host (the topology has {len(hosts)}: 0..{len(hosts) - 1})",
-                              "an index from 0, or this host's name or address")
-        elif not any(manual in (h.name, h.addr) for h in hosts):
-            names = [h.reach or h.label for h in hosts]
-            yield Problem("launcher.manual.host", f"{manual!r} is none of the hosts {names}",
-                          "an index from 0, or one of the names/addresses above")
-
-
 def _is_this_machine(host: Host, probe: MachineProbe) -> bool:
     for value in (host.name, host.addr):
         if value is not None and (is_loopback(value) or value in probe.host_names()):
@@ -274,7 +223,7 @@ def _is_this_machine(host: Host, probe: MachineProbe) -> bool:
     return False
 
 
-def _check_master(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+def _check_master(job: Job, probe: MachineProbe, launcher: LauncherRules) -> Iterator[Problem]:
     spec, hosts = job.spec, job.hosts
     if len(hosts) == 1:
         return
@@ -288,12 +237,9 @@ def _check_master(job: Job, probe: MachineProbe) -> Iterator[Problem]:
                                f"and {other!r} is another machine: it would dial its own loopback and never rendezvous",
                           "give host 0 an address the other hosts can reach (topology.hosts[0].addr=10.0.0.1) "
                           "or set init.master_addr")
-    if master is None and spec.init.method is not InitMethod.file and spec.launcher.kind is LauncherKind.manual:
-        yield Problem("init.master_addr", "manual launch on several hosts needs to know host 0's address",
-                      "name host 0 (topology.hosts[0].name=...) or set init.master_addr")
 
 
-def _check_file_init(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+def _check_file_init(job: Job, probe: MachineProbe, launcher: LauncherRules) -> Iterator[Problem]:
     spec = job.spec
     if spec.init.method is not InitMethod.file:
         if spec.init.dir is not None:
@@ -309,9 +255,9 @@ def _check_file_init(job: Job, probe: MachineProbe) -> Iterator[Problem]:
             what = "is a file" if probe.exists(folder) else "does not exist"
             yield Problem("init.dir", f"{folder!r} {what}",
                           f"create it first (mkdir -p {folder}) on storage every host sees")
-    elif len(job.hosts) > 1 and spec.launcher.kind is LauncherKind.manual:
-        yield Problem("init.dir", "manual launch on several hosts: each host would make its own run folder, "
-                                  "so the rendezvous file must be in a folder they share",
+    elif len(job.hosts) > 1 and not launcher.shares_run_folder:
+        yield Problem("init.dir", f"launcher={launcher.name} on several hosts: each host would make its own run folder, "
+                                  f"so the rendezvous file must be in a folder they share",
                       "init.dir=/shared/path (NFS or similar, mounted at the same path on every host)")
     elif len(job.hosts) > 1:
         yield Problem("init.dir", "not set: the rendezvous file goes into the run's output folder, "
@@ -319,7 +265,7 @@ def _check_file_init(job: Job, probe: MachineProbe) -> Iterator[Problem]:
                       "set init.dir to a shared folder if outputs/ is not on shared storage", Severity.notice)
 
 
-def _check_devices(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+def _check_devices(job: Job, probe: MachineProbe, launcher: LauncherRules) -> Iterator[Problem]:
     spec, hosts = job.spec, job.hosts
     if job.device is not DeviceKind.cuda:
         if spec.parallel.mode is ParallelMode.dp and hosts[0].devices > 1:
@@ -329,9 +275,14 @@ def _check_devices(job: Job, probe: MachineProbe) -> Iterator[Problem]:
         if any(h.gpus != tuple(range(h.devices)) for h in hosts):
             yield Problem("topology.hosts", "gpus are listed but the devices are CPU processes",
                           "drop gpus, or device=cuda", Severity.warning)
+
+
+def gpus_of_this_machine(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+    """The GPUs the job's hosts ask for are on this machine (a launcher that starts them here calls this;
+    other hosts' GPUs are counted there, at launch, by preflight)."""
+    spec, hosts = job.spec, job.hosts
+    if job.device is not DeviceKind.cuda:
         return
-    if spec.launcher.kind is not LauncherKind.local:
-        return  # other hosts' GPUs are counted there, at launch
     have = probe.cuda_device_count()
     if have == 0:
         yield Problem("device", "cuda, but this machine has no CUDA GPU (torch.cuda.device_count() = 0)",
@@ -346,7 +297,7 @@ def _check_devices(job: Job, probe: MachineProbe) -> Iterator[Problem]:
                           f"at most {have} devices per host here: topology.devices_per_node={have}")
 
 
-def _check_parallel(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+def _check_parallel(job: Job, probe: MachineProbe, launcher: LauncherRules) -> Iterator[Problem]:
     spec, hosts = job.spec, job.hosts
     mode, sharding = spec.parallel.mode, spec.sharding.mode
     if mode is ParallelMode.dp:
@@ -378,7 +329,7 @@ _FSDP_HINT = ("sharding=fsdp (torch FSDP2's fully_shard: parameters, gradients a
               "gloo on CPU and NCCL on GPUs), or sharding=sdp for fairscale's ShardedDDP (ESPnet2's --sharded_ddp)")
 
 
-def _check_sharding(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+def _check_sharding(job: Job, probe: MachineProbe, launcher: LauncherRules) -> Iterator[Problem]:
     spec = job.spec
     mode = spec.sharding.mode
     if mode is ShardingMode.none:
@@ -414,7 +365,6 @@ def _check_sharding(job: Job, probe: MachineProbe) -> Iterator[Problem]:
 
 
 _JOB_RULES = (
-    _check_topology_fits_launcher,
     _check_master,
     _check_file_init,
     _check_devices,

@@ -1,6 +1,7 @@
 """What a recipe sees: its place in the job, the device, and the runner's services.
 
-A recipe receives a :class:`RunContext` and its own config, and never imports launcher internals.
+A recipe receives a :class:`RunContext` and its own config (``runner.api`` is what recipes import), and never
+imports launcher internals. The worker builds the context from :class:`ContextSettings`; recipes do not.
 Wrapping, sharding and full (consolidated) checkpoints are delegated to the strategy of
 ``sharding.mode`` (:mod:`runner.training.sharding`).
 """
@@ -22,15 +23,16 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from runner.common.formatting import number
+from runner.common.signals import StopRequest
+from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.training.progress import LINE_INTERVAL_S, Progress, for_rank
 from runner.training.sharding import OptimizerFactory, Placement, Strategy, strategy_for
-from runner.spec.schema import ParallelMode, ShardingConfig, ShardingMode
-from runner.common.signals import StopRequest
 
 
 @dataclass(frozen=True)
-class Place:
-    """A process's place in the job."""
+class ContextSettings:
+    """Everything a run context is built from (by the worker, runner.worker.rank; not by recipes)."""
 
     rank: int
     local_rank: int
@@ -38,6 +40,16 @@ class Place:
     world_size: int
     local_world_size: int
     host: str
+    device: torch.device
+    device_ids: tuple[int, ...]  # the GPU indices this process drives (DP: all of its host's); () on CPU
+    parallel: ParallelConfig
+    sharding: ShardingConfig
+    global_batch_size: int | None
+    seed: int
+    output_dir: Path  # the run's folder
+    metrics_file: Path  # where ctx.log appends (rank 0)
+    checkpoint_dir: Path  # where ctx.save_checkpoint writes
+    attempt: int = 0  # restarts so far
 
 
 class RunContext:
@@ -52,19 +64,15 @@ class RunContext:
     :meth:`barrier`).
     """
 
-    def __init__(self, place: Place, device: torch.device, device_ids: tuple[int, ...], parallel: ParallelMode,
-                 global_batch_size: int | None, seed: int, output_dir: Path, find_unused_parameters: bool = False,
-                 bucket_cap_mb: float = 25.0, sharding: ShardingConfig | None = None, attempt: int = 0) -> None:
-        self.place = place
-        self.device = device
-        self._device_ids = device_ids
-        self._parallel = parallel
-        self.global_batch_size = global_batch_size
-        self.seed = seed
-        self.output_dir = output_dir
-        self._ddp_options = {"find_unused_parameters": find_unused_parameters, "bucket_cap_mb": bucket_cap_mb}
-        self.sharding = sharding or ShardingConfig()
-        self.attempt = attempt  # 0, then 1, 2, ... when the job was restarted or requeued
+    def __init__(self, settings: ContextSettings) -> None:
+        self._settings = settings
+        self.device = settings.device
+        self.global_batch_size = settings.global_batch_size
+        self.seed = settings.seed
+        self.output_dir = settings.output_dir
+        self.attempt = settings.attempt  # 0, then 1, 2, ... when the job was restarted or requeued
+        self._ddp_options = {"find_unused_parameters": settings.parallel.find_unused_parameters,
+                             "bucket_cap_mb": settings.parallel.bucket_cap_mb}
         self._stop_calls = 0
         self._strategy: Strategy | None = None
         self._metrics_file = None
@@ -74,19 +82,41 @@ class RunContext:
     # -- where am I -------------------------------------------------------------------------------
     @property
     def rank(self) -> int:
-        return self.place.rank
+        """This process's global rank, 0 .. world_size - 1."""
+        return self._settings.rank
 
     @property
     def local_rank(self) -> int:
-        return self.place.local_rank
+        """This process's rank on its host."""
+        return self._settings.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        """Its host's index in the topology."""
+        return self._settings.node_rank
 
     @property
     def world_size(self) -> int:
-        return self.place.world_size
+        return self._settings.world_size
+
+    @property
+    def local_world_size(self) -> int:
+        """Processes on this host."""
+        return self._settings.local_world_size
+
+    @property
+    def host(self) -> str:
+        """Its host, as the plan names it."""
+        return self._settings.host
 
     @property
     def is_main(self) -> bool:
-        return self.place.rank == 0
+        return self._settings.rank == 0
+
+    @property
+    def sharding_mode(self) -> str:
+        """``none``, ``oss``, ``sdp``, ``zero`` or ``fsdp``: what :meth:`setup` does with the model and optimizer."""
+        return self._settings.sharding.mode.value
 
     @property
     def per_process_batch_size(self) -> int:
@@ -97,11 +127,12 @@ class RunContext:
 
     # -- model ---------------------------------------------------------------------------------------
     @property
-    def strategy(self) -> Strategy:
-        """The sharding strategy of this job (runner/sharding.py); plain DDP/DP for sharding=none."""
+    def _sharding(self) -> Strategy:
+        """The sharding strategy of this job (runner.training.sharding); plain DDP/DP for sharding=none."""
         if self._strategy is None:
-            self._strategy = strategy_for(Placement(self.rank, self.world_size, self.device, self._device_ids,
-                                                    self._parallel, self.sharding, self._ddp_options))
+            settings = self._settings
+            self._strategy = strategy_for(Placement(self.rank, self.world_size, self.device, settings.device_ids,
+                                                    settings.parallel.mode, settings.sharding, self._ddp_options))
         return self._strategy
 
     def setup(self, model: nn.Module, optimizer_class: OptimizerFactory, /, *,
@@ -114,15 +145,15 @@ class RunContext:
         ``shard_units`` (fsdp only): the submodules that become FSDP units (default: the model's
         children that hold parameters, and the blocks of its ModuleLists).
         """
-        return self.strategy.setup(model, optimizer_class, optimizer_kwargs, shard_units)
+        return self._sharding.setup(model, optimizer_class, optimizer_kwargs, shard_units)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """Move the model to this process's device and wrap it as the spec says (DDP or DP); sharding=none only."""
-        if self.sharding.mode is not ShardingMode.none:
-            raise ValueError(f"ctx.wrap(model) cannot shard: sharding={self.sharding.mode.value} builds the optimizer "
+        if self._settings.sharding.mode is not ShardingMode.none:
+            raise ValueError(f"ctx.wrap(model) cannot shard: sharding={self.sharding_mode} builds the optimizer "
                              f"together with the model. Use `model, optimizer = ctx.setup(model, torch.optim.Adam, "
                              f"lr=...)` instead of ctx.wrap and your own optimizer (it works for every sharding mode)")
-        return self.strategy.wrap(model)
+        return self._sharding.wrap(model)
 
     @staticmethod
     def unwrap(model: nn.Module) -> nn.Module:
@@ -140,7 +171,7 @@ class RunContext:
         format is the same in every mode: the plain module's ``state_dict()`` and the ``state_dict()``
         an unsharded optimizer would have, so it loads under any mode and world size, and in plain torch.
         """
-        return self.strategy.full_state(model, optimizer)
+        return self._sharding.full_state(model, optimizer)
 
     def load_full_state(self, model: nn.Module, optimizer: Optimizer | None, state: dict[str, Any]) -> None:
         """Load a full state (from :meth:`full_state` of any mode and world size) on every process.
@@ -148,11 +179,11 @@ class RunContext:
         ``state`` keeps its entries; as with torch's ``load_state_dict``, its optimizer tensors may be
         shared with the optimizer afterwards (do not reuse them as a snapshot).
         """
-        self.strategy.load_full_state(model, optimizer, state)
+        self._sharding.load_full_state(model, optimizer, state)
 
     def optimizer_state_bytes(self, optimizer: Optimizer) -> int:
         """Bytes of optimizer state this process holds (its shard under oss/sdp/zero/fsdp)."""
-        return self.strategy.optimizer_state_bytes(optimizer)
+        return self._sharding.optimizer_state_bytes(optimizer)
 
     # -- data ---------------------------------------------------------------------------------------
     def loader(self, dataset: Dataset, *, shuffle: bool = True, drop_last: bool = True, **kwargs: Any) -> DataLoader:
@@ -226,16 +257,16 @@ class RunContext:
             return
         row = {"step": step, "time_s": round(time.perf_counter() - self._t0, 4), **metrics}
         if self._metrics_file is None:
-            self._metrics_file = open(self.output_dir / "metrics.jsonl", "a", buffering=1)
+            self._metrics_file = open(self._settings.metrics_file, "a", buffering=1)
         self._metrics_file.write(json.dumps(row) + "\n")
         if echo:
-            shown = " ".join(f"{k}={_fmt(v)}" for k, v in metrics.items())
+            shown = " ".join(f"{k}={number(v)}" for k, v in metrics.items())
             print(f"step {step}: {shown}", flush=True)
 
     # -- checkpoints --------------------------------------------------------------------------------
     @property
     def checkpoint_dir(self) -> Path:
-        return self.output_dir / "checkpoints"
+        return self._settings.checkpoint_dir
 
     def save_checkpoint(self, state: dict[str, Any] | None = None, name: str = "last", *,
                         model: nn.Module | None = None, optimizer: Optimizer | None = None) -> Path:
@@ -246,7 +277,7 @@ class RunContext:
         """
         path = self.checkpoint_dir / f"{name}.pt"
         if model is not None:
-            full = self.strategy.full_state(model, optimizer, copy=False)  # written at once: no snapshot needed
+            full = self._sharding.full_state(model, optimizer, copy=False)  # written at once: no snapshot needed
             state = {**(state or {}), **full} if full is not None else None
         if self.is_main:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -279,10 +310,3 @@ class RunContext:
         if self._metrics_file is not None:
             self._metrics_file.close()
         sys.stdout.flush()
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
-    return str(v)
-

@@ -30,21 +30,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from runner.common.formatting import duration
+
 LINES_PER_TOTAL = 10  # plain lines at every tenth of the total
 LINE_INTERVAL_S = 60.0  # ... and at least this often between them
 BAR_INTERVAL_S = 0.1  # the bar's redraws, at most this often
 FALLBACK_COLUMNS = 80  # the bar's width on a terminal that does not say its own
 LOSS_SMOOTHING = 0.1  # weight of the newest loss in the one shown
-
-
-def duration(seconds: float) -> str:
-    """``4.1 s``, ``12 min 05 s``, ``3 h 07 min``."""
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    s = int(seconds)
-    if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
 def _rate(per_s: float) -> str:
@@ -161,7 +153,7 @@ class _Bar:
     :class:`_AboveBar` (runner.worker.logs.write_terminal_through), so that printed lines do not break it."""
 
     def __init__(self, stream: TextIO, total: int | None, desc: str, initial: int) -> None:
-        import runner.worker.logs as logs
+        import runner.training.output as logs
 
         # train: 20%|████      | 120/600 [00:04<00:16, 1234 samples/s, loss 0.3123]
         fmt = ("{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]" if total
@@ -184,7 +176,7 @@ class _Bar:
         self._tqdm.update(n)
 
     def close(self, progress: Progress, now: float) -> None:
-        import runner.worker.logs as logs
+        import runner.training.output as logs
 
         self._tqdm.set_postfix_str(progress.postfix(now), refresh=False)
         self._tqdm.close()
@@ -247,7 +239,7 @@ def for_rank(rank: int, total: int | None, desc: str = "", *, initial: int = 0,
              interval_s: float = LINE_INTERVAL_S) -> Progress:
     """The progress of global rank ``rank``, shown where the module docstring says: a bar when rank 0's
     terminal is a TTY, else plain lines (rank 0: terminal and log; others: their log)."""
-    import runner.worker.logs as logs
+    import runner.training.output as logs
 
     terminal, log = logs.terminal(), logs.log()
     if terminal is None and log is None:  # output not redirected by the runner (the recipe called on its own)

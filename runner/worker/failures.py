@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.plan.paths import RunPaths
+from runner.common import exits
 from runner.common.signals import StopRequest
-from runner.worker.rank import RankSetup, is_timeout_text
+from runner.common.timeouts import is_timeout_text
+from runner.plan.outcome import ErrorRecord, RankOutcome, first_failures
+from runner.plan.paths import RunPaths
+from runner.worker.setup import RankSetup
 
 if TYPE_CHECKING:  # torch stays out of `run`'s own process, which reads the error files too (runner.reports.run_summary)
     from torch.distributed.elastic.multiprocessing.api import RunProcsResult
-
-
-def _load(path: str | Path) -> dict | None:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def rank_errors(error_files: Iterable[str | Path]) -> list[dict]:
-    """The error records among ``error_files`` that exist, the first failure first: those of ranks killed
-    by a signal (written by their launcher, ``"killed": true``: the peers that lost them fail after them),
-    then those of ranks that raised (runner.worker.rank.write_error), by time."""
-    return sorted((e for f in error_files if (e := _load(f))), key=lambda e: (not e.get("killed"), e["timestamp"]))
 
 
 def _record_killed(setups: list[RankSetup], killed: dict[int, int]) -> None:
@@ -38,13 +25,8 @@ def _record_killed(setups: list[RankSetup], killed: dict[int, int]) -> None:
     what reads the run folder afterwards (the run's summary, a sweep's) sees which rank failed first."""
     for i, code in killed.items():
         rec = setups[i].record
-        path = Path(setups[i].error_file)
-        record = {"rank": rec.global_rank, "local_rank": rec.local_rank, "host": rec.host, "pid": None,
-                  "timestamp": time.time(), "killed": True, "traceback": "",
-                  "exception": f"{_exit_words(code)} (no Python exception)"}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, path)
+        setups[i].outcome.record_error(ErrorRecord(rec.global_rank, rec.local_rank, rec.host, None, None, time.time(),
+                                                   f"{_exit_words(code)} (no Python exception)", killed=True))
 
 
 def _exit_words(code: int | None) -> str:
@@ -66,20 +48,20 @@ def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, ela
     n = len(setups)
     if not result.is_failed():
         if not announce:
-            return 0
+            return exits.OK
         rec = setups[0].record
         where = f" on {rec.host}" if setups[0].world_size > n else ""  # this host's share of the job
         how = "stopped on request (checkpoint and stop)" if StopRequest.requested else "finished"
         print(f"\nrun {how}: {n} process(es){where} in {elapsed_s:.1f} s; outputs in {paths.root}/", flush=True)
-        return 0
-    done = [s for s in setups if Path(s.done_file).exists()]
+        return exits.OK
+    done = [s for s in setups if s.outcome.done]
     failures = result.failures
     if len(done) == n:
         codes = ", ".join(f"rank {setups[i].record.global_rank} {_exit_words(f.exitcode)}" for i, f in failures.items())
         print(f"\nrun finished: every process completed its recipe, but {codes} while exiting "
               f"(a teardown crash after training, not a training failure); outputs in {paths.root}/", flush=True)
-        return 0
-    errors = rank_errors(s.error_file for s in setups)
+        return exits.OK
+    errors = first_failures(paths, (s.record.global_rank for s in setups))
     out = sys.stderr
     print("\n== job failed ==", file=out)
     # a rank killed by a signal leaves no error file; the ranks that lost it fail after it, with errors
@@ -114,7 +96,7 @@ def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, ela
         print(f"  {stopped} other process(es) were stopped by the launcher", file=out)
     print(f"\nper-rank logs: {paths.logs}/", file=out)
     _record_killed(setups, killed)
-    return 1
+    return exits.FAILED
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -148,7 +130,7 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths) 
         return []
     timeout = setups[0].spec.init.timeout_s
     world = setups[0].world_size
-    joined = [r for r in range(world) if paths.joined_file(r).exists()]
+    joined = [r for r in range(world) if RankOutcome(paths, r).joined]
     waited = sorted(e["rank"] for e in errors if is_timeout_text(e["exception"]))
     if len(joined) < world:
         missing = sorted(set(range(world)) - set(joined) - set(waited))
@@ -159,11 +141,11 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths) 
                 "checks every host's route, port and interface"]
     local = {s.record.global_rank: s for s in setups}
     failed = {e["rank"] for e in errors}
-    absent = [r for r in range(world) if r not in failed and not paths.done_file(r).exists()]
+    absent = [r for r in range(world) if r not in failed and not RankOutcome(paths, r).done]
     lines = ["", f"timeout: rank(s) {_ranks(waited)} waited init.timeout_s={timeout:g} s in a collective; "
                  f"rank(s) {_ranks(absent) or 'none'} did not arrive"]
     for r in absent:
-        stack = _last_stack(local[r].log_file) if r in local else []
+        stack = _last_stack(str(local[r].log_file)) if r in local else []
         if stack:
             lines.append(f"  rank {r} was at (most recent call first):")
             lines += [f"    {frame}" for frame in stack]

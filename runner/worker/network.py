@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 import psutil
 
-VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+from runner.environments.process import SOCKET_IFNAME_VARIABLES as VARIABLES
+from runner.environments.process import ProcessEnvironment
+from runner.plan.processes import Deferred, Plan
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,21 @@ def interface_of(addr: str) -> str | None:
     return None
 
 
+def network_choice(plan: Plan, node_rank: int, environment: ProcessEnvironment) -> InterfaceChoice | None:
+    """The interface host ``node_rank``'s processes use to reach the others (multi-host jobs), and why."""
+    if len(plan.job.hosts) < 2 or isinstance(plan.master_addr, Deferred):
+        return None
+    backend = plan.job.spec.backend
+    if not backend.pick_interface and not backend.socket_ifname:
+        return InterfaceChoice({}, "network: backend.pick_interface=false: gloo and NCCL choose their interface")
+    peers = [h.reach for h in plan.job.hosts if h.index != node_rank and h.reach]
+    return choose_interface(plan.master_addr, backend.socket_ifname, backend.env, environment.socket_ifnames, peers)
+
+
 def choose_interface(master_addr: str, spec_ifname: str | None, spec_env: Mapping[str, str],
                      environ: Mapping[str, str], peers: Sequence[str] = ()) -> InterfaceChoice:
-    """GLOO/NCCL_SOCKET_IFNAME for this host's processes in a multi-host job, and why.
+    """GLOO/NCCL_SOCKET_IFNAME for this host's processes in a multi-host job, and why. ``environ``: what
+    the user set of them in the environment (runner.environments.process).
 
     ``peers``: the other hosts' names or addresses, for the master itself, whose own name may resolve to
     a loopback address there (Debian's ``127.0.1.1 thishost``): then the route to a peer decides."""

@@ -16,7 +16,7 @@ def main(ctx, cfg):
     dist.all_reduce(t)
     addrs = sorted(a.address for nics in psutil.net_if_addrs().values() for a in nics
                    if a.family == socket.AF_INET and not a.address.startswith("127."))
-    record = {"rank": ctx.rank, "local_rank": ctx.local_rank, "node_rank": ctx.place.node_rank,
+    record = {"rank": ctx.rank, "local_rank": ctx.local_rank, "node_rank": ctx.node_rank,
               "world_size": ctx.world_size, "sum": t.item(), "node": os.environ.get("SLURMD_NODENAME"),
               "addrs": addrs, "master_addr": os.environ.get("MASTER_ADDR"), "pid": os.getpid(),
               "slurm_job": os.environ.get("SLURM_JOB_ID"), "restart": ctx.attempt}

@@ -59,7 +59,7 @@ def main(ctx, cfg):
             if step == target:
                 break
         epoch += 1
-    record = {"rank": ctx.rank, "world_size": ctx.world_size, "mode": ctx.sharding.mode.value, "steps": step,
+    record = {"rank": ctx.rank, "world_size": ctx.world_size, "mode": ctx.sharding_mode, "steps": step,
               "optimizer_state_bytes": ctx.optimizer_state_bytes(optimizer),
               "local_param_numel": sum(getattr(p, "to_local", lambda: p)().numel() for p in model.parameters()),
               "wrapped": type(model).__name__, "optimizer": type(optimizer).__name__}

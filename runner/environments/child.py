@@ -1,0 +1,28 @@
+"""The environment of one process the runner starts: built here, in one function, from the plan and what
+the launch decided; nowhere else."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from runner.environments.process import ProcessEnvironment
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Plan, ProcessRecord
+
+
+def child_environment(plan: Plan, record: ProcessRecord, paths: RunPaths, parent: ProcessEnvironment, *,
+                      master_port: str, agent_store: bool, network: Mapping[str, str] = {}) -> dict[str, str]:
+    """Every variable the process gets beyond its parent's: torchrun's (from the plan, with the launch's
+    ``master_port``), the run's attempt, ``agent_store`` (this host's launcher serves the rendezvous store,
+    as torchrun's agent does), the interface the host uses (``network``: runner.worker.network), the
+    process's threads (a share of the cores, unless the user set OMP_NUM_THREADS) and where torch elastic's
+    ``@record`` writes a failure."""
+    env = plan.env(record)
+    env.update(MASTER_PORT=master_port, TORCHELASTIC_RUN_ID=paths.run_id,
+               TORCHELASTIC_RESTART_COUNT=str(paths.attempt), TORCHELASTIC_MAX_RESTARTS="0",
+               TORCHELASTIC_ERROR_FILE=str(paths.elastic_error_file(record.global_rank)))
+    if agent_store:
+        env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    env.update(network)
+    env["OMP_NUM_THREADS"] = parent.omp_num_threads or str(max(1, parent.cpu_count // record.local_world_size))
+    return env

@@ -1,0 +1,137 @@
+"""How each rank of a run ended, as files in the run's ``logs/`` folder: the one module that writes and reads them.
+
+* ``rank<r>.joined`` — the rank joined the default process group (a rendezvous that times out names the
+  ranks without one);
+* ``rank<r>.done`` — its recipe returned: JSON ``{"stopped": bool, "result": {...}}``, ``stopped`` when it
+  returned because it was asked to (and checkpointed), ``result`` what the recipe returned (a mapping of
+  plain values; ``{}`` otherwise);
+* ``rank<r>.error.json`` — it raised (written by the rank), or its launcher saw it die without a Python
+  exception (``"killed": true``, written by the launcher): :class:`ErrorRecord`'s fields.
+
+The ranks write them, the launchers and the reports read them; the files outlive the processes, so a run
+folder tells how its ranks ended after the fact (a Slurm job Slurm no longer remembers, a sweep's table).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.plan.paths import RunPaths
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    """Why a rank failed, where and when."""
+
+    rank: int
+    local_rank: int
+    host: str  # as the plan names it (every namespace host of a test bed has the machine's name)
+    machine: str | None  # the machine's own name; None when its launcher wrote the record
+    pid: int | None
+    timestamp: float
+    exception: str  # "RuntimeError: ...", or how the process ended ("killed by SIGKILL (no Python exception)")
+    traceback: str = ""
+    killed: bool = False  # died without a Python exception; its launcher wrote this
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class RankOutcome:
+    """The outcome files of one rank of a run (of the run's current attempt: each attempt has its logs)."""
+
+    paths: RunPaths
+    rank: int
+
+    @property
+    def error_file(self) -> Path:
+        return self.paths.logs / f"rank{self.rank:05d}.error.json"
+
+    @property
+    def done_file(self) -> Path:
+        return self.paths.logs / f"rank{self.rank:05d}.done"
+
+    @property
+    def joined_file(self) -> Path:
+        return self.paths.logs / f"rank{self.rank:05d}.joined"
+
+    # -- written by the rank (or, for a rank that could not, by its launcher) ----------------------------
+    def clear(self) -> None:
+        """Forget an earlier attempt's files of this rank (a restarted or requeued job)."""
+        for path in (self.error_file, self.done_file, self.joined_file):
+            path.unlink(missing_ok=True)
+
+    def mark_joined(self) -> None:
+        self.joined_file.touch()
+
+    def mark_done(self, stopped: bool, result: Mapping[str, Any] | None = None) -> None:
+        _write_atomically(self.done_file, json.dumps({"stopped": stopped, "result": dict(result or {})}))
+
+    def record_error(self, record: ErrorRecord) -> None:
+        _write_atomically(self.error_file, json.dumps(asdict(record)))
+
+    # -- read by launchers and reports ------------------------------------------------------------------
+    @property
+    def joined(self) -> bool:
+        return self.joined_file.exists()
+
+    @property
+    def done(self) -> bool:
+        return self.done_file.exists()
+
+    @property
+    def failed(self) -> bool:
+        return self.error_file.exists()
+
+    def _done_document(self) -> dict[str, Any]:
+        try:
+            document = json.loads(self.done_file.read_text() or "{}")
+        except (OSError, ValueError):
+            return {}
+        return document if isinstance(document, dict) else {}
+
+    @property
+    def returned_on_request(self) -> bool:
+        """Its recipe returned because it was asked to stop (and checkpointed), not at the end of its work."""
+        return bool(self._done_document().get("stopped"))
+
+    @property
+    def result(self) -> dict[str, Any]:
+        """What its recipe returned (a mapping; {} when it returned something else, or has not returned)."""
+        result = self._done_document().get("result")
+        return result if isinstance(result, dict) else {}
+
+    def error(self) -> dict[str, Any] | None:
+        """Its error record (:class:`ErrorRecord`'s fields), or None."""
+        try:
+            return json.loads(self.error_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+
+def outcomes(paths: RunPaths, ranks: Iterable[int]) -> list[RankOutcome]:
+    return [RankOutcome(paths, r) for r in ranks]
+
+
+def first_failures(paths: RunPaths, ranks: Iterable[int]) -> list[dict[str, Any]]:
+    """The error records of ``ranks``, the first failure first: ranks killed by a signal (the peers that lost
+    them fail after them, with errors about the lost peer), then ranks that raised, by time."""
+    records = (o.error() for o in outcomes(paths, ranks))
+    return sorted((e for e in records if e), key=lambda e: (not e.get("killed"), e["timestamp"]))
+
+
+def all_done(paths: RunPaths, ranks: Iterable[int]) -> bool:
+    return all(o.done for o in outcomes(paths, ranks))
+
+
+def any_failed(paths: RunPaths, ranks: Iterable[int]) -> bool:
+    return any(o.failed for o in outcomes(paths, ranks))

@@ -1,0 +1,87 @@
+"""Where this process's output goes: its log file, and (rank 0 of a host) the launching terminal too.
+
+The worker redirects a rank's output here first thing (:func:`redirect_output`); progress bars then
+write to the terminal alone (:func:`terminal`, :func:`write_terminal_through`) and plain lines to the log
+alone (:func:`log`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TextIO
+
+
+class _Tee:
+    """A text stream writing to the terminal and the rank's log."""
+
+    def __init__(self, terminal: TextIO, log: TextIO) -> None:
+        self.terminal = terminal  # while a live progress bar is shown, its writer (see write_terminal_through)
+        self.log = log
+
+    def write(self, s: str) -> int:
+        self.terminal.write(s)
+        self.log.write(s)
+        return len(s)
+
+    def flush(self) -> None:
+        self.terminal.flush()
+        self.log.flush()
+
+    def isatty(self) -> bool:
+        return self.terminal.isatty()
+
+    def fileno(self) -> int:
+        return self.log.fileno()
+
+
+class _Streams:
+    """This rank's output streams, apart (set by :func:`redirect_output`)."""
+
+    terminal: TextIO | None = None
+    log: TextIO | None = None
+
+
+def terminal() -> TextIO | None:
+    """The launching terminal alone, for what belongs there and not in the log (a live progress bar);
+    None on a rank that does not echo, or before :func:`redirect_output`. Not necessarily a TTY."""
+    return _Streams.terminal
+
+
+def log() -> TextIO | None:
+    """This rank's log alone; None before :func:`redirect_output`."""
+    return _Streams.log
+
+
+def write_terminal_through(writer: TextIO | None) -> TextIO | None:
+    """Send what the echoed stdout writes to the terminal through ``writer`` instead (a live progress
+    bar's, which puts whole lines above the bar), or straight to the terminal again (None). The
+    previous writer, to restore. No effect on a rank whose stdout is not echoed."""
+    if not isinstance(sys.stdout, _Tee):
+        return None
+    previous = sys.stdout.terminal
+    sys.stdout.terminal = writer if writer is not None else _Streams.terminal
+    return previous if previous is not _Streams.terminal else None
+
+
+def redirect_output(log_path: str, echo: bool) -> None:
+    """Send this process's stdout and stderr (Python and C level) to its log; with ``echo``,
+    Python-level stdout also still reaches the terminal. :func:`terminal` and :func:`log` give the two
+    streams apart."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    terminal = os.dup(1)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    log = os.fdopen(os.dup(1), "w", buffering=1)
+    _Streams.log = log
+    if echo:
+        _Streams.terminal = os.fdopen(terminal, "w", buffering=1)
+        sys.stdout = _Tee(_Streams.terminal, log)
+    else:
+        os.close(terminal)
+        _Streams.terminal = None
+        sys.stdout = log
+    sys.stderr = os.fdopen(os.dup(2), "w", buffering=1)

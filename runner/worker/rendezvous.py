@@ -1,0 +1,95 @@
+"""Where a host's processes meet the others: the store that host 0 serves (env:// and tcp://), or the run's
+fresh init file (file://), made ready before any of the host's processes starts."""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Deferred, Plan
+from runner.spec.schema import InitMethod
+
+
+@dataclass
+class Rendezvous:
+    """The concrete meeting point of one run, and what this host holds open for it."""
+
+    init_method: str
+    master_port: str  # the port the processes get (MASTER_PORT; with file:// init, the plan's, unused)
+    agent_store: bool  # this host's launcher serves the store (TORCHELASTIC_USE_AGENT_STORE)
+    store: tuple | None = None  # (TCPStore, listening socket) this host serves, kept alive for the run
+    file: Path | None = None  # the init file, removed afterwards
+    notes: list[str] = field(default_factory=list)
+
+    def close(self) -> None:
+        self.store = None
+        if self.file is not None:
+            self.file.unlink(missing_ok=True)
+            try:
+                self.file.parent.rmdir()  # the run's private folder, once no attempt's file is left
+            except OSError:
+                pass
+
+
+class RendezvousError(Exception):
+    """The meeting point cannot be made; ``hint`` says what to do (also in str())."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(f"{message}; hint: {hint}" if hint else message)
+        self.message = message
+        self.hint = hint
+
+
+def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> tuple[tuple, int]:
+    """Serve the rendezvous TCPStore from this process on a socket we bind ourselves: loopback only for
+    one host, and the port is ours from the moment it is chosen (no free-port race)."""
+    import torch.distributed as dist
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    bind = "127.0.0.1" if single_host else "0.0.0.0"
+    try:
+        sock.bind((bind, port))
+    except OSError as e:
+        if not single_host:  # the other hosts were told this port
+            raise RendezvousError(f"cannot listen on {bind}:{port} for the rendezvous store: {e.strerror}",
+                                  "another job holds the port; leave init.master_port=0, or pick another") from None
+        sock.bind((bind, 0))  # one host: nobody else needs to know the port, take a free one
+        print(f"warning: init.master_port={port} is in use on this machine ({e.strerror}); using the free port "
+              f"{sock.getsockname()[1]} instead", file=sys.stderr)
+    sock.listen(1024)
+    store = dist.TCPStore(addr, sock.getsockname()[1], None, True, datetime.timedelta(seconds=timeout_s),
+                          wait_for_workers=False, master_listen_fd=sock.fileno())
+    return (store, sock), sock.getsockname()[1]
+
+
+def stale_rendezvous_file(path: Path) -> None:
+    """An init file from an earlier run is never reused: refuse it."""
+    if path.exists():
+        raise RendezvousError(f"init file {path} already exists (a stale file from an earlier run?); it is "
+                              f"never reused", "remove it or start a new run")
+
+
+def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvous:
+    """This host's part of the run's rendezvous: on host 0 the store, served here (env://, tcp://), or the
+    init file's private folder (file://)."""
+    spec = plan.job.spec
+    single = len(plan.job.hosts) == 1
+    if spec.init.method is InitMethod.file:
+        path = paths.rendezvous_file(spec.init.dir)
+        # With several hosts, another host's ranks may have made the file already: the launch checked
+        # before any host started (runner.app.launch)
+        if single:
+            stale_rendezvous_file(path)
+        RunPaths.make_private(path.parent)
+        return Rendezvous(f"file://{path}", str(plan.master_port), False, file=path if node_rank == 0 else None)
+    addr = plan.master_addr
+    port = int(plan.master_port) if not isinstance(plan.master_port, Deferred) else 0
+    store = None
+    if node_rank == 0:
+        store, port = _serve_store(addr, port, single, spec.init.timeout_s)
+    return Rendezvous(plan.init_url(port), str(port), True, store=store)
