@@ -228,6 +228,13 @@ def clean_env(**extra: str) -> dict[str, str]:
 # --------------------------------------------------------------------------- hooks
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the namespace hosts or the Slurm cluster is marked so (pytest -m "not testbed")."""
+    for item in items:
+        if "testbed" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.testbed)
+
+
 # --------------------------------------------------------------------------- fixtures
 
 

@@ -53,6 +53,7 @@ def load_target(target: str, workdir: str | None) -> Callable[..., Any]:
     import importlib
 
     use_workdir(workdir)
+    importlib.invalidate_caches()  # files made since this process last looked are found too
     module_name, function = split_target(target)
     module = importlib.import_module(module_name)
     where = getattr(module, "__file__", None) or "a namespace package"
@@ -114,6 +115,7 @@ def target_problem(target: str, workdir: str | None, timeout_s: float = IMPORT_T
         devnull = os.open(os.devnull, os.O_RDWR)  # no input to wait for, no output to show
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
+        sys.stdout = sys.stderr = open(os.devnull, "w")  # also where Python's streams were replaced
         answer: dict[str, str] = {}
         try:
             load_target(target, workdir)

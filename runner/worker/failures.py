@@ -92,7 +92,7 @@ def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, ela
         for e in rest:
             print(f"  rank {e['rank']} (host {e['host']}): {e['exception'].splitlines()[0][:200]}", file=out)
     stopped = n - len(errors) - len(done) - len(killed)
-    if stopped > 0 and errors:
+    if stopped > 0:  # every rank of the host is accounted for: failed first, then, or stopped
         print(f"  {stopped} other process(es) were stopped by the launcher", file=out)
     print(f"\nper-rank logs: {paths.logs}/", file=out)
     _record_killed(setups, killed)

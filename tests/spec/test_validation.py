@@ -19,6 +19,8 @@ from conftest import TARGET, compose, hosts_override, validate
 from runner.spec.problems import Severity
 from runner.spec.schema import JobConfig
 
+pytestmark = pytest.mark.unit
+
 E, W, N = Severity.error, Severity.warning, Severity.notice
 BASE = (f"recipe.target={TARGET}",)
 

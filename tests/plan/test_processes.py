@@ -8,6 +8,8 @@ rank = prefix sum of the hosts before + local rank, host blocks, and each proces
 
 from __future__ import annotations
 
+import pytest
+
 from itertools import accumulate
 from pathlib import Path
 
@@ -20,6 +22,8 @@ from runner.plan.paths import RunPaths
 from runner.launchers import plan as plan_for
 from runner.spec.probe import FixedProbe
 from runner.spec.schema import DeviceKind, ParallelMode, TaskMode
+
+pytestmark = pytest.mark.unit
 
 PATHS = RunPaths(Path("/runs/R1"), "R1")
 INVOCATION = Invocation(python="/venv/bin/python", cwd="/work/proj", overrides=(), config_dir=None)

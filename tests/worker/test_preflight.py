@@ -49,6 +49,7 @@ def listening_port():
 # -------------------------------------------------------------------------- the checks, with real sockets
 
 
+@pytest.mark.unit
 def test_a_closed_port_is_refused_with_its_address_and_port(closed_port):
     check = check_reachable("127.0.0.1", closed_port, window_s=0, ifname="lo")
     assert not check.ok
@@ -57,6 +58,7 @@ def test_a_closed_port_is_refused_with_its_address_and_port(closed_port):
     assert "is host 0 started" in check.hint and "init.master_addr" in check.hint and "firewall" in check.hint
 
 
+@pytest.mark.unit
 def test_a_refused_port_is_tried_again_for_the_window_then_given_up(closed_port):
     started = time.monotonic()
     check = check_reachable("127.0.0.1", closed_port, window_s=1.0)
@@ -64,6 +66,7 @@ def test_a_refused_port_is_tried_again_for_the_window_then_given_up(closed_port)
     assert "refused the connection for 1 s" in check.failure
 
 
+@pytest.mark.unit
 def test_host_0_that_cannot_reach_its_own_store_names_the_master_address(closed_port):
     check = check_reachable("127.0.0.1", closed_port, window_s=30, serving_here=True)  # no retry: it would not help
     assert "this host (host 0) serves the rendezvous" in check.failure
@@ -71,10 +74,12 @@ def test_host_0_that_cannot_reach_its_own_store_names_the_master_address(closed_
     assert "init.master_addr must be host 0's address" in check.hint
 
 
+@pytest.mark.unit
 def test_a_listening_port_is_reachable(listening_port):
     assert check_reachable("127.0.0.1", listening_port, window_s=0) == Check(f"port {listening_port} reachable")
 
 
+@pytest.mark.unit
 def test_a_bound_port_is_not_free_and_a_free_one_is_held_for_the_checks(listening_port):
     sock, check = hold_port("127.0.0.1", listening_port)
     assert sock is None and not check.ok
@@ -90,6 +95,7 @@ def test_a_bound_port_is_not_free_and_a_free_one_is_held_for_the_checks(listenin
         sock.close()
 
 
+@pytest.mark.unit
 def test_timeouts_and_unreachable_networks_point_to_firewall_and_routing():
     timeout = connect_failure("10.0.0.11", 23456, TimeoutError("timed out"), "lan0", 3.0, False)
     assert "no answer from 10.0.0.11:23456" in timeout.failure and "(reached via lan0)" in timeout.failure
@@ -98,6 +104,7 @@ def test_timeouts_and_unreachable_networks_point_to_firewall_and_routing():
     assert "unreachable" in unreachable.failure and unreachable.hint.startswith("interface or routing")
 
 
+@pytest.mark.unit
 def test_a_loopback_master_with_several_hosts_is_refused_on_the_others():
     check, ip = check_master("localhost", hosts=2, one_machine=False, master_host=False)
     assert ip is None and not check.ok
@@ -110,17 +117,20 @@ def test_a_loopback_master_with_several_hosts_is_refused_on_the_others():
     (2, True, False, "loopback: every host is this machine"),
     (2, False, True, "loopback here, on host 0 itself"),  # Debian's 127.0.1.1 for the host's own name
 ])
+@pytest.mark.unit
 def test_a_loopback_master_is_fine_where_nobody_else_dials_it(hosts, one_machine, master_host, why):
     check, ip = check_master("localhost", hosts, one_machine, master_host)
     assert check.ok and ip == "127.0.0.1" and check.text == f"master localhost -> 127.0.0.1 ({why})"
 
 
+@pytest.mark.unit
 def test_a_master_name_that_does_not_resolve_hints_at_name_resolution():
     check, ip = check_master("no-such-host.invalid", hosts=2, one_machine=False, master_host=False)
     assert ip is None and "'no-such-host.invalid' does not resolve" in check.failure
     assert check.hint.startswith("name resolution") and "/etc/hosts" in check.hint
 
 
+@pytest.mark.unit
 def test_the_interface_gloo_would_use_is_checked():
     route = InterfaceChoice({"GLOO_SOCKET_IFNAME": "lan0", "NCCL_SOCKET_IFNAME": "lan0"}, "network: ...")
     assert check_interface(route, "lan0", None, None, "gloo", frozenset({"lo", "lan0"}), None, False).text == \
@@ -138,6 +148,7 @@ def test_the_interface_gloo_would_use_is_checked():
     assert check_interface(left, "lan0", None, None, "gloo", frozenset({"lan0"}), "10.0.0.12", False, False).ok
 
 
+@pytest.mark.unit
 def test_devices_and_the_init_folder(tmp_path):
     host = Host(1, None, None, 2, (0, 1))
     assert check_devices(host, DeviceKind.cpu, 2, 2, None).text == "2 CPU process(es) as the spec says"
@@ -150,6 +161,7 @@ def test_devices_and_the_init_folder(tmp_path):
     assert "does not exist on this host" in gone.failure and gone.hint.startswith("shared storage")
 
 
+@pytest.mark.unit
 def test_a_host_line_lists_its_checks_and_ends_at_a_failure():
     report = HostReport("preflight node1 (h2, 10.0.0.12)", (Check("master h1 -> 10.0.0.11 (not loopback)"),))
     assert report.line() == "preflight node1 (h2, 10.0.0.12): master h1 -> 10.0.0.11 (not loopback)"

@@ -19,6 +19,8 @@ from runner.app.task import check_place
 from runner.common.signals import parse_signal
 from runner.launchers.base import TaskError, TaskPlace
 
+pytestmark = pytest.mark.unit
+
 SHOW_JOB = ("JobId=42 JobName=run-R1 UserId=root(0) JobState={state} Reason={reason} Dependency=(null) "
             "Requeue=1 Restarts={restarts} BatchFlag=1 ExitCode={code} RunTime=00:00:07 NodeList={nodes} "
             "Command=/runs/R1/job.sbatch WorkDir=/work/proj StdOut=/runs/R1/slurm-42.out")

@@ -7,6 +7,8 @@ import pytest
 from runner.environments.mpi import MpiEnvironment
 from runner.environments.slurm import SlurmEnvironment
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("env, flavour, expected", [
     ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from runner.common.formatting import duration
 from runner.training.progress import Progress
 from runs import run, run_folder
@@ -50,6 +51,7 @@ def steps_of(lines: list[str]) -> list[int]:
 # ------------------------------------------------------------------------------ plain lines, no processes
 
 
+@pytest.mark.unit
 def test_a_line_at_every_tenth_with_throughput_loss_elapsed_and_eta():
     clock, log = Clock(), io.StringIO()
     bar = Progress(20, "train", lines=[log], clock=clock)
@@ -63,6 +65,7 @@ def test_a_line_at_every_tenth_with_throughput_loss_elapsed_and_eta():
     assert lines[-1] == "progress: train step 20/20 (100%) · 128 samples/s · loss 0.5 · 10.0 s elapsed"
 
 
+@pytest.mark.unit
 def test_a_resumed_run_counts_only_its_own_steps_for_throughput_and_eta():
     clock, log = Clock(), io.StringIO()
     with Progress(100, initial=60, lines=[log], clock=clock) as bar:
@@ -74,6 +77,7 @@ def test_a_resumed_run_counts_only_its_own_steps_for_throughput_and_eta():
     assert lines[0] == "progress: step 70/100 (70%) · 10 samples/s · 10.0 s elapsed, eta 30.0 s"
 
 
+@pytest.mark.unit
 def test_closing_early_says_where_it_stopped_once():
     clock, log = Clock(), io.StringIO()
     bar = Progress(20, "train", lines=[log], clock=clock)
@@ -89,6 +93,7 @@ def test_closing_early_says_where_it_stopped_once():
     assert bar.n == 10
 
 
+@pytest.mark.unit
 def test_without_a_total_lines_come_every_interval():
     clock, log = Clock(), io.StringIO()
     bar = Progress(None, lines=[log], interval_s=5.0, clock=clock)
@@ -100,6 +105,7 @@ def test_without_a_total_lines_come_every_interval():
                                               "progress: step 12 · 12.0 s elapsed"]
 
 
+@pytest.mark.unit
 def test_a_slow_run_gets_a_line_between_tenths_once_the_interval_passed():
     clock, log = Clock(), io.StringIO()
     bar = Progress(1000, lines=[log], interval_s=30.0, clock=clock)
@@ -109,6 +115,7 @@ def test_a_slow_run_gets_a_line_between_tenths_once_the_interval_passed():
     assert steps_of(progress_lines(log.getvalue())) == [30]  # no tenth yet (100 steps), one line for liveness
 
 
+@pytest.mark.unit
 def test_the_loss_shown_is_smoothed():
     bar = Progress(10, lines=[io.StringIO()], clock=Clock())
     assert bar.loss is None
@@ -118,11 +125,13 @@ def test_the_loss_shown_is_smoothed():
     assert 0.0 < bar.loss < 2.0 and bar.loss == pytest.approx(0.18 / 0.19)
 
 
+@pytest.mark.unit
 def test_a_negative_total_is_refused():
     with pytest.raises(ValueError, match="total=-1"):
         Progress(-1)
 
 
+@pytest.mark.unit
 def test_durations_read_as_seconds_minutes_hours():
     assert [duration(s) for s in (4.14, 59.94, 725, 11220)] == ["4.1 s", "59.9 s", "12 min 05 s", "3 h 07 min"]
 
@@ -167,7 +176,7 @@ def on_a_pseudo_terminal(tmp_path: Path, rank: int, columns: int = 0) -> tuple[s
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     proc = subprocess.Popen([sys.executable, "-c", PTY_SCRIPT, str(log), str(rank)], stdout=slave,
-                            stderr=subprocess.PIPE, cwd=Path(__file__).parents[1])
+                            stderr=subprocess.PIPE, cwd=REPO)
     os.close(slave)
     chunks = []
     while True:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pathlib import Path
 
 
@@ -9,7 +11,10 @@ from conftest import TARGET, compose, environment, hosts_override, make_spec, va
 from runner.launchers import LAUNCHERS, Invocation
 from runner.plan.paths import RunPaths
 from runner.launchers import plan as plan_for
+from runner.plan.processes import Deferred
 from runner.spec.schema import BackendConfig, InitConfig, InitMethod, TaskMode
+
+pytestmark = pytest.mark.unit
 
 PATHS = RunPaths(Path("/runs/R1"), "R1")
 INVOCATION = Invocation(python="/venv/bin/python", cwd="/work/proj")
@@ -102,10 +107,9 @@ def test_slurm_named_hosts_are_the_allocated_ones() -> None:
     assert got.valid, got.rendered()
     plan = plan_for(got.job, PATHS)
     script = LAUNCHERS["slurm"](plan, PATHS, INVOCATION, environment()).request().files["job.sbatch"]
-    pinned = "--nodelist=gpu01,gpu02" in script
-    deferred = plan.master_addr != "gpu01"
-    warned = any(p.key.startswith("topology.hosts") for p in got.problems)
-    assert pinned or deferred or warned
+    assert "#SBATCH --nodelist=gpu01,gpu02" in script  # the named nodes are the ones Slurm gives
+    assert plan.master_addr == Deferred.of("first host of SLURM_STEP_NODELIST")  # and the master is the step's first
+    assert not any(p.key.startswith("topology.hosts") for p in got.problems)
 
 
 def test_mpi_refuses_ipv6_literals() -> None:

@@ -9,10 +9,11 @@ import signal
 import uuid
 from pathlib import Path
 
+import pytest
 from omegaconf import OmegaConf
+from runs import processes_of, run, signal_when_ready
 
 from runner.reports.sweep import markdown, plot, summarize
-from runs import processes_of, run, signal_when_ready
 
 
 def _job(sweep: Path, num: int, overrides: list[str], world: int, throughput: float | None, accuracy: float,
@@ -32,6 +33,7 @@ def _job(sweep: Path, num: int, overrides: list[str], world: int, throughput: fl
         (folder / "logs" / "rank00000.error.json").write_text("{}")
 
 
+@pytest.mark.unit
 def test_speedup_and_efficiency_are_against_the_smallest_world_size(tmp_path):
     _job(tmp_path, 0, ["topology=1x1", "run_id=x"], 1, 1000.0, 0.96)
     _job(tmp_path, 1, ["topology=1x2"], 2, 1800.0, 0.97)
@@ -48,6 +50,7 @@ def test_speedup_and_efficiency_are_against_the_smallest_world_size(tmp_path):
     assert "| 2 | topology=1x4 | 4 | done | 3000 | 3 | 0.75 | 20 | 0.95 |" in table
 
 
+@pytest.mark.unit
 def test_each_configuration_scales_against_its_own_smallest_world_size(tmp_path):
     """topology x sharding: one series per sharding mode, each with its own baseline and plot line."""
     for n, (topology, world, sharding, throughput) in enumerate([("1x1", 1, "none", 1000.0), ("1x1", 1, "zero", 800.0),
@@ -61,6 +64,7 @@ def test_each_configuration_scales_against_its_own_smallest_world_size(tmp_path)
     assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.unit
 def test_jobs_of_one_world_size_compare_against_the_first_job(tmp_path):
     for n, (sharding, throughput) in enumerate([("none", 1000.0), ("zero", 900.0), ("fsdp", 700.0)]):
         _job(tmp_path, n, ["topology=1x2", f"sharding={sharding}"], 2, throughput, 0.95)
@@ -70,6 +74,7 @@ def test_jobs_of_one_world_size_compare_against_the_first_job(tmp_path):
     assert (tmp_path / "bars.png").stat().st_size > 0
 
 
+@pytest.mark.unit
 def test_a_sweep_without_throughput_has_no_plot(tmp_path):
     _job(tmp_path, 0, ["topology=1x2"], 2, None, 0.9)
     rows = summarize(tmp_path)

@@ -22,6 +22,8 @@ from runner.launchers import LAUNCHERS, Invocation
 from runner.plan.paths import RunPaths
 from runner.launchers import plan as plan_for
 
+pytestmark = pytest.mark.unit
+
 PATHS = RunPaths(root=Path("/runs/R1"), run_id="R1")
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 import importlib.util
 import json
 
 from conftest import REPO
+
+pytestmark = pytest.mark.unit
 
 spec = importlib.util.spec_from_file_location("benchmark_report", REPO / "benchmarks" / "report.py")
 report = importlib.util.module_from_spec(spec)

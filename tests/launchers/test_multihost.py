@@ -6,13 +6,21 @@ work, as the control test shows."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-
-from runs import artifacts, bed_hosts, finish, mpi_options, processes_of, run, start_manual_hosts
+from runs import (
+    artifacts,
+    bed_hosts,
+    finish,
+    mpi_options,
+    processes_of,
+    run,
+    start_manual_hosts,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -82,8 +90,10 @@ def test_control_without_the_runners_interface_choice_the_same_job_fails(testbed
     done = run(*bed_hosts(testbed, [2, 2]), *mpi_options(testbed), "init=tcp", "launcher.tasks=per_device",
                "backend.pick_interface=false", "init.timeout_s=30", *placement(art), cwd=tmp_path,
                env=testbed.env(), timeout=180)
-    assert done.code != 0, done.output
-    assert "127.0.0.1" in done.output or "timed out" in done.output.lower(), done.output
+    assert done.code == 1, done.output
+    # DESIGN.md's symptom exactly: each rank that failed dialed the loopback address its peer published
+    errors = [json.loads(p.read_text())["exception"] for p in tmp_path.glob("outputs/*/*/logs/rank*.error.json")]
+    assert errors and all("Gloo connectFullMesh failed" in e and "remote=[127.0.0.1]" in e for e in errors), errors
     assert not artifacts(art)
     assert time.monotonic() - started < 120
     assert not processes_of(done.run_id)

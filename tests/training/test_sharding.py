@@ -237,6 +237,7 @@ def test_dp_with_sharding_runs_plain(tmp_path):
     assert type(model) is nn.Linear and type(optimizer) is torch.optim.SGD
 
 
+@pytest.mark.unit
 def test_fsdp_units_leave_tied_weights_to_the_root():
     class Tied(nn.Module):
         def __init__(self):
@@ -252,6 +253,7 @@ def test_fsdp_units_leave_tied_weights_to_the_root():
     assert units == [model.blocks[0], model.blocks[2], model.norm]
 
 
+@pytest.mark.unit
 def test_optimizer_state_by_name_and_by_index_round_trip():
     model = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1))
     optimizer = torch.optim.Adam(model.parameters())
@@ -267,6 +269,7 @@ def test_optimizer_state_by_name_and_by_index_round_trip():
         _by_name(osd, names[:3])
 
 
+@pytest.mark.unit
 def test_state_bytes_counts_a_storage_once():
     t = torch.zeros(10)
     assert state_bytes({0: {"a": t, "b": t}, 1: {"c": torch.zeros(2, dtype=torch.float64)}, 2: None}) == 40 + 16

@@ -10,6 +10,8 @@ import pytest
 
 from runner.worker.network import NetworkError, choose_interface
 
+pytestmark = pytest.mark.unit
+
 
 def _an_address_of_this_machine() -> tuple[str, str]:
     for name, nics in psutil.net_if_addrs().items():

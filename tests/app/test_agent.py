@@ -1,0 +1,40 @@
+"""runner.app.agent: the launch agent `run` forks as it starts answers validation's questions about the recipe
+target (from a child of its own, torch already imported) and exits when no launch follows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+SCRIPT = textwrap.dedent("""
+    import os, sys, time
+    from runner.app.agent import LaunchAgent
+    agent = LaunchAgent.start_if_useful([])
+    assert agent is not None, "no agent on this machine"
+    ok = agent.target_problem("runner.recipes.digits:main", None)
+    bad = agent.target_problem("runner.recipes.digits:nope", None)
+    agent.cancel()
+    _, status = os.waitpid(agent.pid, 0)
+    print(ok, "|", bad.message, "|", os.waitstatus_to_exitcode(status))
+""")
+
+
+def test_the_agent_tries_targets_then_exits_when_no_launch_follows(tmp_path) -> None:
+    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr
+    ok, bad, code = (part.strip() for part in done.stdout.strip().split("|"))
+    assert ok == "None" and code == "0"
+    assert bad.startswith("module 'runner.recipes.digits' (") and bad.endswith("defines no 'nope'; its functions: "
+                                                                                "accuracy, build_model, datasets, main")
+
+
+def test_no_agent_for_help_the_composed_config_or_a_sweep() -> None:
+    from runner.app.agent import LaunchAgent
+
+    for argv in (["--help"], ["--cfg", "job"], ["-m", "topology=1x1,1x2"]):
+        assert LaunchAgent.start_if_useful(argv) is None

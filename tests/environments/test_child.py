@@ -1,0 +1,51 @@
+"""runner.environments.process and child: the runner's own environment, read once; a child's, built once."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import validate
+from runner.environments.child import child_environment
+from runner.environments.process import ProcessEnvironment
+from runner.launchers import plan as plan_for
+from runner.plan.paths import RunPaths
+
+pytestmark = pytest.mark.unit
+
+
+def test_what_the_runner_reads_of_its_own_process() -> None:
+    env = ProcessEnvironment.read({"OMP_NUM_THREADS": "3", "GLOO_SOCKET_IFNAME": "eth1", "SLURM_JOB_ID": "7",
+                                   "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "HOME": "/root"})
+    assert env.omp_num_threads == "3" and dict(env.socket_ifnames) == {"GLOO_SOCKET_IFNAME": "eth1"}
+    assert env.slurm.in_allocation and env.mpi is not None and env.mpi.rank == 1
+    empty = ProcessEnvironment.read({})
+    assert empty.omp_num_threads is None and not empty.slurm.in_allocation and empty.mpi is None
+
+
+def _plan(tmp_path, *overrides: str):
+    got = validate(("device=cpu", *overrides))
+    assert got.valid, got.rendered()
+    paths = RunPaths(tmp_path, "run7", attempt=2)
+    return plan_for(got.job, paths), paths
+
+
+def test_a_childs_environment(tmp_path) -> None:
+    plan, paths = _plan(tmp_path, "topology=1x4")
+    parent = ProcessEnvironment.read({})
+    parent = ProcessEnvironment(parent.slurm, parent.mpi, None, {}, cpu_count=8)
+    env = child_environment(plan, plan.records[3], paths, parent, master_port="29511", agent_store=True,
+                            network={"GLOO_SOCKET_IFNAME": "lan0"})
+    assert env == {
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "WORLD_SIZE": "4", "GROUP_RANK": "0", "NODE_RANK": "0",
+        "LOCAL_WORLD_SIZE": "4", "ROLE_WORLD_SIZE": "4", "ROLE_NAME": "default", "RANK": "3", "LOCAL_RANK": "3",
+        "ROLE_RANK": "3", "TORCHELASTIC_RUN_ID": "run7", "TORCHELASTIC_RESTART_COUNT": "2",
+        "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_ERROR_FILE": str(paths.elastic_error_file(3)),
+        "TORCHELASTIC_USE_AGENT_STORE": "True", "GLOO_SOCKET_IFNAME": "lan0", "OMP_NUM_THREADS": "2",
+    }
+
+
+def test_the_users_threads_win_and_no_agent_store_for_a_task(tmp_path) -> None:
+    plan, paths = _plan(tmp_path, "topology=1x2")
+    parent = ProcessEnvironment.read({"OMP_NUM_THREADS": "5"})
+    env = child_environment(plan, plan.records[0], paths, parent, master_port="1", agent_store=False)
+    assert env["OMP_NUM_THREADS"] == "5" and "TORCHELASTIC_USE_AGENT_STORE" not in env
