@@ -267,4 +267,4 @@ def test_the_task_command_is_not_shadowed_by_a_users_runner_py(repo):
     assert "the user's runner.py was imported" in shadowed.stderr
     ours = subprocess.run([sys.executable, "-P", "-m", "runner.app.task"], cwd=repo, env=plain_env(), capture_output=True,
                           text=True, timeout=60)
-    assert ours.returncode == 2 and "usage: python -m runner.app.task" in ours.stderr, ours.stderr
+    assert ours.returncode == 2 and "usage: python -P -m runner.app.task" in ours.stderr, ours.stderr
