@@ -38,6 +38,7 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
     from runner.worker.rank import die_with_parent
 
     die_with_parent()
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # Ctrl-\ is for `run` to answer (runner.app.launch); ranks dump stacks
     try:
         import torch.distributed.elastic.multiprocessing  # noqa: F401  (the point of the agent)
 

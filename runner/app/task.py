@@ -149,6 +149,7 @@ def main() -> None:
     # Slurm may send its stop signal early (a short time limit, a preemption): remember it rather than
     # die of it; the ranks started after it start asked to stop (runner.common.signals)
     StopRequest.install(signal.SIGUSR1)  # the default; run_task installs the spec's own once it is read
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # a per-host task lives on; its ranks dump their stacks
     if len(sys.argv) != 2:
         print("usage: python -P -m runner.app.task <run folder>/spec.yaml", file=sys.stderr)
         raise SystemExit(exits.INVALID)

@@ -15,8 +15,9 @@ def child_environment(plan: Plan, record: ProcessRecord, paths: RunPaths, parent
     """Every variable the process gets beyond its parent's: torchrun's (from the plan, with the launch's
     ``master_port``), the run's attempt, ``agent_store`` (this host's launcher serves the rendezvous store,
     as torchrun's agent does), the interface the host uses (``network``: runner.worker.network), the
-    process's threads (a share of the cores, unless the user set OMP_NUM_THREADS) and where torch elastic's
-    ``@record`` writes a failure."""
+    process's threads (a share of the cores, unless the user set OMP_NUM_THREADS), where torch elastic's
+    ``@record`` writes a failure, and how many collectives torch's flight recorder keeps (log.collectives,
+    for a hang's diagnosis: runner.worker.watch)."""
     env = plan.env(record)
     env.update(MASTER_PORT=master_port, TORCHELASTIC_RUN_ID=paths.run_id,
                TORCHELASTIC_RESTART_COUNT=str(paths.attempt), TORCHELASTIC_MAX_RESTARTS="0",
@@ -25,4 +26,7 @@ def child_environment(plan: Plan, record: ProcessRecord, paths: RunPaths, parent
         env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     env.update(network)
     env["OMP_NUM_THREADS"] = parent.omp_num_threads or str(max(1, parent.cpu_count // record.local_world_size))
+    collectives = plan.job.spec.log.collectives
+    if parent.flight_recorder is None and collectives:
+        env["TORCH_FR_BUFFER_SIZE"] = str(collectives)
     return env

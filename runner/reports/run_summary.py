@@ -29,6 +29,7 @@ from typing import Any
 
 from runner.common import exits
 from runner.common.formatting import duration, number
+from runner.plan.diagnostics import RankFiles, read_diagnosis, straggler
 from runner.plan.outcome import first_failures, outcomes
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan
@@ -64,6 +65,8 @@ class RunSummary:
     slurm_job_id: str | None = None
     metrics_step: int | None = None
     final_metrics: dict[str, float] = field(default_factory=dict)
+    hang: dict[str, Any] | None = None  # where the ranks were when a collective timed out or the job stalled
+    straggler: str | None = None  # the rank the others waited for, in words
     files: tuple[str, ...] = ()  # what the run folder holds, relative to it, grouped (logs/rank*.log (2), ...)
     paths: dict[str, Any] = field(default_factory=dict)  # the same, as absolute paths by kind
 
@@ -92,6 +95,10 @@ class RunSummary:
             more = f" (+{len(self.final_metrics) - MAX_METRICS} more)" if len(self.final_metrics) > MAX_METRICS else ""
             at = f"step {self.metrics_step}: " if self.metrics_step is not None else ""
             lines.append(f"  metrics   {at}{shown}{more}")
+        if self.hang:
+            lines.append(f"  hang      {_wrapped(self.hang['text'], 12)}")
+        if self.straggler:
+            lines.append(f"  slowest   {self.straggler}")
         lines.append(f"  outputs   {_shown_path(self.root, cwd)}/")
         row = ""
         for item in self.files:
@@ -112,6 +119,7 @@ class RunSummary:
             "device": self.device, "backend": self.backend, "parallel": self.parallel, "sharding": self.sharding,
             "launcher": self.launcher, "recipe": self.recipe,
             "first_failure": self.first_failure, "signal": self.signal, "slurm_job_id": self.slurm_job_id,
+            "hang": self.hang, "straggler": self.straggler,
             "metrics_step": self.metrics_step, "final_metrics": self.final_metrics,
             "paths": self.paths,
         }
@@ -119,6 +127,13 @@ class RunSummary:
 
 def _count(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _wrapped(text: str, indent: int) -> str:
+    """``text`` in lines of at most WIDTH, the ones after the first indented by ``indent``."""
+    import textwrap
+
+    return ("\n" + " " * indent).join(textwrap.wrap(text, WIDTH - indent)) or text
 
 
 def _shown_path(path: Path, cwd: Path | None) -> str:
@@ -228,6 +243,8 @@ def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_fo
     if script:
         recipe += f" ({script})"
     metrics = read_metrics(paths)
+    ranks = [r.global_rank for r in plan.records]
+    slow = straggler({r: d for r in ranks if (d := RankFiles(paths, r).dump()) is not None and d.reason == "end"})
     shown, by_kind = _files(plan, paths)
     return RunSummary(
         run_id=paths.run_id, status=status, status_text=words, exit_code=code, wall_time_s=wall_time_s,
@@ -235,7 +252,8 @@ def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_fo
         hosts=tuple(h.label for h in job.hosts), device=job.device.value, backend=job.backend.value,
         parallel=spec.parallel.mode.value, sharding=spec.sharding.mode.value, launcher=spec.launcher.kind,
         recipe=recipe, root=paths.root, first_failure=failure, signal=sig, slurm_job_id=slurm_job_id,
-        metrics_step=metrics.step, final_metrics=metrics.final, files=shown, paths=by_kind)
+        metrics_step=metrics.step, final_metrics=metrics.final, hang=read_diagnosis(paths),
+        straggler=slow.text() if slow else None, files=shown, paths=by_kind)
 
 
 def write(summary: RunSummary, path: Path) -> None:

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.common import exits
 from runner.common.formatting import number
+from runner.plan.diagnostics import RankFiles, straggler
 from runner.plan.outcome import outcomes
 from runner.plan.paths import RunPaths
 from runner.reports.metrics import THROUGHPUT, read_metrics
@@ -62,6 +63,7 @@ class JobRow:
     efficiency: float | None = None
     overrides: tuple[str, ...] = ()
     series: str = ""  # the overrides, other than the topology's, that differ between the sweep's jobs
+    slowest: str = ""  # the rank the others waited for ("rank 3 (1.42x)"), if one was
 
 
 def _status(folder: Path, world_size: int | None) -> str:
@@ -93,9 +95,13 @@ def job_row(folder: Path) -> JobRow:
     shown = tuple(str(o) for o in overrides if not str(o).startswith(("run_id=", "hydra.")))
     plan = folder / "plan.json"
     world = json.loads(plan.read_text())["world_size"] if plan.exists() else None
-    metrics = read_metrics(RunPaths(folder, folder.name))
+    paths = RunPaths(folder, folder.name)
+    metrics = read_metrics(paths)
     final = {k: v for k, v in metrics.final.items() if k != THROUGHPUT}  # throughput has its own column
-    return JobRow(folder, " ".join(shown), world, _status(folder, world), metrics.throughput, final, overrides=shown)
+    ends = {r: d for r in range(world or 0) if (d := RankFiles(paths, r).dump()) is not None and d.reason == "end"}
+    slow = straggler(ends)
+    return JobRow(folder, " ".join(shown), world, _status(folder, world), metrics.throughput, final, overrides=shown,
+                  slowest=f"rank {slow.rank} on {slow.host} ({slow.ratio:.2f}x)" if slow else "")
 
 
 def _key(override: str) -> str:
@@ -135,9 +141,9 @@ def summarize(sweep_dir: Path) -> list[JobRow]:
 def table(rows: list[JobRow]) -> tuple[list[str], list[list[str]]]:
     metrics = sorted({k for r in rows for k in r.final})
     header = ["job", "configuration", "world size", "status", "throughput (samples/s)", "speedup", "efficiency",
-              *metrics]
+              "slowest rank", *metrics]
     body = [[r.folder.name, r.config, number(r.world_size), r.status, number(r.throughput), number(r.speedup),
-             number(r.efficiency), *(number(r.final.get(m)) for m in metrics)] for r in rows]
+             number(r.efficiency), r.slowest, *(number(r.final.get(m)) for m in metrics)] for r in rows]
     return header, body
 
 

@@ -129,6 +129,8 @@ class LauncherConfig:
     # signal does (launcher=slurm: launcher.slurm.signal): `kill -USR1 <pid of run>`
     grace_s: float = 10.0  # on SIGTERM, ranks are asked to checkpoint and stop (ctx.should_stop) and get this
     # long before they are terminated; Ctrl-C (SIGINT) stops them at once
+    stall_timeout_s: Optional[float] = None  # end the job when no rank completed a collective or a progress
+    # step for this long, saying which collective each rank is in (None: only init.timeout_s ends a hang)
     max_restarts: int = 0  # launcher=local: start the job again after a failure, up to this many times;
     # the recipe resumes from the run's last checkpoint (Slurm: launcher.slurm.requeue)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
@@ -207,6 +209,15 @@ class ScriptRecipeConfig(RecipeConfig):
 
 
 @dataclass
+class LogConfig:
+    """What the terminal shows of the ranks, and what they record for diagnosis."""
+
+    console: str = "main"  # whose output streams to the terminal: main (each host's first process), all, or ranks
+    # such as "0,3"; with all or a list, each line is prefixed [rank r host]; every rank's log stays complete
+    collectives: int = 200  # collectives each rank keeps for a hang's diagnosis (torch's flight recorder); 0: none
+
+
+@dataclass
 class JobConfig:
     """A whole job: what the primary config `job.yaml` composes."""
 
@@ -218,6 +229,7 @@ class JobConfig:
     sharding: ShardingConfig = MISSING
     recipe: Any = MISSING  # a RecipeConfig subclass, chosen by the recipe group
     device: DeviceKind = DeviceKind.auto
+    log: LogConfig = field(default_factory=LogConfig)
     dry_run: bool = False
     preflight: bool = False  # launch as a real run, but instead of the recipe each host checks the master address
     # (resolves, not loopback), the route and interface, the port (free on host 0, reachable from the others) or the

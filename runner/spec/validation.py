@@ -153,9 +153,34 @@ def _check_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem
         yield Problem("launcher.max_restarts", f"must be 0 or more, got {restarts}", "0: no restarts")
     elif restarts and not launcher.supports_restarts:
         yield Problem("launcher.max_restarts", f"launcher={launcher.name} does not restart a job", launcher.restart_hint)
+    stall = spec.launcher.stall_timeout_s
+    if stall is not None and not stall > 0:
+        yield Problem("launcher.stall_timeout_s", f"must be positive, got {stall}",
+                      "seconds without a completed collective or progress step before the job is ended, e.g. 120; "
+                      "null: no stall watchdog")
+    yield from _check_log(spec)
     if not is_signal_name(spec.launcher.stop_signal):
         yield Problem("launcher.stop_signal", f"{spec.launcher.stop_signal!r} is not a signal",
                       "a signal's name or number, e.g. USR1 (the default), USR2 or TERM")
+
+
+def console_ranks(console: str) -> tuple[int, ...] | None:
+    """The ranks of ``log.console`` when it lists them ("0,3"); None for main and all."""
+    if console in ("main", "all"):
+        return None
+    return tuple(int(part) for part in console.split(","))
+
+
+def _check_log(spec: JobConfig) -> Iterator[Problem]:
+    console = str(spec.log.console)
+    if console not in ("main", "all"):
+        parts = console.split(",")
+        if not all(p.strip().isdigit() for p in parts):
+            yield Problem("log.console", f"{console!r} is not main, all or a list of ranks",
+                          "log.console=main (each host's first process, as today), all, or ranks: log.console='0,3'")
+    if spec.log.collectives < 0:
+        yield Problem("log.collectives", f"must be 0 or more, got {spec.log.collectives}",
+                      "collectives each rank keeps for a hang's diagnosis, e.g. 200; 0: none")
 
 
 def _check_backend(spec: JobConfig, device: DeviceKind, backend: BackendName, probe: MachineProbe,
@@ -364,7 +389,19 @@ def _check_sharding(job: Job, probe: MachineProbe, launcher: LauncherRules) -> I
                               Severity.warning)
 
 
+def _check_console(job: Job, probe: MachineProbe, launcher: LauncherRules) -> Iterator[Problem]:
+    console = str(job.spec.log.console)
+    if console in ("main", "all") or not all(p.strip().isdigit() for p in console.split(",")):
+        return
+    past = [r for r in console_ranks(console) if r >= job.world_size]
+    if past:
+        yield Problem("log.console", f"rank(s) {', '.join(map(str, past))} past the last rank (world size "
+                                     f"{job.world_size}: ranks 0..{job.world_size - 1})",
+                      f"ranks from 0 to {job.world_size - 1}, or log.console=all")
+
+
 _JOB_RULES = (
+    _check_console,
     _check_master,
     _check_file_init,
     _check_devices,

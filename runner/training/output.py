@@ -64,10 +64,53 @@ def write_terminal_through(writer: TextIO | None) -> TextIO | None:
     return previous if previous is not _Streams.terminal else None
 
 
-def redirect_output(log_path: str, echo: bool) -> None:
+class _PrefixedLines:
+    """The terminal as the ranks of log.console=all share it: whole lines only, each ``[rank r host] ``-prefixed
+    and written with one system call, so that lines of several processes never interleave mid-line (up to
+    PIPE_BUF, 4 KiB, per write)."""
+
+    def __init__(self, fd: int, prefix: str) -> None:
+        self._fd = fd
+        self._prefix = prefix
+        self._partial = ""
+
+    def write(self, s: str) -> int:
+        text = self._partial + s
+        *lines, self._partial = text.split("\n")
+        if lines:
+            os.write(self._fd, "".join(f"{self._prefix}{line}\n" for line in lines).encode(errors="replace"))
+        return len(s)
+
+    def flush(self) -> None:
+        pass  # a partial line waits for its end (close() writes it)
+
+    def close(self) -> None:
+        if self._partial:
+            os.write(self._fd, f"{self._prefix}{self._partial}\n".encode(errors="replace"))
+            self._partial = ""
+
+    def isatty(self) -> bool:
+        return False  # no live bar among other ranks' lines
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+def finish() -> None:
+    """Write what is left of an unfinished prefixed line (the rank is ending)."""
+    if isinstance(_Streams.terminal, _PrefixedLines):
+        _Streams.terminal.close()
+
+
+def prefixed() -> bool:
+    """This rank's terminal lines carry its prefix (log.console=all or a list of ranks)."""
+    return isinstance(_Streams.terminal, _PrefixedLines)
+
+
+def redirect_output(log_path: str, echo: bool, prefix: str = "") -> None:
     """Send this process's stdout and stderr (Python and C level) to its log; with ``echo``,
-    Python-level stdout also still reaches the terminal. :func:`terminal` and :func:`log` give the two
-    streams apart."""
+    Python-level stdout also still reaches the terminal (each line ``prefix``-ed, when given).
+    :func:`terminal` and :func:`log` give the two streams apart."""
     sys.stdout.flush()
     sys.stderr.flush()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -78,7 +121,7 @@ def redirect_output(log_path: str, echo: bool) -> None:
     log = os.fdopen(os.dup(1), "w", buffering=1)
     _Streams.log = log
     if echo:
-        _Streams.terminal = os.fdopen(terminal, "w", buffering=1)
+        _Streams.terminal = _PrefixedLines(terminal, prefix) if prefix else os.fdopen(terminal, "w", buffering=1)
         sys.stdout = _Tee(_Streams.terminal, log)
     else:
         os.close(terminal)

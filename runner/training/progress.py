@@ -50,6 +50,8 @@ class Progress:
     ``initial``: steps already taken (a resumed run); throughput and ETA count only this run's.
     """
 
+    steps_taken = 0  # by this process, over all its bars: its watch tells a stall from progress by it
+
     def __init__(self, total: int | None, desc: str = "", *, initial: int = 0, bar: TextIO | None = None,
                  lines: Sequence[TextIO] = (), interval_s: float = LINE_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -76,6 +78,7 @@ class Progress:
     def update(self, n: int = 1, *, loss: float | None = None, samples: int | None = None) -> None:
         """``n`` more steps; ``loss``: the latest step's; ``samples``: how many these steps took (the global batch)."""
         self.n += n
+        Progress.steps_taken += n
         if samples:
             self._samples += samples
         if loss is not None:
@@ -238,13 +241,14 @@ class _AboveBar:
 def for_rank(rank: int, total: int | None, desc: str = "", *, initial: int = 0,
              interval_s: float = LINE_INTERVAL_S) -> Progress:
     """The progress of global rank ``rank``, shown where the module docstring says: a bar when rank 0's
-    terminal is a TTY, else plain lines (rank 0: terminal and log; others: their log)."""
+    terminal is a TTY, else plain lines (rank 0: terminal and log; others: their log, and the terminal too
+    when they stream to it with a prefix, log.console=all or a list)."""
     import runner.training.output as logs
 
     terminal, log = logs.terminal(), logs.log()
     if terminal is None and log is None:  # output not redirected by the runner (the recipe called on its own)
         terminal, log = (sys.stdout, None) if rank == 0 else (None, sys.stdout)
-    elif rank != 0:
+    elif rank != 0 and not logs.prefixed():
         terminal = None  # a local rank 0 of another host echoes too: its progress stays in its log
     if terminal is not None and terminal.isatty():
         return Progress(total, desc, initial=initial, bar=terminal, lines=[log] if log is not None else [],

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.common.timeouts import is_timeout_text
+from runner.plan.diagnostics import collect_dumps, diagnose, last_request, read_diagnosis, write_diagnosis
 from runner.plan.outcome import ErrorRecord, RankOutcome, first_failures
 from runner.plan.paths import RunPaths
 from runner.worker.setup import RankSetup
@@ -99,6 +100,9 @@ def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, ela
     return exits.FAILED
 
 
+DUMP_WAIT_S = 2.0  # how long the report waits for the ranks' dumps after a timeout
+
+
 def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 12 else f"{', '.join(map(str, ranks[:12]))}, ... ({len(ranks)})"
 
@@ -124,8 +128,12 @@ def _last_stack(log_file: str, frames: int = 8) -> list[str]:
 
 
 def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths) -> list[str]:
-    """When ranks failed by timing out: which ranks never joined the process group, or which did not
-    arrive at the collective the others waited in, and where those were (their stack dumps)."""
+    """When ranks failed by timing out: which ranks never joined the process group, or the collective each
+    rank is in (runner.plan.diagnostics: their dumps), else which did not arrive at the collective the others
+    waited in and where those were (their stack dumps). A stall already said it (its rank 0's error)."""
+    said = read_diagnosis(paths)
+    if said is not None:
+        return [] if said.get("kind") == "stall" else ["", f"hang: {said['text']}"]
     if not any(is_timeout_text(e["exception"]) for e in errors):
         return []
     timeout = setups[0].spec.init.timeout_s
@@ -139,6 +147,14 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths) 
                     + (" (as seen from this host)" if len(setups) < world else ""),
                 "    hint: were their hosts started, and can they reach the master? `run ... preflight=true` "
                 "checks every host's route, port and interface"]
+    asked = last_request(paths)
+    if asked is not None:  # the ranks were asked where they are: the collective each one is in
+        found = diagnose(collect_dumps(paths, range(world), asked, DUMP_WAIT_S), world)
+        if found is not None:
+            text = f"timeout: a collective waited init.timeout_s={timeout:g} s: {found.text}"
+            write_diagnosis(paths, "timeout", text, found.document())
+            return ["", text, "    hint: a rank that skips, repeats or reorders a collective, or is slower than the "
+                              "timeout; init.timeout_s sets the limit, launcher.stall_timeout_s ends a stall sooner"]
     local = {s.record.global_rank: s for s in setups}
     failed = {e["rank"] for e in errors}
     absent = [r for r in range(world) if r not in failed and not RankOutcome(paths, r).done]

@@ -10,7 +10,6 @@ import gc
 import math
 import os
 import signal
-import socket
 import sys
 import time
 import traceback
@@ -20,10 +19,11 @@ from typing import Any
 
 from runner.common.signals import StopRequest
 from runner.common.timeouts import is_timeout_text
-from runner.plan.outcome import ErrorRecord
+from runner.plan.diagnostics import request_dumps
 from runner.spec.schema import DeviceKind
 from runner.spec.targets import load_target
 from runner.worker.setup import RankSetup
+from runner.worker.watch import Watch
 
 _PR_SET_PDEATHSIG = 1
 STACK_SIGNAL = signal.SIGQUIT  # a rank writes every thread's Python stack to its log (the launcher asks
@@ -40,15 +40,9 @@ def die_with_parent() -> None:
         pass
 
 
-def error_record(setup: RankSetup, exc: BaseException) -> ErrorRecord:
-    """Our own failure record: which rank, where, when, and the traceback, for the launcher's report."""
-    rec = setup.record
-    return ErrorRecord(rec.global_rank, rec.local_rank, rec.host, socket.gethostname(), os.getpid(), time.time(),
-                       f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
-
-
 def run_rank(setup: RankSetup) -> None:
     """The body of one rank. Exceptions are recorded, then re-raised for the process context to see."""
+    from runner.training.output import finish as finish_output
     from runner.training.output import redirect_output
 
     die_with_parent()
@@ -63,22 +57,32 @@ def run_rank(setup: RankSetup) -> None:
     os.environ.update(setup.env)
     if setup.spec.workdir:
         os.chdir(setup.spec.workdir)  # the job's folder (runner.spec.targets): relative paths mean the same on every host
-    redirect_output(str(setup.log_file), setup.echo)
+    redirect_output(str(setup.log_file), setup.echo, setup.prefix)
     if setup.paths.attempt:
         print(f"== attempt {setup.paths.attempt + 1} (restart {setup.paths.attempt}) ==", file=sys.stderr, flush=True)
     for note in setup.notes:
         print(note, file=sys.stderr, flush=True)
     faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True)
+    watch = None if setup.spec.preflight else Watch(setup)
     try:
+        if watch is not None:
+            watch.begin()
         result = _run(setup)
     except BaseException as exc:
-        setup.outcome.record_error(error_record(setup, exc))
+        setup.outcome.record_error(setup.error_record(exc))
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
         if is_timeout_text(f"{type(exc).__name__}: {exc}"):
+            if watch is not None:  # every rank says where it is (runner.plan.diagnostics), this one first
+                request_dumps(setup.paths, "timeout")
+                watch.dump("timeout")
             time.sleep(TIMEOUT_PAUSE_S)
         raise
+    finally:
+        finish_output()
+    if watch is not None:
+        watch.finish()
     setup.outcome.mark_done(StopRequest.requested, _plain_result(result))
 
 

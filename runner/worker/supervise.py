@@ -25,9 +25,11 @@ from runner.common.signals import StopRequest, handling
 from runner.common.timeouts import is_timeout_text
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
+from runner.plan.diagnostics import clear_diagnosis
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan
 from runner.spec.schema import InitMethod, recipe_settings
+from runner.spec.validation import console_ranks
 from runner.worker.network import NetworkError, network_choice
 from runner.worker.preflight import collective as preflight_collective
 from runner.worker.preflight import host as preflight_host
@@ -51,12 +53,16 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, r
     setups = []
     network = network_choice(plan, node_rank, environment)
     notes = (*rdzv.notes, *([network.note] if network else []))
+    console = str(job.spec.log.console)
+    chosen = console_ranks(console)
     for rec in plan.host_records(node_rank):
+        echo = rec.local_rank == 0 if console == "main" else (console == "all" or rec.global_rank in chosen)
+        prefix = "" if console == "main" else f"[rank {rec.global_rank} {rec.host}] "
         env = child_environment(plan, rec, paths, environment, master_port=rdzv.master_port,
                                 agent_store=rdzv.agent_store, network=network.env if network else {})
         setups.append(RankSetup(job.spec, recipe_settings(job.spec.recipe), recipe_cfg, rec, plan.world_size,
                                 job.backend.value, job.device, rdzv.init_method, env, paths, plan.rules.stop_signal,
-                                echo=rec.local_rank == 0, notes=notes,
+                                echo=echo, prefix=prefix, notes=notes,
                                 preflight=preflight if rec.local_rank == 0 else None))
     return setups
 
@@ -187,6 +193,8 @@ def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: Dic
         return exits.FAILED
     for s in setups:
         s.outcome.clear()
+    if node_rank == 0:
+        clear_diagnosis(paths)
     # Not imported here, though every DDP rank imports it: torch._dynamo. Forked after that import,
     # ranks deadlocked at teardown (~ProcessGroupGloo joins a gloo thread that waits for the GIL to
     # free a Python object in its thread-local state); seen here on 1 of 31 runs (benchmarks/REPORT.md).

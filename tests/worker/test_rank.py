@@ -12,7 +12,7 @@ from conftest import validate
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import plan as plan_for
 from runner.plan.paths import RunPaths
-from runner.worker.rank import _plain_result, error_record
+from runner.worker.rank import _plain_result
 from runner.worker.rendezvous import Rendezvous
 from runner.worker.supervise import rank_setups
 
@@ -34,7 +34,7 @@ def test_a_ranks_error_record(tmp_path) -> None:
     try:
         raise RuntimeError("boom")
     except RuntimeError as e:
-        record = error_record(setup, e)
+        record = setup.error_record(e)
     assert (record.rank, record.local_rank, record.host, record.exception) == (1, 1, "node0", "RuntimeError: boom")
     assert "raise RuntimeError(\"boom\")" in record.traceback and not record.killed
     assert setup.log_file == paths.logs / "rank00001.log" and setup.outcome.rank == 1

@@ -1,0 +1,331 @@
+"""What the ranks of a run record of their collectives, and what it says about a hang or a straggler.
+
+Each rank records its collectives (torch's flight recorder where it has one, else the runner's own
+per-process-group counter: runner.worker.watch) and, asked or at its end, writes ``logs/rank<r>.collectives.json``:
+per process group the last collective it entered (``enqueued``) and the last that completed (``completed``),
+its last entries (sequence number, operation, shapes, dtypes, when it entered), and where its main thread
+is. A request to write them is the file ``logs/diagnose.request``, so that ranks on other hosts see it
+through the shared run folder. A rank's heartbeat, ``logs/rank<r>.beat``, says when it last completed a
+collective or a progress step.
+
+:func:`diagnose` reads the dumps of a hang::
+
+    ranks 0,1,3 wait in all_reduce #21 (process group 0) since 15.0 s; rank 2 never entered it: its last
+    collective was all_reduce #20, and it is at train.py:57 in main
+
+and :func:`straggler` the dumps of a finished run: the rank the others waited for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.plan.paths import RunPaths
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a rank entered."""
+
+    seq: int  # its number in its process group, from 1
+    op: str  # all_reduce, broadcast, ...
+    sizes: tuple[tuple[int, ...], ...] = ()
+    dtypes: tuple[str, ...] = ()
+    entered_s: float = 0.0  # wall-clock time it was entered (time.time())
+
+    def shape(self) -> str:
+        if not self.sizes:
+            return ""
+        return ", ".join(f"{d}{list(s)}" for s, d in zip(self.sizes, self.dtypes or ("",) * len(self.sizes)))
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """A rank's view of one process group."""
+
+    group: str  # "0" for the default group
+    enqueued: int  # the last collective it entered (0: none)
+    completed: int  # the last that completed (-1: not known, e.g. gloo's)
+    entries: tuple[Collective, ...] = ()  # its last ones, oldest first
+
+    def entry(self, seq: int) -> Collective | None:
+        return next((e for e in self.entries if e.seq == seq), None)
+
+
+@dataclass(frozen=True)
+class RankDump:
+    """What one rank wrote of its collectives, at ``time``."""
+
+    rank: int
+    host: str
+    time: float
+    reason: str  # request, timeout, stall, end
+    source: str  # "flight recorder" or "runner counter"
+    groups: tuple[GroupRecord, ...] = ()
+    at: str = ""  # where its main thread is: "train.py:57 in main"
+
+    def group(self, name: str) -> GroupRecord | None:
+        return next((g for g in self.groups if g.group == name), None)
+
+
+def _from_json(doc: Mapping[str, Any]) -> RankDump:
+    groups = tuple(GroupRecord(g["group"], g["enqueued"], g["completed"],
+                               tuple(Collective(e["seq"], e["op"], tuple(tuple(s) for s in e.get("sizes", ())),
+                                                tuple(e.get("dtypes", ())), e.get("entered_s", 0.0))
+                                     for e in g.get("entries", ())))
+                   for g in doc.get("groups", ()))
+    return RankDump(doc["rank"], doc.get("host", ""), doc.get("time", 0.0), doc.get("reason", ""),
+                    doc.get("source", ""), groups, doc.get("at", ""))
+
+
+@dataclass(frozen=True)
+class RankFiles:
+    """A rank's diagnostic files in the run folder."""
+
+    paths: RunPaths
+    rank: int
+
+    @property
+    def dump_file(self) -> Path:
+        return self.paths.logs / f"rank{self.rank:05d}.collectives.json"
+
+    @property
+    def beat_file(self) -> Path:
+        return self.paths.logs / f"rank{self.rank:05d}.beat"
+
+    def write_dump(self, dump: RankDump) -> None:
+        _write(self.dump_file, json.dumps(asdict(dump)))
+
+    def dump(self) -> RankDump | None:
+        try:
+            return _from_json(json.loads(self.dump_file.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def write_beat(self, progressed_s: float) -> None:
+        _write(self.beat_file, f"{progressed_s:.3f}\n")
+
+    def last_progress(self) -> float | None:
+        """When the rank last completed a collective or a progress step (time.time()); None: no beat yet."""
+        try:
+            return float(self.beat_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def request_file(paths: RunPaths) -> Path:
+    return paths.logs / "diagnose.request"
+
+
+def request_dumps(paths: RunPaths, reason: str) -> float:
+    """Ask every rank of the run for its dump (they watch this file); the time of the request."""
+    now = time.time()
+    _write(request_file(paths), json.dumps({"time": now, "reason": reason}))
+    return now
+
+
+def last_request(paths: RunPaths) -> float | None:
+    """When the ranks were last asked for their dumps, or None."""
+    try:
+        return float(json.loads(request_file(paths).read_text())["time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def diagnosis_file(paths: RunPaths) -> Path:
+    return paths.logs / "diagnosis.json"
+
+
+def write_diagnosis(paths: RunPaths, kind: str, text: str, facts: Mapping[str, Any] | None) -> None:
+    """What a hang was, in words and facts (read by the failure report and the run's summary)."""
+    _write(diagnosis_file(paths), json.dumps({**(facts or {}), "kind": kind, "text": text}))
+
+
+def read_diagnosis(paths: RunPaths) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(diagnosis_file(paths).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def clear_diagnosis(paths: RunPaths) -> None:
+    """Forget an earlier attempt's request and diagnosis (a restarted job; the dumps are told apart by time)."""
+    for path in (request_file(paths), diagnosis_file(paths)):
+        path.unlink(missing_ok=True)
+
+
+def requested_since(paths: RunPaths, since: float) -> str | None:
+    """The reason of a request made after ``since``, or None."""
+    try:
+        doc = json.loads(request_file(paths).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc.get("reason", "request") if doc.get("time", 0) > since else None
+
+
+def collect_dumps(paths: RunPaths, ranks: Iterable[int], since: float, wait_s: float = 0.0) -> dict[int, RankDump]:
+    """The ranks' dumps written at or after ``since``, waiting up to ``wait_s`` for the missing ones."""
+    ranks = list(ranks)
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = {r: d for r in ranks if (d := RankFiles(paths, r).dump()) is not None and d.time >= since - 0.001}
+        if len(found) == len(ranks) or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.1)
+
+
+# ----------------------------------------------------------------------------------------- a hang in words
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    shown = ",".join(map(str, ranks[:16]))
+    return shown + (f",... ({len(ranks)})" if len(ranks) > 16 else "")
+
+
+def _plural(ranks: Sequence[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranks(ranks)}"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Where a hung job's ranks are, in one paragraph and as facts (for run_summary.json)."""
+
+    text: str
+    group: str | None = None
+    seq: int | None = None
+    op: str | None = None
+    waiting: tuple[int, ...] = ()  # in the collective, for the others
+    absent: tuple[int, ...] = ()  # never entered it
+    mismatched: dict[str, tuple[int, ...]] = field(default_factory=dict)  # op -> ranks, when they differ
+    silent: tuple[int, ...] = ()  # wrote no dump (gone, or a host whose run folder is not shared)
+
+    def document(self) -> dict[str, Any]:
+        return {"text": self.text, "process_group": self.group, "collective": self.seq, "op": self.op,
+                "waiting": list(self.waiting), "absent": list(self.absent),
+                "mismatched": {k: list(v) for k, v in self.mismatched.items()}, "silent": list(self.silent)}
+
+
+def diagnose(dumps: Mapping[int, RankDump], world_size: int) -> Diagnosis | None:
+    """The paragraph for a hang from the ranks' dumps; None when no rank recorded a collective."""
+    silent = tuple(r for r in range(world_size) if r not in dumps)
+    # the process group the hang is in: the one whose collectives the ranks are furthest apart in, else the default
+    groups = sorted({g.group for d in dumps.values() for g in d.groups}, key=lambda g: (g != "0", g))
+    if not groups:
+        return None
+
+    def spread(name: str) -> int:
+        seqs = [g.enqueued for d in dumps.values() if (g := d.group(name))]
+        return max(seqs) - min(seqs) if seqs else -1
+
+    group = max(groups, key=lambda name: (spread(name), name == "0"))
+    views = {r: d.group(group) for r, d in dumps.items() if d.group(group) is not None}
+    if not views:
+        return None
+    last = max(v.enqueued for v in views.values())
+    if last == 0:
+        return None
+    entered = {r: v.entry(last) for r, v in views.items() if v.enqueued >= last}
+    absent = tuple(sorted(r for r, v in views.items() if v.enqueued < last))
+    ops: dict[str, list[int]] = {}
+    for r, e in entered.items():
+        ops.setdefault(e.op if e else "?", []).append(r)
+    main_op = max(ops, key=lambda op: (len(ops[op]), op))
+    waiting = tuple(sorted(entered))
+    now = max(d.time for d in dumps.values())
+    since = [now - e.entered_s for e in entered.values() if e and e.entered_s]
+    where = f" (process group {group})"
+    parts = []
+    if len(ops) > 1:  # the same collective number, different collectives
+        shapes = {op: next((e.shape() for r, e in entered.items() if e and e.op == op), "") for op in ops}
+        others = [op for op in ops if op != main_op]
+        said = "; ".join(f"{_plural(sorted(ops[op]))} entered {op} #{last}" + (f" ({shapes[op]})" if shapes[op] else "")
+                         for op in others)
+        parts.append(f"{said} while {_plural(sorted(ops[main_op]))} entered {main_op} #{last}"
+                     + (f" ({shapes[main_op]})" if shapes[main_op] else "") + where)
+    else:
+        shape = next((e.shape() for e in entered.values() if e), "")
+        verb = "waits" if len(waiting) == 1 else "wait"
+        parts.append(f"{_plural(list(waiting))} {verb} in {main_op} #{last}{where}"
+                     + (f" since {min(since):.1f} s" if since else "") + (f" ({shape})" if shape else ""))
+    for r in absent:
+        v = views[r]
+        prev = v.entry(v.enqueued)
+        before = f"{prev.op} #{prev.seq}" if prev else (f"#{v.enqueued}" if v.enqueued else "none")
+        at = dumps[r].at
+        parts.append(f"rank {r} never entered it: its last collective was {before}" + (f", and it is at {at}" if at else ""))
+    if silent:
+        parts.append(f"{_plural(list(silent))} said nothing (gone, or on a host whose run folder is not this one)")
+    mismatched = {op: tuple(sorted(rs)) for op, rs in ops.items()} if len(ops) > 1 else {}
+    return Diagnosis("; ".join(parts), group, last, main_op, waiting, absent, mismatched, silent)
+
+
+# ----------------------------------------------------------------------------------------- the straggler
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: int
+    host: str
+    ratio: float  # its time between collectives over the median rank's
+    waited_s: float  # what the others waited for it, over the collectives recorded
+    collectives: int  # how many collectives that is measured over
+
+    def text(self) -> str:
+        return (f"rank {self.rank} on {self.host}: {self.ratio:.2f}x the median step time; the others waited "
+                f"{self.waited_s:.1f} s for it over the last {self.collectives} collectives")
+
+
+def straggler(dumps: Mapping[int, RankDump], min_ratio: float = 1.2, min_collectives: int = 5) -> Straggler | None:
+    """The rank the others persistently waited for, from when each rank entered the same collectives.
+
+    A rank's time for collective k is from the end of collective k-1 (when the last rank entered it) to its
+    own entering k: its own work between them. The straggler's median is ``min_ratio`` or more times the
+    median of the other ranks', and it is the last to enter most collectives; the others waited, at each
+    collective, from their median entry to its."""
+    if len(dumps) < 2:
+        return None
+    arrivals: dict[int, dict[int, float]] = {}
+    for r, d in dumps.items():
+        g = d.group("0")
+        if g is None:
+            return None
+        arrivals[r] = {e.seq: e.entered_s for e in g.entries if e.entered_s}
+    common = sorted(set.intersection(*(set(a) for a in arrivals.values())))
+    if len(common) < min_collectives + 1:
+        return None
+    work: dict[int, list[float]] = {r: [] for r in arrivals}
+    waited = 0.0
+    last_counts: dict[int, int] = {r: 0 for r in arrivals}
+    for prev, seq in zip(common, common[1:]):
+        if seq != prev + 1:
+            continue
+        done_prev = max(a[prev] for a in arrivals.values())
+        times = {r: a[seq] for r, a in arrivals.items()}
+        for r, t in times.items():
+            work[r].append(max(0.0, t - done_prev))
+        latest = max(times, key=times.get)
+        last_counts[latest] += 1
+        waited += times[latest] - statistics.median(t for r, t in times.items() if r != latest)
+    medians = {r: statistics.median(w) for r, w in work.items() if w}
+    if len(medians) < 2:
+        return None
+    slowest = max(medians, key=medians.get)
+    typical = statistics.median(m for r, m in medians.items() if r != slowest)
+    measured = len(work[slowest])
+    if typical <= 0 or medians[slowest] < min_ratio * typical or last_counts[slowest] < measured / 2:
+        return None
+    return Straggler(slowest, dumps[slowest].host, medians[slowest] / typical, waited, measured)

@@ -1,0 +1,245 @@
+"""A rank's watch: a daemon thread beside the recipe that records when the rank last made progress, writes
+what it knows of its collectives when asked (runner.plan.diagnostics), and, in rank 0, ends a job that has
+stalled (launcher.stall_timeout_s).
+
+It runs while the main thread is blocked in a collective (gloo and NCCL release the GIL while they wait) or
+asleep. The collectives come from torch's flight recorder (TORCH_FR_BUFFER_SIZE, set for every rank from
+log.collectives: runner.environments.child); where it is missing, from the runner's own per-group counter of
+the torch.distributed calls the recipe makes (:class:`_Counter`, which does not see DDP's own all-reduces).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import sysconfig
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from runner.plan.diagnostics import (
+    Collective,
+    GroupRecord,
+    RankDump,
+    RankFiles,
+    collect_dumps,
+    diagnose,
+    request_dumps,
+    requested_since,
+    write_diagnosis,
+)
+from runner.worker.setup import RankSetup
+
+TICK_S = 0.25  # how often the watch looks
+BEAT_S = 1.0  # a heartbeat is written at most this often (and only after progress)
+ENTRIES = 16  # entries per process group kept in a dump of a hang (the last ones tell where it is)
+DUMP_WAIT_S = 3.0  # how long rank 0 waits for the others' dumps at a stall
+_RUNNER_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def _fr_dump() -> dict[str, Any] | None:
+    """The flight recorder's record of this process's collectives; None without one."""
+    try:
+        import torch
+
+        raw = torch._C._distributed_c10d._dump_fr_trace_json(True, False)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    doc = json.loads(raw)
+    return doc if isinstance(doc, dict) and "pg_status" in doc else None
+
+
+def _op(name: str) -> str:
+    return name.split(":", 1)[-1] if name else "?"
+
+
+def _groups_from_fr(doc: dict[str, Any]) -> tuple[GroupRecord, ...]:
+    entries: dict[str, list[Collective]] = {}
+    for e in doc.get("entries", ()):
+        if not e.get("collective_seq_id"):
+            continue  # point-to-point
+        entries.setdefault(str(e.get("pg_id", "0")), []).append(Collective(
+            int(e["collective_seq_id"]), _op(e.get("profiling_name", "")),
+            tuple(tuple(s) for s in e.get("input_sizes") or ()), tuple(e.get("input_dtypes") or ()),
+            (e.get("time_created_ns") or 0) / 1e9))
+    groups = []
+    for pg, status in doc.get("pg_status", {}).items():
+        kept = sorted(entries.get(str(pg), []), key=lambda c: c.seq)
+        groups.append(GroupRecord(str(pg), int(status.get("last_enqueued_collective", 0)),
+                                  int(status.get("last_completed_collective", -1)), tuple(kept)))
+    return tuple(groups)
+
+
+class _Counter:
+    """The runner's own record where torch has no flight recorder: the torch.distributed collectives the
+    recipe calls, numbered per process group."""
+
+    OPS = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "reduce",
+           "gather", "scatter", "all_to_all_single", "barrier")
+
+    def __init__(self) -> None:
+        self.entered: dict[str, list[Collective]] = {}
+        self.completed: dict[str, int] = {}
+
+    def install(self) -> None:
+        import torch.distributed as dist
+
+        for name in self.OPS:
+            original = getattr(dist, name, None)
+            if original is not None:
+                setattr(dist, name, self._wrap(name, original))
+
+    def _wrap(self, name: str, original: Any) -> Any:
+        @functools.wraps(original)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            group = str(id(kwargs.get("group"))) if kwargs.get("group") is not None else "0"
+            seen = self.entered.setdefault(group, [])
+            tensor = next((a for a in args if hasattr(a, "shape")), None)
+            seq = len(seen) + 1
+            seen.append(Collective(seq, name, (tuple(tensor.shape),) if tensor is not None else (),
+                                   (str(tensor.dtype).removeprefix("torch."),) if tensor is not None else (), time.time()))
+            del seen[:-ENTRIES]
+            result = original(*args, **kwargs)
+            self.completed[group] = seq
+            return result
+
+        return counted
+
+    def groups(self) -> tuple[GroupRecord, ...]:
+        return tuple(GroupRecord(g, e[-1].seq if e else 0, self.completed.get(g, 0), tuple(e))
+                     for g, e in self.entered.items())
+
+
+_NOT_USER_CODE = (_RUNNER_DIR, sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+                  sysconfig.get_paths()["platlib"], "<")
+
+
+def main_thread_at(workdir: str | None) -> str:
+    """Where the main thread is, in the user's code: ``train.py:57 in main`` (its innermost frame outside the
+    runner, the installed packages and Python's own)."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return ""
+    for summary in reversed(traceback.extract_stack(frame)):
+        name = summary.filename
+        if name.startswith(_NOT_USER_CODE):
+            continue
+        shown = os.path.relpath(name, workdir) if workdir and name.startswith(workdir + os.sep) else os.path.basename(name)
+        return f"{shown}:{summary.lineno} in {summary.name}"
+    return ""
+
+
+class Watch(threading.Thread):
+    """The watch of one rank (see the module docstring)."""
+
+    def __init__(self, setup: RankSetup) -> None:
+        super().__init__(name="runner-watch", daemon=True)
+        self.setup = setup
+        self.files = RankFiles(setup.paths, setup.record.global_rank)
+        self.counter: _Counter | None = None
+        self._began = time.time()
+        self._handled = self._began
+        self._last_marker: object = None
+        self._progressed = self._began
+        self._beat_written = 0.0
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+
+    # -- what the rank calls -----------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Start watching (after the process group exists, or before a script makes its own)."""
+        if _fr_dump() is None and self.setup.spec.log.collectives:
+            self.counter = _Counter()
+            self.counter.install()
+        self.start()
+
+    def dump(self, reason: str) -> None:
+        """Write this rank's record of its collectives and where it is (runner.plan.diagnostics)."""
+        with self._lock:
+            doc = _fr_dump()
+            groups = _groups_from_fr(doc) if doc is not None else (self.counter.groups() if self.counter else ())
+            if reason != "end":  # the end's keeps all, for the straggler (runner.plan.diagnostics.straggler)
+                groups = tuple(GroupRecord(g.group, g.enqueued, g.completed, g.entries[-ENTRIES:]) for g in groups)
+            source = "flight recorder" if doc is not None else "runner counter"
+            rec = self.setup.record
+            self.files.write_dump(RankDump(rec.global_rank, rec.host, time.time(), reason, source, groups,
+                                           main_thread_at(self.setup.spec.workdir)))
+
+    def finish(self) -> None:
+        """The recipe returned: a last dump (the run's straggler is found from them), and the watch ends."""
+        self._done.set()
+        try:
+            self.dump("end")
+        except Exception:  # noqa: BLE001 (a diagnosis must never fail a finished rank)
+            pass
+
+    # -- the thread --------------------------------------------------------------------------------------
+    def run(self) -> None:
+        stall = self.setup.spec.launcher.stall_timeout_s if self.setup.record.global_rank == 0 else None
+        while not self._done.wait(TICK_S):
+            try:
+                self._look(stall)
+            except Exception as e:  # noqa: BLE001 (the watch must not take the rank down)
+                print(f"runner watch: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+                return
+
+    def _marker(self) -> object:
+        from runner.training.progress import Progress
+
+        doc = _fr_dump()
+        if doc is not None:
+            completed = tuple(sorted((pg, s.get("last_completed_collective"), s.get("last_enqueued_collective"))
+                                     for pg, s in doc.get("pg_status", {}).items()))
+        else:
+            completed = tuple(sorted(self.counter.completed.items())) if self.counter else ()
+        return completed, Progress.steps_taken
+
+    def _look(self, stall_timeout_s: float | None) -> None:
+        now = time.time()
+        marker = self._marker()
+        if marker != self._last_marker:
+            self._last_marker, self._progressed = marker, now
+        if self._progressed > self._beat_written and now - self._beat_written >= BEAT_S:
+            self.files.write_beat(self._progressed)
+            self._beat_written = now
+        reason = requested_since(self.setup.paths, self._handled)
+        if reason is not None:
+            self._handled = now
+            self.dump(reason)
+        if stall_timeout_s is not None:
+            self._watch_for_a_stall(stall_timeout_s, now)
+
+    def _watch_for_a_stall(self, timeout_s: float, now: float) -> None:
+        """Rank 0: when no rank has made progress for ``timeout_s``, say where every rank is and end the job."""
+        world = self.setup.world_size
+        beats = [RankFiles(self.setup.paths, r).last_progress() for r in range(world)]
+        latest = max([self._progressed, self._began, *(b for b in beats if b is not None)])
+        if now - latest < timeout_s:
+            return
+        asked = request_dumps(self.setup.paths, "stall")
+        self._handled = asked
+        self.dump("stall")
+        dumps = collect_dumps(self.setup.paths, range(world), asked, DUMP_WAIT_S)
+        found = diagnose(dumps, world)
+        text = (f"stall: no rank completed a collective or a progress step for {now - latest:.0f} s "
+                f"(launcher.stall_timeout_s={timeout_s:g})" + (f": {found.text}" if found else ""))
+        write_diagnosis(self.setup.paths, "stall", text, found.document() if found else None)
+        _end_rank(self.setup, text)
+
+
+def _end_rank(setup: RankSetup, text: str) -> None:
+    """Record the stall as this rank's failure and end its process at once: its launcher (or scheduler)
+    then stops the others, as for any failed rank."""
+    print(text, file=sys.stderr, flush=True)
+    setup.outcome.record_error(setup.error_record(StallError(text)))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+class StallError(Exception):
+    """No rank completed a collective or a progress step for launcher.stall_timeout_s."""

@@ -1,0 +1,182 @@
+"""Hangs explained (runner.worker.watch, runner.plan.diagnostics): which collective each rank is in and which rank
+never entered it, at a collective's timeout, at a stall, on Ctrl-\\ (SIGQUIT); a mismatch of collectives; the
+slow rank named; every rank's output on the terminal when asked (log.console). Real ranks, real gloo groups;
+locally, across namespace hosts and on the Slurm test cluster."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from runs import RUN, TESTS, bed_hosts, finish, processes_of, run, run_folder, start_manual_hosts, user_env
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def hang(*extra: str) -> list[str]:
+    """Rank 1 stops before its 4th all-reduce (workloads/hang.py:12 is its time.sleep)."""
+    return ["recipe=custom", "recipe.target=workloads.hang:main", "+recipe.hang_rank=1", "+recipe.hang_step=3", *extra]
+
+
+def summary(folder) -> dict:
+    return json.loads((folder / "run_summary.json").read_text())
+
+
+SINCE = r"since \d+\.\d s"
+
+
+def test_a_rank_that_never_enters_a_collective_is_named_at_the_timeout(tmp_path):
+    started = time.monotonic()
+    done = run("topology=1x3", *hang(), "recipe.global_batch_size=3", "init.timeout_s=6", cwd=tmp_path)
+    assert done.code == 1, done.output
+    said = (r"timeout: a collective waited init\.timeout_s=6 s: ranks 0,2 wait in all_reduce #4 \(process group 0\) "
+            + SINCE + r" \(Float\[1\]\); rank 1 never entered it: its last collective was all_reduce #3, and it is at "
+            r"workloads/hang\.py:12 in main")
+    assert re.search(said, done.stderr), done.stderr
+    hang_facts = summary(run_folder(tmp_path))["hang"]
+    assert (hang_facts["kind"], hang_facts["collective"], hang_facts["waiting"], hang_facts["absent"]) == \
+        ("timeout", 4, [0, 2], [1])
+    assert time.monotonic() - started < 6 + 25
+    assert not processes_of(done.run_id)
+
+
+def test_a_script_that_makes_its_own_group_and_hangs_is_explained_the_same_way(tmp_path):
+    shutil.copy(TESTS / "scripts" / "hang_script.py", tmp_path)
+    done = run("topology=1x3", "init.timeout_s=6", "--", "hang_script.py", "--hang-rank", "1", cwd=tmp_path)
+    assert done.code == 1, done.output
+    said = (r"ranks 0,2 wait in all_reduce #4 \(process group 0\) " + SINCE + r" \(Float\[1\]\); rank 1 never entered "
+            r"it: its last collective was all_reduce #3, and it is at hang_script\.py:17 in <module>")
+    assert re.search(said, done.stderr), done.stderr
+    assert not processes_of(done.run_id)
+
+
+def test_ranks_that_enter_different_collectives_are_told_apart(tmp_path):
+    shutil.copy(TESTS / "scripts" / "mismatch_script.py", tmp_path)
+    done = run("topology=1x3", "init.timeout_s=5", "--", "mismatch_script.py", cwd=tmp_path)
+    assert done.code == 1, done.output
+    assert ("rank 1 entered broadcast #6 (Float[4]) while ranks 0,2 entered all_reduce #6 (Float[2, 3]) "
+            "(process group 0)") in done.stderr
+    assert summary(run_folder(tmp_path))["hang"]["mismatched"] == {"broadcast": [1], "all_reduce": [0, 2]}
+
+
+def test_a_stall_ends_the_job_long_before_the_collective_timeout(tmp_path):
+    started = time.monotonic()
+    done = run("topology=1x3", *hang(), "recipe.global_batch_size=3", "init.timeout_s=300",
+               "launcher.stall_timeout_s=4", cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    assert done.code == 1, done.output
+    said = (r"StallError: stall: no rank completed a collective or a progress step for \d+ s "
+            r"\(launcher\.stall_timeout_s=4\): ranks 0,2 wait in all_reduce #4 \(process group 0\) " + SINCE +
+            r" \(Float\[1\]\); rank 1 never entered it: its last collective was all_reduce #3, and it is at "
+            r"workloads/hang\.py:12 in main")
+    assert re.search(said, done.stderr), done.stderr
+    assert summary(run_folder(tmp_path))["hang"]["kind"] == "stall"
+    assert elapsed < 40  # not init.timeout_s=300
+    assert not processes_of(done.run_id)
+
+
+def test_ctrl_backslash_says_where_the_ranks_are_and_the_job_goes_on(tmp_path):
+    run_id = f"q{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen([RUN, "topology=1x3", *hang(), "recipe.global_batch_size=3", "init.timeout_s=300",
+                             f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("outputs/*/*/logs/rank00001.beat")):  # the ranks are past their first steps
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(2)
+        proc.send_signal(signal.SIGQUIT)
+        time.sleep(5)
+        assert proc.poll() is None  # it goes on
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert re.search(r"where the ranks are: ranks 0,2 wait in all_reduce #4 \(process group 0\) " + SINCE +
+                     r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:12 in main", err), err
+    assert proc.returncode == 143
+    assert not processes_of(run_id)
+
+
+def test_the_slow_rank_is_named_in_the_summary(tmp_path):
+    done = run("topology=1x4", "recipe=custom", "recipe.target=workloads.slow:main", "+recipe.steps=40",
+               "+recipe.slow_rank=2", "+recipe.extra_s=0.03", "recipe.global_batch_size=4", cwd=tmp_path)
+    assert done.code == 0, done.output
+    line = next(line for line in done.stderr.splitlines() if line.startswith("  slowest"))
+    found = re.fullmatch(r"  slowest   rank 2 on node0: (\d+\.\d\d)x the median step time; the others waited "
+                         r"(\d+\.\d) s for it over the last (\d+) collectives", line)
+    assert found, line
+    assert float(found.group(1)) >= 1.5 and 0.6 <= float(found.group(2)) <= 2.5 and int(found.group(3)) >= 30
+    assert summary(run_folder(tmp_path))["straggler"].startswith("rank 2 on node0:")
+
+
+def test_no_rank_is_named_when_none_is_slow(tmp_path):
+    done = run("topology=1x4", "recipe=custom", "recipe.target=workloads.slow:main", "+recipe.steps=40",
+               "+recipe.slow_rank=-1", "+recipe.extra_s=0", "recipe.global_batch_size=4", cwd=tmp_path)
+    assert done.code == 0, done.output
+    assert "slowest" not in done.stderr and summary(run_folder(tmp_path))["straggler"] is None
+
+
+def _prefixed(stdout: str) -> dict[int, list[str]]:
+    """The terminal's lines by the rank that printed them; every rank line is whole and prefixed."""
+    by_rank: dict[int, list[str]] = {}
+    for line in stdout.splitlines():
+        m = re.match(r"\[rank (\d+) (\S+)\] (.*)$", line)
+        if m:
+            by_rank.setdefault(int(m.group(1)), []).append(m.group(3))
+        else:
+            assert "progress:" not in line and not line.startswith("[rank"), line  # no line cut or merged
+    return by_rank
+
+
+def test_every_ranks_output_on_the_terminal_line_by_line(tmp_path):
+    done = run("topology=1x3", "log.console=all", "recipe.epochs=2", "recipe.global_batch_size=63", cwd=tmp_path)
+    assert done.code == 0, done.output
+    by_rank = _prefixed(done.stdout)
+    assert sorted(by_rank) == [0, 1, 2]
+    for r in (0, 1, 2):
+        assert any(line.startswith("progress: train step 42/42") for line in by_rank[r]), by_rank[r]
+        log = (run_folder(tmp_path) / "logs" / f"rank{r:05d}.log").read_text()
+        assert "progress: train step 42/42" in log  # the logs stay complete, without prefixes
+    assert "final test accuracy" in " ".join(by_rank[0])
+
+
+def test_chosen_ranks_on_the_terminal(tmp_path):
+    done = run("topology=1x4", "log.console='1,3'", "recipe.epochs=1", cwd=tmp_path)
+    assert done.code == 0, done.output
+    assert sorted(_prefixed(done.stdout)) == [1, 3]
+    assert "progress: train step 21/21" in (run_folder(tmp_path) / "logs" / "rank00000.log").read_text()
+
+
+def test_console_across_namespace_hosts(testbed, tmp_path):
+    run_id = f"c{uuid.uuid4().hex[:8]}"
+    args = [*bed_hosts(testbed, [2, 1]), "launcher=manual", "log.console=all", "recipe.epochs=1",
+            "recipe.global_batch_size=63"]
+    results = finish(start_manual_hosts(testbed, tmp_path, args, run_id))
+    assert [code for code, _ in results] == [0, 0], results
+    names = [h.name for h in testbed.hosts]
+    host0 = {int(m.group(1)) for m in re.finditer(rf"^\[rank (\d) {names[0]}\] ", results[0][1], re.M)}
+    host1 = {int(m.group(1)) for m in re.finditer(rf"^\[rank (\d) {names[1]}\] ", results[1][1], re.M)}
+    assert (host0, host1) == ({0, 1}, {2})  # each host's terminal shows its own ranks, named by host
+    assert not processes_of(run_id)
+
+
+def test_a_stall_across_slurm_nodes_names_the_rank_on_the_other_node(testbed, tmp_path):
+    done = run("topology=2x2", "launcher=slurm", f"launcher.slurm.partition={testbed.partition}", "recipe=custom",
+               "recipe.target=workloads.hang:main", "+recipe.hang_rank=3", "+recipe.hang_step=3",
+               "recipe.global_batch_size=4", "init.timeout_s=300", "launcher.stall_timeout_s=5", cwd=tmp_path,
+               env=testbed.env(), timeout=200)
+    assert done.code == 1, done.output
+    facts = summary(run_folder(tmp_path))["hang"]
+    assert (facts["kind"], facts["collective"], facts["waiting"], facts["absent"]) == ("stall", 4, [0, 1, 2], [3])
+    assert "rank 3 never entered it: its last collective was all_reduce #3, and it is at workloads/hang.py:12 in main" \
+        in facts["text"]
