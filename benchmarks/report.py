@@ -72,8 +72,17 @@ def sharding() -> str:
     return _table(["shape", "mode", "optimizer state / process", "peak tensor memory", "step time"], rows)
 
 
+def diagnosis() -> str:
+    rows = []
+    for size, r in sorted(_load("diagnosis_overhead")["results"].items(), key=lambda kv: int(kv[0])):
+        med = r["median_steps_per_s"]
+        rows.append([size, f"{med['recording (log.collectives=200)']:.1f}", f"{med['not recording (log.collectives=0)']:.1f}",
+                     f"{r['ratio']:.3f}"])
+    return _table(["processes", "recording (log.collectives=200)", "not recording (log.collectives=0)", "ratio"], rows)
+
+
 TABLES = {"machine": lambda: machine() + "\n", "launch": launch, "throughput": throughput, "plan": plan,
-          "sharding": sharding}
+          "sharding": sharding, "diagnosis": diagnosis}
 
 
 def update(report: Path = REPORT) -> list[str]:

@@ -51,6 +51,10 @@ def headline() -> list[tuple[str, str]]:
                      f"{r['ratio_vs_floor']['run (recipe)']:.2f}x"))
     for size, r in sorted(launch.get("throughput", {}).items(), key=lambda kv: int(kv[0])):
         rows.append((f"training throughput vs a hand-written DDP loop, {size} processes", f"{r['ratio']:.3f}x"))
+    diagnosis = json.loads((RESULTS / "diagnosis_overhead.json").read_text())
+    for size, r in sorted(diagnosis["results"].items(), key=lambda kv: int(kv[0])):
+        rows.append((f"throughput recording collectives vs not (log.collectives=200 vs 0), {size} processes",
+                     f"{r['ratio']:.3f}x"))
     plan = json.loads((RESULTS / "plan_scale.json").read_text())
     for row in plan["rows"]:
         if row["processes"] == max(r["processes"] for r in plan["rows"]):
@@ -69,11 +73,11 @@ def headline() -> list[tuple[str, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions: check the suite runs")
-    parser.add_argument("--only", nargs="+", choices=["launch_speed", "plan_scale", "sharding_memory"],
+    parser.add_argument("--only", nargs="+", choices=["launch_speed", "diagnosis_overhead", "plan_scale", "sharding_memory"],
                         help="run these benchmarks only; the summary also reads the others' last result files")
     args = parser.parse_args()
-    quick = {"launch_speed": ["--reps", "1", "--steps", "200"], "plan_scale": ["--repeat", "1"],
-             "sharding_memory": ["--steps", "5"]}
+    quick = {"launch_speed": ["--reps", "1", "--steps", "200"], "diagnosis_overhead": ["--reps", "1", "--steps", "200"],
+             "plan_scale": ["--repeat", "1"], "sharding_memory": ["--steps", "5"]}
     took = {f"{name}.py": _run(f"{name}.py", *(quick[name] if args.quick else []))
             for name in (args.only or quick)}
     rows = headline()

@@ -1,0 +1,100 @@
+"""runner.plan.diagnostics: the paragraph of a hang and the straggler, from the ranks' dumps (no processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.plan.diagnostics import (
+    Collective,
+    GroupRecord,
+    RankDump,
+    RankFiles,
+    collect_dumps,
+    diagnose,
+    last_request,
+    request_dumps,
+    requested_since,
+    straggler,
+)
+from runner.plan.paths import RunPaths
+
+pytestmark = pytest.mark.unit
+NOW = 1000.0
+
+
+def dump(rank: int, enqueued: int, ops: dict[int, str] | None = None, at: str = "", group: str = "0",
+         entered: dict[int, float] | None = None, host: str = "node0") -> RankDump:
+    ops = ops or {}
+    entries = tuple(Collective(s, ops.get(s, "all_reduce"), ((4,),), ("Float",), (entered or {}).get(s, NOW - 15.0))
+                    for s in range(max(1, enqueued - 3), enqueued + 1))
+    return RankDump(rank, host, NOW, "timeout", "flight recorder", (GroupRecord(group, enqueued, -1, entries),), at)
+
+
+def test_ranks_waiting_and_a_rank_that_never_entered() -> None:
+    dumps = {0: dump(0, 21), 1: dump(1, 21), 2: dump(2, 20, at="train.py:57 in main"), 3: dump(3, 21)}
+    found = diagnose(dumps, 4)
+    assert found.text == ("ranks 0,1,3 wait in all_reduce #21 (process group 0) since 15.0 s (Float[4]); rank 2 never "
+                          "entered it: its last collective was all_reduce #20, and it is at train.py:57 in main")
+    assert (found.seq, found.op, found.waiting, found.absent, found.silent) == (21, "all_reduce", (0, 1, 3), (2,), ())
+
+
+def test_different_collectives_at_the_same_number() -> None:
+    dumps = {0: dump(0, 21), 1: dump(1, 21, {21: "broadcast"}), 2: dump(2, 21), 3: dump(3, 21)}
+    found = diagnose(dumps, 4)
+    assert found.text == ("rank 1 entered broadcast #21 (Float[4]) while ranks 0,2,3 entered all_reduce #21 (Float[4]) "
+                          "(process group 0)")
+    assert found.mismatched == {"all_reduce": (0, 2, 3), "broadcast": (1,)}
+
+
+def test_a_rank_that_said_nothing_and_one_that_never_made_a_collective() -> None:
+    found = diagnose({0: dump(0, 2), 1: dump(1, 0)}, 3)
+    assert found.text == ("rank 0 waits in all_reduce #2 (process group 0) since 15.0 s (Float[4]); rank 1 never "
+                          "entered it: its last collective was none; rank 2 said nothing (gone, or on a host whose run "
+                          "folder is not this one)")
+    assert diagnose({0: dump(0, 0)}, 1) is None and diagnose({}, 2) is None
+
+
+def test_the_group_the_ranks_are_furthest_apart_in() -> None:
+    a = RankDump(0, "n", NOW, "t", "fr", (GroupRecord("0", 5, -1, ()), GroupRecord("3", 9, -1, ())))
+    b = RankDump(1, "n", NOW, "t", "fr", (GroupRecord("0", 5, -1, ()), GroupRecord("3", 7, -1, ())))
+    found = diagnose({0: a, 1: b}, 2)
+    assert (found.group, found.seq, found.absent) == ("3", 9, (1,))
+    assert found.text.startswith("rank 0 waits in ? #9 (process group 3)")
+
+
+def _timed(rank: int, per_step: float, late: float, steps: int = 12) -> RankDump:
+    entered = {s: s * per_step + late for s in range(1, steps + 1)}
+    entries = tuple(Collective(s, "all_reduce", entered_s=t) for s, t in entered.items())
+    return RankDump(rank, f"node{rank // 2}", NOW, "end", "flight recorder", (GroupRecord("0", steps, steps, entries),))
+
+
+def test_the_rank_the_others_waited_for() -> None:
+    # every rank works 0.1 s between collectives but rank 3, which works 0.14 s (and so enters each 0.04 s later)
+    dumps = {r: _timed(r, 0.14, 0.04) if r == 3 else _timed(r, 0.14, 0.0) for r in range(4)}
+    slow = straggler(dumps)
+    assert (slow.rank, slow.host, slow.collectives) == (3, "node1", 11)
+    assert slow.ratio == pytest.approx(0.14 / 0.10, rel=1e-6) and slow.waited_s == pytest.approx(11 * 0.04)
+    assert slow.text() == ("rank 3 on node1: 1.40x the median step time; the others waited 0.4 s for it over the last "
+                           "11 collectives")
+
+
+def test_no_straggler_among_equals_or_with_too_little_to_tell() -> None:
+    assert straggler({r: _timed(r, 0.1, 0.001 * r) for r in range(4)}) is None
+    assert straggler({r: _timed(r, 0.1, 0.05 if r else 0.0, steps=4) for r in range(2)}) is None
+    assert straggler({0: _timed(0, 0.1, 0.0)}) is None
+
+
+def test_requests_and_dumps_in_the_run_folder(tmp_path) -> None:
+    paths = RunPaths(tmp_path, "r1")
+    paths.make()
+    assert last_request(paths) is None and requested_since(paths, 0) is None
+    asked = request_dumps(paths, "stall")
+    assert last_request(paths) == asked and requested_since(paths, asked - 1) == "stall"
+    assert requested_since(paths, asked) is None
+    fresh = RankDump(0, "n", asked + 0.5, "stall", "flight recorder", dump(0, 3).groups, "t.py:1 in f")
+    RankFiles(paths, 0).write_dump(fresh)
+    RankFiles(paths, 1).write_dump(RankDump(1, "n", asked - 10, "old", "fr"))  # an earlier attempt's
+    found = collect_dumps(paths, range(2), since=asked, wait_s=0)
+    assert list(found) == [0] and found[0] == fresh
+    RankFiles(paths, 1).write_beat(123.5)
+    assert RankFiles(paths, 1).last_progress() == 123.5 and RankFiles(paths, 2).last_progress() is None
