@@ -25,7 +25,7 @@ from runner.common.signals import StopRequest, handling
 from runner.common.timeouts import is_timeout_text
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
-from runner.plan.diagnostics import clear_diagnosis
+from runner.plan.diagnostics import clear_diagnosis, collect_dumps, diagnose, request_dumps
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan
 from runner.spec.schema import InitMethod, recipe_settings
@@ -37,6 +37,9 @@ from runner.worker.preflight.checks import Check, HostReport
 from runner.worker.rank import STACK_SIGNAL, run_rank
 from runner.worker.rendezvous import Rendezvous, RendezvousError, prepare_rendezvous
 from runner.worker.setup import RankSetup
+
+
+STOP_DUMP_WAIT_S = 2.0  # how long a stop waits for the ranks to say where they are
 
 
 class Interrupted(Exception):
@@ -272,6 +275,11 @@ def _grace(context, ranks: list[int], setups: list[RankSetup], plan: Plan, stop:
         if context.wait(timeout=0) is not None:  # all returned (or one failed): closed already
             return True
         time.sleep(0.05)
+    # still running after their grace: stuck somewhere, say where before they are stopped
+    paths, world = setups[0].paths, plan.world_size
+    found = diagnose(collect_dumps(paths, range(world), request_dumps(paths, "stop"), STOP_DUMP_WAIT_S), world)
+    if found is not None:
+        print(f"where the ranks were, {grace:g} s after the stop request: {found.text}", file=sys.stderr, flush=True)
     return False
 
 

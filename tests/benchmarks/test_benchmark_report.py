@@ -33,4 +33,5 @@ def test_every_table_block_of_the_report_is_rewritten_from_the_results(tmp_path)
 
 def test_the_committed_report_has_every_table_block():
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
-    assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "throughput", "plan", "sharding"]
+    assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "throughput", "diagnosis", "plan",
+                                                                 "sharding"]

@@ -41,6 +41,7 @@ def test_a_childs_environment(tmp_path) -> None:
         "ROLE_RANK": "3", "TORCHELASTIC_RUN_ID": "run7", "TORCHELASTIC_RESTART_COUNT": "2",
         "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_ERROR_FILE": str(paths.elastic_error_file(3)),
         "TORCHELASTIC_USE_AGENT_STORE": "True", "GLOO_SOCKET_IFNAME": "lan0", "OMP_NUM_THREADS": "2",
+        "TORCH_FR_BUFFER_SIZE": "200",
     }
 
 
@@ -49,3 +50,13 @@ def test_the_users_threads_win_and_no_agent_store_for_a_task(tmp_path) -> None:
     parent = ProcessEnvironment.read({"OMP_NUM_THREADS": "5"})
     env = child_environment(plan, plan.records[0], paths, parent, master_port="1", agent_store=False)
     assert env["OMP_NUM_THREADS"] == "5" and "TORCHELASTIC_USE_AGENT_STORE" not in env
+
+
+def test_the_flight_recorder_follows_log_collectives_unless_the_user_sized_it(tmp_path) -> None:
+    plan, paths = _plan(tmp_path, "topology=1x2", "log.collectives=0")
+    env = child_environment(plan, plan.records[0], paths, ProcessEnvironment.read({}), master_port="1", agent_store=False)
+    assert "TORCH_FR_BUFFER_SIZE" not in env
+    plan, paths = _plan(tmp_path, "topology=1x2")
+    users = ProcessEnvironment.read({"TORCH_FR_BUFFER_SIZE": "5000"})
+    env = child_environment(plan, plan.records[0], paths, users, master_port="1", agent_store=False)
+    assert "TORCH_FR_BUFFER_SIZE" not in env  # the user's own, inherited, wins

@@ -13,6 +13,8 @@ import pytest
 from omegaconf import OmegaConf
 from runs import processes_of, run, signal_when_ready
 
+from runner.plan.diagnostics import Collective, GroupRecord, RankDump, RankFiles
+from runner.plan.paths import RunPaths
 from runner.reports.sweep import markdown, plot, summarize
 
 
@@ -47,7 +49,20 @@ def test_speedup_and_efficiency_are_against_the_smallest_world_size(tmp_path):
     assert [r.status for r in rows] == ["done", "done", "done", "failed"]
     assert rows[3].speedup is None and rows[1].final == {"test_accuracy": 0.97, "steps": 20}
     table = markdown(rows)
-    assert "| 2 | topology=1x4 | 4 | done | 3000 | 3 | 0.75 | 20 | 0.95 |" in table
+    assert "| 2 | topology=1x4 | 4 | done | 3000 | 3 | 0.75 |  | 20 | 0.95 |" in table  # no slowest rank
+
+
+@pytest.mark.unit
+def test_a_job_whose_ranks_waited_for_one_names_it(tmp_path):
+    _job(tmp_path, 0, ["topology=1x2"], 2, 1000.0, 0.9)
+    paths = RunPaths(tmp_path / "0", "0")
+    for rank, late in ((0, 0.0), (1, 0.05)):  # rank 1 enters every collective 0.05 s after rank 0
+        entries = tuple(Collective(k, "all_reduce", entered_s=100.0 + 0.1 * k + late) for k in range(1, 21))
+        RankFiles(paths, rank).write_dump(RankDump(rank, "node0", 200.0, "end", "flight recorder",
+                                                   (GroupRecord("0", 20, 20, entries),)))
+    (row,) = summarize(tmp_path)
+    assert row.slowest == "rank 1 on node0 (2.00x)"  # it works 0.10 s between collectives, rank 0 0.05 s
+    assert "| rank 1 on node0 (2.00x) |" in markdown([row])
 
 
 @pytest.mark.unit

@@ -15,7 +15,8 @@ import uuid
 
 import pytest
 
-from runs import RUN, TESTS, bed_hosts, finish, processes_of, run, run_folder, start_manual_hosts, user_env
+from runs import (RUN, TESTS, bed_hosts, finish, mpi_options, processes_of, run, run_folder, start_manual_hosts,
+                  user_env)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -180,3 +181,43 @@ def test_a_stall_across_slurm_nodes_names_the_rank_on_the_other_node(testbed, tm
     assert (facts["kind"], facts["collective"], facts["waiting"], facts["absent"]) == ("stall", 4, [0, 1, 2], [3])
     assert "rank 3 never entered it: its last collective was all_reduce #3, and it is at workloads/hang.py:12 in main" \
         in facts["text"]
+
+
+def test_console_in_slurms_output_and_through_mpirun(testbed, tmp_path):
+    """Each task's chosen ranks reach Slurm's output file, which `run` shows as it follows the job, and mpirun's
+    output, prefixed with their rank and node."""
+    done = run("topology=2x1", "launcher=slurm", f"launcher.slurm.partition={testbed.partition}", "log.console=all",
+               "recipe.epochs=1", "recipe.global_batch_size=64", cwd=tmp_path, env=testbed.env(), timeout=200)
+    assert done.code == 0, done.output
+    by_rank = _prefixed(done.stdout)
+    assert sorted(by_rank) == [0, 1] and any("progress: train step 21/21" in line for line in by_rank[1])
+    names = [h.name for h in testbed.hosts]
+    done = run(*bed_hosts(testbed, [1, 1]), *mpi_options(testbed), "launcher.tasks=per_device", "log.console=all",
+               "recipe.epochs=1", "recipe.global_batch_size=64", cwd=tmp_path, env=testbed.env(), timeout=200)
+    assert done.code == 0, done.output
+    assert re.search(rf"^\[rank 1 {names[1]}\] progress: train step 21/21", done.stdout, re.M), done.stdout
+
+
+def test_a_stop_that_the_ranks_cannot_honour_says_where_they_were(tmp_path):
+    """SIGTERM asks the ranks to checkpoint and stop; ranks stuck in a collective cannot: after
+    launcher.grace_s the runner says where they are, then stops them."""
+    run_id = f"t{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen([RUN, "topology=1x3", *hang(), "recipe.global_batch_size=3", "init.timeout_s=300",
+                             "launcher.grace_s=2", f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("outputs/*/*/logs/rank00001.beat")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert re.search(r"where the ranks were, 2 s after the stop request: ranks 0,2 wait in all_reduce #4 \(process "
+                     r"group 0\) " + SINCE + r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:12 "
+                     r"in main", err), err
+    assert not processes_of(run_id)
