@@ -137,6 +137,14 @@ def finish(procs: list[subprocess.Popen], timeout: float = 120) -> list[tuple[in
         for p in procs:
             out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
             results.append((p.returncode, out))
+    except subprocess.TimeoutExpired:
+        said = []
+        for i, p in enumerate(procs):
+            if p.poll() is None:
+                p.kill()
+            out, _ = p.communicate()
+            said.append(f"--- process {i} (exit {p.returncode}):\n{(out or '')[-4000:]}")
+        raise AssertionError(f"not done within {timeout:g} s:\n" + "\n".join(said)) from None
     finally:
         for p in procs:
             if p.poll() is None:

@@ -54,7 +54,8 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
                     break
                 pickle.dump(target_problem(*args), answers)  # forked from here: torch is imported already
                 answers.flush()
-        code = launch_host(*args)
+        plan, node_rank, paths, recipe_cfg, environment, restarts = args
+        code = launch_host(plan, node_rank, paths, recipe_cfg, environment, restarts=restarts)
     except KeyboardInterrupt:
         code = exits.from_signal(signal.SIGINT)
     except BaseException:
@@ -105,12 +106,12 @@ class LaunchAgent:
             return target_problem(target, workdir)
 
     def run_host(self, plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig,
-                 environment: ProcessEnvironment) -> int:
+                 environment: ProcessEnvironment, restarts: int = 0) -> int:
         """Hand the launch to the agent and wait for its exit status; SIGINT, SIGTERM and the stop signal
         reaching `run` go to it."""
         forward = lambda signum, _frame: os.kill(self.pid, signum)  # noqa: E731
         with handling((signal.SIGINT, signal.SIGTERM, plan.rules.stop_signal), forward):
-            self._send("launch", (plan, node_rank, paths, recipe_cfg, environment))
+            self._send("launch", (plan, node_rank, paths, recipe_cfg, environment, restarts))
             self._requests.close()
             _, status = os.waitpid(self.pid, 0)  # retried after each forwarded signal (PEP 475)
         return exits.from_wait_status(status)

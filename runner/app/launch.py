@@ -3,6 +3,7 @@ it ended (runner.reports.run_summary)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -11,9 +12,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from runner.app import snapshot
 from runner.app.agent import LaunchAgent
+from runner.app.snapshot import Snapshot, SnapshotError
 from runner.common import exits
 from runner.common.signals import handling
+from runner.environments import provenance
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, check
 from runner.launchers.base import Invocation
@@ -46,6 +50,31 @@ def where_the_ranks_are(plan: Plan, paths: RunPaths) -> None:
     print(f"\nwhere the ranks are: {said}\n    (stacks: logs/rank*.log; the job goes on)", file=sys.stderr, flush=True)
 
 
+def _snapshot(spec: JobConfig, pinned: DictConfig, by_default: bool, paths: RunPaths) -> Snapshot | None:
+    """launcher.snapshot_code: copy the job's code into the run folder, and pin code_dir (and a script's path)
+    to the copy, in the spec the processes get and in the one tasks load."""
+    wanted = spec.launcher.snapshot_code
+    if wanted is False or (wanted is None and not by_default):
+        return None
+    workdir = Path(spec.workdir)
+    copy = snapshot.take(workdir, paths.code, list(spec.launcher.snapshot_files), spec.launcher.snapshot_max_mb,
+                         required=wanted is True)
+    if copy is None:
+        print(f"notice: launcher.snapshot_code: {workdir} is not in a git repository: the job imports its code from "
+              f"there as it is when each attempt starts (launcher.snapshot_files names files to copy)", file=sys.stderr)
+        return None
+    spec.code_dir = pinned.code_dir = str(copy.folder)
+    script = spec.recipe.get("path") if isinstance(spec.recipe, dict) else getattr(spec.recipe, "path", None)
+    if isinstance(script, str):
+        path = snapshot.moved(script, workdir, copy.folder)
+        if isinstance(spec.recipe, dict):
+            spec.recipe["path"] = path
+        else:
+            spec.recipe.path = path
+        pinned.recipe.path = path
+    return copy
+
+
 def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
             config_dir: str | None, environment: ProcessEnvironment, config_name: str | None = None,
             agent: LaunchAgent | None = None, defer_submit: bool = False) -> int | ArrayMember:
@@ -74,6 +103,14 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
     for key, value in request.pins.items():
         OmegaConf.update(pinned, key, value)
     paths.make()
+    try:
+        copy = _snapshot(spec, pinned, launcher.snapshots_by_default(), paths)
+    except SnapshotError as e:
+        print(f"error: {e}\n\nnothing was started.", file=sys.stderr)
+        return exits.INVALID
+    paths.provenance.write_text(json.dumps(
+        provenance.record(paths.run_id, spec.workdir, [h.label for h in job.hosts],
+                          str(copy.folder) if copy else None).document(), indent=1))
     paths.spec.write_text(OmegaConf.to_yaml(pinned))
     write_plan(plan, paths.plan)
     paths.launch.write_text(request.materialize())

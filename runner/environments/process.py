@@ -16,6 +16,7 @@ VARIABLES = {
     "GLOO_SOCKET_IFNAME": "gloo's interface; set by the user, the runner's choice is off",
     "NCCL_SOCKET_IFNAME": "NCCL's interface; as GLOO_SOCKET_IFNAME",
     "TORCH_FR_BUFFER_SIZE": "torch's flight recorder entries; set by the user, it wins over log.collectives",
+    "RUNNER_ATTEMPT": "the attempt an mpirun task belongs to (launcher=mpi starts mpirun again to restart)",
 }
 
 
@@ -30,10 +31,11 @@ class ProcessEnvironment:
     socket_ifnames: Mapping[str, str] = field(default_factory=dict)  # the user's GLOO/NCCL_SOCKET_IFNAME
     cpu_count: int = 1
     flight_recorder: str | None = None  # the user's TORCH_FR_BUFFER_SIZE
+    attempt: int = 0  # RUNNER_ATTEMPT: set by launcher=mpi for the tasks of a restarted job
 
     @classmethod
     def read(cls, env: Mapping[str, str] | None = None) -> ProcessEnvironment:
         env = os.environ if env is None else env
         return cls(SlurmEnvironment.read(env), MpiEnvironment.read(env), env.get("OMP_NUM_THREADS") or None,
                    {v: env[v] for v in SOCKET_IFNAME_VARIABLES if env.get(v)}, os.cpu_count() or 1,
-                   env.get("TORCH_FR_BUFFER_SIZE") or None)
+                   env.get("TORCH_FR_BUFFER_SIZE") or None, int(env.get("RUNNER_ATTEMPT") or 0))

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from runner.launchers.slurm_array import ArrayMember
 
 # How a launcher that forks a host's processes in `run` starts them: through `run`'s launch agent (runner.app.agent)
-HostRun = Callable[[Plan, int, RunPaths, DictConfig, ProcessEnvironment], int]
+HostRun = Callable[[Plan, int, RunPaths, DictConfig, ProcessEnvironment, int], int]
 
 
 @dataclass(frozen=True)
@@ -168,6 +168,7 @@ class Launcher(ABC):
         self.environment = environment
         self._run_host = run_host
         self.not_followed: str | None = None  # set by a launch that submits and returns ("Slurm job 12")
+        self.signalled: int | None = None  # SIGINT or SIGTERM that `run` passed on to a scheduler's command
 
     @abstractmethod
     def request(self) -> LaunchRequest:
@@ -177,19 +178,27 @@ class Launcher(ABC):
     def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
         """Run the job; the exit status of `run` (runner.common.exits)."""
 
+    def snapshots_by_default(self) -> bool:
+        """Whether this launch copies the job's code into the run folder unless launcher.snapshot_code says: where
+        an attempt may start long after the submission (a batch job, a requeue)."""
+        return False
+
     def array_member(self) -> ArrayMember | None:
         """This job as a member of a sweep's Slurm job array, prepared and not submitted; None: this
         launcher launches it on its own."""
         return None
 
     def run_host(self, node_rank: int, recipe_cfg: DictConfig) -> int:
-        """Start host ``node_rank``'s processes here and wait for them: through the launch agent when
-        `run` has one (runner.app.agent), else in this process."""
+        """Start host ``node_rank``'s processes here and wait for them, starting them again after a failure up to
+        launcher.max_restarts times: through the launch agent when `run` has one (runner.app.agent), else in
+        this process."""
+        spec = self.plan.job.spec
+        restarts = 0 if spec.preflight else spec.launcher.max_restarts
         if self._run_host is not None:
-            return self._run_host(self.plan, node_rank, self.paths, recipe_cfg, self.environment)
+            return self._run_host(self.plan, node_rank, self.paths, recipe_cfg, self.environment, restarts)
         from runner.worker.supervise import launch_host
 
-        return launch_host(self.plan, node_rank, self.paths, recipe_cfg, self.environment)
+        return launch_host(self.plan, node_rank, self.paths, recipe_cfg, self.environment, restarts=restarts)
 
     def rank_failed(self) -> bool:
         """A rank of this run failed: it left its error file (runner.plan.outcome)."""
@@ -208,12 +217,12 @@ class Launcher(ABC):
             pins["init.master_port"] = int(self.plan.master_port)
         return pins
 
-    def run_forwarding_signals(self, argv: list[str], cwd: str | None) -> int:
+    def run_forwarding_signals(self, argv: list[str], cwd: str | None, env: dict[str, str] | None = None) -> int:
         """Run a scheduler's command (srun, mpirun) to its end, passing `run`'s SIGINT, SIGTERM and stop
         signal on to it (it passes them to the tasks). The exit status for `run`: 128 + n when `run` got
         signal n (SIGINT, SIGTERM) and the command failed; 1 when a rank failed (the scheduler may report
         the status of the tasks it stopped because of it instead, e.g. srun's 143); else the command's."""
-        proc = subprocess.Popen(argv, cwd=cwd)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env)
         received: list[int] = []
 
         def pass_on(signum: int, _frame: object) -> None:
@@ -227,6 +236,8 @@ class Launcher(ABC):
             code = proc.wait()  # retried after each forwarded signal (PEP 475)
         code = code if code >= 0 else exits.from_signal(-code)
         stopped = [s for s in received if s in (signal.SIGINT, signal.SIGTERM)]
+        if stopped:
+            self.signalled = stopped[0]
         if code and stopped:
             return exits.from_signal(stopped[0])
         return exits.FAILED if code and self.rank_failed() else code

@@ -26,6 +26,7 @@ _PINNED = ("launcher.manual.host=", "run_id=", "init.master_port=", "dry_run=")
 
 class ManualLauncher(Launcher):
     name = "manual"
+    supports_restarts = True  # the hosts restart together, agreeing through host 0's store (runner.worker.attempts)
     shares_run_folder = False  # each host's `run` makes its own run folder
     forks_here = True
     hosts_start_apart = True
@@ -37,6 +38,11 @@ class ManualLauncher(Launcher):
         if len(hosts) > 1 and job.master_addr is None and spec.init.method is not InitMethod.file:
             yield Problem("init.master_addr", "manual launch on several hosts needs to know host 0's address",
                           "name host 0 (topology.hosts[0].name=...) or set init.master_addr")
+        if spec.launcher.max_restarts and len(hosts) > 1 and spec.init.method is InitMethod.file:
+            yield Problem("launcher.max_restarts", "several hosts restart together by agreeing through host 0's "
+                          "rendezvous store, but init=file has none",
+                          "init=tcp or init=env with launcher.max_restarts (or restart the launch yourself: the recipe "
+                          "resumes from its last checkpoint with the same run_id)")
         chosen = spec.launcher.manual.host
         if chosen is None:
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Iterator
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from omegaconf import DictConfig
 
 from runner.common import exits
+from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError, TaskPlace, named_hosts_problems
 from runner.plan.paths import RunPaths
@@ -20,9 +22,13 @@ from runner.spec.schema import JobConfig, TaskMode
 from runner.spec.validation import ENV_NAME
 
 
+ATTEMPT = "RUNNER_ATTEMPT"  # tells each task which attempt it is (runner.environments.process)
+
+
 class MpiLauncher(Launcher):
     name = "mpi"
     gives_mpi_ranks = True
+    supports_restarts = True  # mpirun is started again, in the same run folder
     master_source = "host of MPI rank 0"
 
     @classmethod
@@ -51,7 +57,7 @@ class MpiLauncher(Launcher):
         mpi = environment.mpi
         if mpi is None:
             raise TaskError("launcher=mpi, but no MPI rank variables are set (OMPI_COMM_WORLD_RANK, PMI_RANK, ...)")
-        return TaskPlace(mpi.rank, mpi.size, mpi.local_rank, mpi.flavour)
+        return TaskPlace(mpi.rank, mpi.size, mpi.local_rank, mpi.flavour, attempt=environment.attempt)
 
     def request(self) -> LaunchRequest:
         job, opts = self.plan.job, self.plan.job.spec.launcher.mpi
@@ -67,17 +73,30 @@ class MpiLauncher(Launcher):
         argv += ["-np", str(sum(slots)), "-H", hosts, "--map-by", "slot", "--bind-to", "none"]
         for name in opts.export:
             argv += ["-x", name]  # Open MPI passes only its own variables to other hosts unless told
+        if job.spec.launcher.max_restarts:
+            argv += ["-x", ATTEMPT]  # which attempt, for every task (set by launch)
         argv += [*opts.extra, *self.task_argv()]
         what = "one task per host, each forks its processes" if per_host else "one MPI rank per process"
         return LaunchRequest(self.name, (HostCommand("this machine", tuple(argv), what, cwd=self.invocation.cwd),),
                              pins=self.pins(port=True))
 
     def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
+        """Run mpirun; after a failure, up to launcher.max_restarts times again, each attempt's tasks told which
+        it is (RUNNER_ATTEMPT): the ranks resume from the run's last checkpoint (ctx.attempt counts)."""
         (command,) = request.commands
-        print(f"mpi: {shlex.join(command.argv)}", file=sys.stderr, flush=True)
-        try:
-            return self.run_forwarding_signals(list(command.argv), command.cwd)
-        except FileNotFoundError:
-            print(f"error: launcher=mpi: {command.argv[0]!r} is not on PATH; hint: install Open MPI, or give its path: "
-                  f"launcher.mpi.mpirun=/path/to/mpirun", file=sys.stderr)
-            return exits.INVALID
+        restarts = self.plan.job.spec.launcher.max_restarts
+        attempt = 0
+        while True:
+            print(f"mpi: {shlex.join(command.argv)}", file=sys.stderr, flush=True)
+            try:
+                code = self.run_forwarding_signals(list(command.argv), command.cwd, {**os.environ, ATTEMPT: str(attempt)})
+            except FileNotFoundError:
+                print(f"error: launcher=mpi: {command.argv[0]!r} is not on PATH; hint: install Open MPI, or give its "
+                      f"path: launcher.mpi.mpirun=/path/to/mpirun", file=sys.stderr)
+                return exits.INVALID
+            # a rank that raised (1) or was killed (mpirun's own status then), not `run` asked to stop
+            if code in (exits.OK, exits.INVALID) or self.signalled or attempt >= restarts or StopRequest.requested:
+                return code
+            attempt += 1
+            print(f"\nrestarting: attempt {attempt + 1} of {restarts + 1} (launcher.max_restarts={restarts}): mpirun "
+                  f"again; the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)

@@ -294,6 +294,9 @@ class SlurmLauncher(Launcher):
             return exits.OK
         return slurm_job.follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed)
 
+    def snapshots_by_default(self) -> bool:
+        return not self.in_allocation  # a batch job starts, and is requeued, after the submission
+
     def array_member(self) -> ArrayMember | None:
         """This job as a member of a sweep's job array (runner.launchers.slurm_array): its batch script
         is written, the array's script runs it. None inside an allocation (an srun step of its own)."""

@@ -34,6 +34,16 @@ class RunPaths:
         return self.root / "job.sbatch"
 
     @property
+    def provenance(self) -> Path:
+        """What produced the run: git state, packages, torch, hosts, command line (runner.environments.provenance)."""
+        return self.root / "provenance.json"
+
+    @property
+    def code(self) -> Path:
+        """The run's copy of the job's code (launcher.snapshot_code)."""
+        return self.root / "code"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 

@@ -65,6 +65,7 @@ class RunSummary:
     slurm_job_id: str | None = None
     metrics_step: int | None = None
     final_metrics: dict[str, float] = field(default_factory=dict)
+    code: str | None = None  # the git state of the job's folder, in words (provenance.json has it all)
     hang: dict[str, Any] | None = None  # where the ranks were when a collective timed out or the job stalled
     straggler: str | None = None  # the rank the others waited for, in words
     files: tuple[str, ...] = ()  # what the run folder holds, relative to it, grouped (logs/rank*.log (2), ...)
@@ -95,6 +96,8 @@ class RunSummary:
             more = f" (+{len(self.final_metrics) - MAX_METRICS} more)" if len(self.final_metrics) > MAX_METRICS else ""
             at = f"step {self.metrics_step}: " if self.metrics_step is not None else ""
             lines.append(f"  metrics   {at}{shown}{more}")
+        if self.code:
+            lines.append(f"  code      {self.code}")
         if self.hang:
             lines.append(f"  hang      {_wrapped(self.hang['text'], 12)}")
         if self.straggler:
@@ -119,7 +122,7 @@ class RunSummary:
             "device": self.device, "backend": self.backend, "parallel": self.parallel, "sharding": self.sharding,
             "launcher": self.launcher, "recipe": self.recipe,
             "first_failure": self.first_failure, "signal": self.signal, "slurm_job_id": self.slurm_job_id,
-            "hang": self.hang, "straggler": self.straggler,
+            "code": self.code, "hang": self.hang, "straggler": self.straggler,
             "metrics_step": self.metrics_step, "final_metrics": self.final_metrics,
             "paths": self.paths,
         }
@@ -127,6 +130,21 @@ class RunSummary:
 
 def _count(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def _code(paths: RunPaths) -> str | None:
+    """The job's code in one line, from provenance.json: its commit, whether it was dirty, and the snapshot."""
+    try:
+        doc = json.loads(paths.provenance.read_text())
+    except (OSError, ValueError):
+        return None
+    git = doc.get("git") or {}
+    if git.get("commit") is None:
+        line = "not a git repository"
+    else:
+        line = f"git {git['commit'][:12]}" + (f" ({git['branch']})" if git.get("branch") else "")
+        line += f", dirty: {len(git.get('changed') or [])} file(s) changed" if git.get("dirty") else ", clean"
+    return line + (" · ran from its copy in code/" if doc.get("code_snapshot") else "")
 
 
 def _wrapped(text: str, indent: int) -> str:
@@ -212,7 +230,7 @@ def _files(plan: Plan, paths: RunPaths) -> tuple[tuple[str, ...], dict[str, Any]
     if len(checkpoints) > 3:
         shown.append(f"checkpoints/ (+{len(checkpoints) - 3} more)")
     shown += [p.name for p in slurm_out]
-    shown += [p.name for p in (paths.spec, paths.plan, paths.launch, paths.sbatch_script) if p.exists()]
+    shown += [p.name for p in (paths.spec, paths.plan, paths.launch, paths.sbatch_script, paths.provenance) if p.exists()]
     shown.append(FILE_NAME)
     by_kind = {
         "run_folder": str(root.absolute()),
@@ -252,7 +270,7 @@ def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_fo
         hosts=tuple(h.label for h in job.hosts), device=job.device.value, backend=job.backend.value,
         parallel=spec.parallel.mode.value, sharding=spec.sharding.mode.value, launcher=spec.launcher.kind,
         recipe=recipe, root=paths.root, first_failure=failure, signal=sig, slurm_job_id=slurm_job_id,
-        metrics_step=metrics.step, final_metrics=metrics.final, hang=read_diagnosis(paths),
+        metrics_step=metrics.step, final_metrics=metrics.final, code=_code(paths), hang=read_diagnosis(paths),
         straggler=slow.text() if slow else None, files=shown, paths=by_kind)
 
 

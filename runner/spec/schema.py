@@ -131,6 +131,11 @@ class LauncherConfig:
     # long before they are terminated; Ctrl-C (SIGINT) stops them at once
     stall_timeout_s: Optional[float] = None  # end the job when no rank completed a collective or a progress
     # step for this long, saying which collective each rank is in (None: only init.timeout_s ends a hang)
+    snapshot_code: Optional[bool] = None  # copy the job's code (git-tracked files, or snapshot_files) into the run
+    # folder at submission and import it from there, so a requeued or restarted attempt runs the submitted code;
+    # None: on for Slurm batch jobs from a git repository, off elsewhere (the launch there is the code's moment)
+    snapshot_files: list[str] = field(default_factory=list)  # globs under workdir to copy instead of git's files
+    snapshot_max_mb: float = 200.0  # a snapshot larger than this is refused, naming its largest files
     max_restarts: int = 0  # launcher=local: start the job again after a failure, up to this many times;
     # the recipe resumes from the run's last checkpoint (Slurm: launcher.slurm.requeue)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
@@ -237,6 +242,8 @@ class JobConfig:
     run_id: Optional[str] = None  # None: a fresh id per run; the manual launcher pins one for all hosts
     workdir: Optional[str] = None  # the job's folder: every process starts in it and imports the user's modules
     # from it first, as `python -m` does; None: the folder `run` is started from (pinned in the run's spec.yaml)
+    code_dir: Optional[str] = None  # where the user's modules and scripts come from, when not workdir: the run's
+    # copy of the code (launcher.snapshot_code), pinned by the launch
 
 
 def recipe_settings(recipe: Any) -> RecipeConfig:

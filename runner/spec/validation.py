@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -159,6 +160,13 @@ def _check_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem
                       "seconds without a completed collective or progress step before the job is ended, e.g. 120; "
                       "null: no stall watchdog")
     yield from _check_log(spec)
+    if not spec.launcher.snapshot_max_mb > 0:
+        yield Problem("launcher.snapshot_max_mb", f"must be positive, got {spec.launcher.snapshot_max_mb}",
+                      "megabytes of code a snapshot may copy, e.g. 200")
+    for i, pattern in enumerate(spec.launcher.snapshot_files):
+        if os.path.isabs(pattern) or ".." in Path(pattern).parts:
+            yield Problem(f"launcher.snapshot_files[{i}]", f"{pattern!r} reaches outside the job's folder",
+                          "globs relative to the folder you start `run` from, e.g. '**/*.py'")
     if not is_signal_name(spec.launcher.stop_signal):
         yield Problem("launcher.stop_signal", f"{spec.launcher.stop_signal!r} is not a signal",
                       "a signal's name or number, e.g. USR1 (the default), USR2 or TERM")
@@ -209,13 +217,16 @@ def _check_recipe(spec: JobConfig, probe: MachineProbe) -> Iterator[Problem]:
                       f"{workdir!r} is not an absolute path",
                       "leave it unset (the folder `run` is started from), or give an absolute path every host sees")
         return
+    if spec.code_dir is not None and not (os.path.isabs(spec.code_dir) and probe.is_dir(spec.code_dir)):
+        yield Problem("code_dir", f"{spec.code_dir!r} is not a folder here", "leave it unset: the launch pins it")
+        return
     if isinstance(spec.recipe, ScriptRecipeConfig):
         yield from _check_script(spec.recipe, workdir, probe)
     target = recipe.target
     if not isinstance(target, str) or not TARGET_PATTERN.match(target):
         yield Problem("recipe.target", f"{target!r} is not 'package.module:function' or 'package.module'",
                       "e.g. recipe.target=mypkg.train:main (mypkg/ in the folder you start `run` from)")
-    elif (problem := probe.target_problem(target, workdir)) is not None:
+    elif (problem := probe.target_problem(target, spec.code_dir or workdir)) is not None:
         yield Problem("recipe.target", problem.message, problem.hint)
     batch = recipe.global_batch_size
     if batch is not None and not isinstance(batch, int):

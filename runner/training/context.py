@@ -8,6 +8,7 @@ Wrapping, sharding and full (consolidated) checkpoints are delegated to the stra
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -289,20 +290,45 @@ class RunContext:
 
     def load_checkpoint(self, name: str = "last", path: str | Path | None = None, *, model: nn.Module | None = None,
                         optimizer: Optimizer | None = None) -> dict[str, Any] | None:
-        """A saved state, mapped onto this process's device; None when there is none.
+        """A saved state, mapped onto this process's device; None when there is none. Call it on every process:
+        they all get the main process's checkpoint, read from the file where they see the same one, else sent by
+        the main process (a host that does not share the run folder).
 
-        With ``model`` (and ``optimizer``), call it on every process: the checkpoint's full state is
-        loaded into them (:meth:`load_full_state`, whatever mode and world size saved it) and the other
-        entries are returned.
+        With ``model`` (and ``optimizer``), the checkpoint's full state is loaded into them
+        (:meth:`load_full_state`, whatever mode and world size saved it) and the other entries are returned.
         """
         path = Path(path) if path is not None else self.checkpoint_dir / f"{name}.pt"
-        if not path.exists():
+        state = self._read_agreed(path)
+        if state is None:
             return None
-        state = torch.load(path, map_location=self.device, weights_only=False)
         if model is not None:
             self.load_full_state(model, optimizer, state)
             state = {k: v for k, v in state.items() if k not in ("model", "optimizer")}
         return state
+
+    def _read_agreed(self, path: Path) -> dict[str, Any] | None:
+        """The main process's checkpoint at ``path`` (None: it has none), on every process: read from the file
+        where each process sees the same one, else sent by the main process (a host without the folder, such
+        as launcher=manual's other hosts, whose run folders are their own)."""
+        def stamp(p: Path) -> tuple[int, int] | None:
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                return None
+            return st.st_size, st.st_mtime_ns
+
+        if not (dist.is_initialized() and self.world_size > 1):
+            found = stamp(path)
+            return None if found is None else torch.load(path, map_location=self.device, weights_only=False)
+        stamps: list[tuple[int, int] | None] = [None] * self.world_size
+        dist.all_gather_object(stamps, stamp(path))
+        if stamps[0] is None:
+            return None
+        if all(s == stamps[0] for s in stamps):
+            return torch.load(path, map_location=self.device, weights_only=False)
+        sent = [path.read_bytes() if self.is_main else None]
+        dist.broadcast_object_list(sent, src=0)
+        return torch.load(io.BytesIO(sent[0]), map_location=self.device, weights_only=False)
 
     def close(self) -> None:
         for bar in self._progress:

@@ -143,7 +143,7 @@ def _run(setup: RankSetup) -> Any:
 
         collective(setup, device)
         return None
-    recipe = load_target(setup.recipe.target, setup.spec.workdir)
+    recipe = load_target(setup.recipe.target, setup.spec.code_dir or setup.spec.workdir)
     timeout = datetime.timedelta(seconds=setup.spec.init.timeout_s)
     if setup.recipe.init_process_group:
         dist.init_process_group(setup.backend, init_method=setup.init_method, rank=rec.global_rank,

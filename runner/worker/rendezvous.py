@@ -21,7 +21,7 @@ class Rendezvous:
     init_method: str
     master_port: str  # the port the processes get (MASTER_PORT; with file:// init, the plan's, unused)
     agent_store: bool  # this host's launcher serves the store (TORCHELASTIC_USE_AGENT_STORE)
-    store: tuple | None = None  # (TCPStore, listening socket) this host serves, kept alive for the run
+    store: object | None = None  # the TCPStore this host serves (its listening socket too), kept alive for the run
     file: Path | None = None  # the init file, removed afterwards
     notes: list[str] = field(default_factory=list)
 
@@ -44,7 +44,7 @@ class RendezvousError(Exception):
         self.hint = hint
 
 
-def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> tuple[tuple, int]:
+def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> tuple[object, int]:
     """Serve the rendezvous TCPStore from this process on a socket we bind ourselves: loopback only for
     one host, and the port is ours from the moment it is chosen (no free-port race)."""
     import torch.distributed as dist
@@ -62,9 +62,17 @@ def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> t
         print(f"warning: init.master_port={port} is in use on this machine ({e.strerror}); using the free port "
               f"{sock.getsockname()[1]} instead", file=sys.stderr)
     sock.listen(1024)
-    store = dist.TCPStore(addr, sock.getsockname()[1], None, True, datetime.timedelta(seconds=timeout_s),
-                          wait_for_workers=False, master_listen_fd=sock.fileno())
-    return (store, sock), sock.getsockname()[1]
+    port = sock.getsockname()[1]
+    try:
+        store = dist.TCPStore(addr, port, None, True, datetime.timedelta(seconds=timeout_s),
+                              wait_for_workers=False, master_listen_fd=sock.fileno())
+    except BaseException:
+        sock.close()
+        raise
+    # the store owns the listening socket from here and closes it when it goes: were Python's socket object to
+    # close the same descriptor too, it could close whatever reuses the number by then (a later attempt's store)
+    sock.detach()
+    return store, port
 
 
 def stale_rendezvous_file(path: Path) -> None:

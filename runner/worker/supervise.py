@@ -30,6 +30,7 @@ from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
+from runner.worker.attempts import AttemptError, Attempts
 from runner.worker.network import NetworkError, network_choice
 from runner.worker.preflight import collective as preflight_collective
 from runner.worker.preflight import host as preflight_host
@@ -99,16 +100,22 @@ def _exit_code_now(pid: int) -> int | None:
     return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
 
 
-def _wait(context, setups: list[RankSetup]) -> tuple[object, dict[int, int]]:
-    """Wait for the host's processes; the result, and the local ranks that died without a Python exception
-    (a signal from outside, os._exit, a crash in C) -> exit code, seen before the launcher stops the others.
+def _wait(context, setups: list[RankSetup], attempts: Attempts | None = None) -> tuple[object | None, dict[int, int]]:
+    """Wait for the host's processes; the result (None: another host said its share failed, ``attempts``), and
+    the local ranks that died without a Python exception (a signal from outside, os._exit, a crash in C) -> exit
+    code, seen before the launcher stops the others.
 
     When one of them times out in a collective, first ask those still running (not failed, not done) for
     their stacks (runner.worker.rank.STACK_SIGNAL): the report shows where the ranks that did not arrive were."""
     asked = False
     pids = context.pids()
     killed: dict[int, int] = {}
+    polled = time.monotonic()
     while True:
+        if attempts is not None and time.monotonic() - polled >= 0.5:
+            polled = time.monotonic()
+            if attempts.other_failed():
+                return None, killed
         for i, pid in pids.items():
             outcome = setups[i].outcome
             if i not in killed and (code := _exit_code_now(pid)) not in (None, 0) and not outcome.failed \
@@ -130,20 +137,34 @@ def _wait(context, setups: list[RankSetup]) -> tuple[object, dict[int, int]]:
 
 
 def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig,
-                environment: ProcessEnvironment, announce: bool = False) -> int:
-    """Run host ``node_rank``'s processes to the end, restarting them after a failure up to
-    ``launcher.max_restarts`` times (one-host jobs); return the exit status for `run`. ``announce``: say
-    in a line that the host's processes finished (a Slurm or MPI task, whose `run` is elsewhere; `run`
-    itself ends with its summary)."""
-    spec = plan.job.spec
-    restarts = spec.launcher.max_restarts if len(plan.job.hosts) == 1 and not spec.preflight else 0
-    while True:
-        code = _launch_attempt(plan, node_rank, paths, recipe_cfg, environment, announce)
-        if code != exits.FAILED or paths.attempt >= restarts or StopRequest.requested:
-            return code
-        paths = dataclasses.replace(paths, attempt=paths.attempt + 1)
-        print(f"\nrestarting: attempt {paths.attempt + 1} of {restarts + 1} (launcher.max_restarts={restarts}); "
-              f"the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
+                environment: ProcessEnvironment, announce: bool = False, restarts: int = 0) -> int:
+    """Run host ``node_rank``'s processes to the end, starting them again after a failure up to ``restarts``
+    times (the launcher's say: launcher.max_restarts for local and manual; a scheduler restarts its own tasks);
+    return the exit status for `run`. The hosts of a job restart together, agreeing on the attempt through host
+    0's store (runner.worker.attempts). ``announce``: say in a line that the host's processes finished (a Slurm
+    or MPI task, whose `run` is elsewhere; `run` itself ends with its summary)."""
+    attempts = Attempts(plan, node_rank) if restarts and len(plan.job.hosts) > 1 else None
+    try:
+        if attempts is not None and node_rank != 0:
+            paths = dataclasses.replace(paths, attempt=attempts.wait_for(paths.attempt))
+        while True:
+            code = _launch_attempt(plan, node_rank, paths, recipe_cfg, environment, announce, attempts)
+            if attempts is not None:
+                attempts.close()  # host 0: the attempt's store goes now, freeing the port for the next one's
+            if code != exits.FAILED or paths.attempt >= restarts or StopRequest.requested:
+                return code
+            following = paths.attempt + 1
+            if attempts is not None and node_rank != 0:
+                following = attempts.wait_for(following)
+            paths = dataclasses.replace(paths, attempt=following)
+            print(f"\nrestarting: attempt {paths.attempt + 1} of {restarts + 1} (launcher.max_restarts={restarts}); "
+                  f"the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
+    except AttemptError as e:
+        print(f"error: restart: {e}", file=sys.stderr)
+        return exits.FAILED
+    finally:
+        if attempts is not None:
+            attempts.close()
 
 
 def _master_unreachable(plan: Plan, node_rank: int, rdzv: Rendezvous, setups: list[RankSetup]) -> str | None:
@@ -164,7 +185,7 @@ def _master_unreachable(plan: Plan, node_rank: int, rdzv: Rendezvous, setups: li
 
 
 def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig,
-                    environment: ProcessEnvironment, announce: bool) -> int:
+                    environment: ProcessEnvironment, announce: bool, attempts: Attempts | None = None) -> int:
     from torch.distributed.elastic.multiprocessing import start_processes
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
@@ -190,6 +211,8 @@ def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: Dic
     except NetworkError as e:
         print(f"error: network: {e}", file=sys.stderr)
         return exits.INVALID
+    if attempts is not None and node_rank == 0 and rdzv.store is not None:
+        attempts.opened(rdzv.store, paths.attempt)
     unreachable = _master_unreachable(plan, node_rank, rdzv, setups) if report is None else None
     if unreachable:
         print(f"error: init: {unreachable}", file=sys.stderr)
@@ -234,11 +257,18 @@ def _launch_attempt(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: Dic
                 start_method="fork",
             )
             ranks.extend(context.pids().values())
-            result, killed = _wait(context, setups)
+            result, killed = _wait(context, setups, attempts)
+            if result is None:  # another host's share failed: end this one's, and start the next attempt together
+                print(f"\nanother host's processes failed: stopping this host's {len(setups)} (attempt "
+                      f"{paths.attempt + 1})", file=sys.stderr, flush=True)
+                return exits.FAILED
             context = None
             if report is not None:
                 return preflight_collective.outcome(result, setups, paths)
-            return failure_report(result, setups, paths, time.perf_counter() - started, killed, announce)
+            code = failure_report(result, setups, paths, time.perf_counter() - started, killed, announce)
+            if code == exits.FAILED and attempts is not None:
+                attempts.say_failed()
+            return code
         except (Interrupted, SignalException) as e:
             # ours before the processes start, elastic's (it installs its own handlers) after
             signum = e.signum if isinstance(e, Interrupted) else int(e.sigval)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
+import gc
+from pathlib import Path
+
 import pytest
 
 from conftest import validate
@@ -33,13 +37,49 @@ def test_file_init_gets_a_private_folder_and_refuses_a_stale_file(tmp_path) -> N
     assert not folder.exists()
 
 
+def _listening(port: int) -> list[str]:
+    """The local addresses this machine listens on at ``port`` (from /proc/net/tcp: state 0A is LISTEN)."""
+    found = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        addr, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:
+            found.append(".".join(str(b) for b in reversed(bytes.fromhex(addr))))
+    return found
+
+
+def _reachable(port: int) -> bool:
+    import torch.distributed as dist
+
+    client = dist.TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=5), wait_for_workers=False)
+    client.set("k", "v")
+    return client.get("k") == b"v"
+
+
 def test_host_0_serves_the_store_on_a_port_it_holds(tmp_path) -> None:
     plan, paths = _plan(tmp_path, "init=tcp")
     rdzv = prepare_rendezvous(plan, 0, paths)
     try:
         port = int(rdzv.master_port)
         assert rdzv.agent_store and rdzv.store is not None and rdzv.init_method == f"tcp://127.0.0.1:{port}"
-        _, sock = rdzv.store
-        assert sock.getsockname() == ("127.0.0.1", port)  # one host: loopback only
+        assert _listening(port) == ["127.0.0.1"]  # one host: loopback only
+        assert _reachable(port)
     finally:
         rdzv.close()
+
+
+def test_an_earlier_attempts_store_going_away_leaves_the_next_one_listening(tmp_path) -> None:
+    """The store owns its listening socket: the first attempt's store, dropped only after the second attempt's
+    opened (as runner.worker.attempts keeps it), must not close the descriptor the second one got."""
+    plan, paths = _plan(tmp_path, "init=tcp")
+    first = prepare_rendezvous(plan, 0, paths)
+    kept = first.store
+    first.close()
+    second = prepare_rendezvous(plan, 0, paths)
+    try:
+        del kept
+        gc.collect()
+        port = int(second.master_port)
+        assert _listening(port) == ["127.0.0.1"] and _reachable(port)
+    finally:
+        second.close()

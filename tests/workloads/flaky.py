@@ -1,9 +1,12 @@
 """Adam steps on a fixed regression problem with a checkpoint every `every` steps; rank `fail_rank`
 raises at step `fail_step` in the first `fail_attempts` attempts. Resumes from the run's own last
 checkpoint; the main rank writes the final weights to <out_dir>/final.pt and each attempt's first step
-to <out_dir>/attempt<k>.json."""
+to <out_dir>/attempt<k>.json. With `step_s`, each step takes that long, every rank writes its pid to
+<out_dir>/pid<rank>.<attempt> and rank 0 its step to <out_dir>/step (for a test that kills a rank mid-run)."""
 
 import json
+import os
+import time
 from pathlib import Path
 
 import torch
@@ -21,7 +24,14 @@ def main(ctx, cfg):
     step = saved["step"] if saved else 0
     if ctx.is_main:
         Path(cfg.out_dir, f"attempt{ctx.attempt}.json").write_text(json.dumps({"first_step": step}))
+    pace = cfg.get("step_s", 0)
+    if pace:
+        Path(cfg.out_dir, f"pid{ctx.rank}.{ctx.attempt}").write_text(str(os.getpid()))
     while step < cfg.steps:
+        if pace:
+            time.sleep(pace)
+            if ctx.is_main:
+                Path(cfg.out_dir, "step").write_text(str(step))
         if ctx.rank == cfg.fail_rank and step == cfg.fail_step and ctx.attempt < cfg.fail_attempts:
             raise RuntimeError(f"injected failure at step {step}, attempt {ctx.attempt}")
         optimizer.zero_grad()

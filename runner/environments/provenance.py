@@ -1,0 +1,122 @@
+"""What produced a run, recorded in its folder (``provenance.json``): the git commit of the job's folder, whether
+it was dirty and the diff (size-capped), the installed packages, the torch build, the hosts and the command
+line. Read without importing torch (`run`'s own process never does): the ranks add what only torch knows
+(its CUDA and NCCL versions at run time) to their own logs."""
+
+from __future__ import annotations
+
+import getpass
+import importlib.metadata
+import importlib.util
+import platform
+import re
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+DIFF_CAP_BYTES = 256 * 1024  # a dirty tree's diff beyond this is cut (the record says so)
+GIT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class GitState:
+    commit: str | None  # None: not a git repository (or git is missing)
+    branch: str | None = None
+    dirty: bool = False
+    changed: tuple[str, ...] = ()  # `git status --porcelain` lines
+    diff: str = ""  # `git diff HEAD` (tracked files), at most DIFF_CAP_BYTES
+    diff_cut: bool = False
+    root: str | None = None
+
+    def line(self) -> str:
+        """One line for the run's summary."""
+        if self.commit is None:
+            return "not a git repository"
+        what = f"git {self.commit[:12]}" + (f" ({self.branch})" if self.branch else "")
+        if not self.dirty:
+            return what + ", clean"
+        return what + f", dirty: {len(self.changed)} file(s) changed (the diff is in provenance.json)"
+
+
+def _git(folder: str, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def git_state(folder: str) -> GitState:
+    """The state of the git repository that holds ``folder``."""
+    commit = _git(folder, "rev-parse", "HEAD")
+    if commit is None:
+        return GitState(None)
+    branch = (_git(folder, "rev-parse", "--abbrev-ref", "HEAD") or "").strip() or None
+    status = [line for line in (_git(folder, "status", "--porcelain") or "").splitlines() if line.strip()]
+    diff = _git(folder, "diff", "HEAD") or ""
+    cut = len(diff.encode()) > DIFF_CAP_BYTES
+    if cut:
+        diff = diff.encode()[:DIFF_CAP_BYTES].decode(errors="ignore")
+    root = (_git(folder, "rev-parse", "--show-toplevel") or "").strip() or None
+    return GitState(commit.strip(), None if branch == "HEAD" else branch, bool(status), tuple(status), diff, cut, root)
+
+
+def installed_packages() -> list[str]:
+    """``name==version`` of every distribution this interpreter sees, sorted (what `pip freeze` lists)."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found[name.lower()] = f"{name}=={dist.version}"
+    return [found[k] for k in sorted(found)]
+
+
+def torch_build() -> dict[str, str | None]:
+    """torch's version and the CUDA it was built for, read from its files (importing it takes over a second)."""
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return {"torch": None, "cuda": None}
+    cuda = None
+    spec = importlib.util.find_spec("torch")
+    if spec and spec.submodule_search_locations:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text(errors="replace")
+        m = re.search(r"^cuda\s*:\s*\S*\s*=\s*['\"]([^'\"]+)['\"]", text, re.M) or \
+            re.search(r"^cuda\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        cuda = m.group(1) if m else None
+    return {"torch": version, "cuda": cuda}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    run_id: str
+    time: float
+    command: list[str]
+    cwd: str
+    workdir: str
+    user: str
+    machine: str
+    python: str
+    hosts: list[str]
+    git: GitState
+    build: dict[str, str | None]
+    packages: list[str] = field(default_factory=list)
+    code_snapshot: str | None = None  # the run's copy of the code, when launcher.snapshot_code
+
+    def document(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def record(run_id: str, workdir: str, hosts: list[str], code_snapshot: str | None = None) -> Provenance:
+    """What produces this run, here and now."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "?"
+    return Provenance(run_id, time.time(), list(sys.argv), str(Path.cwd()), workdir, user, socket.gethostname(),
+                      f"{platform.python_implementation()} {platform.python_version()} ({sys.executable})", hosts,
+                      git_state(workdir), torch_build(), installed_packages(), code_snapshot)

@@ -1,0 +1,126 @@
+"""Restarts across hosts (launcher.max_restarts): a rank on host 1 killed at a random step, and the job carries on
+from its last checkpoint to the weights an uninterrupted run ends with; by hand on two namespace hosts (the hosts
+agree on each attempt through host 0's store, and a host whose `run` died joins again) and with mpirun (started
+again for each attempt)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from runs import RUN, bed_hosts, finish, mpi_options, processes_of, run, start_manual_hosts, user_env
+
+pytestmark = pytest.mark.timeout(300)
+STEPS = 40
+
+
+def flaky(out: Path, *extra: str) -> list[str]:
+    """flaky.py without its own failures: 40 steps of 0.1 s, a checkpoint every 4; one process on each host. (Two
+    processes, so that equal weights are equal bit for bit: with three or more, gloo's ring sums a gradient's
+    elements in an order that depends on DDP's buckets, which it rebuilds after the first step of every attempt.)"""
+    return ["recipe=custom", "recipe.target=workloads.flaky:main", f"+recipe.out_dir={out}", f"+recipe.steps={STEPS}",
+            "+recipe.every=4", "+recipe.fail_rank=-1", "+recipe.fail_step=0", "+recipe.fail_attempts=0",
+            "+recipe.step_s=0.1", "recipe.global_batch_size=2", "init=tcp", *extra]
+
+
+def same_weights(a: Path, b: Path) -> None:
+    x, y = torch.load(a / "final.pt"), torch.load(b / "final.pt")
+    assert x.keys() == y.keys()
+    for key in x:
+        torch.testing.assert_close(x[key], y[key], rtol=0, atol=0)
+
+
+def kill_at_a_random_step(out: Path, rank: int, deadline_s: float = 120) -> int:
+    """SIGKILL ``rank`` of the first attempt once rank 0 has passed a random step; the step."""
+    at = random.randint(6, STEPS - 8)
+    deadline = time.monotonic() + deadline_s
+    while not ((out / "step").exists() and (out / "step").read_text().strip() and int((out / "step").read_text()) >= at):
+        assert time.monotonic() < deadline, "the job never got there"
+        time.sleep(0.05)
+    os.kill(int((out / f"pid{rank}.0").read_text()), signal.SIGKILL)
+    return at
+
+
+def attempts(out: Path) -> dict[int, int]:
+    return {int(p.stem[7:]): json.loads(p.read_text())["first_step"] for p in out.glob("attempt*.json")}
+
+
+@pytest.fixture
+def straight(testbed, tmp_path) -> Path:
+    """The uninterrupted run, the reference: the same job, by hand on the two hosts."""
+    out = tmp_path / "straight"
+    out.mkdir()
+    run_id = f"s{uuid.uuid4().hex[:8]}"
+    results = finish(start_manual_hosts(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "launcher=manual", *flaky(out)],
+                                        run_id))
+    assert [c for c, _ in results] == [0, 0], results
+    return out
+
+
+def test_manual_hosts_restart_together_after_a_rank_is_killed(testbed, tmp_path, straight):
+    out = tmp_path / "killed"
+    out.mkdir()
+    run_id = f"k{uuid.uuid4().hex[:8]}"
+    args = [*bed_hosts(testbed, [1, 1]), "launcher=manual", "launcher.max_restarts=2", *flaky(out)]
+    procs = start_manual_hosts(testbed, tmp_path, args, run_id)
+    at = kill_at_a_random_step(out, rank=1)  # host 1's rank
+    results = finish(procs, timeout=240)
+    assert [c for c, _ in results] == [0, 0], (at, results)
+    assert "restarting: attempt 2 of 3 (launcher.max_restarts=2)" in results[0][1] + results[1][1]
+    firsts = attempts(out)
+    assert sorted(firsts) == [0, 1] and firsts[0] == 0 and 0 < firsts[1] <= at and firsts[1] % 4 == 0, (at, firsts)
+    same_weights(straight, out)
+    assert not processes_of(run_id)
+
+
+def test_a_host_whose_run_died_joins_the_next_attempt(testbed, tmp_path, straight):
+    out = tmp_path / "rejoined"
+    out.mkdir()
+    run_id = f"j{uuid.uuid4().hex[:8]}"
+    args = [*bed_hosts(testbed, [1, 1]), "launcher=manual", "launcher.max_restarts=2", *flaky(out)]
+    host0, host1 = start_manual_hosts(testbed, tmp_path, args, run_id)
+    deadline = time.monotonic() + 120
+    while not ((out / "step").exists() and (out / "step").read_text().strip() and int((out / "step").read_text()) >= 10):
+        assert time.monotonic() < deadline and host0.poll() is None
+        time.sleep(0.05)
+    host1.kill()  # host 1's `run` dies; its rank follows it (it dies with its parent)
+    host1.wait()
+    again = subprocess.Popen(testbed.exec_argv(testbed.hosts[1], [RUN, *args, "launcher.manual.host=1",
+                                                                   f"run_id={run_id}"]),
+                             cwd=tmp_path, env=user_env(tmp_path, testbed.env()), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    results = finish([host0, again], timeout=240)
+    assert [c for c, _ in results] == [0, 0], results
+    assert sorted(attempts(out)) == [0, 1]
+    same_weights(straight, out)
+    assert not processes_of(run_id)
+
+
+def test_mpirun_is_started_again_after_a_rank_is_killed(testbed, tmp_path, straight):
+    out = tmp_path / "mpi"
+    out.mkdir()
+    proc = subprocess.Popen([RUN, *bed_hosts(testbed, [1, 1]), *mpi_options(testbed), "launcher.tasks=per_device",
+                             "launcher.max_restarts=2", *flaky(out), f"run_id=m{uuid.uuid4().hex[:8]}"], cwd=tmp_path,
+                            env=user_env(tmp_path, testbed.env()), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        at = kill_at_a_random_step(out, rank=1)
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "restarting: attempt 2 of 3 (launcher.max_restarts=2): mpirun again" in err
+    assert err.count("-x RUNNER_ATTEMPT") == 2  # the same mpirun line, twice
+    firsts = attempts(out)
+    assert sorted(firsts) == [0, 1] and 0 < firsts[1] <= at, (at, firsts)
+    same_weights(straight, out)
