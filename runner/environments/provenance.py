@@ -1,13 +1,15 @@
 """What produced a run, recorded in its folder (``provenance.json``): the git commit of the job's folder, whether
 it was dirty and the diff (size-capped), the installed packages, the torch build, the hosts and the command
-line. Read without importing torch (`run`'s own process never does): the ranks add what only torch knows
-(its CUDA and NCCL versions at run time) to their own logs."""
+line. `run` writes it without importing torch (its own process never does); rank 0 adds what only a running
+torch knows (:func:`runtime`: the CUDA, cuDNN and NCCL it loaded, the devices), under ``runtime``."""
 
 from __future__ import annotations
 
 import getpass
 import importlib.metadata
 import importlib.util
+import json
+import os
 import platform
 import re
 import socket
@@ -20,6 +22,7 @@ from typing import Any
 
 DIFF_CAP_BYTES = 256 * 1024  # a dirty tree's diff beyond this is cut (the record says so)
 GIT_TIMEOUT_S = 10.0
+UNTRACKED_CAP = 200
 
 
 @dataclass(frozen=True)
@@ -27,19 +30,11 @@ class GitState:
     commit: str | None  # None: not a git repository (or git is missing)
     branch: str | None = None
     dirty: bool = False
-    changed: tuple[str, ...] = ()  # `git status --porcelain` lines
+    changed: tuple[str, ...] = ()  # `git status --porcelain` lines of tracked files (what makes it dirty)
+    untracked: tuple[str, ...] = ()  # files git does not track nor ignore, at most UNTRACKED_CAP names
     diff: str = ""  # `git diff HEAD` (tracked files), at most DIFF_CAP_BYTES
     diff_cut: bool = False
     root: str | None = None
-
-    def line(self) -> str:
-        """One line for the run's summary."""
-        if self.commit is None:
-            return "not a git repository"
-        what = f"git {self.commit[:12]}" + (f" ({self.branch})" if self.branch else "")
-        if not self.dirty:
-            return what + ", clean"
-        return what + f", dirty: {len(self.changed)} file(s) changed (the diff is in provenance.json)"
 
 
 def _git(folder: str, *args: str) -> str | None:
@@ -56,13 +51,17 @@ def git_state(folder: str) -> GitState:
     if commit is None:
         return GitState(None)
     branch = (_git(folder, "rev-parse", "--abbrev-ref", "HEAD") or "").strip() or None
-    status = [line for line in (_git(folder, "status", "--porcelain") or "").splitlines() if line.strip()]
+    status = [line for line in (_git(folder, "status", "--porcelain", "--untracked-files=no") or "").splitlines()
+              if line.strip()]
+    untracked = [n for n in (_git(folder, "ls-files", "--others", "--exclude-standard", "--directory") or "").splitlines()
+                 if n.strip()][:UNTRACKED_CAP]
     diff = _git(folder, "diff", "HEAD") or ""
     cut = len(diff.encode()) > DIFF_CAP_BYTES
     if cut:
         diff = diff.encode()[:DIFF_CAP_BYTES].decode(errors="ignore")
     root = (_git(folder, "rev-parse", "--show-toplevel") or "").strip() or None
-    return GitState(commit.strip(), None if branch == "HEAD" else branch, bool(status), tuple(status), diff, cut, root)
+    return GitState(commit.strip(), None if branch == "HEAD" else branch, bool(status), tuple(status), tuple(untracked),
+                    diff, cut, root)
 
 
 def installed_packages() -> list[str]:
@@ -120,3 +119,48 @@ def record(run_id: str, workdir: str, hosts: list[str], code_snapshot: str | Non
     return Provenance(run_id, time.time(), list(sys.argv), str(Path.cwd()), workdir, user, socket.gethostname(),
                       f"{platform.python_implementation()} {platform.python_version()} ({sys.executable})", hosts,
                       git_state(workdir), torch_build(), installed_packages(), code_snapshot)
+
+
+def runtime(device_kind: str) -> dict[str, Any]:
+    """What the running torch uses, from a rank (torch imported already): its version, the CUDA, cuDNN and NCCL it
+    loaded, the device kind and, on CUDA, the GPUs this process sees."""
+    import torch
+
+    found: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": device_kind,
+                             "cudnn": None, "nccl": None, "gpus": []}
+    if torch.cuda.is_available():
+        found["cudnn"] = torch.backends.cudnn.version()
+        found["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    try:
+        version = torch.cuda.nccl.version()  # (major, minor, patch); raises where torch was built without NCCL
+        found["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    except (AttributeError, RuntimeError):
+        pass
+    return found
+
+
+def add_runtime(path: Path, found: dict[str, Any], host: str, attempt: int) -> None:
+    """Add rank 0's :func:`runtime` to the run's provenance.json (replaced atomically; a record `run` did not
+    write, as a task started by hand, is left alone)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    doc["runtime"] = {**found, "host": host, "attempt": attempt}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, path)
+
+
+def code_line(doc: dict[str, Any]) -> str:
+    """The job's code in one line, from a provenance.json document: its commit, whether the tree was dirty, and
+    whether the job ran from its snapshot."""
+    git = doc.get("git") or {}
+    if git.get("commit") is None:
+        line = "not a git repository"
+    else:
+        line = f"git {git['commit'][:12]}" + (f" ({git['branch']})" if git.get("branch") else "")
+        changed = len(git.get("changed") or [])
+        line += f", dirty: {changed} tracked file(s) changed (the diff: provenance.json)" if git.get("dirty") \
+            else ", clean"
+    return line + (" · ran from its copy in code/" if doc.get("code_snapshot") else "")

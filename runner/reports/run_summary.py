@@ -29,6 +29,7 @@ from typing import Any
 
 from runner.common import exits
 from runner.common.formatting import duration, number
+from runner.environments import provenance
 from runner.plan.diagnostics import RankFiles, read_diagnosis, straggler
 from runner.plan.outcome import first_failures, outcomes
 from runner.plan.paths import RunPaths
@@ -138,13 +139,7 @@ def _code(paths: RunPaths) -> str | None:
         doc = json.loads(paths.provenance.read_text())
     except (OSError, ValueError):
         return None
-    git = doc.get("git") or {}
-    if git.get("commit") is None:
-        line = "not a git repository"
-    else:
-        line = f"git {git['commit'][:12]}" + (f" ({git['branch']})" if git.get("branch") else "")
-        line += f", dirty: {len(git.get('changed') or [])} file(s) changed" if git.get("dirty") else ", clean"
-    return line + (" · ran from its copy in code/" if doc.get("code_snapshot") else "")
+    return provenance.code_line(doc)
 
 
 def _wrapped(text: str, indent: int) -> str:

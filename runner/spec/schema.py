@@ -136,8 +136,9 @@ class LauncherConfig:
     # None: on for Slurm batch jobs from a git repository, off elsewhere (the launch there is the code's moment)
     snapshot_files: list[str] = field(default_factory=list)  # globs under workdir to copy instead of git's files
     snapshot_max_mb: float = 200.0  # a snapshot larger than this is refused, naming its largest files
-    max_restarts: int = 0  # launcher=local: start the job again after a failure, up to this many times;
-    # the recipe resumes from the run's last checkpoint (Slurm: launcher.slurm.requeue)
+    max_restarts: int = 0  # start the job again after a failure, up to this many times (local; manual: every
+    # host's `run` together; mpi: mpirun again); the recipe resumes from the run's last checkpoint (Slurm:
+    # launcher.slurm.requeue)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
     mpi: MpiOptions = field(default_factory=MpiOptions)
     manual: ManualOptions = field(default_factory=ManualOptions)

@@ -19,6 +19,7 @@ from typing import Any
 
 from runner.common.signals import StopRequest
 from runner.common.timeouts import is_timeout_text
+from runner.environments import provenance
 from runner.plan.diagnostics import request_dumps
 from runner.spec.schema import DeviceKind
 from runner.spec.targets import load_target
@@ -153,6 +154,8 @@ def _run(setup: RankSetup) -> Any:
         _watch_own_process_group(timeout, setup.outcome.joined_file)
     torch.manual_seed(setup.recipe.seed)
     paths = setup.paths
+    if rec.global_rank == 0:
+        provenance.add_runtime(paths.provenance, provenance.runtime(setup.device.value), rec.host, paths.attempt)
     ctx = RunContext(ContextSettings(
         rec.global_rank, rec.local_rank, rec.node_rank, setup.world_size, rec.local_world_size, rec.host, device,
         rec.device_ids, setup.spec.parallel, setup.spec.sharding, setup.recipe.global_batch_size, setup.recipe.seed,

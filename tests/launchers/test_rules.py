@@ -74,6 +74,25 @@ def test_restarts_only_where_the_launcher_restarts() -> None:
     assert validate(("launcher.max_restarts=2",)).valid
 
 
+TWO_HOSTS = "topology.hosts=[{name: 10.0.0.1, devices: 1}, {name: 10.0.0.2, devices: 1}]"
+
+
+@pytest.mark.parametrize("launcher", ["manual", "mpi"])
+def test_hosts_started_by_hand_or_by_mpirun_restart(launcher) -> None:
+    got = validate((f"launcher={launcher}", "topology=custom", TWO_HOSTS, "init=tcp", "launcher.max_restarts=2",
+                    "recipe.global_batch_size=2"))
+    assert got.valid, got.rendered()
+
+
+def test_hosts_started_by_hand_need_a_store_to_restart_together() -> None:
+    got = validate(("launcher=manual", "topology=custom", TWO_HOSTS, "init=file", "launcher.max_restarts=2",
+                    "recipe.global_batch_size=2"))
+    assert got.find("launcher.max_restarts", "init=file has none")
+    assert got.find("launcher.max_restarts", "init=tcp or init=env")
+    one = validate(("launcher=manual", "init=file", "launcher.max_restarts=2"))  # one host: no agreement needed
+    assert one.valid, one.rendered()
+
+
 class EchoLauncher(Launcher):
     """A launcher of one's own: it prints one line per host instead of starting anything."""
 
