@@ -54,9 +54,10 @@ def attempts(out: Path) -> dict[int, int]:
     return {int(p.stem[7:]): json.loads(p.read_text())["first_step"] for p in out.glob("attempt*.json")}
 
 
-@pytest.fixture
-def straight(testbed, tmp_path) -> Path:
-    """The uninterrupted run, the reference: the same job, by hand on the two hosts."""
+@pytest.fixture(scope="module")
+def straight(testbed, tmp_path_factory) -> Path:
+    """The uninterrupted run, the reference for every test here: the same job, by hand on the two hosts."""
+    tmp_path = tmp_path_factory.mktemp("straight")
     out = tmp_path / "straight"
     out.mkdir()
     run_id = f"s{uuid.uuid4().hex[:8]}"
