@@ -40,7 +40,8 @@ def same_weights(a: Path, b: Path) -> None:
 
 
 def kill_at_a_random_step(out: Path, rank: int, deadline_s: float = 120) -> int:
-    """SIGKILL ``rank`` of the first attempt once rank 0 has passed a random step; the step."""
+    """SIGKILL ``rank`` of the first attempt once rank 0 has reached a random step; the step. (The kill lands
+    within a step of it: the ranks may complete that step, and its checkpoint, first.)"""
     at = random.randint(6, STEPS - 8)
     deadline = time.monotonic() + deadline_s
     while not ((out / "step").exists() and (out / "step").read_text().strip() and int((out / "step").read_text()) >= at):
@@ -78,7 +79,7 @@ def test_manual_hosts_restart_together_after_a_rank_is_killed(testbed, tmp_path,
     assert [c for c, _ in results] == [0, 0], (at, results)
     assert "restarting: attempt 2 of 3 (launcher.max_restarts=2)" in results[0][1] + results[1][1]
     firsts = attempts(out)
-    assert sorted(firsts) == [0, 1] and firsts[0] == 0 and 0 < firsts[1] <= at and firsts[1] % 4 == 0, (at, firsts)
+    assert sorted(firsts) == [0, 1] and firsts[0] == 0 and 0 < firsts[1] <= at + 4 and firsts[1] % 4 == 0, (at, firsts)
     same_weights(straight, out)
     assert not processes_of(run_id)
 
@@ -123,5 +124,5 @@ def test_mpirun_is_started_again_after_a_rank_is_killed(testbed, tmp_path, strai
     assert "restarting: attempt 2 of 3 (launcher.max_restarts=2): mpirun again" in err
     assert err.count("-x RUNNER_ATTEMPT") == 2  # the same mpirun line, twice
     firsts = attempts(out)
-    assert sorted(firsts) == [0, 1] and 0 < firsts[1] <= at, (at, firsts)
+    assert sorted(firsts) == [0, 1] and 0 < firsts[1] <= at + 4 and firsts[1] % 4 == 0, (at, firsts)
     same_weights(straight, out)

@@ -135,7 +135,7 @@ def test_preemption_checkpoints_requeues_and_resumes(testbed, tmp_path):
     """Slurm's time-limit signal (sent here with scancel, as slurmctld sends it) reaches the recipe as a
     stop request: it checkpoints, the batch script requeues the job, and the next attempt resumes from
     the checkpoint and ends with the weights of an uninterrupted run."""
-    overrides = ("topology=2x2", "launcher=slurm", "launcher.slurm.requeue=true", "recipe.epochs=40",
+    overrides = ("topology=2x2", "launcher=slurm", "launcher.slurm.requeue=true", "recipe.epochs=20",
                  "recipe.stop_check_every=1")
     run_id = f"preempt-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen([RUN, *overrides, f"run_id={run_id}"], cwd=tmp_path, env=testbed.env(),
@@ -156,14 +156,14 @@ def test_preemption_checkpoints_requeues_and_resumes(testbed, tmp_path):
     resumed = [line for line in out.splitlines() if line.startswith("resumed from")]
     assert resumed and "checkpoints/last.pt" in resumed[0], out
     stopped_at = int(resumed[0].split("step ")[1].split(",")[0])
-    assert 0 < stopped_at < 40 * 21  # stopped mid-training (21 steps per epoch at global batch 64)
+    assert 0 < stopped_at < 20 * 21  # stopped mid-training (21 steps per epoch at global batch 64)
     final = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()][-1]
-    assert final["final"] and final["steps"] == 40 * 21 and final["test_accuracy"] > 0.95
+    assert final["final"] and final["steps"] == 20 * 21 and final["test_accuracy"] > 0.95
 
     # the same job, uninterrupted, on this machine's CPUs: the same weights
     ref = tmp_path / "ref"
     ref.mkdir()
-    done = run("topology=1x4", "recipe.epochs=40", cwd=ref)
+    done = run("topology=1x4", "recipe.epochs=20", cwd=ref)
     assert done.code == 0, done.output
     resumed_state = torch.load(folder / "checkpoints" / "last.pt", weights_only=False)["model"]
     straight = torch.load(run_folder(ref) / "checkpoints" / "last.pt", weights_only=False)["model"]
