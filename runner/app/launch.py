@@ -29,7 +29,7 @@ from runner.plan.render import plan_table, verdict, write_plan
 from runner.reports.run_summary import report as report_run
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import Severity, errors, render_problems
-from runner.spec.schema import InitMethod, JobConfig
+from runner.spec.schema import InitMethod, JobConfig, ScriptRecipeConfig
 
 DUMP_WAIT_S = 3.0  # how long `run` waits for the ranks' dumps when asked where they are
 
@@ -64,14 +64,8 @@ def _snapshot(spec: JobConfig, pinned: DictConfig, by_default: bool, paths: RunP
               f"there as it is when each attempt starts (launcher.snapshot_files names files to copy)", file=sys.stderr)
         return None
     spec.code_dir = pinned.code_dir = str(copy.folder)
-    script = spec.recipe.get("path") if isinstance(spec.recipe, dict) else getattr(spec.recipe, "path", None)
-    if isinstance(script, str):
-        path = snapshot.moved(script, workdir, copy.folder)
-        if isinstance(spec.recipe, dict):
-            spec.recipe["path"] = path
-        else:
-            spec.recipe.path = path
-        pinned.recipe.path = path
+    if isinstance(spec.recipe, ScriptRecipeConfig):
+        spec.recipe.path = pinned.recipe.path = snapshot.moved(spec.recipe.path, workdir, copy.folder)
     return copy
 
 

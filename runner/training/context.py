@@ -53,6 +53,15 @@ class ContextSettings:
     attempt: int = 0  # restarts so far
 
 
+def _file_stamp(path: Path) -> tuple[int, int] | None:
+    """A file's size and modification time (the same file, seen from two hosts, has the same); None: no file."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
 class RunContext:
     """Rank, device, wrapping, data, progress, metrics and checkpoints for one process of a job.
 
@@ -310,18 +319,10 @@ class RunContext:
         """The main process's checkpoint at ``path`` (None: it has none), on every process: read from the file
         where each process sees the same one, else sent by the main process (a host without the folder, such
         as launcher=manual's other hosts, whose run folders are their own)."""
-        def stamp(p: Path) -> tuple[int, int] | None:
-            try:
-                st = p.stat()
-            except FileNotFoundError:
-                return None
-            return st.st_size, st.st_mtime_ns
-
         if not (dist.is_initialized() and self.world_size > 1):
-            found = stamp(path)
-            return None if found is None else torch.load(path, map_location=self.device, weights_only=False)
+            return torch.load(path, map_location=self.device, weights_only=False) if path.exists() else None
         stamps: list[tuple[int, int] | None] = [None] * self.world_size
-        dist.all_gather_object(stamps, stamp(path))
+        dist.all_gather_object(stamps, _file_stamp(path))
         if stamps[0] is None:
             return None
         if all(s == stamps[0] for s in stamps):
