@@ -35,14 +35,14 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
     """Serve `run`'s requests: ("target", (target, workdir)) -> the target's problem or None, answered at
     once; ("launch", (plan, node_rank, paths, recipe_cfg)) -> run this host's share, then exit with its
     status. The closed pipe without a launch: `run` needed none."""
-    from runner.worker.rank import die_with_parent
+    from runner.worker.rank_process import die_with_parent
 
     die_with_parent()
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # Ctrl-\ is for `run` to answer (runner.app.launch); ranks dump stacks
     try:
-        import torch.distributed.elastic.multiprocessing  # noqa: F401  (the point of the agent)
+        import torch.distributed  # noqa: F401  (the point of the agent)
 
-        from runner.worker.supervise import launch_host
+        from runner.worker.host_agent import launch_host
 
         with os.fdopen(requests_fd, "rb") as requests, os.fdopen(answers_fd, "wb") as answers:
             while True:

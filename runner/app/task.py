@@ -29,7 +29,7 @@ from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan, make_plan
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
-from runner.spec.schema import InitMethod, JobConfig, TaskMode
+from runner.spec.schema import JobConfig, TaskMode
 from runner.spec.targets import TargetProblem
 
 
@@ -77,28 +77,21 @@ def check_place(plan: Plan, place: TaskPlace) -> None:
 
 
 def _tried_by_run(target: str, workdir: str | None) -> TargetProblem | None:
-    """`run` tried the recipe target where it was started (runner.spec.targets); the ranks import it again."""
+    """`run` tried the recipe target (or a script's module) where it was started (runner.spec.targets); the ranks
+    import it again."""
     return None
 
 
 def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
-    from runner.worker.network import NetworkError
-    from runner.worker.preflight.checks import PreflightFailed
-    from runner.worker.preflight.host import host_checks
-    from runner.worker.rank import run_rank
-    from runner.worker.rendezvous import Rendezvous
-    from runner.worker.setup import RankSetup
-    from runner.worker.supervise import launch_host, rank_setups
+    from runner.worker.host_agent import HostAgent
 
     spec, recipe_cfg = load_spec(spec_path)
     launcher = LAUNCHERS.get(spec.launcher.kind)
-    if launcher is not None:
-        StopRequest.install(launcher.stop_signal(spec))
     if spec.workdir and not os.path.isdir(spec.workdir):
         print(f"error: workdir: the job's folder {spec.workdir} is not on this host ({socket.gethostname()}); hint: "
               f"start `run` from a folder every host sees (a shared filesystem), or set workdir= to one", file=sys.stderr)
         return exits.INVALID
-    job, problems = check(spec, LocalProbe(check_target=_tried_by_run))
+    job, problems = check(spec, LocalProbe(check_target=_tried_by_run, check_module=_tried_by_run))
     if job is None or launcher is None:
         print(render_problems(problems), file=sys.stderr)
         return exits.INVALID
@@ -111,45 +104,18 @@ def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
         print(f"error: {e}", file=sys.stderr)
         return exits.INVALID
     paths.make()
-    if spec.launcher.tasks is TaskMode.per_host:
-        return launch_host(plan, place.index, paths, recipe_cfg, environment, announce=True)
+    if spec.launcher.tasks is TaskMode.per_host:  # this task is its host's agent: it forks the host's processes
+        return HostAgent(plan, place.index, paths, recipe_cfg, environment, announce=True).run()
+    # one task per process: this task is the agent of its one rank, which serves the store itself if rank 0
     rec = plan.records[place.index]
-    report = None
-    if spec.preflight and rec.local_rank == 0:  # this host's checks, before its rank starts (runner.worker.preflight)
-        report, _ = host_checks(plan, rec.node_rank, environment)
-        if report.failed:
-            print(report.line(), flush=True)
-            return exits.FAILED
-    rendezvous = Rendezvous(plan.init_method, plan.master_port, agent_store=False)  # rank 0 serves the store itself
-    try:
-        setups = rank_setups(plan, rec.node_rank, rendezvous, paths, recipe_cfg, environment, report)
-    except NetworkError as e:
-        print(f"error: network: {e}", file=sys.stderr)
-        return exits.INVALID
-    setup: RankSetup = next(s for s in setups if s.record.global_rank == rec.global_rank)
-    setup.outcome.clear()
-    if spec.init.method is InitMethod.file:
-        RunPaths.make_private(paths.rendezvous_file(spec.init.dir).parent)
-    terminal = os.dup(2)  # the rank sends its output to its log; its failure is also said here, in one line
-    try:
-        run_rank(setup)
-    except BaseException as e:
-        with os.fdopen(terminal, "w") as err:
-            if isinstance(e, PreflightFailed):  # its line says it all
-                err.write(f"{e}\n")
-            else:
-                err.write(f"rank {rec.global_rank} ({rec.host}) failed: {type(e).__name__}: {str(e).strip()[:500]}\n"
-                          f"    traceback: {setup.log_file}\n")
-        return exits.FAILED
-    os.close(terminal)
-    return exits.OK
+    return HostAgent(plan, rec.node_rank, paths, recipe_cfg, environment, only=rec.global_rank).run()
 
 
 def main() -> None:
-    # Slurm may send its stop signal early (a short time limit, a preemption): remember it rather than
-    # die of it; the ranks started after it start asked to stop (runner.common.signals)
-    StopRequest.install(signal.SIGUSR1)  # the default; run_task installs the spec's own once it is read
-    signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # a per-host task lives on; its ranks dump their stacks
+    # Slurm may send its stop signal early (a short time limit, a preemption): remember it rather than die of it;
+    # the host agent passes it on once its ranks have started (runner.worker.host_agent)
+    StopRequest.install(signal.SIGUSR1)  # the default; the agent handles the spec's own once it is read
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # a task lives on; its ranks dump their stacks
     if len(sys.argv) != 2:
         print("usage: python -P -m runner.app.task <run folder>/spec.yaml", file=sys.stderr)
         raise SystemExit(exits.INVALID)

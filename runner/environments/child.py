@@ -13,15 +13,18 @@ from runner.plan.processes import Plan, ProcessRecord
 def child_environment(plan: Plan, record: ProcessRecord, paths: RunPaths, parent: ProcessEnvironment, *,
                       master_port: str, agent_store: bool, network: Mapping[str, str] = {}) -> dict[str, str]:
     """Every variable the process gets beyond its parent's: torchrun's (from the plan, with the launch's
-    ``master_port``), the run's attempt, ``agent_store`` (this host's launcher serves the rendezvous store,
+    ``master_port``), the run's attempt and the restarts allowed (launcher.max_restarts), ``agent_store`` (this host's launcher serves the rendezvous store,
     as torchrun's agent does), the interface the host uses (``network``: runner.worker.network), the
-    process's threads (a share of the cores, unless the user set OMP_NUM_THREADS), where torch elastic's
+    process's threads (its share of the CPUs this process may use, unless the user set OMP_NUM_THREADS), where torch elastic's
     ``@record`` writes a failure, and how many collectives torch's flight recorder keeps (log.collectives,
     for a hang's diagnosis: runner.worker.watch)."""
     env = plan.env(record)
     env.update(MASTER_PORT=master_port, TORCHELASTIC_RUN_ID=paths.run_id,
-               TORCHELASTIC_RESTART_COUNT=str(paths.attempt), TORCHELASTIC_MAX_RESTARTS="0",
+               TORCHELASTIC_RESTART_COUNT=str(paths.attempt),
+               TORCHELASTIC_MAX_RESTARTS=str(plan.job.spec.launcher.max_restarts),
                TORCHELASTIC_ERROR_FILE=str(paths.elastic_error_file(record.global_rank)))
+    if parent.nccl_async_error_handling is None:  # as torchrun's agent: on, unless the user said otherwise
+        env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     if agent_store:
         env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     env.update(network)

@@ -196,7 +196,7 @@ class Launcher(ABC):
         restarts = 0 if spec.preflight else spec.launcher.max_restarts
         if self._run_host is not None:
             return self._run_host(self.plan, node_rank, self.paths, recipe_cfg, self.environment, restarts)
-        from runner.worker.supervise import launch_host
+        from runner.worker.host_agent import launch_host
 
         return launch_host(self.plan, node_rank, self.paths, recipe_cfg, self.environment, restarts=restarts)
 

@@ -1,7 +1,7 @@
 """How each rank of a run ended, as files in the run's ``logs/`` folder: the one module that writes and reads them.
 
 * ``rank<r>.joined`` — the rank joined the default process group (a rendezvous that times out names the
-  ranks without one);
+  ranks without one); it holds the backend the group uses (a script chooses its own);
 * ``rank<r>.done`` — its recipe returned: JSON ``{"stopped": bool, "result": {...}}``, ``stopped`` when it
   returned because it was asked to (and checkpointed), ``result`` what the recipe returned (a mapping of
   plain values; ``{}`` otherwise);
@@ -70,8 +70,8 @@ class RankOutcome:
         for path in (self.error_file, self.done_file, self.joined_file):
             path.unlink(missing_ok=True)
 
-    def mark_joined(self) -> None:
-        self.joined_file.touch()
+    def mark_joined(self, backend: str = "") -> None:
+        _write_atomically(self.joined_file, backend)
 
     def mark_done(self, stopped: bool, result: Mapping[str, Any] | None = None) -> None:
         _write_atomically(self.done_file, json.dumps({"stopped": stopped, "result": dict(result or {})}))
@@ -83,6 +83,14 @@ class RankOutcome:
     @property
     def joined(self) -> bool:
         return self.joined_file.exists()
+
+    @property
+    def backend(self) -> str | None:
+        """The backend of the process group it joined (None: it joined none, or an older run folder)."""
+        try:
+            return self.joined_file.read_text().strip() or None
+        except OSError:
+            return None
 
     @property
     def done(self) -> bool:

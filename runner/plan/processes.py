@@ -105,6 +105,7 @@ class Plan:
             "MASTER_PORT": self.master_port,
             "WORLD_SIZE": str(self.world_size),
             "GROUP_RANK": str(host.index),
+            "GROUP_WORLD_SIZE": str(len(job.hosts)),
             "NODE_RANK": str(host.index),
             "LOCAL_WORLD_SIZE": str(_processes_on(host, job)),
             "ROLE_WORLD_SIZE": str(self.world_size),

@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.common import exits
-from runner.common.formatting import duration, number
+from runner.common.formatting import duration, error_line, number
 from runner.environments import provenance
 from runner.plan.diagnostics import RankFiles, read_diagnosis, straggler
-from runner.plan.outcome import first_failures, outcomes
+from runner.plan.outcome import RankOutcome, first_failures, outcomes
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan
 from runner.reports.metrics import read_metrics
-from runner.spec.schema import recipe_settings
+from runner.spec.schema import is_script, recipe_settings
 
 WIDTH = 110  # the outputs line wraps here
 MAX_METRICS = 8
@@ -175,6 +175,9 @@ def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None) ->
         if done == n:
             what = "preflight passed, every rank returned" if spec.preflight else "every rank returned"
             return "done", f"done: {what} (exit 0)", None, None
+        if is_script(spec.recipe) and not (plan.rules.hosts_start_apart and len(plan.job.hosts) > 1):
+            # a script may end its process itself (os._exit) before it could say it returned: its status says it
+            return "done", "done: every rank exited with status 0 (exit 0)", None, None
         if plan.rules.hosts_start_apart and len(plan.job.hosts) > 1:
             return "done", f"done: this host's processes returned (exit 0); {done} of {n} rank(s) so far", None, None
         return "done", f"done (exit 0): {done} of {n} rank(s) left their done file", None, None
@@ -198,11 +201,11 @@ def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None) ->
                    "report above says more")
         return "failed", f"failed (exit {code}): {why}", None, None
     first = errors[0]
-    exception = (first.get("exception") or "?").splitlines()[0]
-    exception = exception if len(exception) <= 120 else exception[:117] + "..."
+    exception = error_line(first.get("exception") or "?").removeprefix("ScriptExit: ")
     others = f" ({len(errors) - 1} other rank(s) failed after it)" if len(errors) > 1 else ""
     failure = {"rank": first.get("rank"), "host": first.get("host"), "exception": exception}
-    how = "ended:" if first.get("killed") else "raised"  # killed by a signal: its launcher wrote the record
+    # killed by a signal (its launcher wrote the record), or a script's sys.exit: it ended; else it raised
+    how = "ended:" if first.get("killed") or (first.get("exception") or "").startswith("ScriptExit: ") else "raised"
     return ("failed", f"failed (exit {code}): rank {failure['rank']} on host {failure['host']} {how} {exception}{others}",
             failure, None)
 
@@ -252,9 +255,10 @@ def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_fo
     if slurm_job_id and status != "submitted":
         words += f" · Slurm job {slurm_job_id}"
     recipe = recipe_settings(spec.recipe).target
-    script = spec.recipe.get("path") if isinstance(spec.recipe, dict) else getattr(spec.recipe, "path", None)
-    if script:
-        recipe += f" ({script})"
+    if is_script(spec.recipe):
+        found = {key: spec.recipe.get(key) if isinstance(spec.recipe, dict) else getattr(spec.recipe, key, None)
+                 for key in ("path", "module")}
+        recipe = f"script {found['path']}" if found["path"] else f"script -m {found['module']}"
     metrics = read_metrics(paths)
     ranks = [r.global_rank for r in plan.records]
     slow = straggler({r: d for r in ranks if (d := RankFiles(paths, r).dump()) is not None and d.reason == "end"})
@@ -262,11 +266,18 @@ def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_fo
     return RunSummary(
         run_id=paths.run_id, status=status, status_text=words, exit_code=code, wall_time_s=wall_time_s,
         world_size=plan.world_size, processes_per_host=tuple(len(plan.host_records(h.index)) for h in job.hosts),
-        hosts=tuple(h.label for h in job.hosts), device=job.device.value, backend=job.backend.value,
+        hosts=tuple(h.label for h in job.hosts), device=job.device.value, backend=_backend(plan, paths),
         parallel=spec.parallel.mode.value, sharding=spec.sharding.mode.value, launcher=spec.launcher.kind,
         recipe=recipe, root=paths.root, first_failure=failure, signal=sig, slurm_job_id=slurm_job_id,
         metrics_step=metrics.step, final_metrics=metrics.final, code=_code(paths), hang=read_diagnosis(paths),
         straggler=slow.text() if slow else None, files=shown, paths=by_kind)
+
+
+def _backend(plan: Plan, paths: RunPaths) -> str:
+    """The backend the job's process group used: a script chooses its own (rank 0's joined file says which)."""
+    spec = plan.job.spec
+    chosen = RankOutcome(paths, 0).backend if not recipe_settings(spec.recipe).init_process_group else None
+    return chosen or plan.job.backend.value
 
 
 def write(summary: RunSummary, path: Path) -> None:

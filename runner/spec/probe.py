@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from runner.spec.targets import TargetProblem, target_problem
+from runner.spec.targets import TargetProblem, module_problem, target_problem
 
 TargetCheck = Callable[[str, "str | None"], "TargetProblem | None"]
 
@@ -27,6 +27,7 @@ class MachineProbe(Protocol):
     def is_dir(self, path: str) -> bool: ...
     def host_names(self) -> frozenset[str]: ...
     def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None: ...
+    def module_problem(self, module: str, workdir: str | None) -> TargetProblem | None: ...
 
 
 def _nvidia_driver_present() -> bool:
@@ -40,11 +41,15 @@ class LocalProbe:
     ``check_target``: how a recipe target is tried (runner.spec.targets.target_problem: in a child forked from
     this process; `run`'s launch agent offers one forked from itself, where torch is already imported)."""
 
-    def __init__(self, check_target: TargetCheck = target_problem) -> None:
+    def __init__(self, check_target: TargetCheck = target_problem, check_module: TargetCheck = module_problem) -> None:
         self._check_target = check_target
+        self._check_module = check_module
 
     def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None:
         return self._check_target(target, workdir)
+
+    def module_problem(self, module: str, workdir: str | None) -> TargetProblem | None:
+        return self._check_module(module, workdir)
 
     @functools.cache
     def cuda_device_count(self) -> int:
@@ -121,6 +126,9 @@ class FixedProbe:
     def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None:
         """This machine's answer: the modules a test names are those of this checkout and its tests."""
         return _tried(target, workdir)
+
+    def module_problem(self, module: str, workdir: str | None) -> TargetProblem | None:
+        return module_problem(module, workdir)
 
 
 @functools.lru_cache(maxsize=256)

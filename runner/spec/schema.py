@@ -203,12 +203,16 @@ class DigitsRecipeConfig(RecipeConfig):
     stop_check_every: int = 5  # steps between checks for a stop request (Slurm's time-limit signal)
 
 
+SCRIPT_TARGET = "runner.worker.script:run_script"  # recipe=script: the rank runs the script as its main program
+
+
 @dataclass
 class ScriptRecipeConfig(RecipeConfig):
-    target: str = "runner.recipes.script:main"
+    target: str = SCRIPT_TARGET
     global_batch_size: Optional[int] = None  # the script batches its data itself
     init_process_group: bool = False  # the script calls init_process_group itself
-    path: str = MISSING  # a torchrun-style training script, relative to the job's folder (workdir) or absolute
+    path: Optional[str] = None  # a torchrun-style training script, relative to the job's folder (workdir) or absolute
+    module: Optional[str] = None  # or a module run as `python -m` runs it (`run ... -- -m pkg.train`); one of the two
     args: list[str] = field(default_factory=list)  # its arguments; `run [overrides] -- train.py --lr=0.1` sets both
     local_rank_arg: Optional[str] = None  # --local_rank or --local-rank: append <flag>=<local rank> to each
     # process's arguments, as torch.distributed.launch did (for scripts that require it)
@@ -245,6 +249,11 @@ class JobConfig:
     # from it first, as `python -m` does; None: the folder `run` is started from (pinned in the run's spec.yaml)
     code_dir: Optional[str] = None  # where the user's modules and scripts come from, when not workdir: the run's
     # copy of the code (launcher.snapshot_code), pinned by the launch
+
+
+def is_script(recipe: Any) -> bool:
+    """The recipe is recipe=script (a typed config, a task's untyped copy, or the runner's settings of either)."""
+    return isinstance(recipe, ScriptRecipeConfig) or recipe_settings(recipe).target == SCRIPT_TARGET
 
 
 def recipe_settings(recipe: Any) -> RecipeConfig:

@@ -108,9 +108,39 @@ def _describe(target: str, workdir: str | None, exc: BaseException) -> TargetPro
 def target_problem(target: str, workdir: str | None, timeout_s: float = IMPORT_TIMEOUT_S) -> TargetProblem | None:
     """What a rank would meet loading ``target`` (:func:`load_target`), found in a forked child; None: it loads.
     The child's own output (a module that prints when imported) is discarded."""
+    def load() -> None:
+        load_target(target, workdir)
+
+    return _in_child(load, lambda e: _describe(target, workdir, e), split_target(target)[0], timeout_s)
+
+
+def module_problem(module: str, workdir: str | None, timeout_s: float = IMPORT_TIMEOUT_S) -> TargetProblem | None:
+    """What ``python -m module`` would meet finding ``module`` from ``workdir`` (its parent packages are imported,
+    as ``python -m`` imports them; the module itself is not run), in a forked child; None: it is there."""
+    def find() -> None:
+        import importlib.util
+
+        sys.path.insert(0, workdir or os.getcwd())  # `python -m`: the current folder first
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
+    def describe(exc: BaseException) -> TargetProblem:
+        if isinstance(exc, ModuleNotFoundError) and exc.name and module.startswith(exc.name):
+            return TargetProblem(f"no module named {module!r} (looked in {workdir or os.getcwd()} first, then the "
+                                 f"installed packages)", "start `run` from the folder `python -m` would start in, "
+                                 "or name the module as `python -m` takes it: -- -m package.module")
+        return _describe(module, workdir, exc)
+
+    return _in_child(find, describe, module, timeout_s)
+
+
+def _in_child(work: Callable[[], None], describe: Callable[[BaseException], TargetProblem], what: str,
+              timeout_s: float) -> TargetProblem | None:
+    """Run ``work`` in a forked child with no input and no output; the problem ``describe`` makes of what it
+    raised, a problem of its own when it hangs or dies, None when it returned."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: import, answer, leave without running any of the parent's cleanup
+    if pid == 0:  # the child: work, answer, leave without running any of the parent's cleanup
         os.close(read_fd)
         devnull = os.open(os.devnull, os.O_RDWR)  # no input to wait for, no output to show
         for fd in (0, 1, 2):
@@ -118,9 +148,9 @@ def target_problem(target: str, workdir: str | None, timeout_s: float = IMPORT_T
         sys.stdout = sys.stderr = open(os.devnull, "w")  # also where Python's streams were replaced
         answer: dict[str, str] = {}
         try:
-            load_target(target, workdir)
+            work()
         except BaseException as e:  # noqa: BLE001 (SystemExit at import is a problem too)
-            problem = _describe(target, workdir, e)
+            problem = describe(e)
             answer = {"message": problem.message, "hint": problem.hint}
         try:
             os.write(write_fd, json.dumps(answer).encode())
@@ -134,7 +164,7 @@ def target_problem(target: str, workdir: str | None, timeout_s: float = IMPORT_T
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([read_fd], [], [], left)[0]:
                 os.kill(pid, 9)
-                return TargetProblem(f"importing {split_target(target)[0]!r} took longer than {timeout_s:g} s",
+                return TargetProblem(f"importing {what!r} took longer than {timeout_s:g} s",
                                      "a module that waits for something when imported (input, a lock, the "
                                      "network) would hang every rank; move that work into the function")
             chunk = os.read(read_fd, 65536)
@@ -145,7 +175,7 @@ def target_problem(target: str, workdir: str | None, timeout_s: float = IMPORT_T
         os.close(read_fd)
         os.waitpid(pid, 0)
     if not chunks:  # it died without answering: killed, or a crash in native code while importing
-        return TargetProblem(f"importing {split_target(target)[0]!r} ended the process without an answer "
+        return TargetProblem(f"importing {what!r} ended the process without an answer "
                              f"(a crash in native code?)", "try `python -c 'import <module>'` in the job's folder")
     answer = json.loads(b"".join(chunks))
     return TargetProblem(answer["message"], answer["hint"]) if answer else None

@@ -31,6 +31,7 @@ from runner.spec.schema import (
     ScriptRecipeConfig,
     ShardingMode,
     TaskMode,
+    is_script,
     recipe_settings,
 )
 from runner.spec.targets import TARGET_PATTERN
@@ -220,10 +221,12 @@ def _check_recipe(spec: JobConfig, probe: MachineProbe) -> Iterator[Problem]:
     if spec.code_dir is not None and not (os.path.isabs(spec.code_dir) and probe.is_dir(spec.code_dir)):
         yield Problem("code_dir", f"{spec.code_dir!r} is not a folder here", "leave it unset: the launch pins it")
         return
+    target = recipe.target
     if isinstance(spec.recipe, ScriptRecipeConfig):
         yield from _check_script(spec.recipe, workdir, probe)
-    target = recipe.target
-    if not isinstance(target, str) or not TARGET_PATTERN.match(target):
+    elif is_script(spec.recipe):
+        pass  # a task's untyped copy of a script's config: `run` checked it
+    elif not isinstance(target, str) or not TARGET_PATTERN.match(target):
         yield Problem("recipe.target", f"{target!r} is not 'package.module:function' or 'package.module'",
                       "e.g. recipe.target=mypkg.train:main (mypkg/ in the folder you start `run` from)")
     elif (problem := probe.target_problem(target, spec.code_dir or workdir)) is not None:
@@ -239,7 +242,18 @@ LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
 
 
 def _check_script(recipe: ScriptRecipeConfig, workdir: str | None, probe: MachineProbe) -> Iterator[Problem]:
-    if isinstance(recipe.path, str):
+    if recipe.path is None and recipe.module is None:
+        yield Problem("recipe.path", "recipe=script names no script", "run [overrides] -- train.py [its arguments], "
+                      "or -- -m package.module [...]; or recipe.path=train.py (recipe.module=pkg.train)")
+    elif recipe.path is not None and recipe.module is not None:
+        yield Problem("recipe.module", f"and recipe.path both say what to run ({recipe.module!r}, {recipe.path!r})",
+                      "keep one: a script's path, or a module run as `python -m` runs it")
+    elif recipe.module is not None:
+        if not isinstance(recipe.module, str) or not TARGET_PATTERN.match(recipe.module) or ":" in recipe.module:
+            yield Problem("recipe.module", f"{recipe.module!r} is not a module name", "e.g. -- -m mypkg.train")
+        elif (problem := probe.module_problem(recipe.module, workdir)) is not None:
+            yield Problem("recipe.module", problem.message, problem.hint)
+    elif isinstance(recipe.path, str):
         path = os.path.join(workdir, recipe.path) if workdir else recipe.path
         if not probe.exists(path):
             yield Problem("recipe.path", f"{recipe.path!r} does not exist (seen from {workdir or os.getcwd()})",
@@ -384,7 +398,7 @@ def _check_sharding(job: Job, probe: MachineProbe, launcher: LauncherRules) -> I
         yield Problem("sharding.mode", f"{mode.value} uses fairscale, which cannot be imported here",
                       "pip install 'fairscale>=0.4.13' (a dependency of this package); or torch's own: sharding=zero "
                       "(optimizer state, like oss) or sharding=fsdp")
-    if isinstance(spec.recipe, ScriptRecipeConfig) or recipe_settings(spec.recipe).target.split(":")[0] == "runner.recipes.script":
+    if is_script(spec.recipe):
         yield Problem("sharding.mode", f"{mode.value} is applied by ctx.setup, but recipe=script runs a torchrun-style "
                                        f"script that never sees the run context: nothing would be sharded",
                       "sharding=none with recipe=script (shard inside the script), or a recipe main(ctx, cfg) that "

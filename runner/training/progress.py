@@ -3,12 +3,14 @@
 ``bar = ctx.progress(total, "train")`` (:meth:`runner.training.context.RunContext.progress`), then
 ``bar.update(loss=..., samples=...)`` once per step and ``bar.close()`` (or ``with``). Where it shows:
 
-* rank 0, its terminal a TTY: a tqdm bar redrawn in place on the terminal alone (steps, percent,
-  elapsed, ETA, samples/s, loss); what the rank prints meanwhile goes above the bar, whole lines at a
-  time. Its log gets the plain lines instead (a redrawn line would fill it with ``\\r``);
+* rank 0, its host agent's terminal a TTY: a tqdm bar redrawn in place on the terminal alone (steps,
+  percent, elapsed, ETA, samples/s, loss), drawn by the agent from the state the rank sends it
+  (runner.worker.relay); what the rank prints meanwhile goes above the bar. Its log gets the plain
+  lines instead (a redrawn line would fill it with ``\\r``);
 * rank 0, its terminal not a TTY (CI, a pipe, Slurm's output file): plain lines on the terminal and in
   its log;
-* every other rank: plain lines in its own log only.
+* every other rank: plain lines in its own log only (on the terminal too for ranks shown there with a
+  prefix, log.console=all or a list).
 
 A plain line is written at every tenth of the total, at least every ``interval_s`` between them (a
 slow run still shows it is alive), and once more when the bar closes::
@@ -22,9 +24,7 @@ the bar opened / time since); the loss shown is smoothed (an exponential moving 
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +35,6 @@ from runner.common.formatting import duration
 LINES_PER_TOTAL = 10  # plain lines at every tenth of the total
 LINE_INTERVAL_S = 60.0  # ... and at least this often between them
 BAR_INTERVAL_S = 0.1  # the bar's redraws, at most this often
-FALLBACK_COLUMNS = 80  # the bar's width on a terminal that does not say its own
 LOSS_SMOOTHING = 0.1  # weight of the newest loss in the one shown
 
 
@@ -44,15 +43,16 @@ def _rate(per_s: float) -> str:
 
 
 class Progress:
-    """Steps of a loop as they are taken, shown as a live bar (``bar``: a TTY stream), as plain lines
-    (``lines``: the streams they go to), or both. :func:`for_rank` chooses them for a rank of a job.
+    """Steps of a loop as they are taken, shown as a live bar (``bar``: where its state goes, for its host agent
+    to draw), as plain lines (``lines``: the streams they go to), or both. :func:`for_rank` chooses them for a rank of a job.
 
     ``initial``: steps already taken (a resumed run); throughput and ETA count only this run's.
     """
 
     steps_taken = 0  # by this process, over all its bars: its watch tells a stall from progress by it
 
-    def __init__(self, total: int | None, desc: str = "", *, initial: int = 0, bar: TextIO | None = None,
+    def __init__(self, total: int | None, desc: str = "", *, initial: int = 0,
+                 bar: Callable[[dict[str, Any]], None] | None = None,
                  lines: Sequence[TextIO] = (), interval_s: float = LINE_INTERVAL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if total is not None and total < 0:
@@ -72,7 +72,7 @@ class Progress:
         self._line_n = initial
         self._line_t = self._start
         self._closed = False
-        self._bar = _Bar(bar, total, desc, initial) if bar is not None else None
+        self._bar = _BarState(bar, total, desc, initial, self._start) if bar is not None else None
 
     # -- what the loop calls ------------------------------------------------------------------------
     def update(self, n: int = 1, *, loss: float | None = None, samples: int | None = None) -> None:
@@ -88,7 +88,7 @@ class Progress:
             return
         now = self._clock()
         if self._bar is not None:
-            self._bar.advance(n, now, self)
+            self._bar.advance(now, self)
         if self._lines and (self._every and self.n // self._every > self._line_n // self._every
                             or now - self._line_t >= self._interval_s):
             self._write_line(now)
@@ -100,7 +100,7 @@ class Progress:
         self._closed = True
         now = self._clock()
         if self._bar is not None:
-            self._bar.close(self, now)
+            self._bar.close(now, self)
         if self._lines and self.n != self._line_n:
             self._write_line(now)
 
@@ -151,107 +151,38 @@ class Progress:
         self._line_n, self._line_t = self.n, now
 
 
-class _Bar:
-    """tqdm on a TTY. While it is shown, the echoed stdout reaches the terminal through an
-    :class:`_AboveBar` (runner.worker.logs.write_terminal_through), so that printed lines do not break it."""
+class _BarState:
+    """The live bar's state, sent to the host agent, which draws it on its terminal (runner.worker.relay): at most
+    every BAR_INTERVAL_S, and at the close."""
 
-    def __init__(self, stream: TextIO, total: int | None, desc: str, initial: int) -> None:
-        import runner.training.output as logs
+    def __init__(self, send: Callable[[dict[str, Any]], None], total: int | None, desc: str, initial: int,
+                 start: float) -> None:
+        self._send = send
+        self._total, self._desc, self._initial, self._start = total, desc, initial, start
+        self._next = 0.0
 
-        # train: 20%|████      | 120/600 [00:04<00:16, 1234 samples/s, loss 0.3123]
-        fmt = ("{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]" if total
-               else ("{desc}: " if desc else "") + "{n_fmt} steps [{elapsed}{postfix}]")
-        # the terminal's width, followed as it changes; a terminal that reports none (0 columns: some
-        # containers' pseudo-terminals) gets a fixed one rather than an empty bar
-        sized = _columns(stream) > 0
-        self._tqdm = _tqdm_class()(total=total, initial=initial, desc=desc or None, file=stream, leave=True,
-                                   dynamic_ncols=sized, ncols=None if sized else FALLBACK_COLUMNS,
-                                   mininterval=BAR_INTERVAL_S, bar_format=fmt, unit="step", disable=False)
-        self._next_postfix = 0.0
-        self._above = _AboveBar(self._tqdm, stream)
-        self._routed = stream is logs.terminal()
-        self._previous = logs.write_terminal_through(self._above) if self._routed else None
+    def advance(self, now: float, progress: Progress) -> None:
+        if now >= self._next:
+            self._next = now + BAR_INTERVAL_S
+            self._send(self._state(now, progress, closed=False))
 
-    def advance(self, n: int, now: float, progress: Progress) -> None:
-        if now >= self._next_postfix:  # formatted as often as tqdm may redraw, not on every step
-            self._tqdm.set_postfix_str(progress.postfix(now), refresh=False)
-            self._next_postfix = now + BAR_INTERVAL_S
-        self._tqdm.update(n)
+    def close(self, now: float, progress: Progress) -> None:
+        self._send(self._state(now, progress, closed=True))
 
-    def close(self, progress: Progress, now: float) -> None:
-        import runner.training.output as logs
-
-        self._tqdm.set_postfix_str(progress.postfix(now), refresh=False)
-        self._tqdm.close()
-        if self._routed:
-            logs.write_terminal_through(self._previous)
-        self._above.finish()
-
-
-@functools.cache
-def _tqdm_class() -> type:
-    """tqdm without its monitor thread (it only tunes miniters): one thread fewer in a rank at teardown."""
-    from tqdm import tqdm
-
-    return type("RankBar", (tqdm,), {"monitor_interval": 0})
-
-
-def _columns(stream: TextIO) -> int:
-    try:
-        return os.get_terminal_size(stream.fileno()).columns
-    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is an OSError and a ValueError
-        return 0
-
-
-class _AboveBar:
-    """A text stream to the terminal that writes whole lines above a live bar (cleared, then redrawn)."""
-
-    def __init__(self, bar: Any, terminal: TextIO) -> None:
-        self._bar = bar
-        self._terminal = terminal
-        self._partial = ""
-
-    def write(self, s: str) -> int:
-        head, newline, tail = (self._partial + s).rpartition("\n")
-        if newline:
-            self._bar.clear()
-            self._terminal.write(head + newline)
-            self._terminal.flush()
-            self._bar.refresh()
-        self._partial = tail
-        return len(s)
-
-    def flush(self) -> None:
-        self._terminal.flush()
-
-    def isatty(self) -> bool:
-        return self._terminal.isatty()
-
-    def fileno(self) -> int:
-        return self._terminal.fileno()
-
-    def finish(self) -> None:
-        """Write what is left of an unfinished line (the bar is closed)."""
-        if self._partial:
-            self._terminal.write(self._partial)
-            self._terminal.flush()
-            self._partial = ""
+    def _state(self, now: float, progress: Progress, closed: bool) -> dict[str, Any]:
+        return {"k": "bar", "n": progress.n, "total": self._total, "elapsed": now - self._start, "desc": self._desc,
+                "initial": self._initial, "postfix": progress.postfix(now), "closed": closed}
 
 
 def for_rank(rank: int, total: int | None, desc: str = "", *, initial: int = 0,
              interval_s: float = LINE_INTERVAL_S) -> Progress:
-    """The progress of global rank ``rank``, shown where the module docstring says: a bar when rank 0's
-    terminal is a TTY, else plain lines (rank 0: terminal and log; others: their log, and the terminal too
-    when they stream to it with a prefix, log.console=all or a list)."""
-    import runner.training.output as logs
+    """The progress of global rank ``rank``, shown where the module docstring says. In a rank the runner started,
+    everything goes to its host agent (runner.training.output), which knows the terminal: a live bar drawn there
+    for rank 0 on a TTY, plain lines into the rank's log (and onto the terminal for rank 0 and prefixed ranks).
+    Elsewhere (a recipe called on its own), plain lines on stdout."""
+    import runner.training.output as output
 
-    terminal, log = logs.terminal(), logs.log()
-    if terminal is None and log is None:  # output not redirected by the runner (the recipe called on its own)
-        terminal, log = (sys.stdout, None) if rank == 0 else (None, sys.stdout)
-    elif rank != 0 and not logs.prefixed():
-        terminal = None  # a local rank 0 of another host echoes too: its progress stays in its log
-    if terminal is not None and terminal.isatty():
-        return Progress(total, desc, initial=initial, bar=terminal, lines=[log] if log is not None else [],
-                        interval_s=interval_s)
-    return Progress(total, desc, initial=initial, lines=[s for s in (terminal, log) if s is not None],
-                    interval_s=interval_s)
+    if not output.connected():
+        return Progress(total, desc, initial=initial, lines=[sys.stdout], interval_s=interval_s)
+    return Progress(total, desc, initial=initial, bar=output.send if output.live_bar() else None,
+                    lines=[output.LineSink()], interval_s=interval_s)

@@ -10,21 +10,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.common import exits
-from runner.common.signals import StopRequest
+from runner.common.formatting import error_line
 from runner.common.timeouts import is_timeout_text
 from runner.plan.diagnostics import collect_dumps, diagnose, last_request, read_diagnosis, write_diagnosis
 from runner.plan.outcome import ErrorRecord, RankOutcome, first_failures
 from runner.plan.paths import RunPaths
 from runner.worker.setup import RankSetup
 
-if TYPE_CHECKING:  # torch stays out of `run`'s own process, which reads the error files too (runner.reports.run_summary)
-    from torch.distributed.elastic.multiprocessing.api import RunProcsResult
+if TYPE_CHECKING:  # the agent's record of its ranks' ends
+    from runner.worker.host_agent import HostEnding
 
 
-def _record_killed(setups: list[RankSetup], killed: dict[int, int]) -> None:
-    """An error file for each rank that died without a Python exception (it could write none), so that
+def _record_killed(setups: list[RankSetup], codes: dict[int, int]) -> None:
+    """An error file for each rank that ended badly without a Python exception (it could write none), so that
     what reads the run folder afterwards (the run's summary, a sweep's) sees which rank failed first."""
-    for i, code in killed.items():
+    for i, code in codes.items():
         rec = setups[i].record
         setups[i].outcome.record_error(ErrorRecord(rec.global_rank, rec.local_rank, rec.host, None, None, time.time(),
                                                    f"{_exit_words(code)} (no Python exception)", killed=True))
@@ -41,63 +41,119 @@ def _exit_words(code: int | None) -> str:
     return f"exit status {code}"
 
 
-def report(result: RunProcsResult, setups: list[RankSetup], paths: RunPaths, elapsed_s: float,
-           killed: dict[int, int] | None = None, announce: bool = True) -> int:
-    """Say how the host's processes ended; the exit status. ``killed``: local ranks that died of a signal
-    from outside (no Python exception) -> exit code, as the launcher saw them before stopping the others.
-    ``announce``: a line for a success too (not when `run`'s own summary follows)."""
+_CRASHES = (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT)
+
+
+def _why_silent(code: int) -> str:
+    """Why a rank that ended badly wrote no error file, as far as its exit status tells."""
+    if code >= 0:
+        return "it exited without one: os._exit, or a crash in native code"
+    if -code in _CRASHES:
+        return "a crash in native code (a library's bug, a corrupt tensor, a failed assertion in C++)"
+    if -code == signal.SIGKILL:
+        return "killed from outside; the kernel's OOM killer? `dmesg` says"
+    return "killed by a signal from outside"
+
+
+def _log_tail(log_file: Path, lines: int = 5) -> list[str]:
+    """The last lines of a rank's log (what a script said before it exited)."""
+    try:
+        text = log_file.read_text(errors="replace")
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def _script_exit(error: dict, setup: RankSetup) -> list[str]:
+    """A script that exited with a failure status (argparse does): what it said last, and a hint where it asked
+    for --local_rank."""
+    said = _log_tail(setup.log_file)
+    lines = [f"{error['exception'].removeprefix('ScriptExit: ')}" + (":" if said else "")]
+    lines += [f"    {line}" for line in said]
+    flag = next((f for f in ("--local_rank", "--local-rank") if any(f in s and "required" in s for s in said)), None)
+    if flag:
+        lines.append(f"    hint: recipe.local_rank_arg={flag} passes it, as torch.distributed.launch did")
+    return lines
+
+
+def report(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, elapsed_s: float,
+           announce: bool = True) -> int:
+    """Say how the host's processes ended; the exit status. ``announce``: a line for a success too (not when
+    `run`'s own summary follows)."""
     n = len(setups)
-    if not result.is_failed():
+    stopped_on_request = ending.requested and not ending.failed_by_itself()
+    if not ending.failed or stopped_on_request:
         if not announce:
-            return exits.OK
+            return exits.OK if not ending.failed else _stopped_status(ending)
         rec = setups[0].record
         where = f" on {rec.host}" if setups[0].world_size > n else ""  # this host's share of the job
-        how = "stopped on request (checkpoint and stop)" if StopRequest.requested else "finished"
+        how = "stopped on request (checkpoint and stop)" if ending.requested else "finished"
         print(f"\nrun {how}: {n} process(es){where} in {elapsed_s:.1f} s; outputs in {paths.root}/", flush=True)
-        return exits.OK
+        return exits.OK if not ending.failed else _stopped_status(ending)
     done = [s for s in setups if s.outcome.done]
-    failures = result.failures
     if len(done) == n:
-        codes = ", ".join(f"rank {setups[i].record.global_rank} {_exit_words(f.exitcode)}" for i, f in failures.items())
+        codes = ", ".join(f"rank {setups[i].record.global_rank} {_exit_words(c)}" for i, c in ending.codes.items() if c)
         print(f"\nrun finished: every process completed its recipe, but {codes} while exiting "
               f"(a teardown crash after training, not a training failure); outputs in {paths.root}/", flush=True)
         return exits.OK
-    errors = first_failures(paths, (s.record.global_rank for s in setups))
     out = sys.stderr
+    first = ending.first_failure()
+    # ranks that ended badly without a Python exception (a signal from outside, os._exit, a crash in C): none
+    # wrote an error file; the ranks that lost them fail after them, with errors about the lost peer
+    silent = {i: c for i, c in ending.codes.items() if c and i not in ending.stopped and not setups[i].outcome.failed}
+    errors = first_failures(paths, (s.record.global_rank for s in setups))
     print("\n== job failed ==", file=out)
-    # a rank killed by a signal leaves no error file; the ranks that lost it fail after it, with errors
-    # about their lost peer: the killed one is the cause
-    killed = killed or {}
-    if killed:
-        for i, code in killed.items():
-            why = ("killed from outside; the kernel's OOM killer? `dmesg` says" if code < 0 else
-                   "it exited without one: os._exit or sys.exit in the recipe, or a crash in native code")
-            print(f"rank {setups[i].record.global_rank} (host {setups[i].record.host}) failed first: "
-                  f"{_exit_words(code)} (no Python exception: {why})", file=out)
+    if first is not None and first in silent:
+        code = silent[first]
+        why = _why_silent(code)
+        print(f"rank {setups[first].record.global_rank} (host {setups[first].record.host}) failed first: "
+              f"{_exit_words(code)} (no Python exception: {why})", file=out)
         rest = errors
     elif errors:
-        first = errors[0]
-        print(f"rank {first['rank']} (host {first['host']}, local rank {first['local_rank']}, pid {first['pid']}) "
-              f"failed first:\n", file=out)
-        print(first["traceback"].rstrip(), file=out)
-        rest = errors[1:]
+        head = next((e for e in errors if first is not None and e["rank"] == setups[first].record.global_rank), errors[0])
+        setup = next(s for s in setups if s.record.global_rank == head["rank"])
+        print(f"rank {head['rank']} (host {head['host']}, local rank {head['local_rank']}, pid {head['pid']}) "
+              f"failed first:", file=out)
+        if head["exception"].startswith("ScriptExit: "):
+            print("\n".join(_script_exit(head, setup)), file=out)
+        elif setup.echo.shown and head["traceback"]:  # its stderr, the traceback with it, is on this terminal
+            print(f"{head['exception'].strip().splitlines()[-1] if head['exception'].strip() else head['exception']}"
+                  f" (its traceback is above, and in {setup.log_file})", file=out)
+        else:
+            print("", file=out)
+            print(head["traceback"].rstrip(), file=out)
+        rest = [e for e in errors if e is not head]
     else:
         rest = []
-        for i, f in failures.items():
-            print(f"rank {setups[i].record.global_rank} failed first: {_exit_words(f.exitcode)} (no Python exception)",
-                  file=out)
+        for i, c in ending.codes.items():
+            if c:
+                print(f"rank {setups[i].record.global_rank} failed first: {_exit_words(c)} (no Python exception)",
+                      file=out)
+                break
     for line in _hang_summary(errors, setups, paths):
         print(line, file=out)
-    if rest:
+    others = [i for i in silent if i != first]
+    if rest or others:
         print("\nthen:", file=out)
         for e in rest:
-            print(f"  rank {e['rank']} (host {e['host']}): {e['exception'].splitlines()[0][:200]}", file=out)
-    stopped = n - len(errors) - len(done) - len(killed)
+            print(f"  rank {e['rank']} (host {e['host']}): {error_line(e['exception'])}", file=out)
+        for i in others:
+            print(f"  rank {setups[i].record.global_rank} (host {setups[i].record.host}): {_exit_words(silent[i])} "
+                  f"(no Python exception)", file=out)
+    accounted = {e["rank"] for e in errors} | {setups[i].record.global_rank for i in silent} | \
+        {s.record.global_rank for s in done}
+    stopped = n - len(accounted)
     if stopped > 0:  # every rank of the host is accounted for: failed first, then, or stopped
         print(f"  {stopped} other process(es) were stopped by the launcher", file=out)
     print(f"\nper-rank logs: {paths.logs}/", file=out)
-    _record_killed(setups, killed)
+    _record_killed(setups, silent)
     return exits.FAILED
+
+
+def _stopped_status(ending: HostEnding) -> int:
+    """Ranks that ended on the signal a stop request sent them (a script's SIGTERM): 128 + that signal."""
+    code = next(c for c in ending.codes.values() if c)
+    return exits.from_signal(-code) if code < 0 else code
 
 
 DUMP_WAIT_S = 2.0  # how long the report waits for the ranks' dumps after a timeout

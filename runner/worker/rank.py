@@ -1,8 +1,9 @@
-"""One process of a job, from its environment to its exit: device, process group, recipe, teardown."""
+"""One rank's body, in its own process (runner.worker.rank_process): its environment and folder, then either a
+recipe function under the runner's process group, or a torchrun-style script as its main program
+(runner.worker.script); its outcome files (runner.plan.outcome); its exit status."""
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import faulthandler
 import functools
@@ -14,9 +15,9 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+import runner.training.output as output
 from runner.common.signals import StopRequest
 from runner.common.timeouts import is_timeout_text
 from runner.environments import provenance
@@ -26,65 +27,93 @@ from runner.spec.targets import load_target
 from runner.worker.setup import RankSetup
 from runner.worker.watch import Watch
 
-_PR_SET_PDEATHSIG = 1
-STACK_SIGNAL = signal.SIGQUIT  # a rank writes every thread's Python stack to its log (the launcher asks
-# the ranks that did not arrive at a collective that timed out; Ctrl-\ too)
-TIMEOUT_PAUSE_S = 1.0  # a rank whose collective timed out waits this long before exiting, so that its
-# launcher can ask the ranks it waited for where they are
+STACK_SIGNAL = signal.SIGQUIT  # a rank writes every thread's Python stack to its log (the agent asks the ranks
+# that did not arrive at a collective that timed out; Ctrl-\ too)
+TIMEOUT_PAUSE_S = 1.0  # a rank whose collective timed out waits this long before exiting, so that its agent can
+# ask the ranks it waited for where they are
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so no rank outlives its launcher."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def run_rank(setup: RankSetup) -> None:
-    """The body of one rank. Exceptions are recorded, then re-raised for the process context to see."""
-    from runner.training.output import finish as finish_output
-    from runner.training.output import redirect_output
-
-    die_with_parent()
-    # Everything inherited from the launcher (torch, Hydra, ...) stays alive for the rank's life:
-    # keep it out of the cyclic GC's full passes, which would otherwise walk it again and again
-    # (and touch, so copy, its pages).
+def rank_main(setup: RankSetup, events_fd: int) -> int:
+    """The body of one rank; its exit status."""
+    # Everything inherited from the agent (torch, Hydra, ...) stays alive for the rank's life: keep it out of the
+    # cyclic GC's full passes, which would otherwise walk it again and again (and touch, so copy, its pages).
     gc.freeze()
-    # the launcher's handlers were inherited through fork: a rank dies on SIGTERM, Ctrl-C interrupts it
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    StopRequest.install(setup.stop_signal)
     os.environ.update(setup.env)
     if setup.spec.workdir:
         os.chdir(setup.spec.workdir)  # the job's folder (runner.spec.targets): relative paths mean the same on every host
-    redirect_output(str(setup.log_file), setup.echo, setup.prefix)
+    output.connect(events_fd, setup.echo.live_bar)
     if setup.paths.attempt:
-        print(f"== attempt {setup.paths.attempt + 1} (restart {setup.paths.attempt}) ==", file=sys.stderr, flush=True)
+        output.note(f"== attempt {setup.paths.attempt + 1} (restart {setup.paths.attempt}) ==")
     for note in setup.notes:
-        print(note, file=sys.stderr, flush=True)
+        output.note(note)
     faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True)
+    use_threads(setup)
+    if setup.runs_script:
+        from runner.worker.script import run_script
+
+        return run_script(setup)
+    StopRequest.install(setup.stop_signal)
+    return _run_recipe(setup)
+
+
+def use_threads(setup: RankSetup) -> None:
+    """torch was imported before the fork: its thread pool follows the agent, not this process's OMP_NUM_THREADS
+    (set in its environment: runner.environments.child), unless told here."""
+    import torch
+
+    torch.set_num_threads(int(setup.env["OMP_NUM_THREADS"]))
+
+
+def _run_recipe(setup: RankSetup) -> int:
     watch = None if setup.spec.preflight else Watch(setup)
     try:
         if watch is not None:
             watch.begin()
         result = _run(setup)
-    except BaseException as exc:
-        setup.outcome.record_error(setup.error_record(exc))
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if is_timeout_text(f"{type(exc).__name__}: {exc}"):
-            if watch is not None:  # every rank says where it is (runner.plan.diagnostics), this one first
-                request_dumps(setup.paths, "timeout")
-                watch.dump("timeout")
-            time.sleep(TIMEOUT_PAUSE_S)
-        raise
-    finally:
-        finish_output()
+    except SystemExit as e:
+        code = exit_status(e)
+        if code:
+            failed(setup, e, watch)
+        return code
+    except KeyboardInterrupt as e:  # Ctrl-C: its agent stops the job, and says so
+        setup.outcome.record_error(setup.error_record(e, ""))
+        return exit_status_of_signal(signal.SIGINT)
+    except BaseException as e:  # noqa: BLE001 (recorded, shown, and the status says it)
+        failed(setup, e, watch)
+        return 1
     if watch is not None:
         watch.finish()
     setup.outcome.mark_done(StopRequest.requested, _plain_result(result))
+    return 0
+
+
+def exit_status(e: SystemExit) -> int:
+    """The status ``sys.exit(code)`` gives a Python process (its message, if any, printed as Python does)."""
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code & 0xFF
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def exit_status_of_signal(signum: int) -> int:
+    return 128 + int(signum)
+
+
+def failed(setup: RankSetup, exc: BaseException, watch: Watch | None, shown: str | None = None) -> None:
+    """A rank's body raised: record it (runner.plan.outcome), print the traceback (``shown``, else the whole
+    one) to its stderr, and when a collective timed out, have every rank say where it is (runner.plan.diagnostics),
+    this one first, and wait a moment for its agent to ask the others."""
+    text = shown if shown is not None else "".join(traceback.format_exception(exc))
+    setup.outcome.record_error(setup.error_record(exc, text))
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    if is_timeout_text(f"{type(exc).__name__}: {exc}"):
+        if watch is not None:
+            request_dumps(setup.paths, "timeout")
+            watch.dump("timeout")
+        time.sleep(TIMEOUT_PAUSE_S)
 
 
 def _plain_result(result: Any) -> dict[str, Any]:
@@ -104,14 +133,15 @@ def _plain_result(result: Any) -> dict[str, Any]:
     return kept
 
 
-def _watch_own_process_group(timeout: datetime.timedelta, joined: Path) -> None:
-    """For a recipe that makes its own process group (a torchrun-style script): the groups it makes
-    without a timeout get init.timeout_s rather than torch's 30 minutes (torch reads these public defaults
-    when ``timeout`` is None), and joining is marked as for a recipe's group, so a hang in its collectives
-    is reported the same way (runner.worker.failures)."""
+def watch_own_process_group(setup: RankSetup) -> None:
+    """For a recipe or script that makes its own process group: the groups it makes without a timeout get
+    init.timeout_s rather than torch's 30 minutes (torch reads these public defaults when ``timeout`` is None),
+    and joining is marked (with the backend it chose) as for a recipe's group, so that a hang in its collectives is
+    reported the same way (runner.worker.failures); rank 0 records the runtime it loaded (provenance)."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
+    timeout = datetime.timedelta(seconds=setup.spec.init.timeout_s)
     c10d.default_pg_timeout = timeout
     c10d.default_pg_nccl_timeout = timeout
     original = c10d.init_process_group
@@ -119,9 +149,16 @@ def _watch_own_process_group(timeout: datetime.timedelta, joined: Path) -> None:
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> None:
         original(*args, **kwargs)
-        joined.touch()
+        setup.outcome.mark_joined(str(dist.get_backend()))
+        _record_runtime(setup)
 
     c10d.init_process_group = dist.init_process_group = init_process_group
+
+
+def _record_runtime(setup: RankSetup) -> None:
+    rec, paths = setup.record, setup.paths
+    if rec.global_rank == 0:
+        provenance.add_runtime(paths.provenance, provenance.runtime(setup.device.value), rec.host, paths.attempt)
 
 
 def _run(setup: RankSetup) -> Any:
@@ -131,9 +168,6 @@ def _run(setup: RankSetup) -> Any:
     from runner.training.context import ContextSettings, RunContext
 
     rec = setup.record
-    # torch was imported before the fork: its thread pool follows the launcher, not this process's
-    # OMP_NUM_THREADS (set in its environment: runner.environments.child), unless told here
-    torch.set_num_threads(int(setup.env["OMP_NUM_THREADS"]))
     if setup.device is DeviceKind.cuda:
         torch.cuda.set_device(rec.device_ids[0])
         device = torch.device("cuda", rec.device_ids[0])
@@ -145,17 +179,16 @@ def _run(setup: RankSetup) -> Any:
         collective(setup, device)
         return None
     recipe = load_target(setup.recipe.target, setup.spec.code_dir or setup.spec.workdir)
-    timeout = datetime.timedelta(seconds=setup.spec.init.timeout_s)
     if setup.recipe.init_process_group:
         dist.init_process_group(setup.backend, init_method=setup.init_method, rank=rec.global_rank,
-                                world_size=setup.world_size, timeout=timeout)
-        setup.outcome.mark_joined()
+                                world_size=setup.world_size,
+                                timeout=datetime.timedelta(seconds=setup.spec.init.timeout_s))
+        setup.outcome.mark_joined(setup.backend)
+        _record_runtime(setup)
     else:
-        _watch_own_process_group(timeout, setup.outcome.joined_file)
+        watch_own_process_group(setup)
     torch.manual_seed(setup.recipe.seed)
     paths = setup.paths
-    if rec.global_rank == 0:
-        provenance.add_runtime(paths.provenance, provenance.runtime(setup.device.value), rec.host, paths.attempt)
     ctx = RunContext(ContextSettings(
         rec.global_rank, rec.local_rank, rec.node_rank, setup.world_size, rec.local_world_size, rec.host, device,
         rec.device_ids, setup.spec.parallel, setup.spec.sharding, setup.recipe.global_batch_size, setup.recipe.seed,

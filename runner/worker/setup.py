@@ -1,5 +1,5 @@
-"""Everything one process of a job needs, decided before it starts: inherited through fork from its host's
-launcher (runner.worker.supervise), or built by the task a scheduler started (runner.app.task)."""
+"""Everything one process of a job needs, decided before it starts by its host agent (runner.worker.host_agent)
+and inherited through fork."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from omegaconf import DictConfig
 from runner.plan.outcome import ErrorRecord, RankOutcome
 from runner.plan.paths import RunPaths
 from runner.plan.processes import ProcessRecord
-from runner.spec.schema import DeviceKind, JobConfig, RecipeConfig
+from runner.spec.schema import DeviceKind, JobConfig, RecipeConfig, is_script
+from runner.worker.relay import Echo
 
 if TYPE_CHECKING:
     from runner.worker.preflight.checks import HostReport
@@ -36,10 +37,14 @@ class RankSetup:
     env: dict[str, str]  # this process's variables (runner.environments.child)
     paths: RunPaths
     stop_signal: signal.Signals  # asks it to checkpoint and stop (the plan's, from its launcher)
-    echo: bool  # also show this rank's stdout on the launching terminal
-    prefix: str = ""  # before each line it shows there (log.console=all or a list of ranks: "[rank 3 node1] ")
+    echo: Echo = Echo()  # how it shows on its host agent's terminal (log.console)
     notes: tuple[str, ...] = ()  # what the launch decided for this process (its interface, ...), for its log
     preflight: HostReport | None = None  # preflight=true: its host's checks, on the process that prints its line
+
+    @property
+    def runs_script(self) -> bool:
+        """It runs a torchrun-style script as its main program (recipe=script), not a recipe function."""
+        return is_script(self.recipe)
 
     @property
     def outcome(self) -> RankOutcome:
@@ -49,8 +54,10 @@ class RankSetup:
     def log_file(self) -> Path:
         return self.paths.rank_log(self.record.global_rank)
 
-    def error_record(self, exc: BaseException) -> ErrorRecord:
-        """This process's failure record: which rank, where, when, and the traceback, for the report."""
+    def error_record(self, exc: BaseException, shown: str | None = None) -> ErrorRecord:
+        """This process's failure record: which rank, where, when, and the traceback (``shown``: as the rank
+        printed it), for the report."""
         rec = self.record
         return ErrorRecord(rec.global_rank, rec.local_rank, rec.host, socket.gethostname(), os.getpid(), time.time(),
-                           f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
+                           f"{type(exc).__name__}: {exc}", shown if shown is not None else
+                           "".join(traceback.format_exception(exc)))

@@ -27,7 +27,7 @@ def test_no_double_dash_leaves_the_arguments_alone() -> None:
 def test_the_script_and_its_arguments_become_the_script_recipe() -> None:
     recipe = composed(["topology=1x2", "--", "train.py", "--lr=0.1", "--out=/x", "a b", "it's"])
     assert recipe.path == "train.py" and recipe.args == ["--lr=0.1", "--out=/x", "a b", "it's"]
-    assert recipe.target == "runner.recipes.script:main"
+    assert recipe.target == "runner.worker.script:run_script" and recipe.module is None
 
 
 @settings(max_examples=60, deadline=None)

@@ -37,12 +37,62 @@ def test_a_childs_environment(tmp_path) -> None:
                             network={"GLOO_SOCKET_IFNAME": "lan0"})
     assert env == {
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "WORLD_SIZE": "4", "GROUP_RANK": "0", "NODE_RANK": "0",
-        "LOCAL_WORLD_SIZE": "4", "ROLE_WORLD_SIZE": "4", "ROLE_NAME": "default", "RANK": "3", "LOCAL_RANK": "3",
-        "ROLE_RANK": "3", "TORCHELASTIC_RUN_ID": "run7", "TORCHELASTIC_RESTART_COUNT": "2",
+        "GROUP_WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "4", "ROLE_WORLD_SIZE": "4", "ROLE_NAME": "default", "RANK": "3",
+        "LOCAL_RANK": "3", "ROLE_RANK": "3", "TORCHELASTIC_RUN_ID": "run7", "TORCHELASTIC_RESTART_COUNT": "2",
         "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_ERROR_FILE": str(paths.elastic_error_file(3)),
-        "TORCHELASTIC_USE_AGENT_STORE": "True", "GLOO_SOCKET_IFNAME": "lan0", "OMP_NUM_THREADS": "2",
-        "TORCH_FR_BUFFER_SIZE": "200",
+        "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "GLOO_SOCKET_IFNAME": "lan0",
+        "OMP_NUM_THREADS": "2", "TORCH_FR_BUFFER_SIZE": "200",
     }
+
+
+def test_torchruns_group_world_size_and_max_restarts_and_the_users_nccl_setting(tmp_path) -> None:
+    """GROUP_WORLD_SIZE is the number of hosts; TORCHELASTIC_MAX_RESTARTS is launcher.max_restarts (torchrun's
+    --max-restarts); TORCH_NCCL_ASYNC_ERROR_HANDLING is 1 unless the user set it (then inherited as it is)."""
+    plan, paths = _plan(tmp_path, "topology=2x3", "launcher=manual", "launcher.max_restarts=2", "init=tcp",
+                        "topology.hosts=[{name: a}, {name: b}]", "topology.nodes=null", "topology.devices_per_node=3",
+                        "recipe.global_batch_size=60")
+    env = child_environment(plan, plan.records[4], paths, ProcessEnvironment.read({}), master_port="1",
+                            agent_store=False)
+    assert (env["GROUP_WORLD_SIZE"], env["GROUP_RANK"], env["TORCHELASTIC_MAX_RESTARTS"]) == ("2", "1", "2")
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    users = ProcessEnvironment.read({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"})
+    env = child_environment(plan, plan.records[4], paths, users, master_port="1", agent_store=False)
+    assert "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in env  # the user's own, inherited, wins
+
+
+def test_threads_are_a_share_of_the_cpus_this_process_may_use(tmp_path, monkeypatch) -> None:
+    """OMP_NUM_THREADS follows the affinity mask (taskset, a Slurm task's CPUs) and the cgroup's CPU quota, not
+    the machine's CPU count."""
+    import runner.environments.process as process
+
+    monkeypatch.setattr(process.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
+    monkeypatch.setattr(process, "_cgroup_cpu_quota", lambda: None)
+    assert process.usable_cpus() == 6
+    monkeypatch.setattr(process, "_cgroup_cpu_quota", lambda: 2.5)  # a container's --cpus=2.5
+    assert process.usable_cpus() == 3
+    plan, paths = _plan(tmp_path, "topology=1x2")
+    env = child_environment(plan, plan.records[0], paths, ProcessEnvironment.read({}), master_port="1",
+                            agent_store=False)
+    assert env["OMP_NUM_THREADS"] == "1"  # 3 usable CPUs over 2 processes
+
+
+def test_the_cgroup_cpu_quota_of_cgroup_v2_and_v1(tmp_path) -> None:
+    from runner.environments.process import _cgroup_cpu_quota
+
+    own = tmp_path / "self_cgroup"
+    (tmp_path / "fs" / "job7").mkdir(parents=True)
+    (tmp_path / "fs" / "job7" / "cpu.max").write_text("150000 100000\n")
+    own.write_text("0::/job7\n")
+    assert _cgroup_cpu_quota(tmp_path / "fs", own) == 1.5
+    (tmp_path / "fs" / "job7" / "cpu.max").write_text("max 100000\n")
+    assert _cgroup_cpu_quota(tmp_path / "fs", own) is None
+    (tmp_path / "fs" / "cpu" / "slurm").mkdir(parents=True)
+    (tmp_path / "fs" / "cpu" / "slurm" / "cpu.cfs_quota_us").write_text("400000\n")
+    (tmp_path / "fs" / "cpu" / "slurm" / "cpu.cfs_period_us").write_text("100000\n")
+    own.write_text("4:memory:/x\n1:cpu,cpuacct:/slurm\n")
+    assert _cgroup_cpu_quota(tmp_path / "fs", own) == 4.0
+    own.write_text("")
+    assert _cgroup_cpu_quota(tmp_path / "fs", own) is None
 
 
 def test_the_users_threads_win_and_no_agent_store_for_a_task(tmp_path) -> None:

@@ -4,23 +4,18 @@ terminal and every rank's own log in real runs."""
 
 from __future__ import annotations
 
-import fcntl
 import io
 import json
-import os
 import re
-import struct
 import subprocess
 import sys
-import termios
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from runner.common.formatting import duration
 from runner.training.progress import Progress
-from runs import run, run_folder
+from runs import RUN, run, run_folder, user_env
 
 LINE = re.compile(r"^progress: (?:(\w+) )?step (\d+)(?:/(\d+) \((\d+)%\))?")
 
@@ -33,11 +28,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-class FakeTTY(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 def progress_lines(text: str) -> list[str]:
@@ -139,77 +129,67 @@ def test_durations_read_as_seconds_minutes_hours():
 # ------------------------------------------------------------------------------ the live bar
 
 
-def test_on_a_tty_the_bar_redraws_in_place_and_the_log_gets_plain_lines_only():
-    tty, log = FakeTTY(), io.StringIO()
-    with Progress(20, "train", bar=tty, lines=[log]) as bar:
+@pytest.mark.unit
+def test_the_bars_state_goes_to_its_sink_at_most_every_tenth_of_a_second_and_at_the_close():
+    """A rank does not draw its bar: it sends the state to its host agent, which draws it (runner.worker.relay).
+    The log gets the plain lines."""
+    clock, log, states = Clock(), io.StringIO(), []
+    with Progress(20, "train", bar=states.append, lines=[log], clock=clock) as bar:
         for _ in range(20):
+            clock.t += 1 / 32
             bar.update(loss=0.5, samples=64)
-    shown = tty.getvalue()
-    assert shown.count("\r") >= 2 and shown.endswith("\n")
-    final = shown.rstrip("\n").rsplit("\r", 1)[1]  # what the terminal shows at the end
-    assert final.startswith("train: 100%|") and "20/20 [" in final and "samples/s" in final and "loss 0.5]" in final
-    assert "\r" not in log.getvalue() and "█" not in log.getvalue()
-    assert log.getvalue().splitlines() == progress_lines(log.getvalue())
-    assert steps_of(progress_lines(log.getvalue()))[-1] == 20
+    assert [s["n"] for s in states] == [1, 5, 9, 13, 17, 20]  # every 0.1 s of the clock at most, then the close
+    assert [s["closed"] for s in states] == [False] * 5 + [True]
+    last = states[-1]
+    assert (last["k"], last["total"], last["desc"], last["initial"]) == ("bar", 20, "train", 0)
+    assert last["elapsed"] == 0.625 and last["postfix"] == "2048 samples/s, loss 0.5"
+    assert steps_of(progress_lines(log.getvalue())) == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20]
 
 
-PTY_SCRIPT = r"""
-import sys
-import runner.training.output as logs
-from runner.training.progress import for_rank
-
-logs.redirect_output(sys.argv[1], echo=True)
-bar = for_rank(int(sys.argv[2]), 40, "train")
-for i in range(40):
-    if i == 20:
-        print("halfway line", flush=True)
-    bar.update(loss=0.25, samples=8)
-bar.close()
-print("after the bar", flush=True)
+PTY_RUN = r"""
+import os, subprocess, sys, fcntl, struct, termios
+master, slave = os.openpty()
+fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, int(sys.argv[1]), 0, 0))
+proc = subprocess.Popen(sys.argv[2:], stdout=slave, stderr=slave, stdin=subprocess.DEVNULL)
+os.close(slave)
+chunks = []
+while True:
+    try:
+        chunk = os.read(master, 1 << 16)
+    except OSError:  # EIO: every writer closed its side
+        break
+    if not chunk:
+        break
+    chunks.append(chunk)
+sys.stdout.buffer.write(b"".join(chunks))
+sys.exit(proc.wait())
 """
 
 
-def on_a_pseudo_terminal(tmp_path: Path, rank: int, columns: int = 0) -> tuple[str, str]:
-    """What a process that echoes to a pseudo-terminal (as rank 0 of `run` in a terminal) shows there,
-    and what its log holds. ``columns``: the terminal's width (0: it does not say)."""
-    log = tmp_path / f"rank{rank}.log"
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-c", PTY_SCRIPT, str(log), str(rank)], stdout=slave,
-                            stderr=subprocess.PIPE, cwd=REPO)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(master, 1 << 16)
-        except OSError:  # EIO: the child closed its side
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(master)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err.decode()
-    return b"".join(chunks).decode().replace("\r\n", "\n"), log.read_text()
+def on_a_pseudo_terminal(tmp_path: Path, columns: int, *overrides: str) -> tuple[int, str]:
+    """`run` with its stdout and stderr on a pseudo-terminal (as in a terminal), ``columns`` wide (0: it does not
+    say): its exit status and what the terminal showed."""
+    env = user_env(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", PTY_RUN, str(columns), RUN, *overrides, f"run_id=t{columns}"],
+                          cwd=tmp_path, env=env, capture_output=True, timeout=180)
+    return proc.returncode, proc.stdout.decode().replace("\r\n", "\n")
 
 
 @pytest.mark.parametrize("columns", [100, 0])
-def test_rank_0_on_a_terminal_draws_the_bar_there_and_prints_above_it(tmp_path, columns):
-    shown, log = on_a_pseudo_terminal(tmp_path, 0, columns)
-    final = shown[:shown.index("after the bar")].rstrip("\n").rsplit("\r", 1)[1]
-    assert final.startswith("train: 100%|") and "40/40 [" in final and "samples/s, loss 0.25]" in final
+def test_rank_0_on_a_terminal_gets_a_live_bar_and_printed_lines_go_above_it(tmp_path, columns):
+    code, shown = on_a_pseudo_terminal(tmp_path, columns, "topology=1x2", "recipe=custom",
+                                       "recipe.target=workloads.progress:main", "+recipe.steps=40",
+                                       "+recipe.step_s=0.02", "recipe.global_batch_size=32")
+    assert code == 0, shown
+    before = shown[:shown.index("halfway: step 20")]
+    assert before.endswith("\r\x1b[K")  # the bar was cleared before the line was written
+    after_close = shown[:shown.index("== run ")]
+    final = after_close.rstrip("\n").rsplit("\r", 1)[1].removesuffix("\x1b[K")
+    assert final.startswith("work: 100%|") and "40/40 [" in final and "samples/s, loss 100]" in final
     assert (columns or 80) - 1 <= len(final) <= (columns or 80)  # the terminal's width, or 80 where it says none
     assert not progress_lines(shown)  # no plain lines on a terminal that has the bar
-    assert re.search(r"\r +\rhalfway line\n", shown)  # the bar cleared first, the line whole
-    assert shown.endswith("after the bar\n")
-    assert "\r" not in log and "█" not in log
-    assert "halfway line\n" in log and log.endswith("after the bar\n")
-    assert steps_of(progress_lines(log)) == [4, 8, 12, 16, 20, 24, 28, 32, 36, 40]
-
-
-def test_another_rank_that_echoes_keeps_its_progress_in_its_log(tmp_path):
-    shown, log = on_a_pseudo_terminal(tmp_path, 1)  # local rank 0 of a second host
-    assert "halfway line" in shown and "\r" not in shown and "progress" not in shown
+    log = (run_folder(tmp_path) / "logs" / "rank00000.log").read_text()
+    assert "\r" not in log and "█" not in log and "halfway: step 20" in log
     assert steps_of(progress_lines(log)) == [4, 8, 12, 16, 20, 24, 28, 32, 36, 40]
 
 

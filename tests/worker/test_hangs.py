@@ -217,7 +217,7 @@ def test_a_stop_that_the_ranks_cannot_honour_says_where_they_were(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 143, err
-    assert re.search(r"where the ranks were, 2 s after the stop request: ranks 0,2 wait in all_reduce #4 \(process "
-                     r"group 0\) " + SINCE + r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:12 "
+    assert re.search(r"SIGTERM: rank\(s\) 0, 1, 2 still running launcher.grace_s=2 s after it; killing them: ranks "
+                     r"0,2 wait in all_reduce #4 \(process group 0\) " + SINCE + r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:12 "
                      r"in main", err), err
     assert not processes_of(run_id)

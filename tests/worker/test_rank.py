@@ -14,7 +14,7 @@ from runner.launchers import plan as plan_for
 from runner.plan.paths import RunPaths
 from runner.worker.rank import _plain_result
 from runner.worker.rendezvous import Rendezvous
-from runner.worker.supervise import rank_setups
+from runner.worker.host_agent import rank_setups
 
 pytestmark = pytest.mark.unit
 

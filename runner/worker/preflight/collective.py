@@ -18,7 +18,7 @@ from runner.worker.preflight.checks import DEADLINE_GRACE_S, Check, HostReport, 
 from runner.worker.setup import RankSetup
 
 if TYPE_CHECKING:
-    from torch.distributed.elastic.multiprocessing.api import RunProcsResult
+    from runner.worker.host_agent import HostEnding
 
 
 
@@ -105,16 +105,16 @@ def collective(setup: RankSetup, device: object) -> None:
         print(report.add(Check(f"{what} ok (sum {expected}, {time.monotonic() - started:.2f} s)")).line(), flush=True)
 
 
-def outcome(result: RunProcsResult, setups: Sequence[RankSetup], paths: RunPaths) -> int:
+def outcome(ending: HostEnding, setups: Sequence[RankSetup], paths: RunPaths) -> int:
     """A host's preflight processes have ended: 0 when all passed, else the failure's line on stderr
     (the host's reporting process's, if it failed) and the exit status 1."""
-    if not result.is_failed():
+    if not ending.failed:
         return 0
     errors = [(s.preflight is None, e) for s in setups if (e := s.outcome.error())]
     errors.sort(key=lambda e: (e[0], e[1]["timestamp"]))
     if errors:
         print(errors[0][1]["exception"].removeprefix(f"{PreflightFailed.__name__}: "), file=sys.stderr)
-    others = len(result.failures) - min(1, len(errors))
+    others = sum(1 for code in ending.codes.values() if code) - min(1, len(errors))
     also = f" ({others} other process(es) of this host failed or were stopped)" if others > 0 else ""
     print(f"preflight failed on {setups[0].record.host}{also}; per-rank logs: {paths.logs}/", file=sys.stderr)
     return exits.FAILED

@@ -1,0 +1,434 @@
+"""A host's share of a job, run by its host agent: the process that holds torch already, forks the host's ranks
+(runner.worker.rank_process), relays their output (runner.worker.relay), watches their exits, stops them, and
+says how they ended.
+
+The host agent is `run`'s launch agent for launcher=local and manual (runner.app.agent), and the task a scheduler
+starts for launcher=slurm and mpi (runner.app.task): one per host with ``launcher.tasks=per_host``, one per rank
+with ``per_device``. Its phases, named as torch elastic's agent names its own:
+
+1. **prepare** — preflight's host checks (preflight=true), the rendezvous (host 0 serves the store for env:// and
+   tcp://, as torchrun's agent does), each rank's setup (runner.worker.setup);
+2. **start** — fork every rank;
+3. **monitor** — until every rank has exited: a rank's exit is known at once (a pidfd), whatever ended it (a
+   return, ``sys.exit``, ``os._exit``, a signal); a rank that fails, another host that says its share failed
+   (restarts across hosts, runner.worker.attempts) or a signal to the agent starts the stop;
+4. **stop** — what each cause sends the ranks, then SIGKILL to what is left of their process groups;
+5. **report** — runner.worker.failures.
+
+Signals to the agent reach the ranks at once, as under torchrun: SIGINT as SIGINT; SIGTERM as SIGTERM to a
+script (which may trap it) and as the stop request to a recipe (``ctx.should_stop()``: it checkpoints and
+returns); the stop signal (``launcher.stop_signal``, Slurm's time-limit signal) as the stop request to a recipe
+and as SIGTERM to a script (the signal scripts trap to checkpoint). Ranks still running ``launcher.grace_s``
+after a SIGINT or SIGTERM are killed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig
+
+from runner.common import exits
+from runner.common.signals import StopRequest
+from runner.common.timeouts import is_timeout_text
+from runner.environments.child import child_environment
+from runner.environments.process import ProcessEnvironment
+from runner.plan.diagnostics import clear_diagnosis, collect_dumps, diagnose, request_dumps
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Deferred, Plan
+from runner.spec.schema import InitMethod, recipe_settings
+from runner.spec.validation import console_ranks
+from runner.worker.attempts import AttemptError, Attempts
+from runner.worker.network import NetworkError, network_choice
+from runner.worker.preflight import collective as preflight_collective
+from runner.worker.preflight import host as preflight_host
+from runner.worker.preflight.checks import Check, HostReport
+from runner.worker.rank import STACK_SIGNAL, rank_main
+from runner.worker.rank_process import RankProcess, start_rank
+from runner.worker.relay import Echo, OutputRelay
+from runner.worker.rendezvous import Rendezvous, RendezvousError, prepare_rendezvous
+from runner.worker.setup import RankSetup
+
+STOP_DUMP_WAIT_S = 2.0  # how long a stop waits for the ranks to say where they are
+FAILURE_STOP_S = 5.0  # after a rank failed: how long the others have to end on SIGTERM before SIGKILL
+PEER_POLL_S = 0.5  # how often another host's failure is looked for (restarts across hosts)
+TICK_S = 0.1  # the monitor's longest sleep while something is to be looked at
+
+
+@dataclass
+class HostEnding:
+    """How a host's ranks ended: what the report (runner.worker.failures) and preflight read."""
+
+    codes: dict[int, int]  # index among the host's setups -> exit status (the code, or -N: killed by signal N)
+    order: list[int]  # the indices in the order their processes exited
+    stopped: set[int] = field(default_factory=set)  # the ones the agent signalled to end (a failure, a signal)
+    signum: int | None = None  # a SIGINT or SIGTERM that reached the agent and stopped the ranks
+    requested: bool = False  # a stop request reached the agent and was passed on (runner.common.signals)
+    peer_failed: bool = False  # another host said its share of the attempt failed
+
+    @property
+    def failed(self) -> bool:
+        return any(self.codes.values())
+
+    def failed_by_itself(self) -> bool:
+        """A rank ended badly that the agent had not signalled (a failure, not a stop)."""
+        return any(code and i not in self.stopped for i, code in self.codes.items())
+
+    def first_failure(self) -> int | None:
+        """The index of the first rank that failed by itself (not one the agent stopped), else None."""
+        return next((i for i in self.order if self.codes[i] and i not in self.stopped), None)
+
+
+def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, recipe_cfg: DictConfig,
+                environment: ProcessEnvironment, preflight: HostReport | None = None,
+                terminal_is_tty: bool = False) -> list[RankSetup]:
+    """Every rank of host ``node_rank``. Raises NetworkError when this host cannot reach the master. ``preflight``:
+    this host's checks, for its local rank 0 to complete and print (preflight=true); ``terminal_is_tty``: the
+    agent's stdout is a terminal, where rank 0's progress bar is drawn live (log.console=main)."""
+    job = plan.job
+    setups = []
+    network = network_choice(plan, node_rank, environment)
+    notes = (*rdzv.notes, *([network.note] if network else []))
+    console = str(job.spec.log.console)
+    chosen = console_ranks(console) or ()
+    for rec in plan.host_records(node_rank):
+        if console == "main":
+            echo = Echo(shown=rec.local_rank == 0, progress=rec.global_rank == 0,
+                        live_bar=rec.global_rank == 0 and terminal_is_tty)
+        else:
+            shown = console == "all" or rec.global_rank in chosen
+            echo = Echo(shown=shown, prefix=f"[rank {rec.global_rank} {rec.host}] " if shown else "", progress=shown)
+        env = child_environment(plan, rec, paths, environment, master_port=rdzv.master_port,
+                                agent_store=rdzv.agent_store, network=network.env if network else {})
+        setups.append(RankSetup(job.spec, recipe_settings(job.spec.recipe), recipe_cfg, rec, plan.world_size,
+                                job.backend.value, job.device, rdzv.init_method, env, paths, plan.rules.stop_signal,
+                                echo=echo, notes=notes, preflight=preflight if rec.local_rank == 0 else None))
+    return setups
+
+
+def _master_unreachable(plan: Plan, node_rank: int, rdzv: Rendezvous, setups: list[RankSetup]) -> str | None:
+    """On a host other than host 0 (env/tcp init): why the master's store cannot be reached, within
+    init.timeout_s (host 0 may start later), naming the address, port and interface tried; None: reachable."""
+    from runner.worker.network import resolve
+    from runner.worker.preflight.checks import check_reachable
+
+    if node_rank == 0 or plan.job.spec.init.method is InitMethod.file or isinstance(plan.master_addr, Deferred):
+        return None
+    port = int(rdzv.master_port)
+    ifname = setups[0].env.get("GLOO_SOCKET_IFNAME") if setups else None
+    check = check_reachable(resolve(plan.master_addr), port, plan.job.spec.init.timeout_s, ifname)
+    if check.ok:
+        return None
+    return f"the master {plan.master_addr}:{port} cannot be reached from this host: {check.failure}" + \
+        (f"; hint: {check.hint}" if check.hint else "")
+
+
+class HostAgent:
+    """Runs one host's share of a plan (or, for a scheduler's task per process, one rank: ``only``) to its end,
+    starting it again after a failure up to ``restarts`` times. ``announce``: end with a line saying how the host's
+    share ended (a Slurm or MPI task, whose `run` is elsewhere; `run` itself ends with its summary)."""
+
+    def __init__(self, plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig,
+                 environment: ProcessEnvironment, *, announce: bool = False, restarts: int = 0,
+                 only: int | None = None) -> None:
+        self.plan = plan
+        self.node_rank = node_rank
+        self.paths = paths
+        self.recipe_cfg = recipe_cfg
+        self.environment = environment
+        self.announce = announce
+        self.restarts = restarts
+        self.only = only  # a task per process: this global rank alone, which serves the store itself if rank 0
+        self.signalled: int | None = None  # the first SIGINT/SIGTERM that reached the agent
+        self._pending: list[int] = []
+        self._wakeup: tuple[int, int] | None = None
+
+    # -- the whole share, attempt after attempt -------------------------------------------------------------
+    def run(self) -> int:
+        """The exit status for `run` (or the task). The hosts of a job restart together, agreeing on the attempt
+        through host 0's store (runner.worker.attempts)."""
+        plan, paths = self.plan, self.paths
+        attempts = Attempts(plan, self.node_rank) if self.restarts and len(plan.job.hosts) > 1 else None
+        stop = plan.rules.stop_signal
+        # the failure report says what matters; elastic's own logging (its store, its rendezvous) would bury it
+        for name in ("torch.distributed.elastic", "torch.multiprocessing"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        previous = {s: signal.signal(s, self._on_signal) for s in dict.fromkeys((signal.SIGINT, signal.SIGTERM, stop))}
+        if StopRequest.requested:  # asked before the agent was ready (a task Slurm signalled early): passed on
+            self._pending.append(stop)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        os.set_blocking(wake_r, False)
+        self._wakeup = (wake_r, wake_w)
+        previous_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        try:
+            if attempts is not None and self.node_rank != 0:
+                paths = dataclasses.replace(paths, attempt=attempts.wait_for(paths.attempt))
+            while True:
+                code = self._attempt(paths, attempts)
+                if attempts is not None:
+                    attempts.close()  # host 0: the attempt's store goes now, freeing the port for the next one's
+                if code != exits.FAILED or paths.attempt >= self.restarts or self.signalled is not None:
+                    return code
+                following = paths.attempt + 1
+                if attempts is not None and self.node_rank != 0:
+                    following = attempts.wait_for(following)
+                paths = dataclasses.replace(paths, attempt=following)
+                print(f"\nrestarting: attempt {paths.attempt + 1} of {self.restarts + 1} (launcher.max_restarts="
+                      f"{self.restarts}); the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
+        except AttemptError as e:
+            print(f"error: restart: {e}", file=sys.stderr)
+            return exits.FAILED
+        finally:
+            if attempts is not None:
+                attempts.close()
+            signal.set_wakeup_fd(previous_wakeup)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            os.close(wake_r)
+            os.close(wake_w)
+            self._wakeup = None
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._pending.append(signum)
+
+    # -- one attempt -------------------------------------------------------------------------------------------
+    def _attempt(self, paths: RunPaths, attempts: Attempts | None) -> int:
+        prepared = self._prepare(paths, attempts)
+        if isinstance(prepared, int):
+            return prepared
+        rdzv, setups, report = prepared
+        scratch = paths.root / "tmp"  # the ranks' temp files: in the run folder, removed after
+        scratch.mkdir(exist_ok=True)
+        previous_tmp, tempfile.tempdir = tempfile.tempdir, str(scratch)
+        started = time.perf_counter()
+        relay = OutputRelay(sys.stdout.fileno(), sys.stderr.fileno(), bar_ok=_is_tty(sys.stdout))
+        relay.start()
+        ranks: list[RankProcess] = []
+        try:
+            ranks = self._start(setups, relay)
+            ending = self._monitor(ranks, setups, relay, attempts)
+        finally:
+            for rank in ranks:  # whatever happened above, nothing of this attempt stays behind
+                rank.kill()
+            relay.close()
+            tempfile.tempdir = previous_tmp
+            shutil.rmtree(scratch, ignore_errors=True)
+            rdzv.close()
+        return self._report(ending, setups, paths, report, attempts, time.perf_counter() - started)
+
+    def _prepare(self, paths: RunPaths, attempts: Attempts | None) -> tuple[Rendezvous, list[RankSetup],
+                                                                            HostReport | None] | int:
+        """The rendezvous and every rank's setup, or the exit status when the host cannot start its ranks."""
+        plan, node_rank = self.plan, self.node_rank
+        report = None
+        if plan.job.spec.preflight:
+            checked = self._preflight_host(paths)
+            if isinstance(checked, int):
+                return checked
+            rdzv, report = checked
+        try:
+            if report is None:
+                rdzv = self._rendezvous(paths)
+            setups = rank_setups(plan, node_rank, rdzv, paths, self.recipe_cfg, self.environment, report,
+                                 terminal_is_tty=_is_tty(sys.stdout))
+        except RendezvousError as e:
+            print(f"error: init: {e}", file=sys.stderr)
+            return exits.INVALID
+        except NetworkError as e:
+            print(f"error: network: {e}", file=sys.stderr)
+            return exits.INVALID
+        if self.only is not None:
+            setups = [s for s in setups if s.record.global_rank == self.only]
+        if attempts is not None and node_rank == 0 and rdzv.store is not None:
+            attempts.opened(rdzv.store, paths.attempt)
+        unreachable = _master_unreachable(plan, node_rank, rdzv, setups) if report is None and self.only is None \
+            else None
+        if unreachable:
+            print(f"error: init: {unreachable}", file=sys.stderr)
+            return exits.FAILED
+        for s in setups:
+            s.outcome.clear()
+        if node_rank == 0 and self.only in (None, 0):
+            clear_diagnosis(paths)
+        return rdzv, setups, report
+
+    def _rendezvous(self, paths: RunPaths) -> Rendezvous:
+        if self.only is None:
+            return prepare_rendezvous(self.plan, self.node_rank, paths)
+        spec = self.plan.job.spec
+        if spec.init.method is InitMethod.file:
+            RunPaths.make_private(paths.rendezvous_file(spec.init.dir).parent)
+        return Rendezvous(self.plan.init_method, self.plan.master_port, agent_store=False)  # rank 0 serves the store
+
+    def _preflight_host(self, paths: RunPaths) -> tuple[Rendezvous, HostReport] | int:
+        """preflight=true: this host's checks, before any rank starts (runner.worker.preflight); then its part of
+        the rendezvous, as in a real run. The rendezvous and the host's report so far, or the exit status when a
+        check failed (its line printed). A task per process: its host's first process checks the host."""
+        plan = self.plan
+        if self.only is not None and plan.records[self.only].local_rank != 0:
+            return self._rendezvous(paths), None  # type: ignore[return-value]
+        report, port = preflight_host.host_checks(plan, self.node_rank, self.environment)
+        if not report.failed:
+            if port is not None and self.only is None:  # host 0 tested this one (a free one, where the launch picks it)
+                self.plan = plan = dataclasses.replace(plan, master_port=str(port))
+            try:
+                return self._rendezvous(paths), report
+            except RendezvousError as e:
+                report = report.add(Check.failed(e.message, e.hint))
+        print(report.line(), flush=True)
+        return exits.FAILED
+
+    def _start(self, setups: list[RankSetup], relay: OutputRelay) -> list[RankProcess]:
+        ranks = []
+        for i, setup in enumerate(setups):
+            ranks.append(start_rank(i, str(setup.log_file), setup.echo, relay,
+                                    lambda events, setup=setup: rank_main(setup, events)))
+        return ranks
+
+    # -- while they run ----------------------------------------------------------------------------------------
+    def _monitor(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
+                 attempts: Attempts | None) -> HostEnding:
+        ending = HostEnding(codes={}, order=[])
+        kill_at: float | None = None
+        peer_polled = time.monotonic()
+        asked_for_stacks = False
+        wake_r = self._wakeup[0] if self._wakeup else None
+        while len(ending.codes) < len(ranks):
+            pidfds = [r.pidfd for r in ranks if r.code is None]
+            try:
+                select.select(pidfds + ([wake_r] if wake_r is not None else []), [], [], TICK_S)
+            except InterruptedError:
+                pass
+            if wake_r is not None:
+                try:
+                    os.read(wake_r, 4096)
+                except (BlockingIOError, OSError):
+                    pass
+            for rank in ranks:
+                if rank.index not in ending.codes and rank.reap() is not None:
+                    ending.codes[rank.index] = rank.code
+                    ending.order.append(rank.index)
+                    relay.drain(rank.index)
+            while self._pending:
+                kill_at = self._signalled(self._pending.pop(0), ranks, setups, ending, kill_at)
+            now = time.monotonic()
+            if kill_at is None and ending.failed_by_itself():
+                self._stop_all(ranks, ending, signal.SIGTERM)  # a rank failed: the others end now
+                kill_at = now + FAILURE_STOP_S
+            if attempts is not None and kill_at is None and now - peer_polled >= PEER_POLL_S:
+                peer_polled = now
+                if attempts.other_failed():  # another host's share failed: end this one's, restart together
+                    ending.peer_failed = True
+                    self._stop_all(ranks, ending, signal.SIGTERM)
+                    kill_at = now + FAILURE_STOP_S
+            if not asked_for_stacks and kill_at is None:
+                asked_for_stacks = self._ask_for_stacks_after_a_timeout(ranks, setups)
+            if kill_at is not None and now >= kill_at:
+                if ending.signum is not None and not ending.peer_failed:
+                    self._say_where_they_were(ranks, setups, ending.signum)
+                for rank in ranks:
+                    rank.send(signal.SIGKILL, group=True)
+                kill_at = float("inf")  # killed: they are reaped as they go
+        return ending
+
+    def _signalled(self, signum: int, ranks: list[RankProcess], setups: list[RankSetup], ending: HostEnding,
+                   kill_at: float | None) -> float | None:
+        """A signal reached the agent: pass it on as the module docstring says; the time to kill what is left."""
+        scripts = bool(setups) and setups[0].runs_script
+        stop = self.plan.rules.stop_signal
+        if signum in (signal.SIGINT, signal.SIGTERM):
+            if self.signalled is not None:
+                return kill_at  # Ctrl-C reaches `run` and the agent both, and `run` passes its own on: once is enough
+            self.signalled = ending.signum = signum
+            running = sum(1 for r in ranks if r.code is None)
+            if signum == signal.SIGTERM and not scripts:
+                print(f"\nSIGTERM: asking {running} process(es) to checkpoint and stop (the stop request; "
+                      f"launcher.grace_s={self.plan.job.spec.launcher.grace_s:g})", file=sys.stderr, flush=True)
+                self._stop_all(ranks, ending, stop)
+            else:
+                print(f"\n{signal.Signals(signum).name}: stopping {running} process(es)", file=sys.stderr, flush=True)
+                self._stop_all(ranks, ending, signum)
+            grace = max(0.0, float(self.plan.job.spec.launcher.grace_s))
+            return min(kill_at if kill_at is not None else float("inf"), time.monotonic() + grace)
+        # the stop request: a recipe checkpoints and returns (ctx.should_stop); a script gets what it traps
+        running = [r for r in ranks if r.code is None]
+        print(f"\n{signal.Signals(signum).name}: asking {len(running)} process(es) to checkpoint and stop"
+              + (" (SIGTERM to the script)" if scripts else ""), file=sys.stderr, flush=True)
+        ending.requested = True
+        for rank in running:
+            rank.send(signal.SIGTERM if scripts else stop)
+        if scripts:
+            ending.stopped.update(r.index for r in running)
+        return kill_at
+
+    @staticmethod
+    def _stop_all(ranks: list[RankProcess], ending: HostEnding, signum: int) -> None:
+        for rank in ranks:
+            if rank.code is None:
+                ending.stopped.add(rank.index)
+                rank.send(signum)
+
+    def _ask_for_stacks_after_a_timeout(self, ranks: list[RankProcess], setups: list[RankSetup]) -> bool:
+        """When a rank's collective timed out (its error file says so; it waits a moment before exiting), ask the
+        ranks still running for their stacks (runner.worker.rank.STACK_SIGNAL), so that the report shows where the
+        ranks it waited for were. Whether it asked."""
+        failed = [s for s in setups if s.outcome.failed]
+        if not any(is_timeout_text(s.outcome.error_file.read_text(errors="replace")) for s in failed):
+            return False
+        for rank, setup in zip(ranks, setups):
+            if setup not in failed and not setup.outcome.done:
+                rank.send(STACK_SIGNAL)
+        return True
+
+    def _say_where_they_were(self, ranks: list[RankProcess], setups: list[RankSetup], signum: int) -> None:
+        """Ranks still running launcher.grace_s after a SIGINT or SIGTERM: say where they are before killing them."""
+        left = [setups[r.index].record.global_rank for r in ranks if r.code is None]
+        if not left:
+            return
+        grace = self.plan.job.spec.launcher.grace_s
+        world, paths = self.plan.world_size, self.paths
+        found = diagnose(collect_dumps(paths, range(world), request_dumps(paths, "stop"), STOP_DUMP_WAIT_S), world)
+        where = f": {found.text}" if found is not None else ""
+        print(f"{signal.Signals(signum).name}: rank(s) {', '.join(map(str, left))} still running "
+              f"launcher.grace_s={grace:g} s after it; killing them{where}", file=sys.stderr, flush=True)
+
+    # -- after ---------------------------------------------------------------------------------------------------
+    def _report(self, ending: HostEnding, setups: list[RankSetup], paths: RunPaths, report: HostReport | None,
+                attempts: Attempts | None, elapsed_s: float) -> int:
+        from runner.worker.failures import report as failure_report
+
+        if ending.peer_failed:
+            print(f"\nanother host's processes failed: stopped this host's {len(setups)} (attempt "
+                  f"{paths.attempt + 1})", file=sys.stderr, flush=True)
+            return exits.FAILED
+        if ending.signum is not None:
+            return exits.from_signal(ending.signum)
+        if report is not None:
+            return preflight_collective.outcome(ending, setups, paths)
+        code = failure_report(ending, setups, paths, elapsed_s, self.announce)
+        if code == exits.FAILED and attempts is not None:
+            attempts.say_failed()
+        return code
+
+
+def _is_tty(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig,
+                environment: ProcessEnvironment, announce: bool = False, restarts: int = 0) -> int:
+    """Run host ``node_rank``'s share of ``plan`` with a :class:`HostAgent` in this process; its exit status."""
+    return HostAgent(plan, node_rank, paths, recipe_cfg, environment, announce=announce, restarts=restarts).run()

@@ -1,0 +1,128 @@
+"""A rank that runs a torchrun-style script (recipe=script) as its main program, the way ``python -u script.py
+args`` (or ``python -u -m module args``) started by torchrun runs it: the script cannot tell the difference
+(README, "Differences from torchrun", lists what it could, and why).
+
+* ``sys.argv`` is ``[the path as given, *args]`` (``-m``: the module's file, as ``python -m`` sets it);
+  ``sys.orig_argv`` is the command torchrun would have run; ``sys.path[0]`` the script's folder (``-m``: the
+  current folder) before the interpreter's own path; ``__main__`` is the script's module (``__file__`` absolute,
+  as Python >= 3.9 sets it);
+* it exits as Python exits: 0 when it ends, ``sys.exit``'s status, 1 after an uncaught exception (the traceback
+  printed from the script's first frame on, the runner's own below it left out), killed by SIGINT after an
+  uncaught KeyboardInterrupt; ``os._exit`` and signals end the process itself, which its agent sees at once;
+* the process group it makes without a timeout gets init.timeout_s, and its collectives are watched
+  (runner.worker.watch), so that a hang names the ranks and where they are.
+
+``recipe.local_rank_arg`` appends ``--local_rank=<n>`` (or ``--local-rank``), as torch.distributed.launch did.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import runpy
+import signal
+import sys
+import traceback
+import types
+from pathlib import Path
+
+from runner.worker.rank import exit_status, failed, watch_own_process_group
+from runner.worker.setup import RankSetup
+from runner.worker.watch import Watch
+
+_RUNNER = str(Path(__file__).resolve().parents[1]) + os.sep
+
+
+def interpreter_path() -> list[str]:
+    """``sys.path`` as the interpreter made it, without the entry of the program this process started as (`run`'s
+    own folder; a ``-P -m`` task adds none): what a fresh ``python script.py`` has after the script's folder."""
+    started_as = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else None
+    return [p for p in sys.path if p != started_as]
+
+
+def run_script(setup: RankSetup) -> int:
+    """Run the script to its end in this process; its exit status."""
+    cfg = setup.recipe_cfg
+    args = [str(a) for a in cfg.get("args") or ()]
+    if cfg.get("local_rank_arg"):
+        args.append(f"{cfg.local_rank_arg}={setup.record.local_rank}")
+    base = interpreter_path()
+    module = cfg.get("module")
+    watch_own_process_group(setup)
+    watch = Watch(setup)
+    watch.begin()
+    try:
+        if module:
+            sys.path[:] = [setup.spec.code_dir or os.getcwd(), *base]  # the run's copy of the code, if it took one
+            sys.orig_argv = [sys.executable, "-u", "-m", module, *args]
+            sys.argv = [module, *args]  # run_module puts the module's file first, as `python -m` does
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            given = str(cfg.path)
+            path = os.path.abspath(given)
+            sys.path[:] = [os.path.dirname(path), *base]
+            sys.orig_argv = [sys.executable, "-u", given, *args]
+            sys.argv = [given, *args]
+            _run_main(path)
+    except SystemExit as e:
+        code = exit_status(e)
+        if code:
+            said = f"{cfg.module or cfg.path} exited with status {code}"
+            setup.outcome.record_error(setup.error_record(ScriptExit(said), ""))
+        else:
+            setup.outcome.mark_done(False)
+        watch.finish()
+        return code
+    except KeyboardInterrupt as e:  # as Python: the traceback, then killed by SIGINT
+        failed(setup, e, watch, _script_traceback(e))
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 130
+    except BaseException as e:  # noqa: BLE001 (as Python: the traceback, status 1)
+        failed(setup, e, watch, _script_traceback(e))
+        return 1
+    watch.finish()
+    setup.outcome.mark_done(False)
+    return 0
+
+
+def _run_main(path: str) -> None:
+    """Run the file at ``path`` as ``__main__``, as ``python path`` does; a folder or zip file with a
+    ``__main__.py`` as runpy runs it."""
+    if os.path.isdir(path) or not path.endswith(".py") and _is_zip(path):
+        runpy.run_path(path, run_name="__main__")
+        return
+    with open(path, "rb") as f:
+        source = f.read()
+    main = types.ModuleType("__main__")
+    main.__file__ = path
+    main.__cached__ = None  # type: ignore[attr-defined]
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)  # type: ignore[attr-defined]
+    main.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    code = compile(source, path, "exec", dont_inherit=True)
+    exec(code, main.__dict__)
+
+
+def _is_zip(path: str) -> bool:
+    import zipfile
+
+    return zipfile.is_zipfile(path)
+
+
+def _script_traceback(exc: BaseException) -> str:
+    """The traceback Python would print for ``exc`` in a script: from the script's first frame on (the runner's
+    own, and runpy's, that called it left out)."""
+    tb = exc.__traceback__
+    while tb is not None and _is_launcher_frame(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _is_launcher_frame(filename: str) -> bool:
+    return filename.startswith(_RUNNER) or filename == runpy.__file__ or filename.startswith("<frozen runpy")
+
+
+class ScriptExit(Exception):
+    """The script called sys.exit with a failure status (argparse does, on arguments it refuses)."""
