@@ -123,9 +123,17 @@ def input_problems(argv: list[str]) -> list[str]:
 
     found = []
     parser = OverridesParser.create()
+    previous = None
     for a in argv:
+        flag, previous = previous, a
+        if flag in _HYDRA_VALUE_FLAGS and (flag not in ("--info", "-i") or a in _HYDRA_INFO):
+            continue  # a flag's value (--cfg job): Hydra reads those
+        if not a.startswith(("-", "~", "+")) and "=" not in a:
+            found.append(f"error: {a!r} is neither an override (key=value) nor a script (no file {a!r} here)\n"
+                         f"    hint: run [overrides] -- train.py [its arguments]; `run --help` lists the groups")
+            continue
         if a.startswith("-") or not ("=" in a or a.startswith("~")):
-            continue  # a flag, or a flag's value (--cfg job): Hydra reads those
+            continue  # a flag: Hydra reads those
         try:
             parser.parse_overrides([a])
         except OverrideParseException as e:
@@ -169,6 +177,7 @@ class ScriptArgsError(ValueError):
 # Hydra's own flags that take a value (the value is not a script)
 _HYDRA_VALUE_FLAGS = ("--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp", "--cfg", "-c",
                       "--package", "-p", "--info", "-i", "--experimental-rerun", "--shell-completion", "-sc")
+_HYDRA_INFO = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")  # --info's optional value
 # torchrun's options, and what they are here
 _TORCHRUN_FLAGS = {
     "nproc-per-node": "topology=1x{v} (or topology.devices_per_node={v})",

@@ -256,6 +256,13 @@ def diagnose(dumps: Mapping[int, RankDump], world_size: int) -> Diagnosis | None
                          for op in others)
         parts.append(f"{said} while {_plural(sorted(ops[main_op]))} entered {main_op} #{last}"
                      + (f" ({shapes[main_op]})" if shapes[main_op] else "") + where)
+        places: dict[str, list[int]] = {}  # where each rank's main thread is, in the user's code
+        for r in sorted(entered):
+            if dumps[r].at:
+                places.setdefault(dumps[r].at, []).append(r)
+        if places:
+            parts.append(", ".join(f"{_plural(rs)} {'is' if len(rs) == 1 else 'are'} at {at}"
+                                   for at, rs in sorted(places.items(), key=lambda kv: kv[1])))
     else:
         shape = next((e.shape() for e in entered.values() if e), "")
         verb = "waits" if len(waiting) == 1 else "wait"
@@ -289,13 +296,15 @@ class Straggler:
                 f"{self.waited_s:.1f} s for it over the last {self.collectives} collectives")
 
 
-def straggler(dumps: Mapping[int, RankDump], min_ratio: float = 1.2, min_collectives: int = 5) -> Straggler | None:
+def straggler(dumps: Mapping[int, RankDump], min_ratio: float = 1.2, min_collectives: int = 5,
+              min_waited_s: float = 1.0, min_share: float = 0.05) -> Straggler | None:
     """The rank the others persistently waited for, from when each rank entered the same collectives.
 
     A rank's time for collective k is from the end of collective k-1 (when the last rank entered it) to its
     own entering k: its own work between them. The straggler's median is ``min_ratio`` or more times the
     median of the other ranks', and it is the last to enter most collectives; the others waited, at each
-    collective, from their median entry to its."""
+    collective, from their median entry to its. What they waited must matter too: at least ``min_waited_s``
+    and ``min_share`` of the time the collectives span (a 3-second job whose ranks waited 0.1 s has none)."""
     if len(dumps) < 2:
         return None
     arrivals: dict[int, dict[int, float]] = {}
@@ -327,5 +336,8 @@ def straggler(dumps: Mapping[int, RankDump], min_ratio: float = 1.2, min_collect
     typical = statistics.median(m for r, m in medians.items() if r != slowest)
     measured = len(work[slowest])
     if typical <= 0 or medians[slowest] < min_ratio * typical or last_counts[slowest] < measured / 2:
+        return None
+    span = max(a[common[-1]] for a in arrivals.values()) - min(a[common[0]] for a in arrivals.values())
+    if waited < max(min_waited_s, min_share * span):
         return None
     return Straggler(slowest, dumps[slowest].host, medians[slowest] / typical, waited, measured)

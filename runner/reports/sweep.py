@@ -1,11 +1,14 @@
 """The result of a sweep (`run -m topology=1x1,1x2,1x4 ...`): one row per job, a CSV and a Markdown
 table, and a plot of throughput and efficiency against world size, written into the sweep folder.
 
-Each job's row comes from its run folder: the overrides that made it (.hydra/overrides.yaml), its
-world size (plan.json), how its ranks ended (logs/), and its metrics (metrics.jsonl: the last
-``samples_per_s`` is the throughput, the final row's other numbers the final metrics). Speedup is
-throughput over that of the smallest world size in the sweep; efficiency is speedup over the ratio of
-world sizes (1.0: linear scaling). Registered as a Hydra callback in conf/job.yaml.
+Each job's row comes from its run folder: the overrides that made it (.hydra/overrides.yaml; the table shows
+those that differ between the jobs, the others once above it), its world size (plan.json), how its ranks ended
+(logs/), its metrics (metrics.jsonl: the last ``samples_per_s`` is the throughput, the final row's other numbers
+the final metrics) and its training time (rank 0's, from joining the process group to its end: logs/). Speedup
+is throughput over that of the smallest world size in the sweep, or, where no job reports a throughput (a
+torchrun-style script cannot), that job's training time over this one's (strong scaling: the same work at every
+size); efficiency is speedup over the ratio of world sizes (1.0: linear scaling). Registered as a Hydra callback
+in conf/job.yaml.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner.common import exits
 from runner.common.formatting import number
 from runner.plan.diagnostics import RankFiles, straggler
-from runner.plan.outcome import outcomes
+from runner.plan.outcome import RankOutcome, outcomes
 from runner.plan.paths import RunPaths
 from runner.reports.metrics import THROUGHPUT, read_metrics
 
@@ -64,6 +67,7 @@ class JobRow:
     overrides: tuple[str, ...] = ()
     series: str = ""  # the overrides, other than the topology's, that differ between the sweep's jobs
     slowest: str = ""  # the rank the others waited for ("rank 3 (1.42x)"), if one was
+    train_s: float | None = None  # rank 0's time from joining the process group to its end
 
 
 def _status(folder: Path, world_size: int | None) -> str:
@@ -101,49 +105,79 @@ def job_row(folder: Path) -> JobRow:
     ends = {r: d for r in range(world or 0) if (d := RankFiles(paths, r).dump()) is not None and d.reason == "end"}
     slow = straggler(ends)
     return JobRow(folder, " ".join(shown), world, _status(folder, world), metrics.throughput, final, overrides=shown,
-                  slowest=f"rank {slow.rank} on {slow.host} ({slow.ratio:.2f}x)" if slow else "")
+                  slowest=f"rank {slow.rank} on {slow.host} ({slow.ratio:.2f}x)" if slow else "",
+                  train_s=_train_time(paths))
+
+
+def _train_time(paths: RunPaths) -> float | None:
+    """Rank 0's time from joining the process group to its end (its done file), launch and imports left out."""
+    rank0 = RankOutcome(paths, 0)
+    try:
+        took = rank0.done_file.stat().st_mtime - rank0.joined_file.stat().st_mtime
+    except OSError:
+        return None
+    return took if took > 0 else None
 
 
 def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def common_overrides(rows: list[JobRow]) -> tuple[str, ...]:
+    """The overrides every job of the sweep has (shown once, not in every row)."""
+    if not rows:
+        return ()
+    shared = set(rows[0].overrides).intersection(*(set(r.overrides) for r in rows[1:]))
+    return tuple(o for o in rows[0].overrides if o in shared) if len(rows) > 1 else ()
+
+
 def _label_series(rows: list[JobRow]) -> None:
     """A job's series: its overrides other than the topology's, those that differ between jobs (a sweep
-    over topology x sharding has one series per sharding mode, each scaling over the topologies)."""
+    over topology x sharding has one series per sharding mode, each scaling over the topologies). Its
+    configuration, as the table shows it: what differs between the jobs."""
     values: dict[str, set[str]] = {}
     for r in rows:
         for o in r.overrides:
             values.setdefault(_key(o), set()).add(o)
     varying = {k for k, v in values.items() if len(v) > 1 and not k.startswith("topology")}
+    shared = set(common_overrides(rows))
     for r in rows:
         r.series = " ".join(o for o in r.overrides if _key(o) in varying)
+        r.config = " ".join(o for o in r.overrides if o not in shared) or r.config
+
+
+def scaling_basis(rows: list[JobRow]) -> str:
+    """What speedup is computed from: ``throughput`` where the jobs report one, else ``training time``."""
+    return "throughput" if any(r.throughput for r in rows) else "training time"
 
 
 def summarize(sweep_dir: Path) -> list[JobRow]:
     """One row per job folder of the sweep (Hydra's numbered folders), in job order, with speedup and
     efficiency against the first job of the smallest world size of the same series (the same
-    configuration but for its topology); when every job has the same world size, against the first job."""
+    configuration but for its topology); when every job has the same world size, against the first job.
+    Speedup is from throughput, or, where no job reports one, from training time (:func:`scaling_basis`)."""
     folders = sorted((p.parent.parent for p in sweep_dir.glob("*/.hydra/overrides.yaml")),
                      key=lambda p: (len(p.name), p.name))
     rows = [job_row(f) for f in folders]
     _label_series(rows)
-    measured = [r for r in rows if r.throughput and r.world_size]
+    by_time = scaling_basis(rows) == "training time"
+    measured = [r for r in rows if r.world_size and (r.train_s if by_time else r.throughput)]
     one_size = len({r.world_size for r in measured}) == 1
     for r in measured:
         peers = measured if one_size else [p for p in measured if p.series == r.series]
         base = min(peers, key=lambda p: p.world_size)  # the first job of the smallest world size
-        r.speedup = r.throughput / base.throughput
+        r.speedup = base.train_s / r.train_s if by_time else r.throughput / base.throughput
         r.efficiency = r.speedup / (r.world_size / base.world_size)
     return rows
 
 
 def table(rows: list[JobRow]) -> tuple[list[str], list[list[str]]]:
     metrics = sorted({k for r in rows for k in r.final})
-    header = ["job", "configuration", "world size", "status", "throughput (samples/s)", "speedup", "efficiency",
-              "slowest rank", *metrics]
-    body = [[r.folder.name, r.config, number(r.world_size), r.status, number(r.throughput), number(r.speedup),
-             number(r.efficiency), r.slowest, *(number(r.final.get(m)) for m in metrics)] for r in rows]
+    header = ["job", "configuration", "world size", "status", "throughput (samples/s)", "training time (s)", "speedup",
+              "efficiency", "slowest rank", *metrics]
+    body = [[r.folder.name, r.config, number(r.world_size), r.status, number(r.throughput),
+             f"{r.train_s:.2f}" if r.train_s else "", number(r.speedup), number(r.efficiency), r.slowest,
+             *(number(r.final.get(m)) for m in metrics)] for r in rows]
     return header, body
 
 
@@ -157,17 +191,26 @@ def write_csv(rows: list[JobRow], path: Path) -> None:
 
 def markdown(rows: list[JobRow]) -> str:
     header, body = table(rows)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    shared = common_overrides(rows)
+    lines = [f"every job: {' '.join(shared)}"] if shared else []
+    lines.append("speedup from " + ("throughput (samples/s)" if scaling_basis(rows) == "throughput" else
+                                    "training time (rank 0's, from joining the process group to its end: the jobs "
+                                    "report no samples/s; strong scaling, the same work at every size)"))
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body]
     return "\n".join(lines) + "\n"
 
 
 def plot(rows: list[JobRow], path: Path) -> bool:
     """Throughput and efficiency against world size, one line per series; when every job has the same
-    world size, throughput per job as bars. False: no job measured a throughput."""
-    points = [r for r in rows if r.throughput and r.world_size]
+    world size, throughput per job as bars; speedup instead of throughput where the jobs report none
+    (:func:`scaling_basis`). False: no job has a speedup."""
+    by_time = scaling_basis(rows) == "training time"
+    points = [r for r in rows if r.world_size and r.speedup is not None]
     if not points:
         return False
+    value = (lambda r: r.speedup) if by_time else (lambda r: r.throughput)
+    what = "speedup (training time of the first job / this one's)" if by_time else "throughput (samples/s)"
     import logging
 
     import matplotlib
@@ -179,10 +222,10 @@ def plot(rows: list[JobRow], path: Path) -> bool:
     fig, left = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     if len({r.world_size for r in points}) == 1:
         labels = [f"{r.folder.name}: {r.series or r.config}" for r in points]
-        bars = left.bar(range(len(points)), [r.throughput for r in points], color="tab:blue")
+        bars = left.bar(range(len(points)), [value(r) for r in points], color="tab:blue")
         left.bar_label(bars, [f"{r.speedup:.2f}x" for r in points])
         left.set_xticks(range(len(points)), labels, rotation=20, ha="right", fontsize=8)
-        left.set_ylabel("throughput (samples/s)")
+        left.set_ylabel(what)
         left.set_title(f"the sweep at world size {points[0].world_size} (speedup against job {points[0].folder.name})")
     else:
         from matplotlib.lines import Line2D
@@ -194,15 +237,15 @@ def plot(rows: list[JobRow], path: Path) -> bool:
             line = sorted((r for r in points if r.series == name), key=lambda r: r.world_size)
             color = f"C{i % 10}"
             worlds = [r.world_size for r in line]
-            left.plot(worlds, [r.throughput for r in line], "o-", color=color)
+            left.plot(worlds, [value(r) for r in line], "o-", color=color)
             base = line[0]
-            left.plot(worlds, [base.throughput * w / base.world_size for w in worlds], ":", color=color, alpha=0.4)
+            left.plot(worlds, [value(base) * w / base.world_size for w in worlds], ":", color=color, alpha=0.4)
             right.plot(worlds, [r.efficiency for r in line], "s--", color=color, alpha=0.8)
-            legend.append(Line2D([], [], color=color, marker="o", label=name or "throughput"))
+            legend.append(Line2D([], [], color=color, marker="o", label=name or ("speedup" if by_time else "throughput")))
         legend += [Line2D([], [], color="gray", linestyle=":", label="linear scaling"),
                    Line2D([], [], color="gray", marker="s", linestyle="--", label="efficiency")]
         left.set_xlabel("world size (processes)")
-        left.set_ylabel("throughput (samples/s), solid")
+        left.set_ylabel(f"{what}, solid")
         left.set_xticks(sorted({r.world_size for r in points}))
         right.set_ylabel("efficiency (speedup / world-size ratio), dashed")
         right.set_ylim(0, max(1.1, max(r.efficiency for r in points) * 1.1))

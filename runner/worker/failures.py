@@ -136,7 +136,8 @@ def report(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, elapsed
     if rest or others:
         print("\nthen:", file=out)
         for e in rest:
-            print(f"  rank {e['rank']} (host {e['host']}): {error_line(e['exception'])}", file=out)
+            print(f"  rank {e['rank']} (host {e['host']}): {error_line(e['exception']).removeprefix('ScriptExit: ')}",
+                  file=out)
         for i in others:
             print(f"  rank {setups[i].record.global_rank} (host {setups[i].record.host}): {_exit_words(silent[i])} "
                   f"(no Python exception)", file=out)

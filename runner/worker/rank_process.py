@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import faulthandler
 import os
 import signal
 import sys
@@ -132,6 +133,8 @@ def _become_rank(out_w: int, err_w: int, events_w: int, held: Iterable[int], bod
     os.dup2(err_w, 2)
     close_fds((out_w, err_w))
     reopen_standard_streams()
+    if faulthandler.is_enabled():  # as the agent's interpreter chose (PYTHONFAULTHANDLER, -X faulthandler): onto
+        faulthandler.enable()  # the rank's own stderr
     code = body(events_w)
     exit_like_python()
     return code

@@ -81,3 +81,56 @@ def test_the_shorthand_in_a_sweep(tmp_path) -> None:
     specs = sorted((tmp_path / "outputs" / "multirun").glob("*/*/*/spec.yaml"))
     assert len(specs) == 2 and all("  - a,b\n" in s.read_text() for s in specs)  # one value, not a sweep
     assert {r["world_size"] for r in artifacts(tmp_path / "art").values()} == {2}  # the last job's ranks
+
+
+# ------------------------------------------------------------------------------ torchrun habits
+
+
+def test_a_script_without_double_dash_starts_where_the_python_file_is() -> None:
+    """`run topology=1x2 train.py --devices 2`, typed as for torchrun: the first argument that names a Python file
+    starts the script; Hydra's own flags and their values, and overrides, stay `run`'s."""
+    assert script_overrides(["topology=1x2", "train.py", "--devices", "2"]) == [
+        "topology=1x2", "recipe=script", "recipe.path='train.py'", "recipe.args=['--devices','2']"]
+    assert script_overrides(["--config-dir", "jobs", "-cn", "x.py", "topology=1x2"]) == [
+        "--config-dir", "jobs", "-cn", "x.py", "topology=1x2"]  # a config name is not a script
+    assert script_overrides(["topology=1x2", "~recipe.seed"]) == ["topology=1x2", "~recipe.seed"]
+
+
+def test_a_file_that_exists_starts_the_script_whatever_its_name(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train").write_text("print(1)\n")
+    assert script_overrides(["train", "--lr", "1"])[-2:] == ["recipe.path='train'", "recipe.args=['--lr','1']"]
+
+
+def test_a_module_after_double_dash_runs_as_python_m() -> None:
+    recipe = composed(["topology=1x2", "--", "-m", "pkg.train", "--lr", "0.1"])
+    assert (recipe.module, recipe.path, recipe.args) == ("pkg.train", None, ["--lr", "0.1"])
+    with pytest.raises(ScriptArgsError, match="`-m` names no module"):
+        script_overrides(["--", "-m"])
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--nproc-per-node=4", "train.py"], "`--nproc-per-node=4` is torchrun's option; here: topology=1x4"),
+    (["--nproc_per_node", "2", "train.py"], "`--nproc_per_node 2` is torchrun's option; here: topology=1x2"),
+    (["--nnodes=2", "--", "train.py"], "`--nnodes=2` is torchrun's option; here: topology.nodes=2"),
+    (["--standalone", "train.py"], "`--standalone` is torchrun's option; here: nothing"),
+    (["--node-rank=1", "train.py"], "here: launcher=manual launcher.manual.host=1"),
+    (["--max-restarts=3"], "here: launcher.max_restarts=3"),
+])
+def test_torchruns_options_are_refused_with_what_they_are_here(argv: list[str], says: str) -> None:
+    with pytest.raises(ScriptArgsError) as e:
+        script_overrides(argv)
+    assert says in str(e.value) and "hint: run [overrides] -- train.py" in str(e.value)
+
+
+def test_without_double_dash_in_a_real_run(tmp_path) -> None:
+    shutil.copy(SCRIPT, tmp_path)
+    done = run("run_id=plain1", "topology=1x2", "report_script.py", "--tag", "plain", cwd=tmp_path)
+    assert done.code == 0, done.output
+    assert {r["tag"] for r in artifacts(tmp_path / "art").values()} == {"plain"}
+
+
+def test_a_word_that_is_neither_an_override_nor_a_script_is_a_clear_error(tmp_path) -> None:
+    done = run("topology=1x2", "trian", cwd=tmp_path)
+    assert done.code == 2 and "Traceback" not in done.output
+    assert "error: 'trian' is neither an override (key=value) nor a script (no file 'trian' here)" in done.stderr

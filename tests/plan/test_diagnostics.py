@@ -43,6 +43,11 @@ def test_different_collectives_at_the_same_number() -> None:
     found = diagnose(dumps, 4)
     assert found.text == ("rank 1 entered broadcast #21 (Float[4]) while ranks 0,2,3 entered all_reduce #21 (Float[4]) "
                           "(process group 0)")
+    placed = {0: dump(0, 21, at="train.py:40 in main"), 1: dump(1, 21, {21: "broadcast"}, at="train.py:37 in main"),
+              2: dump(2, 21, at="train.py:40 in main")}
+    assert diagnose(placed, 3).text == ("rank 1 entered broadcast #21 (Float[4]) while ranks 0,2 entered all_reduce #21 "
+                                        "(Float[4]) (process group 0); ranks 0,2 are at train.py:40 in main, rank 1 is "
+                                        "at train.py:37 in main")
     assert found.mismatched == {"all_reduce": (0, 2, 3), "broadcast": (1,)}
 
 
@@ -69,12 +74,12 @@ def _timed(rank: int, per_step: float, late: float, steps: int = 12) -> RankDump
 
 
 def test_the_rank_the_others_waited_for() -> None:
-    # every rank works 0.1 s between collectives but rank 3, which works 0.14 s (and so enters each 0.04 s later)
-    dumps = {r: _timed(r, 0.14, 0.04) if r == 3 else _timed(r, 0.14, 0.0) for r in range(4)}
+    # every rank works 1.0 s between collectives but rank 3, which works 1.4 s (and so enters each 0.4 s later)
+    dumps = {r: _timed(r, 1.4, 0.4) if r == 3 else _timed(r, 1.4, 0.0) for r in range(4)}
     slow = straggler(dumps)
     assert (slow.rank, slow.host, slow.collectives) == (3, "node1", 11)
-    assert slow.ratio == pytest.approx(0.14 / 0.10, rel=1e-6) and slow.waited_s == pytest.approx(11 * 0.04)
-    assert slow.text() == ("rank 3 on node1: 1.40x the median step time; the others waited 0.4 s for it over the last "
+    assert slow.ratio == pytest.approx(1.4 / 1.0, rel=1e-6) and slow.waited_s == pytest.approx(11 * 0.4)
+    assert slow.text() == ("rank 3 on node1: 1.40x the median step time; the others waited 4.4 s for it over the last "
                            "11 collectives")
 
 
@@ -82,6 +87,14 @@ def test_no_straggler_among_equals_or_with_too_little_to_tell() -> None:
     assert straggler({r: _timed(r, 0.1, 0.001 * r) for r in range(4)}) is None
     assert straggler({r: _timed(r, 0.1, 0.05 if r else 0.0, steps=4) for r in range(2)}) is None
     assert straggler({0: _timed(0, 0.1, 0.0)}) is None
+
+
+def test_no_straggler_where_the_others_waited_too_little_to_matter() -> None:
+    """A 1.5-second job whose slow rank is 1.4x slower, but made the others wait 0.44 s in all: nothing to act on
+    (the same shape ten times slower is the straggler above)."""
+    short = {r: _timed(r, 0.14, 0.04) if r == 3 else _timed(r, 0.14, 0.0) for r in range(4)}
+    assert straggler(short) is None
+    assert straggler(short, min_waited_s=0.4).rank == 3
 
 
 def test_requests_and_dumps_in_the_run_folder(tmp_path) -> None:

@@ -257,3 +257,47 @@ def test_metrics_are_the_numbers_of_the_last_row_and_the_folder_is_shown_where_i
     assert "checkpoints/last.pt" in screen[-1] or "checkpoints/last.pt" in screen[-2]
     elsewhere = summary.render(tmp_path / "other").splitlines()  # not under the cwd: the absolute path
     assert field(elsewhere, "outputs") == f"{paths.root}/"
+
+
+def _failed_with(paths: RunPaths, exception: str, traceback: str = "") -> None:
+    from runner.plan.outcome import ErrorRecord
+
+    RankOutcome(paths, 0).record_error(ErrorRecord(0, 0, "node0", "m", 1, 1.0, exception, traceback))
+
+
+def test_the_status_line_is_the_line_of_the_error_that_says_what_went_wrong(tmp_path):
+    """An exception whose message begins with a newline (torch.multiprocessing's ProcessRaisedException, from any
+    mp.spawn script) is told by its innermost error, not an empty line."""
+    plan, paths = planned(tmp_path, "topology=1x2")
+    _failed_with(paths, "ProcessRaisedException: \n\n-- Process 0 terminated with the following error:\n"
+                        "Traceback (most recent call last):\n  File \"x.py\", line 3, in worker\n"
+                        "RuntimeError: The server socket has failed to listen on any local network address. "
+                        "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    status = summarize(plan, paths, 1, 1.0).status_text
+    assert status.startswith("failed (exit 1): rank 0 on host node0 raised RuntimeError: The server socket has "
+                             "failed to listen"), status
+
+
+def test_a_long_error_is_cut_between_words_never_inside_a_number(tmp_path):
+    """gloo's timeout was cut to "Timed out waiting 3000..." (it said 300000 ms): a cut falls between words."""
+    plan, paths = planned(tmp_path, "topology=1x2")
+    noise = "x" * 123  # puts the number across the 160th character
+    _failed_with(paths, f"RuntimeError: {noise} Timed out waiting 300000ms for recv operation to complete")
+    status = summarize(plan, paths, 1, 1.0).status_text
+    assert status == f"failed (exit 1): rank 0 on host node0 raised RuntimeError: {noise} Timed out waiting…"
+
+
+def test_a_script_that_ended_with_a_failure_status_is_said_to_have_ended_not_raised(tmp_path):
+    plan, paths = planned(tmp_path, "recipe=script", "recipe.path=/tmp", "topology=1x2")
+    _failed_with(paths, "ScriptExit: train.py exited with status 3")
+    status = summarize(plan, paths, 1, 1.0).status_text
+    assert status == "failed (exit 1): rank 0 on host node0 ended: train.py exited with status 3"
+
+
+def test_the_job_line_names_the_backend_a_script_chose(tmp_path):
+    plan, paths = planned(tmp_path, "recipe=script", "recipe.path=/tmp", "topology=1x2")
+    assert summarize(plan, paths, 0, 1.0).backend == "gloo"  # before any rank joined: the spec's
+    RankOutcome(paths, 0).mark_joined("nccl")
+    summary = summarize(plan, paths, 0, 1.0)
+    assert summary.backend == "nccl" and summary.job.startswith("1 host x 2 processes · cpu · nccl · ")
+    assert summary.recipe == "script /tmp"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
 import uuid
 from pathlib import Path
@@ -49,19 +50,20 @@ def test_speedup_and_efficiency_are_against_the_smallest_world_size(tmp_path):
     assert [r.status for r in rows] == ["done", "done", "done", "failed"]
     assert rows[3].speedup is None and rows[1].final == {"test_accuracy": 0.97, "steps": 20}
     table = markdown(rows)
-    assert "| 2 | topology=1x4 | 4 | done | 3000 | 3 | 0.75 |  | 20 | 0.95 |" in table  # no slowest rank
+    assert "| 2 | topology=1x4 | 4 | done | 3000 |  | 3 | 0.75 |  | 20 | 0.95 |" in table  # no slowest rank
+    assert table.startswith("speedup from throughput (samples/s)\n")  # nothing shared by every job
 
 
 @pytest.mark.unit
 def test_a_job_whose_ranks_waited_for_one_names_it(tmp_path):
     _job(tmp_path, 0, ["topology=1x2"], 2, 1000.0, 0.9)
     paths = RunPaths(tmp_path / "0", "0")
-    for rank, late in ((0, 0.0), (1, 0.05)):  # rank 1 enters every collective 0.05 s after rank 0
-        entries = tuple(Collective(k, "all_reduce", entered_s=100.0 + 0.1 * k + late) for k in range(1, 21))
+    for rank, late in ((0, 0.0), (1, 0.1)):  # rank 1 enters every collective 0.1 s after rank 0
+        entries = tuple(Collective(k, "all_reduce", entered_s=100.0 + 0.2 * k + late) for k in range(1, 21))
         RankFiles(paths, rank).write_dump(RankDump(rank, "node0", 200.0, "end", "flight recorder",
                                                    (GroupRecord("0", 20, 20, entries),)))
     (row,) = summarize(tmp_path)
-    assert row.slowest == "rank 1 on node0 (2.00x)"  # it works 0.10 s between collectives, rank 0 0.05 s
+    assert row.slowest == "rank 1 on node0 (2.00x)"  # it works 0.2 s between collectives, rank 0 0.1 s
     assert "| rank 1 on node0 (2.00x) |" in markdown([row])
 
 
@@ -95,6 +97,29 @@ def test_a_sweep_without_throughput_has_no_plot(tmp_path):
     rows = summarize(tmp_path)
     assert rows[0].speedup is None and not plot(rows, tmp_path / "none.png")
     assert not (tmp_path / "none.png").exists()
+
+
+@pytest.mark.unit
+def test_a_script_sweep_shows_what_varies_and_scales_by_training_time(tmp_path):
+    """A torchrun-style script reports no samples/s: speedup comes from each job's training time (rank 0's, from
+    joining the process group to its end), and the constant `recipe=script recipe.path=... recipe.args=[...]` is
+    shown once, not in every row."""
+    script = ["recipe=script", "recipe.path=train.py", "recipe.args=[--epochs,3]"]
+    for n, (topology, world, took) in enumerate([("1x1", 1, 8.0), ("1x2", 2, 5.0), ("1x4", 4, 4.0)]):
+        _job(tmp_path, n, [f"topology={topology}", *script], world, None, 0.9)
+        logs = tmp_path / str(n) / "logs"
+        (logs / "rank00000.joined").write_text("gloo")
+        os.utime(logs / "rank00000.joined", (1000.0, 1000.0))
+        os.utime(logs / "rank00000.done", (1000.0 + took, 1000.0 + took))
+    rows = summarize(tmp_path)
+    assert [r.config for r in rows] == ["topology=1x1", "topology=1x2", "topology=1x4"]
+    assert [r.train_s for r in rows] == [8.0, 5.0, 4.0]
+    assert [r.speedup for r in rows] == [1.0, 1.6, 2.0] and [r.efficiency for r in rows] == [1.0, 0.8, 0.5]
+    table = markdown(rows)
+    assert table.startswith("every job: recipe=script recipe.path=train.py recipe.args=[--epochs,3]\n"
+                            "speedup from training time (rank 0's")
+    assert "| 1 | topology=1x2 | 2 | done |  | 5.00 | 1.6 | 0.8 |" in table
+    assert plot(rows, tmp_path / "scaling.png")
 
 
 def test_a_sweep_writes_its_summary_and_plot(tmp_path):

@@ -121,6 +121,7 @@ def test_the_live_bar_is_drawn_here_cleared_for_a_printed_line_and_redrawn_after
     pipes, ends = pipes_for(0, str(tmp_path / "rank0b.log"), Echo(shown=True, progress=True, live_bar=True))
     relay.add(pipes)
     os.write(ends[0], b"printed meanwhile\n")
+    logged(tmp_path / "rank0b.log", b"printed meanwhile\n")
     event(ends[2], n=10, closed=True, **state)
     relay.drain(0)
     relay.close()

@@ -1,7 +1,7 @@
 """preflight=true: the job launched as a real run would be, but instead of the recipe each host checks
 its network and devices and every process takes part in one small all-reduce.
 
-On each host, before any rank starts (runner.worker.supervise for per-host launching; runner.app.task for one
+On each host, before any rank starts (runner.worker.host_agent, for a host or, with one
 task per process, where the host's local rank 0 checks), in this order, stopping at the first failure:
 
 1. the master address resolves; on hosts other than host 0, not to loopback unless every host is this

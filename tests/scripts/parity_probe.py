@@ -1,0 +1,45 @@
+"""What a script sees of its process, for the torchrun parity suite (tests/e2e/test_torchrun_parity.py): run it
+under torchrun and under `run`; each rank writes <out>/rank<r>.json and says one line of each kind on the terminal."""
+
+import faulthandler
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import warnings
+
+faulthandler.enable()  # libraries do this at import: it needs a real stderr (a file descriptor)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+
+def stream(s) -> dict:
+    return {"fileno": s.fileno(), "encoding": s.encoding, "errors": s.errors, "isatty": s.isatty(),
+            "line_buffering": s.line_buffering, "write_through": s.write_through, "name": s.name,
+            "buffer": type(s.buffer).__name__, "has_reconfigure": hasattr(s, "reconfigure")}
+
+
+seen = {
+    "argv": sys.argv, "orig_argv": sys.orig_argv[1:], "cwd": os.getcwd(), "path0": sys.path[0],
+    "main_file": sys.modules["__main__"].__file__, "name": __name__, "stdout": stream(sys.stdout),
+    "stderr": stream(sys.stderr), "faulthandler": faulthandler.is_enabled(), "threads": torch.get_num_threads(),
+    "thread_names": sorted(t.name for t in threading.enumerate()), "env": dict(os.environ),
+}
+sys.stdout.reconfigure(line_buffering=True)  # crashed rank 0 when its stdout was a Python object
+sys.stderr.reconfigure(line_buffering=True)
+dist.init_process_group("gloo")
+r = dist.get_rank()
+with open(os.path.join(sys.argv[1], f"rank{r}.json"), "w") as f:
+    json.dump(seen, f)
+print(f"[stdout] rank {r}")
+print(f"[stderr] rank {r}", file=sys.stderr)
+warnings.warn(f"[warning] rank {r}")
+logging.warning("[logging] rank %d", r)
+os.write(1, f"[c-stdout] rank {r}\n".encode())
+os.write(2, f"[c-stderr] rank {r}\n".encode())
+subprocess.run([sys.executable, "-c", f"print('[child] rank {r}')"], check=True)
+dist.barrier()
+dist.destroy_process_group()
