@@ -81,8 +81,23 @@ def diagnosis() -> str:
     return _table(["processes", "recording (log.collectives=200)", "not recording (log.collectives=0)", "ratio"], rows)
 
 
+def pairs() -> str:
+    data = _load("torchrun_pairs")
+    rows = []
+    for size, r in sorted(data["results"].items(), key=lambda kv: int(kv[0])):
+        med, aborts, failed = r["median_s"], r["teardown_aborts"], r["failed"]
+        rows.append([size, str(r["runs"]), f"{med['run --']:.2f}", f"{med['torchrun --standalone']:.2f}",
+                     f"{r['ratio_run_vs_torchrun']:.2f}", f"{aborts['run --']} of {r['runs']}",
+                     f"{aborts['torchrun --standalone']} of {r['runs']}",
+                     f"{failed['run --'] - aborts['run --']} / {failed['torchrun --standalone'] - aborts['torchrun --standalone']}"])
+    m = data["machine"]
+    return (f"measured {data['date']}, {m['cpus']} CPUs, Python {m['python']}, torch {m['torch']}\n\n"
+            + _table(["processes", "pairs", "run -- (s)", "torchrun --standalone (s)", "ratio", "run: teardown aborts",
+                      "torchrun: teardown aborts", "other failures (run / torchrun)"], rows))
+
+
 TABLES = {"machine": lambda: machine() + "\n", "launch": launch, "throughput": throughput, "plan": plan,
-          "sharding": sharding, "diagnosis": diagnosis}
+          "sharding": sharding, "diagnosis": diagnosis, "pairs": pairs}
 
 
 def update(report: Path = REPORT) -> list[str]:

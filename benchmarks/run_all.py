@@ -51,6 +51,13 @@ def headline() -> list[tuple[str, str]]:
                      f"{r['ratio_vs_floor']['run (recipe)']:.2f}x"))
     for size, r in sorted(launch.get("throughput", {}).items(), key=lambda kv: int(kv[0])):
         rows.append((f"training throughput vs a hand-written DDP loop, {size} processes", f"{r['ratio']:.3f}x"))
+    pairs = json.loads((RESULTS / "torchrun_pairs.json").read_text())
+    for size, r in sorted(pairs["results"].items(), key=lambda kv: int(kv[0])):
+        rows.append((f"`run -- tiny.py` vs `torchrun --standalone tiny.py`, {size} processes, paired",
+                     f"{r['ratio_run_vs_torchrun']:.2f}x ({r['median_s']['run --']:.2f} s vs "
+                     f"{r['median_s']['torchrun --standalone']:.2f} s); teardown aborts: run "
+                     f"{r['teardown_aborts']['run --']} of {r['runs']}, torchrun "
+                     f"{r['teardown_aborts']['torchrun --standalone']} of {r['runs']}"))
     diagnosis = json.loads((RESULTS / "diagnosis_overhead.json").read_text())
     for size, r in sorted(diagnosis["results"].items(), key=lambda kv: int(kv[0])):
         rows.append((f"throughput recording collectives vs not (log.collectives=200 vs 0), {size} processes",
@@ -73,10 +80,12 @@ def headline() -> list[tuple[str, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions: check the suite runs")
-    parser.add_argument("--only", nargs="+", choices=["launch_speed", "diagnosis_overhead", "plan_scale", "sharding_memory"],
+    parser.add_argument("--only", nargs="+", choices=["launch_speed", "torchrun_pairs", "diagnosis_overhead", "plan_scale",
+                                                      "sharding_memory"],
                         help="run these benchmarks only; the summary also reads the others' last result files")
     args = parser.parse_args()
-    quick = {"launch_speed": ["--reps", "1", "--steps", "200"], "diagnosis_overhead": ["--reps", "1", "--steps", "200"],
+    quick = {"launch_speed": ["--reps", "1", "--steps", "200"], "torchrun_pairs": ["--pairs", "1"],
+             "diagnosis_overhead": ["--reps", "1", "--steps", "200"],
              "plan_scale": ["--repeat", "1"], "sharding_memory": ["--steps", "5"]}
     took = {f"{name}.py": _run(f"{name}.py", *(quick[name] if args.quick else []))
             for name in (args.only or quick)}

@@ -33,5 +33,28 @@ def test_every_table_block_of_the_report_is_rewritten_from_the_results(tmp_path)
 
 def test_the_committed_report_has_every_table_block():
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
-    assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "throughput", "diagnosis", "plan",
-                                                                 "sharding"]
+    assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "pairs", "throughput", "diagnosis",
+                                                                 "plan", "sharding"]
+
+
+def test_the_committed_report_quotes_the_paired_torchrun_results():
+    """The pairs table holds what benchmarks/results/torchrun_pairs.json holds (no figure the results lack)."""
+    text = (REPO / "benchmarks" / "REPORT.md").read_text()
+    block = text[text.index("<!-- table:pairs -->"):]
+    block = block[:block.index("<!-- end -->")]
+    assert report.pairs() in block
+
+
+def test_the_readme_quotes_the_paired_torchrun_results():
+    data = json.loads((REPO / "benchmarks" / "results" / "torchrun_pairs.json").read_text())
+    readme = (REPO / "README.md").read_text()
+    two, four = data["results"]["2"], data["results"]["4"]
+    row = next(line for line in readme.splitlines() if line.startswith("| an unchanged torchrun script"))
+    assert f"{data['pairs']} pairs ({data['date']})" in row
+    assert (f"**{two['ratio_run_vs_torchrun']:.2f}×** at 2 processes ({two['median_s']['run --']:.2f} s vs "
+            f"{two['median_s']['torchrun --standalone']:.2f} s), **{four['ratio_run_vs_torchrun']:.2f}×** at 4 "
+            f"({four['median_s']['run --']:.2f} s vs {four['median_s']['torchrun --standalone']:.2f} s)") in row
+    assert (f"torchrun {two['teardown_aborts']['torchrun --standalone']} and "
+            f"{four['teardown_aborts']['torchrun --standalone']} of {data['pairs']}, `run` "
+            f"{two['teardown_aborts']['run --']} of {data['pairs']}") in row
+    assert four["teardown_aborts"]["run --"] == two["teardown_aborts"]["run --"]
