@@ -44,11 +44,19 @@ def kill_at_a_random_step(out: Path, rank: int, deadline_s: float = 120) -> int:
     within a step of it: the ranks may complete that step, and its checkpoint, first.)"""
     at = random.randint(6, STEPS - 8)
     deadline = time.monotonic() + deadline_s
-    while not ((out / "step").exists() and (out / "step").read_text().strip() and int((out / "step").read_text()) >= at):
+    while reached(out) < at:
         assert time.monotonic() < deadline, "the job never got there"
         time.sleep(0.05)
     os.kill(int((out / f"pid{rank}.0").read_text()), signal.SIGKILL)
     return at
+
+
+def reached(out: Path) -> int:
+    """The step rank 0 last said it reached (0 before the first; the workload writes the file atomically)."""
+    try:
+        return int((out / "step").read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
 
 
 def attempts(out: Path) -> dict[int, int]:
@@ -91,7 +99,7 @@ def test_a_host_whose_run_died_joins_the_next_attempt(testbed, tmp_path, straigh
     args = [*bed_hosts(testbed, [1, 1]), "launcher=manual", "launcher.max_restarts=2", *flaky(out)]
     host0, host1 = start_manual_hosts(testbed, tmp_path, args, run_id)
     deadline = time.monotonic() + 120
-    while not ((out / "step").exists() and (out / "step").read_text().strip() and int((out / "step").read_text()) >= 10):
+    while reached(out) < 10:
         assert time.monotonic() < deadline and host0.poll() is None
         time.sleep(0.05)
     host1.kill()  # host 1's `run` dies; its rank follows it (it dies with its parent)

@@ -31,7 +31,8 @@ def main(ctx, cfg):
         if pace:
             time.sleep(pace)
             if ctx.is_main:
-                Path(cfg.out_dir, "step").write_text(str(step))
+                Path(cfg.out_dir, "step.tmp").write_text(str(step))  # whole, for the test that reads it
+                os.replace(Path(cfg.out_dir, "step.tmp"), Path(cfg.out_dir, "step"))
         if ctx.rank == cfg.fail_rank and step == cfg.fail_step and ctx.attempt < cfg.fail_attempts:
             raise RuntimeError(f"injected failure at step {step}, attempt {ctx.attempt}")
         optimizer.zero_grad()
