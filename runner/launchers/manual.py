@@ -26,7 +26,7 @@ _PINNED = ("launcher.manual.host=", "run_id=", "init.master_port=", "dry_run=")
 
 class ManualLauncher(Launcher):
     name = "manual"
-    supports_restarts = True  # the hosts restart together, agreeing through host 0's store (runner.worker.attempts)
+    supports_restarts = True  # the hosts restart together, agreeing through host 0's store (runner.worker.channel)
     shares_run_folder = False  # each host's `run` makes its own run folder
     forks_here = True
     hosts_start_apart = True

@@ -74,6 +74,16 @@ class RankDump:
     def group(self, name: str) -> GroupRecord | None:
         return next((g for g in self.groups if g.group == name), None)
 
+    def document(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_document(doc: Mapping[str, Any]) -> RankDump | None:
+        try:
+            return _from_json(doc)
+        except (KeyError, TypeError, ValueError):
+            return None
+
 
 def _from_json(doc: Mapping[str, Any]) -> RankDump:
     groups = tuple(GroupRecord(g["group"], g["enqueued"], g["completed"],

@@ -70,6 +70,12 @@ class RunPaths:
         folder = Path(init_dir) if init_dir else self.root
         return folder / f"{self.run_id}.rdzv" / f"attempt{self.attempt}"
 
+    def channel_folder(self, init_dir: str | None) -> Path:
+        """Where an init=file job's processes tell each other what they need to (runner.worker.channel), beside
+        its init files: ``<init.dir or run folder>/<run id>.job``, a folder every host sees."""
+        folder = Path(init_dir) if init_dir else self.root
+        return folder / f"{self.run_id}.job"
+
     @staticmethod
     def make_private(folder: Path) -> None:
         """Create ``folder`` readable by the user only (0700), unless a host of the run made it already."""

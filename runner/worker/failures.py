@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 from runner.common import exits
 from runner.common.formatting import error_line
 from runner.common.timeouts import is_timeout_text
-from runner.plan.diagnostics import collect_dumps, diagnose, last_request, read_diagnosis, write_diagnosis
+from runner.plan.diagnostics import diagnose, last_request, read_diagnosis, write_diagnosis
 from runner.plan.outcome import ErrorRecord, RankOutcome, first_failures
 from runner.plan.paths import RunPaths
+from runner.worker.channel import JobChannel, gather_dumps
 from runner.worker.setup import RankSetup
 
 if TYPE_CHECKING:  # the agent's record of its ranks' ends
@@ -77,9 +78,10 @@ def _script_exit(error: dict, setup: RankSetup) -> list[str]:
 
 
 def report(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, elapsed_s: float,
-           announce: bool = True) -> int:
+           announce: bool = True, channel: JobChannel | None = None) -> int:
     """Say how the host's processes ended; the exit status. ``announce``: a line for a success too (not when
-    `run`'s own summary follows)."""
+    `run`'s own summary follows); ``channel``: the job's (runner.worker.channel), where the ranks of every host
+    say whether they joined and where they are."""
     n = len(setups)
     stopped_on_request = ending.requested and not ending.failed_by_itself()
     if not ending.failed or stopped_on_request:
@@ -130,7 +132,7 @@ def report(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, elapsed
                 print(f"rank {setups[i].record.global_rank} failed first: {_exit_words(c)} (no Python exception)",
                       file=out)
                 break
-    for line in _hang_summary(errors, setups, paths):
+    for line in _hang_summary(errors, setups, paths, channel):
         print(line, file=out)
     others = [i for i in silent if i != first]
     if rest or others:
@@ -184,7 +186,8 @@ def _last_stack(log_file: str, frames: int = 8) -> list[str]:
     return block[:frames]
 
 
-def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths) -> list[str]:
+def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths,
+                  channel: JobChannel | None = None) -> list[str]:
     """When ranks failed by timing out: which ranks never joined the process group, or the collective each
     rank is in (runner.plan.diagnostics: their dumps), else which did not arrive at the collective the others
     waited in and where those were (their stack dumps). A stall already said it (its rank 0's error)."""
@@ -195,7 +198,9 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths) 
         return []
     timeout = setups[0].spec.init.timeout_s
     world = setups[0].world_size
-    joined = [r for r in range(world) if RankOutcome(paths, r).joined]
+    joined = {r for r in range(world) if RankOutcome(paths, r).joined}
+    if channel is not None and len(joined) < world:  # the other hosts' ranks say so on the channel
+        joined |= set(channel.joined(paths.attempt, range(world)))
     waited = sorted(e["rank"] for e in errors if is_timeout_text(e["exception"]))
     if len(joined) < world:
         missing = sorted(set(range(world)) - set(joined) - set(waited))
@@ -206,7 +211,7 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths) 
                 "checks every host's route, port and interface"]
     asked = last_request(paths)
     if asked is not None:  # the ranks were asked where they are: the collective each one is in
-        found = diagnose(collect_dumps(paths, range(world), asked, DUMP_WAIT_S), world)
+        found = diagnose(gather_dumps(paths, channel, range(world), asked, DUMP_WAIT_S), world)
         if found is not None:
             text = f"timeout: a collective waited init.timeout_s={timeout:g} s: {found.text}"
             write_diagnosis(paths, "timeout", text, found.document())

@@ -11,9 +11,10 @@ with ``per_device``. Its phases, named as torch elastic's agent names its own:
 2. **start** — fork every rank;
 3. **monitor** — until every rank has exited: a rank's exit is known at once (a pidfd), whatever ended it (a
    return, ``sys.exit``, ``os._exit``, a signal); a rank that fails, another host that says its share failed
-   (restarts across hosts, runner.worker.attempts) or a signal to the agent starts the stop;
+   (the job's channel, runner.worker.channel) or a signal to the agent starts the stop;
 4. **stop** — what each cause sends the ranks, then SIGKILL to what is left of their process groups;
-5. **report** — runner.worker.failures.
+5. **report** — runner.worker.failures; every agent puts its ranks' records on the job's channel, and host 0's
+   writes them all into its run folder (runner.worker.endings).
 
 Signals to the agent reach the ranks at once, as under torchrun: SIGINT as SIGINT; SIGTERM as SIGTERM to a
 script (which may trap it) and as the stop request to a recipe (``ctx.should_stop()``: it checkpoints and
@@ -38,16 +39,18 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig
 
 from runner.common import exits
+from runner.common.formatting import error_line
 from runner.common.signals import StopRequest
 from runner.common.timeouts import is_timeout_text
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
-from runner.plan.diagnostics import clear_diagnosis, collect_dumps, diagnose, request_dumps
+from runner.plan.diagnostics import clear_diagnosis, diagnose
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
-from runner.worker.attempts import AttemptError, Attempts
+from runner.worker.channel import ChannelError, JobChannel, ask_for_dumps, gather_dumps
+from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.network import NetworkError, network_choice
 from runner.worker.preflight import collective as preflight_collective
 from runner.worker.preflight import host as preflight_host
@@ -59,8 +62,9 @@ from runner.worker.rendezvous import Rendezvous, RendezvousError, prepare_rendez
 from runner.worker.setup import RankSetup
 
 STOP_DUMP_WAIT_S = 2.0  # how long a stop waits for the ranks to say where they are
+ENDINGS_WAIT_S = 15.0  # how long host 0 waits for the other hosts to say how their ranks ended
 FAILURE_STOP_S = 5.0  # after a rank failed: how long the others have to end on SIGTERM before SIGKILL
-PEER_POLL_S = 0.5  # how often another host's failure is looked for (restarts across hosts)
+PEER_POLL_S = 0.5  # how often the job's channel is looked at: another host's failure, a stop request
 TICK_S = 0.1  # the monitor's longest sleep while something is to be looked at
 
 
@@ -73,7 +77,7 @@ class HostEnding:
     stopped: set[int] = field(default_factory=set)  # the ones the agent signalled to end (a failure, a signal)
     signum: int | None = None  # a SIGINT or SIGTERM that reached the agent and stopped the ranks
     requested: bool = False  # a stop request reached the agent and was passed on (runner.common.signals)
-    peer_failed: bool = False  # another host said its share of the attempt failed
+    peer_failed: dict | None = None  # another host said its rank failed: {"rank", "host", "text"}
 
     @property
     def failed(self) -> bool:
@@ -154,11 +158,10 @@ class HostAgent:
 
     # -- the whole share, attempt after attempt -------------------------------------------------------------
     def run(self) -> int:
-        """The exit status for `run` (or the task). The hosts of a job restart together, agreeing on the attempt
-        through host 0's store (runner.worker.attempts)."""
-        plan, paths = self.plan, self.paths
-        attempts = Attempts(plan, self.node_rank) if self.restarts and len(plan.job.hosts) > 1 else None
-        stop = plan.rules.stop_signal
+        """The exit status for `run` (or the task). The hosts of a job start each attempt together, agreeing on it
+        through the job's channel (runner.worker.channel)."""
+        paths = self.paths
+        stop = self.plan.rules.stop_signal
         # the failure report says what matters; elastic's own logging (its store, its rendezvous) would bury it
         for name in ("torch.distributed.elastic", "torch.multiprocessing"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -171,26 +174,17 @@ class HostAgent:
         self._wakeup = (wake_r, wake_w)
         previous_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         try:
-            if attempts is not None and self.node_rank != 0:
-                paths = dataclasses.replace(paths, attempt=attempts.wait_for(paths.attempt))
             while True:
-                code = self._attempt(paths, attempts)
-                if attempts is not None:
-                    attempts.close()  # host 0: the attempt's store goes now, freeing the port for the next one's
+                code, paths = self._attempt(paths)
                 if code != exits.FAILED or paths.attempt >= self.restarts or self.signalled is not None:
                     return code
-                following = paths.attempt + 1
-                if attempts is not None and self.node_rank != 0:
-                    following = attempts.wait_for(following)
-                paths = dataclasses.replace(paths, attempt=following)
+                paths = dataclasses.replace(paths, attempt=paths.attempt + 1)
                 print(f"\nrestarting: attempt {paths.attempt + 1} of {self.restarts + 1} (launcher.max_restarts="
                       f"{self.restarts}); the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
-        except AttemptError as e:
-            print(f"error: restart: {e}", file=sys.stderr)
+        except ChannelError as e:
+            print(f"error: {e}", file=sys.stderr)
             return exits.FAILED
         finally:
-            if attempts is not None:
-                attempts.close()
             signal.set_wakeup_fd(previous_wakeup)
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -201,12 +195,19 @@ class HostAgent:
     def _on_signal(self, signum: int, _frame: object) -> None:
         self._pending.append(signum)
 
+    @property
+    def serves(self) -> bool:
+        """This agent serves the job's store and channel: host 0's (a task per process: global rank 0's)."""
+        return self.node_rank == 0 and self.only in (None, 0)
+
     # -- one attempt -------------------------------------------------------------------------------------------
-    def _attempt(self, paths: RunPaths, attempts: Attempts | None) -> int:
-        prepared = self._prepare(paths, attempts)
+    def _attempt(self, paths: RunPaths) -> tuple[int, RunPaths]:
+        """One attempt of this host's share; its exit status, and the attempt it was (a host that joins late takes
+        the one the others are in)."""
+        prepared = self._prepare(paths)
         if isinstance(prepared, int):
-            return prepared
-        rdzv, setups, report = prepared
+            return prepared, paths
+        rdzv, setups, report, channel, paths = prepared
         scratch = paths.root / "tmp"  # the ranks' temp files: in the run folder, removed after
         scratch.mkdir(exist_ok=True)
         previous_tmp, tempfile.tempdir = tempfile.tempdir, str(scratch)
@@ -216,22 +217,26 @@ class HostAgent:
         ranks: list[RankProcess] = []
         try:
             ranks = self._start(setups, relay)
-            ending = self._monitor(ranks, setups, relay, attempts)
+            ending = self._monitor(ranks, setups, relay, channel, paths.attempt)
         finally:
             for rank in ranks:  # whatever happened above, nothing of this attempt stays behind
                 rank.kill()
             relay.close()
             tempfile.tempdir = previous_tmp
             shutil.rmtree(scratch, ignore_errors=True)
-            rdzv.close()
-        return self._report(ending, setups, paths, report, attempts, time.perf_counter() - started)
+        try:
+            return self._report(ending, setups, paths, report, channel, time.perf_counter() - started), paths
+        finally:
+            rdzv.close()  # host 0: the store goes with the attempt (after the others said how they ended)
 
-    def _prepare(self, paths: RunPaths, attempts: Attempts | None) -> tuple[Rendezvous, list[RankSetup],
-                                                                            HostReport | None] | int:
-        """The rendezvous and every rank's setup, or the exit status when the host cannot start its ranks."""
+    def _prepare(self, paths: RunPaths) -> tuple[Rendezvous, list[RankSetup], HostReport | None, JobChannel | None,
+                                                 RunPaths] | int:
+        """The rendezvous, the job's channel, every rank's setup (and the attempt, which a host joining late takes
+        from host 0), or the exit status when the host cannot start its ranks."""
         plan, node_rank = self.plan, self.node_rank
+        spec = plan.job.spec
         report = None
-        if plan.job.spec.preflight:
+        if spec.preflight:
             checked = self._preflight_host(paths)
             if isinstance(checked, int):
                 return checked
@@ -249,26 +254,46 @@ class HostAgent:
             return exits.INVALID
         if self.only is not None:
             setups = [s for s in setups if s.record.global_rank == self.only]
-        if attempts is not None and node_rank == 0 and rdzv.store is not None:
-            attempts.opened(rdzv.store, paths.attempt)
         unreachable = _master_unreachable(plan, node_rank, rdzv, setups) if report is None and self.only is None \
             else None
         if unreachable:
             print(f"error: init: {unreachable}", file=sys.stderr)
+            rdzv.close()
             return exits.FAILED
+        channel, attempt = self._channel(rdzv, paths)
+        if attempt != paths.attempt:  # a host started again joins the attempt the others are in
+            paths = dataclasses.replace(paths, attempt=attempt)
+            setups = [dataclasses.replace(s, paths=paths, env={**s.env, "TORCHELASTIC_RESTART_COUNT": str(attempt)})
+                      for s in setups]
         for s in setups:
             s.outcome.clear()
-        if node_rank == 0 and self.only in (None, 0):
+        if self.serves:
             clear_diagnosis(paths)
-        return rdzv, setups, report
+        return rdzv, setups, report, channel, paths
 
-    def _rendezvous(self, paths: RunPaths) -> Rendezvous:
-        if self.only is None:
-            return prepare_rendezvous(self.plan, self.node_rank, paths)
+    def _channel(self, rdzv: Rendezvous, paths: RunPaths) -> tuple[JobChannel | None, int]:
+        """This agent's end of the job's channel, and the attempt to start: host 0 opens its attempt on the store
+        it serves; the others reach that store and start the attempt host 0 opened (a later one than they asked
+        for, when they were started again). Raises ChannelError."""
         spec = self.plan.job.spec
         if spec.init.method is InitMethod.file:
-            RunPaths.make_private(paths.rendezvous_file(spec.init.dir).parent)
-        return Rendezvous(self.plan.init_method, self.plan.master_port, agent_store=False)  # rank 0 serves the store
+            channel = JobChannel.in_folder(paths.channel_folder(spec.init.dir))
+            if self.serves:
+                channel.open_attempt(paths.attempt)
+            return channel, paths.attempt
+        if self.serves:
+            channel = JobChannel.served(rdzv.store)
+            channel.open_attempt(paths.attempt)
+            return channel, paths.attempt
+        if isinstance(self.plan.master_addr, Deferred):
+            return None, paths.attempt
+        return JobChannel.reach_attempt(self.plan.master_addr, int(rdzv.master_port), paths.attempt,
+                                        spec.init.timeout_s)
+
+    def _rendezvous(self, paths: RunPaths) -> Rendezvous:
+        """This agent's part of the rendezvous: host 0's agent (a task per process: global rank 0's) serves the store
+        for every rank, as torchrun's agent does."""
+        return prepare_rendezvous(self.plan, self.node_rank, paths, serve=self.serves, only=self.only is not None)
 
     def _preflight_host(self, paths: RunPaths) -> tuple[Rendezvous, HostReport] | int:
         """preflight=true: this host's checks, before any rank starts (runner.worker.preflight); then its part of
@@ -297,11 +322,12 @@ class HostAgent:
 
     # -- while they run ----------------------------------------------------------------------------------------
     def _monitor(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
-                 attempts: Attempts | None) -> HostEnding:
+                 channel: JobChannel | None, attempt: int) -> HostEnding:
         ending = HostEnding(codes={}, order=[])
         kill_at: float | None = None
-        peer_polled = time.monotonic()
+        channel_polled = time.monotonic()
         asked_for_stacks = False
+        stop_seen = channel.stop_requested() if channel is not None else None  # an earlier attempt's is not for us
         wake_r = self._wakeup[0] if self._wakeup else None
         while len(ending.codes) < len(ranks):
             pidfds = [r.pidfd for r in ranks if r.code is None]
@@ -320,22 +346,35 @@ class HostAgent:
                     ending.order.append(rank.index)
                     relay.drain(rank.index)
             while self._pending:
-                kill_at = self._signalled(self._pending.pop(0), ranks, setups, ending, kill_at)
+                signum = self._pending.pop(0)
+                kill_at = self._signalled(signum, ranks, setups, ending, kill_at)
+                if channel is not None and signum == self.plan.rules.stop_signal:
+                    channel.request_stop(signum)  # every host passes the stop request on
+                    stop_seen = channel.stop_requested()
             now = time.monotonic()
             if kill_at is None and ending.failed_by_itself():
+                first = ending.first_failure()
+                if channel is not None and first is not None:  # the other hosts end their share too, and say why
+                    channel.say_failed(attempt, setups[first].record.global_rank, setups[first].record.host,
+                                       _failure_line(setups[first], ending.codes[first]))
                 self._stop_all(ranks, ending, signal.SIGTERM)  # a rank failed: the others end now
                 kill_at = now + FAILURE_STOP_S
-            if attempts is not None and kill_at is None and now - peer_polled >= PEER_POLL_S:
-                peer_polled = now
-                if attempts.other_failed():  # another host's share failed: end this one's, restart together
-                    ending.peer_failed = True
+            if channel is not None and now - channel_polled >= PEER_POLL_S:
+                channel_polled = now
+                asked = channel.stop_requested()
+                if asked is not None and asked != stop_seen:  # another host's `run` was asked to stop
+                    stop_seen = asked
+                    kill_at = self._signalled(self.plan.rules.stop_signal, ranks, setups, ending, kill_at)
+                failure = channel.failure(attempt) if kill_at is None else None
+                if failure is not None:  # another host's rank failed: end this host's share, restart together
+                    ending.peer_failed = failure
                     self._stop_all(ranks, ending, signal.SIGTERM)
                     kill_at = now + FAILURE_STOP_S
             if not asked_for_stacks and kill_at is None:
                 asked_for_stacks = self._ask_for_stacks_after_a_timeout(ranks, setups)
             if kill_at is not None and now >= kill_at:
                 if ending.signum is not None and not ending.peer_failed:
-                    self._say_where_they_were(ranks, setups, ending.signum)
+                    self._say_where_they_were(ranks, setups, ending.signum, channel)
                 for rank in ranks:
                     rank.send(signal.SIGKILL, group=True)
                 kill_at = float("inf")  # killed: they are reaped as they go
@@ -360,6 +399,8 @@ class HostAgent:
                 self._stop_all(ranks, ending, signum)
             grace = max(0.0, float(self.plan.job.spec.launcher.grace_s))
             return min(kill_at if kill_at is not None else float("inf"), time.monotonic() + grace)
+        if ending.requested:
+            return kill_at  # passed on already (this host's signal, then the same request read from the channel)
         # the stop request: a recipe checkpoints and returns (ctx.should_stop); a script gets what it traps
         running = [r for r in ranks if r.code is None]
         print(f"\n{signal.Signals(signum).name}: asking {len(running)} process(es) to checkpoint and stop"
@@ -390,35 +431,52 @@ class HostAgent:
                 rank.send(STACK_SIGNAL)
         return True
 
-    def _say_where_they_were(self, ranks: list[RankProcess], setups: list[RankSetup], signum: int) -> None:
+    def _say_where_they_were(self, ranks: list[RankProcess], setups: list[RankSetup], signum: int,
+                             channel: JobChannel | None) -> None:
         """Ranks still running launcher.grace_s after a SIGINT or SIGTERM: say where they are before killing them."""
         left = [setups[r.index].record.global_rank for r in ranks if r.code is None]
         if not left:
             return
         grace = self.plan.job.spec.launcher.grace_s
         world, paths = self.plan.world_size, self.paths
-        found = diagnose(collect_dumps(paths, range(world), request_dumps(paths, "stop"), STOP_DUMP_WAIT_S), world)
+        asked = ask_for_dumps(paths, channel, "stop")
+        found = diagnose(gather_dumps(paths, channel, range(world), asked, STOP_DUMP_WAIT_S), world)
         where = f": {found.text}" if found is not None else ""
         print(f"{signal.Signals(signum).name}: rank(s) {', '.join(map(str, left))} still running "
               f"launcher.grace_s={grace:g} s after it; killing them{where}", file=sys.stderr, flush=True)
 
     # -- after ---------------------------------------------------------------------------------------------------
     def _report(self, ending: HostEnding, setups: list[RankSetup], paths: RunPaths, report: HostReport | None,
-                attempts: Attempts | None, elapsed_s: float) -> int:
+                channel: JobChannel | None, elapsed_s: float) -> int:
+        """Say how this host's share ended; its exit status. Every agent puts its ranks' records on the job's
+        channel; host 0's then writes the other hosts' into its run folder (the run's summary covers every rank)."""
         from runner.worker.failures import report as failure_report
 
+        if channel is not None:
+            share_ended(channel, paths, setups, ending)
+            if self.serves and len(setups) < self.plan.world_size:
+                gather_endings(channel, paths, self.plan, {s.record.global_rank for s in setups},
+                               min(ENDINGS_WAIT_S, self.plan.job.spec.init.timeout_s))
         if ending.peer_failed:
-            print(f"\nanother host's processes failed: stopped this host's {len(setups)} (attempt "
-                  f"{paths.attempt + 1})", file=sys.stderr, flush=True)
+            failure = ending.peer_failed
+            peer_failure(paths, self.plan, failure)
+            who = f"rank {failure['rank']} on {failure['host']}" if failure.get("rank") is not None else failure["host"]
+            print(f"\n{who} failed: {failure.get('text', '')}\n    stopped this host's {len(setups)} process(es) "
+                  f"(attempt {paths.attempt + 1}); that host's report says more", file=sys.stderr, flush=True)
             return exits.FAILED
         if ending.signum is not None:
             return exits.from_signal(ending.signum)
         if report is not None:
             return preflight_collective.outcome(ending, setups, paths)
-        code = failure_report(ending, setups, paths, elapsed_s, self.announce)
-        if code == exits.FAILED and attempts is not None:
-            attempts.say_failed()
-        return code
+        return failure_report(ending, setups, paths, elapsed_s, self.announce, channel)
+
+
+def _failure_line(setup: RankSetup, code: int) -> str:
+    """What a failed rank's error says, in a line (what the other hosts print), or how its process ended."""
+    error = setup.outcome.error()
+    if error:
+        return error_line(error.get("exception", "")).removeprefix("ScriptExit: ")
+    return f"killed by signal {-code} (no Python exception)" if code < 0 else f"exit status {code} (no Python exception)"
 
 
 def _is_tty(stream: object) -> bool:

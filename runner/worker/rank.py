@@ -21,9 +21,9 @@ import runner.training.output as output
 from runner.common.signals import StopRequest
 from runner.common.timeouts import is_timeout_text
 from runner.environments import provenance
-from runner.plan.diagnostics import request_dumps
-from runner.spec.schema import DeviceKind
+from runner.spec.schema import DeviceKind, InitMethod
 from runner.spec.targets import load_target
+from runner.worker.channel import JobChannel, ask_for_dumps, channel_of
 from runner.worker.setup import RankSetup
 from runner.worker.watch import Watch
 
@@ -48,12 +48,28 @@ def rank_main(setup: RankSetup, events_fd: int) -> int:
         output.note(note)
     faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True)
     use_threads(setup)
+    channel = rank_channel(setup)
     if setup.runs_script:
         from runner.worker.script import run_script
 
-        return run_script(setup)
+        return run_script(setup, channel)
     StopRequest.install(setup.stop_signal)
-    return _run_recipe(setup)
+    return _run_recipe(setup, channel)
+
+
+def rank_channel(setup: RankSetup) -> JobChannel | None:
+    """This rank's end of its job's channel (runner.worker.channel): where it answers requests to say where it is,
+    and says it joined, whatever host asks."""
+    spec = setup.spec
+    return channel_of(setup.paths, spec.init.dir, spec.init.method is InitMethod.file, setup.env.get("MASTER_ADDR"),
+                      setup.env.get("MASTER_PORT"), spec.init.timeout_s)
+
+
+def joined(setup: RankSetup, channel: JobChannel | None, backend: str) -> None:
+    """The rank joined the process group: in its run folder, and on the job's channel (the other hosts' reports)."""
+    setup.outcome.mark_joined(backend)
+    if channel is not None:
+        channel.say_joined(setup.paths.attempt, setup.record.global_rank)
 
 
 def use_threads(setup: RankSetup) -> None:
@@ -64,12 +80,12 @@ def use_threads(setup: RankSetup) -> None:
     torch.set_num_threads(int(setup.env["OMP_NUM_THREADS"]))
 
 
-def _run_recipe(setup: RankSetup) -> int:
-    watch = None if setup.spec.preflight else Watch(setup)
+def _run_recipe(setup: RankSetup, channel: JobChannel | None) -> int:
+    watch = None if setup.spec.preflight else Watch(setup, channel)
     try:
         if watch is not None:
             watch.begin()
-        result = _run(setup)
+        result = _run(setup, channel)
     except SystemExit as e:
         code = exit_status(e)
         if code:
@@ -111,7 +127,7 @@ def failed(setup: RankSetup, exc: BaseException, watch: Watch | None, shown: str
     sys.stderr.flush()
     if is_timeout_text(f"{type(exc).__name__}: {exc}"):
         if watch is not None:
-            request_dumps(setup.paths, "timeout")
+            ask_for_dumps(setup.paths, watch.channel, "timeout")
             watch.dump("timeout")
         time.sleep(TIMEOUT_PAUSE_S)
 
@@ -133,7 +149,7 @@ def _plain_result(result: Any) -> dict[str, Any]:
     return kept
 
 
-def watch_own_process_group(setup: RankSetup) -> None:
+def watch_own_process_group(setup: RankSetup, channel: JobChannel | None) -> None:
     """For a recipe or script that makes its own process group: the groups it makes without a timeout get
     init.timeout_s rather than torch's 30 minutes (torch reads these public defaults when ``timeout`` is None),
     and joining is marked (with the backend it chose) as for a recipe's group, so that a hang in its collectives is
@@ -149,7 +165,7 @@ def watch_own_process_group(setup: RankSetup) -> None:
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> None:
         original(*args, **kwargs)
-        setup.outcome.mark_joined(str(dist.get_backend()))
+        joined(setup, channel, str(dist.get_backend()))
         _record_runtime(setup)
 
     c10d.init_process_group = dist.init_process_group = init_process_group
@@ -161,7 +177,7 @@ def _record_runtime(setup: RankSetup) -> None:
         provenance.add_runtime(paths.provenance, provenance.runtime(setup.device.value), rec.host, paths.attempt)
 
 
-def _run(setup: RankSetup) -> Any:
+def _run(setup: RankSetup, channel: JobChannel | None) -> Any:
     import torch
     import torch.distributed as dist
 
@@ -183,10 +199,10 @@ def _run(setup: RankSetup) -> Any:
         dist.init_process_group(setup.backend, init_method=setup.init_method, rank=rec.global_rank,
                                 world_size=setup.world_size,
                                 timeout=datetime.timedelta(seconds=setup.spec.init.timeout_s))
-        setup.outcome.mark_joined(setup.backend)
+        joined(setup, channel, setup.backend)
         _record_runtime(setup)
     else:
-        watch_own_process_group(setup)
+        watch_own_process_group(setup, channel)
     torch.manual_seed(setup.recipe.seed)
     paths = setup.paths
     ctx = RunContext(ContextSettings(

@@ -12,6 +12,7 @@ from pathlib import Path
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan
 from runner.spec.schema import InitMethod
+from runner.spec.topology import is_loopback
 
 
 @dataclass
@@ -44,18 +45,19 @@ class RendezvousError(Exception):
         self.hint = hint
 
 
-def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float) -> tuple[object, int]:
-    """Serve the rendezvous TCPStore from this process on a socket we bind ourselves: loopback only for
-    one host, and the port is ours from the moment it is chosen (no free-port race)."""
+def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float, may_move: bool = True) -> tuple[object, int]:
+    """Serve the rendezvous TCPStore from this process on a socket we bind ourselves: loopback only for one host
+    whose master is loopback, and the port is ours from the moment it is chosen (no free-port race). ``may_move``:
+    nobody else was told the port (one host, one agent), so a taken one may give way to a free one."""
     import torch.distributed as dist
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    bind = "127.0.0.1" if single_host else "0.0.0.0"
+    bind = "127.0.0.1" if single_host and is_loopback(addr) else "0.0.0.0"
     try:
         sock.bind((bind, port))
     except OSError as e:
-        if not single_host:  # the other hosts were told this port
+        if not (single_host and may_move):  # the other hosts (or tasks) were told this port
             raise RendezvousError(f"cannot listen on {bind}:{port} for the rendezvous store: {e.strerror}",
                                   "another job holds the port; leave init.master_port=0, or pick another") from None
         sock.bind((bind, 0))  # one host: nobody else needs to know the port, take a free one
@@ -82,22 +84,25 @@ def stale_rendezvous_file(path: Path) -> None:
                               f"never reused", "remove it or start a new run")
 
 
-def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths) -> Rendezvous:
-    """This host's part of the run's rendezvous: on host 0 the store, served here (env://, tcp://), or the
-    init file's private folder (file://)."""
+def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths, serve: bool | None = None,
+                       only: bool = False) -> Rendezvous:
+    """This agent's part of the run's rendezvous: on host 0 (``serve``; default: node 0) the store, served here for
+    every rank (env://, tcp://), or the init file's private folder (file://). ``only``: the agent of one rank
+    (a task per process), beside other tasks of its host whose ranks may have made the init file already."""
     spec = plan.job.spec
     single = len(plan.job.hosts) == 1
+    serve = node_rank == 0 if serve is None else serve
     if spec.init.method is InitMethod.file:
         path = paths.rendezvous_file(spec.init.dir)
-        # With several hosts, another host's ranks may have made the file already: the launch checked
-        # before any host started (runner.app.launch)
-        if single:
+        # With several hosts (or tasks), another's ranks may have made the file already: the launch checked
+        # before any of them started (runner.app.launch)
+        if single and not only:
             stale_rendezvous_file(path)
         RunPaths.make_private(path.parent)
-        return Rendezvous(f"file://{path}", str(plan.master_port), False, file=path if node_rank == 0 else None)
+        return Rendezvous(f"file://{path}", str(plan.master_port), False, file=path if serve else None)
     addr = plan.master_addr
     port = int(plan.master_port) if not isinstance(plan.master_port, Deferred) else 0
     store = None
-    if node_rank == 0:
-        store, port = _serve_store(addr, port, single, spec.init.timeout_s)
+    if serve:
+        store, port = _serve_store(addr, port, single, spec.init.timeout_s, may_move=not only)
     return Rendezvous(plan.init_url(port), str(port), True, store=store)

@@ -26,6 +26,7 @@ import traceback
 import types
 from pathlib import Path
 
+from runner.worker.channel import JobChannel
 from runner.worker.rank import exit_status, failed, watch_own_process_group
 from runner.worker.setup import RankSetup
 from runner.worker.watch import Watch
@@ -40,16 +41,16 @@ def interpreter_path() -> list[str]:
     return [p for p in sys.path if p != started_as]
 
 
-def run_script(setup: RankSetup) -> int:
-    """Run the script to its end in this process; its exit status."""
+def run_script(setup: RankSetup, channel: JobChannel | None = None) -> int:
+    """Run the script to its end in this process; its exit status. ``channel``: its job's (runner.worker.channel)."""
     cfg = setup.recipe_cfg
     args = [str(a) for a in cfg.get("args") or ()]
     if cfg.get("local_rank_arg"):
         args.append(f"{cfg.local_rank_arg}={setup.record.local_rank}")
     base = interpreter_path()
     module = cfg.get("module")
-    watch_own_process_group(setup)
-    watch = Watch(setup)
+    watch_own_process_group(setup, channel)
+    watch = Watch(setup, channel)
     watch.begin()
     try:
         if module:

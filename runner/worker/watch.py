@@ -26,12 +26,11 @@ from runner.plan.diagnostics import (
     GroupRecord,
     RankDump,
     RankFiles,
-    collect_dumps,
     diagnose,
-    request_dumps,
     requested_since,
     write_diagnosis,
 )
+from runner.worker.channel import JobChannel, ask_for_dumps, gather_dumps
 from runner.worker.setup import RankSetup
 
 TICK_S = 0.25  # how often the watch looks
@@ -136,10 +135,11 @@ def main_thread_at(workdir: str | None) -> str:
 class Watch(threading.Thread):
     """The watch of one rank (see the module docstring)."""
 
-    def __init__(self, setup: RankSetup) -> None:
+    def __init__(self, setup: RankSetup, channel: JobChannel | None = None) -> None:
         super().__init__(name="runner-watch", daemon=True)
         self.setup = setup
         self.files = RankFiles(setup.paths, setup.record.global_rank)
+        self.channel = channel  # the job's (runner.worker.channel): requests and dumps across hosts
         self.counter: _Counter | None = None
         self._began = time.time()
         self._handled = self._began
@@ -166,8 +166,11 @@ class Watch(threading.Thread):
                 groups = tuple(GroupRecord(g.group, g.enqueued, g.completed, g.entries[-ENTRIES:]) for g in groups)
             source = "flight recorder" if doc is not None else "runner counter"
             rec = self.setup.record
-            self.files.write_dump(RankDump(rec.global_rank, rec.host, time.time(), reason, source, groups,
-                                           main_thread_at(self.setup.spec.workdir)))
+            found = RankDump(rec.global_rank, rec.host, time.time(), reason, source, groups,
+                             main_thread_at(self.setup.spec.workdir))
+            self.files.write_dump(found)  # the run folder's record (the summary's straggler reads it)
+            if self.channel is not None:  # and for whoever asked, on whatever host
+                self.channel.put_dump(rec.global_rank, found.document())
 
     def finish(self) -> None:
         """The recipe returned: a last dump (the run's straggler is found from them), and the watch ends."""
@@ -205,25 +208,39 @@ class Watch(threading.Thread):
             self._last_marker, self._progressed = marker, now
         if self._progressed > self._beat_written and now - self._beat_written >= BEAT_S:
             self.files.write_beat(self._progressed)
+            if self.channel is not None:
+                self.channel.put_beat(self.setup.record.global_rank, self._progressed)
             self._beat_written = now
-        reason = requested_since(self.setup.paths, self._handled)
+        reason = self._requested()
         if reason is not None:
             self._handled = now
             self.dump(reason)
         if stall_timeout_s is not None:
             self._watch_for_a_stall(stall_timeout_s, now)
 
+    def _requested(self) -> str | None:
+        """The reason of a request for this rank's dump made since the last it answered: through the job's channel
+        (any host), or the run folder's request file (`run` on a Slurm login node asks there)."""
+        asked = self.channel.dump_request() if self.channel is not None else None
+        if asked is not None and asked.get("time", 0) > self._handled:
+            return str(asked.get("reason", "request"))
+        return requested_since(self.setup.paths, self._handled)
+
+    def _beats(self, world: int) -> list[float | None]:
+        if self.channel is not None:
+            return [self.channel.beat(r) for r in range(world)]
+        return [RankFiles(self.setup.paths, r).last_progress() for r in range(world)]
+
     def _watch_for_a_stall(self, timeout_s: float, now: float) -> None:
         """Rank 0: when no rank has made progress for ``timeout_s``, say where every rank is and end the job."""
         world = self.setup.world_size
-        beats = [RankFiles(self.setup.paths, r).last_progress() for r in range(world)]
-        latest = max([self._progressed, self._began, *(b for b in beats if b is not None)])
+        latest = max([self._progressed, self._began, *(b for b in self._beats(world) if b is not None)])
         if now - latest < timeout_s:
             return
-        asked = request_dumps(self.setup.paths, "stall")
+        asked = ask_for_dumps(self.setup.paths, self.channel, "stall")
         self._handled = asked
         self.dump("stall")
-        dumps = collect_dumps(self.setup.paths, range(world), asked, DUMP_WAIT_S)
+        dumps = gather_dumps(self.setup.paths, self.channel, range(world), asked, DUMP_WAIT_S)
         found = diagnose(dumps, world)
         text = (f"stall: no rank completed a collective or a progress step for {now - latest:.0f} s "
                 f"(launcher.stall_timeout_s={timeout_s:g})" + (f": {found.text}" if found else ""))

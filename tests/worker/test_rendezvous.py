@@ -70,7 +70,7 @@ def test_host_0_serves_the_store_on_a_port_it_holds(tmp_path) -> None:
 
 def test_an_earlier_attempts_store_going_away_leaves_the_next_one_listening(tmp_path) -> None:
     """The store owns its listening socket: the first attempt's store, dropped only after the second attempt's
-    opened (as runner.worker.attempts keeps it), must not close the descriptor the second one got."""
+    opened (as the job's channel, runner.worker.channel, kept it), must not close the descriptor the second one got."""
     plan, paths = _plan(tmp_path, "init=tcp")
     first = prepare_rendezvous(plan, 0, paths)
     kept = first.store

@@ -1,0 +1,292 @@
+"""What the processes of one job tell each other across hosts, without a shared run folder: the job's channel.
+
+Every host agent of a job (runner.worker.host_agent), and every rank's watch (runner.worker.watch), reach one
+place: host 0's rendezvous store (env://, tcp://: the TCPStore host 0's agent serves for the whole job, the one
+the ranks rendezvous through), or, with init=file, the job's folder beside the init file (init.dir, which every
+host sees by the rule of file:// init). Keys, each under ``runner/``:
+
+* ``attempt`` — the attempt host 0 has opened (restarts across hosts: the hosts start each attempt together);
+* ``failed/<attempt>`` — the first failure of an attempt, said by the host whose rank failed: every other host
+  ends its share within :data:`POLL_S` and says why;
+* ``stop`` — a stop request that reached one host (its ``run`` got the stop signal): every host passes it on;
+* ``joined/<attempt>/<rank>`` — the rank joined the process group (a hang's report tells "did not form" from
+  "formed, then stuck");
+* ``dumps/request``, ``dumps/<rank>`` — a request for every rank to say where it is, and each rank's answer
+  (runner.plan.diagnostics.RankDump): a hang's paragraph names every rank of every host;
+* ``ended/<attempt>/<node>`` — how a host's ranks ended (their outcome records), which host 0 writes into its run
+  folder: the run's summary covers every rank of every host.
+
+Values are JSON. A store that has gone away (host 0 finished, or died) answers nothing: a host that loses it
+learns of its peers' end from its own ranks.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+from runner.plan.diagnostics import RankDump, RankFiles, request_dumps
+from runner.plan.paths import RunPaths
+
+POLL_S = 0.5  # how often a host agent looks for another host's failure or a stop request
+PREFIX = "runner/"
+
+
+class KeyValue(Protocol):
+    """Where the channel keeps its keys: a TCPStore, or a folder."""
+
+    def set(self, key: str, value: bytes) -> None: ...
+    def get(self, key: str) -> bytes | None: ...  # None: not there (never waits)
+    def first(self, key: str, value: bytes) -> bool: ...  # set unless set already; whether this call set it
+
+
+class StoreKeyValue:
+    """Keys in a torch.distributed TCPStore (host 0's, served or reached)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def set(self, key: str, value: bytes) -> None:
+        self.store.set(PREFIX + key, value)
+
+    def get(self, key: str) -> bytes | None:
+        if not self.store.check([PREFIX + key]):
+            return None
+        return bytes(self.store.get(PREFIX + key))
+
+    def first(self, key: str, value: bytes) -> bool:
+        return bytes(self.store.compare_set(PREFIX + key, b"", value)) == value
+
+
+class FolderKeyValue:
+    """Keys as files of a folder every host sees (init=file's folder)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        return self.folder / key.replace("/", "__")
+
+    def set(self, key: str, value: bytes) -> None:
+        path = self._path(key)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(value)
+        os.replace(tmp, path)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except OSError:
+            return None
+
+    def first(self, key: str, value: bytes) -> bool:
+        try:
+            fd = os.open(self._path(key), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as f:
+            f.write(value)
+        return True
+
+
+class ChannelError(Exception):
+    """Host 0's store cannot be reached, or did not open an attempt in time."""
+
+
+class JobChannel:
+    """One process's end of its job's channel (see the module docstring). Every call but :meth:`wait_for_attempt`
+    returns at once; a channel whose store went away reads as empty."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+
+    # -- opening -----------------------------------------------------------------------------------------------
+    @classmethod
+    def served(cls, store: Any) -> JobChannel:
+        """Host 0's end: the store its agent serves."""
+        return cls(StoreKeyValue(store))
+
+    @classmethod
+    def reach(cls, addr: str, port: int, timeout_s: float) -> JobChannel:
+        """Another process's end: a client of host 0's store at ``addr:port``, waiting up to ``timeout_s`` for it
+        (host 0 may start later). Raises ChannelError."""
+        import torch.distributed as dist
+
+        deadline = time.monotonic() + timeout_s
+        last = "nothing listens there yet"
+        while time.monotonic() < deadline:
+            try:  # a plain connection first: a TCPStore client that cannot connect logs each try at length
+                socket.create_connection((addr, port), timeout=2).close()
+            except OSError as e:
+                last = e.strerror or str(e)
+                time.sleep(POLL_S)
+                continue
+            try:
+                store = dist.TCPStore(addr, port, None, False, datetime.timedelta(seconds=max(1.0, min(
+                    30.0, deadline - time.monotonic()))), wait_for_workers=False)
+            except (RuntimeError, ValueError) as e:  # the previous attempt's store going away
+                last = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                time.sleep(POLL_S)
+                continue
+            return cls(StoreKeyValue(store))
+        raise ChannelError(f"host 0's store at {addr}:{port} cannot be reached ({last}) within {timeout_s:g} s; is "
+                           f"host 0's `run` running?")
+
+    @classmethod
+    def reach_attempt(cls, addr: str, port: int, attempt: int, timeout_s: float) -> tuple[JobChannel, int]:
+        """Another host's end, for the attempt it is about to start: host 0's store once it has opened ``attempt``
+        or a later one (a host started again joins the attempt the others are in), and that attempt. While host 0
+        moves from one attempt's store to the next, the old one answers an older attempt, then goes away: each
+        look is a new connection. Raises ChannelError."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            channel = cls.reach(addr, port, max(1.0, deadline - time.monotonic()))
+            current = channel.attempt()
+            if current is not None and current >= attempt:
+                return channel, current
+            if time.monotonic() >= deadline:
+                raise ChannelError(f"host 0's store at {addr}:{port} did not open attempt {attempt + 1} within "
+                                   f"{timeout_s:g} s; is host 0's `run` still running?")
+            time.sleep(POLL_S)
+
+    @classmethod
+    def in_folder(cls, folder: Path) -> JobChannel:
+        """The channel of an init=file job: files in ``folder``, which every host sees."""
+        return cls(FolderKeyValue(folder))
+
+    # -- values ------------------------------------------------------------------------------------------------
+    def _put(self, key: str, value: Any) -> None:
+        try:
+            self._kv.set(key, json.dumps(value).encode())
+        except (RuntimeError, OSError):
+            pass  # the store is gone: nobody is left to tell
+
+    def _read(self, key: str) -> Any:
+        try:
+            raw = self._kv.get(key)
+        except (RuntimeError, OSError):
+            return None
+        if raw is None or raw == b"":
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+
+    # -- attempts (restarts across hosts) ----------------------------------------------------------------------
+    def open_attempt(self, attempt: int) -> None:
+        """Host 0 opened ``attempt``: the other hosts may start it."""
+        self._put("attempt", attempt)
+
+    def attempt(self) -> int | None:
+        found = self._read("attempt")
+        return found if isinstance(found, int) else None
+
+    # -- failures and stops ------------------------------------------------------------------------------------
+    def say_failed(self, attempt: int, rank: int | None, host: str, text: str) -> None:
+        """The first failure of ``attempt`` (this host's rank ``rank``, or the host itself: None)."""
+        value = json.dumps({"rank": rank, "host": host, "text": text}).encode()
+        try:
+            self._kv.first(f"failed/{attempt}", value)
+        except (RuntimeError, OSError):
+            pass
+
+    def failure(self, attempt: int) -> dict[str, Any] | None:
+        """The first failure of ``attempt`` any host said: {"rank", "host", "text"}; None."""
+        found = self._read(f"failed/{attempt}")
+        return found if isinstance(found, dict) else None
+
+    def request_stop(self, signum: int) -> None:
+        self._put("stop", {"signal": int(signum), "time": time.time()})
+
+    def stop_requested(self) -> dict[str, Any] | None:
+        found = self._read("stop")
+        return found if isinstance(found, dict) else None
+
+    # -- ranks -------------------------------------------------------------------------------------------------
+    def say_joined(self, attempt: int, rank: int) -> None:
+        self._put(f"joined/{attempt}/{rank}", True)
+
+    def joined(self, attempt: int, ranks: range) -> list[int]:
+        return [r for r in ranks if self._read(f"joined/{attempt}/{r}")]
+
+    def request_dumps_at(self, asked: float, reason: str) -> None:
+        """Ask every rank to say where it is (a request made at ``asked``)."""
+        self._put("dumps/request", {"time": asked, "reason": reason})
+
+    def dump_request(self) -> dict[str, Any] | None:
+        found = self._read("dumps/request")
+        return found if isinstance(found, dict) else None
+
+    def put_dump(self, rank: int, document: dict[str, Any]) -> None:
+        self._put(f"dumps/{rank}", document)
+
+    def dump(self, rank: int) -> dict[str, Any] | None:
+        found = self._read(f"dumps/{rank}")
+        return found if isinstance(found, dict) else None
+
+    def put_beat(self, rank: int, progressed_s: float) -> None:
+        """When rank ``rank`` last completed a collective or a progress step (the stall watchdog reads them)."""
+        self._put(f"beat/{rank}", progressed_s)
+
+    def beat(self, rank: int) -> float | None:
+        found = self._read(f"beat/{rank}")
+        return float(found) if isinstance(found, (int, float)) else None
+
+    # -- endings -----------------------------------------------------------------------------------------------
+    def say_ended(self, attempt: int, node: int, records: dict[str, Any]) -> None:
+        """How host ``node``'s ranks ended (their outcome records, by rank)."""
+        self._put(f"ended/{attempt}/{node}", records)
+
+    def ended(self, attempt: int, node: int) -> dict[str, Any] | None:
+        found = self._read(f"ended/{attempt}/{node}")
+        return found if isinstance(found, dict) else None
+
+
+def ask_for_dumps(paths: RunPaths, channel: JobChannel | None, reason: str) -> float:
+    """Ask every rank to say where it is: through the job's channel, and the run folder's request file (ranks of a
+    job without a channel, and `run` on a Slurm login node, look there); the time of the request."""
+    asked = request_dumps(paths, reason)
+    if channel is not None:
+        channel.request_dumps_at(asked, reason)
+    return asked
+
+
+def gather_dumps(paths: RunPaths, channel: JobChannel | None, ranks: Iterable[int], since: float,
+                 wait_s: float = 0.0) -> dict[int, RankDump]:
+    """The ranks' dumps written at or after ``since``, from the channel (any host) or the run folder, waiting up to
+    ``wait_s`` for the missing ones."""
+    ranks = list(ranks)
+    deadline = time.monotonic() + wait_s
+    while True:
+        found: dict[int, RankDump] = {}
+        for r in ranks:
+            dump = RankDump.from_document(channel.dump(r) or {}) if channel is not None else None
+            if dump is None or dump.time < since - 0.001:
+                dump = RankFiles(paths, r).dump()
+            if dump is not None and dump.time >= since - 0.001:
+                found[r] = dump
+        if len(found) == len(ranks) or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.1)
+
+
+def channel_of(paths: RunPaths, init_dir: str | None, file_init: bool, addr: str | None, port: str | None,
+               timeout_s: float) -> JobChannel | None:
+    """A rank's (or a task's) end of its job's channel: the folder of an init=file job, else a client of host 0's
+    store at ``addr:port``; None where the store cannot be reached (the run folder's files still serve)."""
+    if file_init:
+        return JobChannel.in_folder(paths.channel_folder(init_dir))
+    if not addr or not port:
+        return None
+    try:
+        return JobChannel.reach(addr, int(port), timeout_s)
+    except (ChannelError, ValueError):
+        return None

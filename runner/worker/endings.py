@@ -1,0 +1,93 @@
+"""How every rank of a job ended, in host 0's run folder, whatever host it ran on.
+
+Each host agent writes its ranks' outcome files into its own run folder (runner.plan.outcome). Hosts started by
+hand each have their own folder, so every agent also puts its ranks' records on the job's channel
+(runner.worker.channel: ``ended/<attempt>/<rank>``) as its share ends, and host 0's agent, before it closes the
+store, waits for the others' and writes them into its folder as if its own ranks had: the run's summary, the
+sweep's table and the straggler then count every rank of every host.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from runner.plan.diagnostics import RankDump, RankFiles
+from runner.plan.outcome import ErrorRecord, RankOutcome
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Plan
+from runner.worker.channel import POLL_S, JobChannel
+from runner.worker.setup import RankSetup
+
+if TYPE_CHECKING:  # the agent's record of its ranks' ends
+    from runner.worker.host_agent import HostEnding
+
+
+def _record(setup: RankSetup, code: int | None, stopped: bool) -> dict[str, Any]:
+    outcome = setup.outcome
+    dump = RankFiles(setup.paths, setup.record.global_rank).dump()
+    return {"host": setup.record.host, "code": code, "stopped": stopped, "error": outcome.error(),
+            "done": json.loads(outcome.done_file.read_text() or "{}") if outcome.done else None,
+            "joined": outcome.backend if outcome.joined else None,
+            "end_dump": dump.document() if dump is not None and dump.reason == "end" else None}
+
+
+def share_ended(channel: JobChannel, paths: RunPaths, setups: list[RankSetup], ending: HostEnding) -> None:
+    """This agent's ranks have ended: their records on the channel."""
+    for i, setup in enumerate(setups):
+        channel.say_ended(paths.attempt, setup.record.global_rank,
+                          _record(setup, ending.codes.get(i), i in ending.stopped))
+
+
+def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iterable[int], wait_s: float) -> list[int]:
+    """Host 0: the other hosts' ranks' records, waited for up to ``wait_s``, written into this run folder; a rank
+    whose host said nothing by then is recorded as gone. The ranks it had no record of."""
+    local = set(local)
+    missing = [r.global_rank for r in plan.records if r.global_rank not in local]
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = {r: doc for r in missing if (doc := channel.ended(paths.attempt, r)) is not None}
+        for rank, doc in found.items():
+            _write(paths, plan, rank, doc)
+        missing = [r for r in missing if r not in found]
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_S)
+    for rank in missing:
+        rec = plan.records[rank]
+        RankOutcome(paths, rank).record_error(ErrorRecord(
+            rank, rec.local_rank, rec.host, None, None, time.time(),
+            f"no word from its host {rec.host} within {wait_s:g} s of the end (its agent gone?)", killed=True))
+    return missing
+
+
+def _write(paths: RunPaths, plan: Plan, rank: int, doc: dict[str, Any]) -> None:
+    outcome = RankOutcome(paths, rank)
+    outcome.clear()
+    if doc.get("joined") is not None:
+        outcome.mark_joined(str(doc["joined"]))
+    if isinstance(doc.get("done"), dict):
+        outcome.mark_done(bool(doc["done"].get("stopped")), doc["done"].get("result") or {})
+    if isinstance(doc.get("error"), dict):
+        outcome.record_error(ErrorRecord(**doc["error"]))
+    elif doc.get("code") and not doc.get("stopped") and not isinstance(doc.get("done"), dict):
+        # it ended badly by itself and could say nothing (a signal from outside, os._exit): as its agent saw it
+        rec = plan.records[rank]
+        outcome.record_error(ErrorRecord(rank, rec.local_rank, rec.host, None, None, time.time(),
+                                         f"exit status {doc['code']} (no Python exception)", killed=True))
+    if isinstance(doc.get("end_dump"), dict) and (dump := RankDump.from_document(doc["end_dump"])) is not None:
+        RankFiles(paths, rank).write_dump(dump)
+
+
+def peer_failure(paths: RunPaths, plan: Plan, failure: dict[str, Any]) -> None:
+    """Another host's rank failed first, and this host stopped its own: that rank's failure, as the channel said it,
+    in this run folder too, so that this host's summary tells the same story as the failing host's."""
+    rank = failure.get("rank")
+    if not isinstance(rank, int) or not 0 <= rank < plan.world_size:
+        return
+    rec = plan.records[rank]
+    RankOutcome(paths, rank).record_error(ErrorRecord(rank, rec.local_rank, str(failure.get("host", rec.host)), None,
+                                                      None, time.time(), str(failure.get("text", "")),
+                                                      killed=False))

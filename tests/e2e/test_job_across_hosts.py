@@ -1,0 +1,68 @@
+"""One job, one story across hosts: two namespace hosts started by hand (launcher=manual), each `run` in a folder of
+its own (no shared run folder, as on separate machines), telling each other through the job's channel (host 0's
+store): a failure on one host ends the job on the other within seconds with the true cause, a hang is told for
+every rank of every host, a stop reaches every rank, a restart of the bundled recipe resumes the same checkpoint
+on every host, host 0's summary counts every rank, and the same run id names the same run folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from runs import RUN, TESTS, bed_hosts, finish, processes_of, user_env
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def apart(testbed, tmp_path: Path, args: list[str], run_id: str, script: tuple[str, ...] = ()) -> list[subprocess.Popen]:
+    """`run ARGS launcher=manual launcher.manual.host=i run_id=...` inside each host's namespace, each in its own
+    folder ``tmp_path/host<i>`` (with the tests' workloads and scripts, as a user's checkout on each machine)."""
+    procs = []
+    for i, host in enumerate(testbed.hosts):
+        folder = tmp_path / f"host{i}"
+        folder.mkdir(exist_ok=True)
+        for name in ("slow_backward.py", "hang_script.py"):
+            shutil.copy(TESTS / "scripts" / name, folder)
+        tail = ("--", *script) if script else ()
+        argv = [RUN, *args, "launcher=manual", f"launcher.manual.host={i}", f"run_id={run_id}", *tail]
+        procs.append(subprocess.Popen(testbed.exec_argv(host, argv), cwd=folder, env=user_env(folder, testbed.env()),
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+def run_folder_of(folder: Path, run_id: str) -> Path:
+    return folder / "outputs" / "runs" / run_id
+
+
+def test_a_failure_on_one_host_ends_the_job_on_every_host_with_the_true_cause(testbed, tmp_path):
+    """Rank 1 (host 1) falls silent before its backward at step 5; rank 0 (host 0) times out in DDP's all-reduce
+    after init.timeout_s: host 0 says which collective and where rank 1 is (not "the process group did not form":
+    it had formed), and host 1's `run`, whose rank still sleeps, ends within seconds, naming host 0's failure."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run_id = f"f{uuid.uuid4().hex[:8]}"
+    procs = apart(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "init.timeout_s=10"], run_id,
+                  ("slow_backward.py", "--slow-rank", "1", "--slow-step", "5", "--out", str(out)))
+    started = time.monotonic()
+    (code0, said0), (code1, said1) = finish(procs, timeout=90)
+    took = time.monotonic() - started
+    assert (code0, code1) == (1, 1), (said0, said1)
+    assert "did not form" not in said0 + said1
+    assert re.search(r"timeout: a collective waited init.timeout_s=10 s: rank 0 waits in \w+ #\d+ \(process group "
+                     r"0\).*rank 1 never entered it: .*, and it is at slow_backward.py:25 in <module>", said0), said0
+    host0 = testbed.hosts[0].name
+    assert re.search(rf"rank 0 on {host0} failed: \w+: .*[Tt]imed out", said1), said1
+    for said in (said0, said1):  # both hosts' summaries tell the same story: rank 0 failed first, and why
+        assert re.search(rf"status    failed \(exit 1\): rank 0 on host {host0} raised \w+: .*Timed out waiting "
+                         rf"10000ms", said), said
+    assert took < 10 + 25, took  # the timeout, then seconds: not host 1's sleeping rank's hour
+    assert not processes_of(run_id)
