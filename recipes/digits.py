@@ -52,15 +52,13 @@ def main(ctx: RunContext, cfg: DictConfig) -> dict[str, float]:
     loader = ctx.loader(train)
     loss_fn = nn.CrossEntropyLoss()
     step, first_epoch, skip = 0, 0, 0
-    # this run's own last checkpoint (a requeued or restarted attempt) wins over recipe.resume
-    own = ctx.checkpoint_dir / "last.pt"
-    source = own if own.exists() else cfg.get("resume")
-    if source:
+    # this run's own last checkpoint (a restarted or requeued attempt, a relaunch with the same run id) wins over
+    # recipe.resume; every rank takes rank 0's decision, whatever its own host's folder holds
+    source = ctx.checkpoint_to_resume(fallback=cfg.get("resume"))
+    if source is not None:
         # a full checkpoint of any sharding mode and world size; the global batch order is the seed's,
         # so continuing at the saved batch takes the steps an uninterrupted run would take
         saved = ctx.load_checkpoint(path=source, model=model, optimizer=optimizer)
-        if saved is None:
-            raise FileNotFoundError(f"recipe.resume: no checkpoint at {source}")
         step, first_epoch, skip = saved["step"], saved["epoch"], saved.get("batch", 0)
         if ctx.is_main:
             print(f"resumed from {source}: step {step}, epoch {first_epoch}, batch {skip}", flush=True)

@@ -60,6 +60,17 @@ def setup() -> None:
     SourcesRegistry.instance().types["pkg"] = RunnerConfigSource  # ... then ours serves pkg://
     if not OmegaConf.has_resolver("runner_uid"):
         OmegaConf.register_new_resolver("runner_uid", _uid)
+    if not OmegaConf.has_resolver("runner_run_dir"):
+        OmegaConf.register_new_resolver("runner_run_dir", run_dir)
+
+
+def run_dir(run_id: str | None) -> str:
+    """A run's folder under outputs/: ``runs/<run id>`` for a pinned run id, the same on every host and at every
+    launch (a relaunch with the same run id continues the run: its checkpoint, its logs), else
+    ``<date>/<time>_<random>``, new for each run."""
+    if run_id:
+        return f"runs/{run_id}"
+    return time.strftime("%Y-%m-%d/%H-%M-%S", time.strptime(_STARTED, "%Y%m%d-%H%M%S")) + f"_{_uid()}"
 
 
 @hydra.main(version_base=None, config_path="pkg://runner.conf", config_name="job")

@@ -96,6 +96,9 @@ def run_job(cfg: DictConfig, spec: JobConfig, out: Path, run_id: str, overrides:
     pinned = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     for key, value in request.pins.items():
         OmegaConf.update(pinned, key, value)
+    if paths.spec.exists() and not spec.dry_run:  # outputs/runs/<run id>: the same run id is the same run
+        print(f"notice: run_id={paths.run_id}: {paths.root}/ holds this run already; this launch continues it (a "
+              f"recipe resumes from its checkpoint there)", file=sys.stderr)
     paths.make()
     try:
         copy = _snapshot(spec, pinned, launcher.snapshots_by_default(), paths)

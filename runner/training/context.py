@@ -297,6 +297,30 @@ class RunContext:
         self.barrier()
         return path
 
+    def checkpoint_to_resume(self, fallback: str | Path | None = None, name: str = "last") -> Path | None:
+        """The checkpoint this run resumes from, decided by the main process and the same on every process: the
+        run's own (``checkpoints/<name>.pt``: a restart, a requeue, a relaunch with the same run id) where the main
+        process has it, else ``fallback`` (another run's, as ``recipe.resume`` names it), else None. Call it on
+        every process, then :meth:`load_checkpoint` with the path it gives: every rank takes the same branch,
+        whatever its host's own folder holds (a host started by hand has a run folder of its own).
+        Raises FileNotFoundError (on every process) when ``fallback`` is given and the main process has no such
+        file."""
+        decision: list[Any] = [None]
+        if self.is_main:
+            own = self.checkpoint_dir / f"{name}.pt"
+            if own.exists():
+                decision = [("own", str(own))]
+            elif fallback:
+                decision = [("given", str(fallback)) if Path(fallback).exists() else ("missing", str(fallback))]
+        if dist.is_initialized() and self.world_size > 1:
+            dist.broadcast_object_list(decision, src=0)
+        if decision[0] is None:
+            return None
+        kind, found = decision[0]
+        if kind == "missing":
+            raise FileNotFoundError(f"no checkpoint at {found} (seen from rank 0's host): the fallback to resume from")
+        return Path(found)
+
     def load_checkpoint(self, name: str = "last", path: str | Path | None = None, *, model: nn.Module | None = None,
                         optimizer: Optimizer | None = None) -> dict[str, Any] | None:
         """A saved state, mapped onto this process's device; None when there is none. Call it on every process:

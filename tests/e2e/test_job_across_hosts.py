@@ -66,3 +66,63 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host_with_the_true_cause(te
                          rf"10000ms", said), said
     assert took < 10 + 25, took  # the timeout, then seconds: not host 1's sleeping rank's hour
     assert not processes_of(run_id)
+
+
+def _only_rank_of(host_run: subprocess.Popen, deadline_s: float = 60) -> int:
+    """The pid of the one rank a host's `run` started: the child of its launch agent, its own child (ranks are forked,
+    so their environment in /proc is their parent's)."""
+    import psutil
+
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            ranks = [c for agent in psutil.Process(host_run.pid).children() for c in agent.children()]
+        except psutil.Error:
+            ranks = []
+        if len(ranks) == 1:
+            return ranks[0].pid
+        time.sleep(0.05)
+    raise AssertionError("the host's rank never ran")
+
+
+def test_the_bundled_recipe_restarts_across_hosts_from_host_0s_checkpoint(testbed, tmp_path):
+    """digits with launcher.max_restarts=1 on two hosts with folders of their own; rank 1 (host 1) is killed once
+    host 0 has written a checkpoint: every rank resumes from that checkpoint (host 1's folder has none: the decision
+    is rank 0's), the job ends on both hosts with exit 0, and host 0's summary counts both ranks."""
+    run_id = f"r{uuid.uuid4().hex[:8]}"
+    procs = apart(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "launcher.max_restarts=1",
+                                      "recipe.epochs=400", "recipe.global_batch_size=64"], run_id)
+    checkpoint = run_folder_of(tmp_path / "host0", run_id) / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists():
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), [p.poll() for p in procs]
+        time.sleep(0.05)
+    os.kill(_only_rank_of(procs[1]), signal.SIGKILL)
+    (code0, said0), (code1, said1) = finish(procs, timeout=240)
+    assert (code0, code1) == (0, 0), (said0, said1)
+    assert re.search(r"resumed from .*/host0/outputs/runs/" + run_id + r"/checkpoints/last.pt: step \d+", said0), said0
+    assert "restarting: attempt 2 of 2" in said0 and "restarting: attempt 2 of 2" in said1
+    assert not (run_folder_of(tmp_path / "host1", run_id) / "checkpoints").exists()  # rank 0 writes them
+    summary = json.loads((run_folder_of(tmp_path / "host0", run_id) / "run_summary.json").read_text())
+    assert summary["status"] == "done" and summary["status_text"] == "done: every rank returned (exit 0)"
+    assert summary["final_metrics"]["test_accuracy"] > 0.9
+    assert not processes_of(run_id)
+
+
+def test_the_same_run_id_names_the_same_run_folder_and_a_relaunch_continues_it(testbed, tmp_path):
+    """Each host's `run` puts the run in outputs/runs/<run id>/ of its folder; started again with the same run id,
+    the job continues from host 0's checkpoint (the recipe resumes) instead of starting over in a new folder."""
+    run_id = f"s{uuid.uuid4().hex[:8]}"
+    args = [*bed_hosts(testbed, [1, 1]), "init=tcp", "recipe.epochs=5", "recipe.global_batch_size=64"]
+    first = finish(apart(testbed, tmp_path, args, run_id), timeout=120)
+    assert [c for c, _ in first] == [0, 0], first
+    folders = [run_folder_of(tmp_path / f"host{i}", run_id) for i in (0, 1)]
+    assert all((f / "spec.yaml").exists() for f in folders)
+    again = finish(apart(testbed, tmp_path, [*args[:-2], "recipe.epochs=10", "recipe.global_batch_size=64"], run_id),
+                   timeout=120)
+    assert [c for c, _ in again] == [0, 0], again
+    said0 = again[0][1]
+    assert f"notice: run_id={run_id}: " in said0 and "this launch continues it" in said0
+    assert re.search(r"resumed from .*/checkpoints/last.pt: step 105, epoch 5, batch 0", said0), said0
+    assert sorted(p.name for p in (tmp_path / "host0" / "outputs" / "runs").iterdir()) == [run_id]
+    assert not processes_of(run_id)
