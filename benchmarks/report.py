@@ -96,8 +96,20 @@ def pairs() -> str:
                       "torchrun: teardown aborts", "other failures (run / torchrun)"], rows))
 
 
+def checkpoint() -> str:
+    data = _load("checkpoint_broadcast")
+    ratio = data["ratio_chunked_vs_whole"]
+    rows = [[way, rank[-1], f"{r['peak_growth_bytes'] / 2**20:,.0f}", f"{r['seconds']:.2f}",
+             f"{ratio[rank]:.2f}" if i else "1.00"]
+            for i, (way, ranks) in enumerate(data["ways"].items()) for rank, r in ranks.items()]
+    m = data["machine"]
+    return (f"measured {data['date']}, a {data['file_bytes'] / 2**20:,.0f} MiB checkpoint, {m['cpus']} CPUs, torch "
+            f"{m['torch']}, gloo\n\n" + _table(["how rank 0 sends it", "rank", "peak memory growth (MiB)", "seconds",
+                                                "× one pickled object"], rows))
+
+
 TABLES = {"machine": lambda: machine() + "\n", "launch": launch, "throughput": throughput, "plan": plan,
-          "sharding": sharding, "diagnosis": diagnosis, "pairs": pairs}
+          "sharding": sharding, "diagnosis": diagnosis, "pairs": pairs, "checkpoint": checkpoint}
 
 
 def update(report: Path = REPORT) -> list[str]:

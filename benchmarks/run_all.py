@@ -74,6 +74,13 @@ def headline() -> list[tuple[str, str]]:
         ratios = ", ".join(f"{mode} {m['optimizer_state_bytes'] / none:.2f}x" for mode, m in r["modes"].items()
                            if mode != "none")
         rows.append((f"optimizer state per process vs sharding=none, {shape}", ratios))
+    checkpoint = json.loads((RESULTS / "checkpoint_broadcast.json").read_text())
+    whole, chunked = (checkpoint["ways"][way] for way in checkpoint["ways"])
+    rows.append((f"peak memory growth per rank receiving a {checkpoint['file_bytes'] / 2**20:,.0f} MiB checkpoint, "
+                 f"64 MiB chunks vs one pickled object",
+                 ", ".join(f"{rank} {ratio:.2f}x ({chunked[rank]['peak_growth_bytes'] / 2**20:,.0f} MiB vs "
+                           f"{whole[rank]['peak_growth_bytes'] / 2**20:,.0f} MiB)"
+                           for rank, ratio in checkpoint["ratio_chunked_vs_whole"].items())))
     return rows
 
 
@@ -81,12 +88,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions: check the suite runs")
     parser.add_argument("--only", nargs="+", choices=["launch_speed", "torchrun_pairs", "diagnosis_overhead", "plan_scale",
-                                                      "sharding_memory"],
+                                                      "sharding_memory", "checkpoint_broadcast"],
                         help="run these benchmarks only; the summary also reads the others' last result files")
     args = parser.parse_args()
     quick = {"launch_speed": ["--reps", "1", "--steps", "200"], "torchrun_pairs": ["--pairs", "1"],
              "diagnosis_overhead": ["--reps", "1", "--steps", "200"],
-             "plan_scale": ["--repeat", "1"], "sharding_memory": ["--steps", "5"]}
+             "plan_scale": ["--repeat", "1"], "sharding_memory": ["--steps", "5"], "checkpoint_broadcast": ["--mib", "128"]}
     took = {f"{name}.py": _run(f"{name}.py", *(quick[name] if args.quick else []))
             for name in (args.only or quick)}
     rows = headline()

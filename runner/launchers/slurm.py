@@ -268,7 +268,7 @@ class SlurmLauncher(Launcher):
         return problems
 
     def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
-        from runner.launchers import slurm_job
+        from runner.launchers import slurm_follow, slurm_job
 
         slurm = self.environment.slurm
         try:
@@ -292,7 +292,7 @@ class SlurmLauncher(Launcher):
             print(f"slurm: not following it (launcher.slurm.follow=false): `squeue -j {job_id}` shows it", file=sys.stderr)
             self.not_followed = f"Slurm job {job_id}"
             return exits.OK
-        return slurm_job.follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed)
+        return slurm_follow.follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed)
 
     def snapshots_by_default(self) -> bool:
         return not self.in_allocation  # a batch job starts, and is requeued, after the submission

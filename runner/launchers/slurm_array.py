@@ -13,12 +13,14 @@ import shlex
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from runner.common import exits
 from runner.common.signals import handling
-from runner.launchers.slurm_job import JobStatus, SlurmError, scancel, statuses, submit
+from runner.launchers.slurm_follow import PollSchedule
+from runner.launchers.slurm_job import JobStatus, SlurmError, SlurmStates, scancel, submit
 from runner.plan.outcome import all_done, any_failed
 from runner.plan.paths import RunPaths
 
@@ -103,8 +105,7 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "(no output)"
 
 
-def run_sweep(members: dict[int, ArrayMember], sweep_dir: Path, configs: dict[int, str],
-              poll_s: float = 1.0) -> dict[int, int | None]:
+def run_sweep(members: dict[int, ArrayMember], sweep_dir: Path, configs: dict[int, str]) -> dict[int, int | None]:
     """Submit the sweep's arrays and follow them; each job's exit status (None: submitted, not followed).
 
     SIGINT or SIGTERM to `run` cancels every array (scancel); the jobs not finished yet get 128 + the signal.
@@ -135,28 +136,51 @@ def run_sweep(members: dict[int, ArrayMember], sweep_dir: Path, configs: dict[in
                   f"shows it", file=sys.stderr)
             codes.update({n: None for n in array.members})
     if follow:
-        codes.update(_follow(follow, sweep_dir, configs, poll_s))
+        follower = ArrayFollower(follow, sweep_dir, configs)
+        with handling((signal.SIGINT, signal.SIGTERM), follower.on_signal):
+            codes.update(follower.codes())
     return codes
 
 
-def _follow(arrays: list[tuple[str, JobArray]], sweep_dir: Path, configs: dict[int, str],
-            poll_s: float) -> dict[int, int]:
-    stopping: list[int] = []
+TICK_S = 1.0  # between state polls, it wakes this often: a cancel (Ctrl-C) is asked about within a second
 
-    def cancel(signum: int, _frame: object) -> None:
-        if not stopping:
-            ids = [a for a, _ in arrays]
+
+class ArrayFollower:
+    """Follows a sweep's arrays to their end: each task's state changes, and each job's exit status as it ends.
+    Slurm is asked on the single job's schedule (runner.launchers.slurm_follow.PollSchedule: every second at
+    first and after any task's change, then less and less often, at most every 30 s), all arrays in one call.
+    ``states``, ``clock`` and ``sleep`` are Slurm and the time (tests pass their own)."""
+
+    def __init__(self, arrays: list[tuple[str, JobArray]], sweep_dir: Path, configs: dict[int, str],
+                 states: SlurmStates | None = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.arrays, self.sweep_dir, self.configs = arrays, sweep_dir, configs
+        self.states = states or SlurmStates(clock=clock)
+        self.schedule = PollSchedule()
+        self._clock, self._sleep = clock, sleep
+        self.stopping: list[int] = []  # the signals that asked `run` to cancel the arrays
+
+    def on_signal(self, signum: int, _frame: object = None) -> None:
+        if not self.stopping:
+            ids = [a for a, _ in self.arrays]
             print(f"\n{signal.Signals(signum).name}: cancelling Slurm job array(s) {', '.join(ids)} ...", file=sys.stderr)
             scancel(ids)
-        stopping.append(signum)
+            self.schedule.hurry(self._clock())
+        self.stopping.append(signum)
 
-    shown: dict[int, str] = {}
-    last: dict[int, JobStatus] = {}
-    codes: dict[int, int] = {}
-    with handling((signal.SIGINT, signal.SIGTERM), cancel):
+    def codes(self) -> dict[int, int]:
+        """Each job's exit status, once every one has ended."""
+        shown: dict[int, str] = {}
+        last: dict[int, JobStatus] = {}
+        codes: dict[int, int] = {}
         while True:
-            tasks = _tasks([a for a, array in arrays if any(n not in codes for n in array.members)])
-            for array_id, array in arrays:
+            now = self._clock()
+            if not self.schedule.due(now):
+                self._sleep(max(0.0, min(TICK_S, self.schedule.next_at - now)))
+                continue
+            changed = False
+            tasks = _tasks(self.states, [a for a, array in self.arrays if any(n not in codes for n in array.members)])
+            for array_id, array in self.arrays:
                 pending = [n for n in array.members if n not in codes]
                 if not pending:
                     continue
@@ -166,30 +190,32 @@ def _follow(arrays: list[tuple[str, JobArray]], sweep_dir: Path, configs: dict[i
                     current = known.get(n)
                     if current is None and (n in last or not known):
                         # ended and forgotten since (or the whole array was): the run folder says how
-                        codes[n] = exits.from_signal(stopping[0]) if stopping else member.outcome()
-                        _ended(sweep_dir, array_id, n, configs, member, codes[n])
+                        codes[n] = exits.from_signal(self.stopping[0]) if self.stopping else member.outcome()
+                        _ended(self.sweep_dir, array_id, n, self.configs, member, codes[n])
+                        changed = True
                         continue
                     if current is None:
                         continue  # not listed yet
                     last[n] = current
                     if current.describe() != shown.get(n):
                         shown[n] = current.describe()
-                        print(f"slurm job {name} (sweep job {n}: {configs.get(n, '')}): {shown[n]}", file=sys.stderr,
-                              flush=True)
+                        changed = True
+                        print(f"slurm job {name} (sweep job {n}: {self.configs.get(n, '')}): {shown[n]}",
+                              file=sys.stderr, flush=True)
                     if current.finished:
-                        codes[n] = _code(current, member, stopping)
-                        _ended(sweep_dir, array_id, n, configs, member, codes[n])
-            if all(n in codes for _, array in arrays for n in array.members):
+                        codes[n] = _code(current, member, self.stopping)
+                        _ended(self.sweep_dir, array_id, n, self.configs, member, codes[n])
+            if all(n in codes for _, array in self.arrays for n in array.members):
                 return codes
-            time.sleep(poll_s)
+            self.schedule.asked(now, changed)
 
 
-def _tasks(array_ids: list[str]) -> dict[str, dict[int, JobStatus]]:
+def _tasks(states: SlurmStates, array_ids: list[str]) -> dict[str, dict[int, JobStatus]]:
     """The status of each task Slurm knows of these arrays (one sacct call for all), by array and task id."""
     found: dict[str, dict[int, JobStatus]] = {}
     if not array_ids:
         return found
-    for status in statuses(array_ids):
+    for status in states.of(array_ids):
         found.setdefault(status.job, {}).update({n: status for n in status.tasks})
     return found
 

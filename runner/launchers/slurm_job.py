@@ -1,4 +1,5 @@
-"""Slurm jobs that `run` submits: sbatch, then follow the job to its end and return its exit status.
+"""Slurm jobs that `run` submits: sbatch, what Slurm says of them, scancel, and the exit status of one that ended
+(runner.launchers.slurm_follow follows a job to its end; runner.launchers.slurm_array a sweep's arrays).
 
 Job states come from ``sacct`` (every job and array task asked about, in one call), which remembers jobs
 after their end; where accounting is not kept (``sacct`` refuses: "accounting storage is disabled") or has
@@ -8,7 +9,6 @@ not listed a job yet, from ``scontrol show job``, which forgets a job MinJobAge 
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.common import exits
-from runner.common.signals import handling
 
 # states after which a job does nothing more (REQUEUED and COMPLETING are on the way elsewhere)
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
@@ -110,110 +109,66 @@ def submit(script: Path, cwd: str | None) -> str:
     return out.stdout.strip().split(";")[0]
 
 
-class _Sacct:
-    """Whether ``sacct`` answers here (accounting kept); asked once per process."""
-
-    works: bool | None = None
-
-
-def _from_sacct(job_ids: list[str]) -> list[JobStatus] | None:
-    """The jobs' states from one ``sacct`` call; None where it does not answer."""
-    if _Sacct.works is False:
-        return None
-    out = _slurm(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,Reason", "-j", ",".join(job_ids)])
-    _Sacct.works = out.returncode == 0
-    if not _Sacct.works:
-        return None
-    return [s for line in out.stdout.splitlines() if line.strip() and (s := JobStatus.parse_sacct(line))]
+SACCT_RETRY_S = 30.0  # sacct failed: it is asked again this much later, twice as late after each failure ...
+SACCT_RETRY_LONGEST_S = 600.0  # ... up to this
+Runner = Callable[[list[str]], subprocess.CompletedProcess]
 
 
-def _from_scontrol(job_id: str) -> list[JobStatus]:
-    """``scontrol show job -o``: a record per job or array task; none once Slurm has forgotten the job."""
-    out = _slurm(["scontrol", "show", "job", "-o", job_id])
-    if out.returncode != 0:
-        if "Invalid job id" in out.stderr:
-            return []
-        raise SlurmError(f"scontrol show job {job_id}: {out.stderr.strip()}")
-    return [JobStatus.parse(line) for line in out.stdout.splitlines() if line.strip()]
+class SlurmStates:
+    """What Slurm says of jobs, asked again and again while `run` follows them: ``sacct`` for every job in one
+    call, ``scontrol`` for a job it does not list (not recorded yet) and while sacct does not answer.
 
+    A failed sacct is asked again :data:`SACCT_RETRY_S` later, and twice as late after each failure in a row (up to
+    :data:`SACCT_RETRY_LONGEST_S`): where accounting is not kept it costs a call every ten minutes, and where
+    slurmdbd was only down for a while its answers come back, and with them jobs that scontrol has forgotten.
+    ``run`` and ``clock`` are Slurm's commands and the time (tests pass their own)."""
 
-def statuses(job_ids: Iterable[str]) -> list[JobStatus]:
-    """What Slurm says of these jobs (and of their array tasks): ``sacct`` in one call, ``scontrol`` for the
-    jobs it does not list (no accounting here, or not recorded yet); none for a job Slurm has forgotten."""
-    ids = list(dict.fromkeys(job_ids))
-    found = _from_sacct(ids) or []
-    listed = {s.job for s in found}
-    for job_id in ids:
-        if job_id not in listed:
-            found += _from_scontrol(job_id)
-    return found
+    def __init__(self, run: Runner = _slurm, clock: Callable[[], float] = time.monotonic) -> None:
+        self._run, self._clock = run, clock
+        self._sacct_after = float("-inf")  # sacct is not asked before this time
+        self._sacct_wait = SACCT_RETRY_S
 
+    def of(self, job_ids: Iterable[str]) -> list[JobStatus]:
+        """These jobs (and their array tasks); none for a job Slurm has forgotten."""
+        ids = list(dict.fromkeys(job_ids))
+        found = self._from_sacct(ids) or []
+        listed = {s.job for s in found}
+        for job_id in ids:
+            if job_id not in listed:
+                found += self._from_scontrol(job_id)
+        return found
 
-def status(job_id: str) -> JobStatus | None:
-    """The job's status; None once Slurm has forgotten it."""
-    records = [s for s in statuses([job_id]) if s.job == job_id]
-    return records[0] if records else None
+    def status(self, job_id: str) -> JobStatus | None:
+        """The job's status; None once Slurm has forgotten it."""
+        records = [s for s in self.of([job_id]) if s.job == job_id]
+        return records[0] if records else None
+
+    def _from_sacct(self, job_ids: list[str]) -> list[JobStatus] | None:
+        """The jobs' states from one ``sacct`` call; None where it does not answer (or is not asked yet again)."""
+        now = self._clock()
+        if now < self._sacct_after:
+            return None
+        out = self._run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList,Reason", "-j",
+                         ",".join(job_ids)])
+        if out.returncode != 0:
+            self._sacct_after = now + self._sacct_wait
+            self._sacct_wait = min(2 * self._sacct_wait, SACCT_RETRY_LONGEST_S)
+            return None
+        self._sacct_wait = SACCT_RETRY_S
+        return [s for line in out.stdout.splitlines() if line.strip() and (s := JobStatus.parse_sacct(line))]
+
+    def _from_scontrol(self, job_id: str) -> list[JobStatus]:
+        """``scontrol show job -o``: a record per job or array task; none once Slurm has forgotten the job."""
+        out = self._run(["scontrol", "show", "job", "-o", job_id])
+        if out.returncode != 0:
+            if "Invalid job id" in out.stderr:
+                return []
+            raise SlurmError(f"scontrol show job {job_id}: {out.stderr.strip()}")
+        return [JobStatus.parse(line) for line in out.stdout.splitlines() if line.strip()]
 
 
 def scancel(job_ids: list[str]) -> None:
     _slurm(["scancel", *job_ids])
-
-
-class _Tail:
-    """Copies what a file gains to a stream (the job's output file, as it is written on the nodes)."""
-
-    def __init__(self, path: Path, stream) -> None:
-        self.path, self.stream, self.offset = path, stream, 0
-
-    def pump(self) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        if data:
-            self.offset += len(data)
-            self.stream.write(data.decode(errors="replace"))
-            self.stream.flush()
-
-
-def follow(job_id: str, output: Path, poll_s: float = 1.0, outcome: Callable[[], int] | None = None,
-           rank_failed: Callable[[], bool] | None = None) -> int:
-    """Wait for a submitted job, showing its state changes and its output; its exit status.
-
-    SIGINT or SIGTERM to `run` cancels the job (scancel) and returns 128 + the signal once it ended.
-    """
-    tail = _Tail(output, sys.stdout)
-    stopping: list[int] = []
-
-    def cancel(signum: int, _frame: object) -> None:
-        if not stopping:
-            print(f"\n{signal.Signals(signum).name}: cancelling Slurm job {job_id} ...", file=sys.stderr)
-            scancel([job_id])
-        stopping.append(signum)
-
-    shown, last = None, None
-    with handling((signal.SIGINT, signal.SIGTERM), cancel):
-        while True:
-            current = status(job_id)
-            tail.pump()
-            if current is None:  # forgotten already: the run folder tells how its ranks ended
-                print(f"slurm job {job_id}: ended (no longer known to Slurm)", file=sys.stderr)
-                return exits.from_signal(stopping[0]) if stopping else (outcome() if outcome else exits.FAILED)
-            last = current
-            if current.describe() != shown:
-                shown = current.describe()
-                print(f"slurm job {job_id}: {shown}", file=sys.stderr, flush=True)
-            if current.finished:
-                break
-            time.sleep(poll_s)
-        time.sleep(poll_s)  # the output file may still be flushed by the nodes
-        tail.pump()
-    if stopping:
-        return exits.from_signal(stopping[0])
-    code = exit_status(job_id, last)
-    return exits.FAILED if code and rank_failed and rank_failed() else code  # a rank failed: 1, as a local run says
 
 
 def exit_status(job_id: str, job: JobStatus) -> int:

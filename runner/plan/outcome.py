@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.common.timeouts import is_timeout_text
 from runner.plan.paths import RunPaths
 
 
@@ -37,6 +38,15 @@ class ErrorRecord:
     exception: str  # "RuntimeError: ...", or how the process ended ("killed by SIGKILL (no Python exception)")
     traceback: str = ""
     killed: bool = False  # died without a Python exception; its launcher wrote this
+    timeout: bool = False  # torch.distributed timed out (runner.common.timeouts), as the rank saw the exception
+
+
+def timed_out(error: Mapping[str, Any]) -> bool:
+    """Whether an error record (:class:`ErrorRecord`'s fields) is a timeout of torch.distributed: the rank's
+    verdict; a record written before ranks recorded one (an older run folder) is judged by its text."""
+    if "timeout" in error:
+        return bool(error["timeout"])
+    return is_timeout_text(str(error.get("exception", "")))
 
 
 def _write_atomically(path: Path, text: str) -> None:

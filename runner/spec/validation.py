@@ -155,6 +155,11 @@ def _check_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem
         yield Problem("launcher.max_restarts", f"must be 0 or more, got {restarts}", "0: no restarts")
     elif restarts and not launcher.supports_restarts:
         yield Problem("launcher.max_restarts", f"launcher={launcher.name} does not restart a job", launcher.restart_hint)
+    grace = spec.launcher.grace_s
+    if not grace >= 0:
+        yield Problem("launcher.grace_s", f"must be 0 or more, got {grace}",
+                      "seconds the ranks get to checkpoint and stop after SIGTERM (or to end after Ctrl-C) before "
+                      "they are killed, e.g. 10 (the default); 0: killed at once")
     stall = spec.launcher.stall_timeout_s
     if stall is not None and not stall > 0:
         yield Problem("launcher.stall_timeout_s", f"must be positive, got {stall}",

@@ -8,7 +8,6 @@ Wrapping, sharding and full (consolidated) checkpoints are delegated to the stra
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
@@ -27,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from runner.common.formatting import number
 from runner.common.signals import StopRequest
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
+from runner.training import checkpoints
 from runner.training.progress import LINE_INTERVAL_S, Progress, for_rank
 from runner.training.sharding import OptimizerFactory, Placement, Strategy, strategy_for
 
@@ -329,6 +329,10 @@ class RunContext:
 
         With ``model`` (and ``optimizer``), the checkpoint's full state is loaded into them
         (:meth:`load_full_state`, whatever mode and world size saved it) and the other entries are returned.
+
+        Only plain checkpoints load (tensors, dicts, lists, tuples, numbers, strings: what :meth:`save_checkpoint`
+        writes): a file that names other types, whose loading could run code, raises
+        :class:`~runner.training.checkpoints.CheckpointError` without running any of it.
         """
         path = Path(path) if path is not None else self.checkpoint_dir / f"{name}.pt"
         state = self._read_agreed(path)
@@ -341,19 +345,22 @@ class RunContext:
 
     def _read_agreed(self, path: Path) -> dict[str, Any] | None:
         """The main process's checkpoint at ``path`` (None: it has none), on every process: read from the file
-        where each process sees the same one, else sent by the main process (a host without the folder, such
-        as launcher=manual's other hosts, whose run folders are their own)."""
+        where each process sees the same one, else sent by the main process in chunks (a host without the folder,
+        such as launcher=manual's other hosts, whose run folders are their own); loaded without running anything
+        from it (runner.training.checkpoints)."""
         if not (dist.is_initialized() and self.world_size > 1):
-            return torch.load(path, map_location=self.device, weights_only=False) if path.exists() else None
+            return checkpoints.load(path, path, self.device) if path.exists() else None
         stamps: list[tuple[int, int] | None] = [None] * self.world_size
         dist.all_gather_object(stamps, _file_stamp(path))
         if stamps[0] is None:
             return None
         if all(s == stamps[0] for s in stamps):
-            return torch.load(path, map_location=self.device, weights_only=False)
-        sent = [path.read_bytes() if self.is_main else None]
-        dist.broadcast_object_list(sent, src=0)
-        return torch.load(io.BytesIO(sent[0]), map_location=self.device, weights_only=False)
+            return checkpoints.load(path, path, self.device)
+        wire = self.device if dist.get_backend() == dist.Backend.NCCL else torch.device("cpu")
+        received = checkpoints.broadcast_file(path if self.is_main else None, wire)
+        if received is None:  # the main process: its own file
+            return checkpoints.load(path, path, self.device)
+        return checkpoints.load(received, f"{path} (sent by rank 0)", self.device)
 
     def close(self) -> None:
         for bar in self._progress:

@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 
 from runner.common import exits
 from runner.common.formatting import error_line
-from runner.common.timeouts import is_timeout_text
 from runner.plan.diagnostics import diagnose, last_request, read_diagnosis, write_diagnosis
-from runner.plan.outcome import ErrorRecord, RankOutcome, first_failures
+from runner.plan.outcome import ErrorRecord, RankOutcome, first_failures, timed_out
 from runner.plan.paths import RunPaths
 from runner.worker.channel import JobChannel, gather_dumps
 from runner.worker.setup import RankSetup
@@ -194,14 +193,14 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths,
     said = read_diagnosis(paths)
     if said is not None:
         return [] if said.get("kind") == "stall" else ["", f"hang: {said['text']}"]
-    if not any(is_timeout_text(e["exception"]) for e in errors):
+    if not any(timed_out(e) for e in errors):
         return []
     timeout = setups[0].spec.init.timeout_s
     world = setups[0].world_size
     joined = {r for r in range(world) if RankOutcome(paths, r).joined}
     if channel is not None and len(joined) < world:  # the other hosts' ranks say so on the channel
         joined |= set(channel.joined(paths.attempt, range(world)))
-    waited = sorted(e["rank"] for e in errors if is_timeout_text(e["exception"]))
+    waited = sorted(e["rank"] for e in errors if timed_out(e))
     if len(joined) < world:
         missing = sorted(set(range(world)) - set(joined) - set(waited))
         return ["", f"timeout: the process group did not form within init.timeout_s={timeout:g} s: rank(s) "

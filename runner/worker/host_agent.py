@@ -41,10 +41,10 @@ from omegaconf import DictConfig
 from runner.common import exits
 from runner.common.formatting import error_line
 from runner.common.signals import StopRequest
-from runner.common.timeouts import is_timeout_text
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
 from runner.plan.diagnostics import clear_diagnosis, diagnose
+from runner.plan.outcome import timed_out
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan
 from runner.spec.schema import InitMethod, recipe_settings
@@ -424,7 +424,7 @@ class HostAgent:
         ranks still running for their stacks (runner.worker.rank.STACK_SIGNAL), so that the report shows where the
         ranks it waited for were. Whether it asked."""
         failed = [s for s in setups if s.outcome.failed]
-        if not any(is_timeout_text(s.outcome.error_file.read_text(errors="replace")) for s in failed):
+        if not any(timed_out(e) for s in failed if (e := s.outcome.error()) is not None):
             return False
         for rank, setup in zip(ranks, setups):
             if setup not in failed and not setup.outcome.done:

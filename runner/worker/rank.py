@@ -19,7 +19,6 @@ from typing import Any
 
 import runner.training.output as output
 from runner.common.signals import StopRequest
-from runner.common.timeouts import is_timeout_text
 from runner.environments import provenance
 from runner.spec.schema import DeviceKind, InitMethod
 from runner.spec.targets import load_target
@@ -122,10 +121,11 @@ def failed(setup: RankSetup, exc: BaseException, watch: Watch | None, shown: str
     one) to its stderr, and when a collective timed out, have every rank say where it is (runner.plan.diagnostics),
     this one first, and wait a moment for its agent to ask the others."""
     text = shown if shown is not None else "".join(traceback.format_exception(exc))
-    setup.outcome.record_error(setup.error_record(exc, text))
+    record = setup.error_record(exc, text)
+    setup.outcome.record_error(record)
     sys.stderr.write(text)
     sys.stderr.flush()
-    if is_timeout_text(f"{type(exc).__name__}: {exc}"):
+    if record.timeout:
         if watch is not None:
             ask_for_dumps(setup.paths, watch.channel, "timeout")
             watch.dump("timeout")

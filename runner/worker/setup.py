@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
+from runner.common.timeouts import is_collective_timeout
 from runner.plan.outcome import ErrorRecord, RankOutcome
 from runner.plan.paths import RunPaths
 from runner.plan.processes import ProcessRecord
@@ -56,8 +57,9 @@ class RankSetup:
 
     def error_record(self, exc: BaseException, shown: str | None = None) -> ErrorRecord:
         """This process's failure record: which rank, where, when, and the traceback (``shown``: as the rank
-        printed it), for the report."""
+        printed it), for the report; whether torch.distributed timed out, decided here from the exception itself
+        (its readers, the agent and the report, take this verdict rather than guess from the text)."""
         rec = self.record
         return ErrorRecord(rec.global_rank, rec.local_rank, rec.host, socket.gethostname(), os.getpid(), time.time(),
                            f"{type(exc).__name__}: {exc}", shown if shown is not None else
-                           "".join(traceback.format_exception(exc)))
+                           "".join(traceback.format_exception(exc)), timeout=is_collective_timeout(exc))

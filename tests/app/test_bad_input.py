@@ -64,6 +64,7 @@ CASES = [
     case("zero-batch", "recipe.global_batch_size=0", says="recipe.global_batch_size"),
     case("batch-not-divisible", "topology=1x2", "recipe.global_batch_size=7", says=("recipe.global_batch_size", "7")),
     case("negative-restarts", "launcher.max_restarts=-1", says="launcher.max_restarts"),
+    case("negative-grace", "launcher.grace_s=-3", says=("launcher.grace_s", "got -3.0")),
     # shell metacharacters and unsafe names
     case("host-with-semicolon", "launcher=manual", "topology.hosts=[{name: 'a;rm -rf ~', devices: 1}, {name: b}]",
          says="topology.hosts[0]"),

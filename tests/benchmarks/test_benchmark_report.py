@@ -34,7 +34,7 @@ def test_every_table_block_of_the_report_is_rewritten_from_the_results(tmp_path)
 def test_the_committed_report_has_every_table_block():
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
     assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "pairs", "throughput", "diagnosis",
-                                                                 "plan", "sharding"]
+                                                                 "plan", "sharding", "checkpoint"]
 
 
 def test_the_committed_report_quotes_the_paired_torchrun_results():
@@ -58,3 +58,17 @@ def test_the_readme_quotes_the_paired_torchrun_results():
             f"{four['teardown_aborts']['torchrun --standalone']} of {data['pairs']}, `run` "
             f"{two['teardown_aborts']['run --']} of {data['pairs']}") in row
     assert four["teardown_aborts"]["run --"] == two["teardown_aborts"]["run --"]
+
+
+def test_the_committed_report_and_readme_quote_the_checkpoint_broadcast_results():
+    """The checkpoint table holds what benchmarks/results/checkpoint_broadcast.json holds, and so does the README."""
+    text = (REPO / "benchmarks" / "REPORT.md").read_text()
+    block = text[text.index("<!-- table:checkpoint -->"):]
+    assert report.checkpoint() in block[:block.index("<!-- end -->")]
+    data = json.loads((REPO / "benchmarks" / "results" / "checkpoint_broadcast.json").read_text())
+    whole, chunked = (data["ways"][way] for way in data["ways"])
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| a checkpoint sent"))
+    mib = lambda r: f"{r['peak_growth_bytes'] / 2**20:,.0f} MiB"  # noqa: E731
+    assert (f"**{data['ratio_chunked_vs_whole']['rank0']:.2f}×** on rank 0 ({mib(chunked['rank0'])} vs "
+            f"{mib(whole['rank0'])}), **{data['ratio_chunked_vs_whole']['rank1']:.2f}×** on the receiving rank "
+            f"({mib(chunked['rank1'])} vs {mib(whole['rank1'])})") in row

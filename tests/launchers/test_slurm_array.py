@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.launchers.slurm_array import ArrayMember, group
-from runner.launchers.slurm_job import task_ids
+from runner.launchers.slurm_array import ArrayFollower, ArrayMember, group
+from runner.launchers.slurm_job import SlurmStates, task_ids
 from runner.plan.paths import RunPaths
 from runs import processes_of, run, signal_when_ready
+from slurm_fakes import Clock, Slurm, ok
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -41,6 +42,28 @@ def test_jobs_that_ask_for_the_same_resources_share_an_array(tmp_path):
     arrays = group(members)
     assert [list(a.members) for a in arrays] == [[0, 2, 4], [1, 3]]
     assert [a.directives for a in arrays] == [small, big]
+
+
+@pytest.mark.unit
+def test_a_sweeps_arrays_are_asked_about_less_often_while_their_tasks_stay_as_they_are(tmp_path):
+    slurm = Slurm(Clock())
+
+    def sacct() -> subprocess.CompletedProcess:  # task 0 ends at 100 s, task 1 at 400 s
+        now = slurm.clock.now
+        return ok("".join(f"90_{n}|{'COMPLETED' if now >= end else 'RUNNING'}|0:0|node1|None\n"
+                          for n, end in ((0, 100), (1, 400))))
+
+    slurm.answers["sacct"] = sacct
+    (array,) = group({n: _member(tmp_path / str(n), ()) for n in (0, 1)})
+    follower = ArrayFollower([("90", array)], tmp_path, {0: "a", 1: "b"}, SlurmStates(slurm, slurm.clock), slurm.clock,
+                             slurm.clock.sleep)
+    assert follower.codes() == {0: 0, 1: 0}
+    asked = slurm.times("sacct")
+    assert asked[:11] == pytest.approx(range(11))  # every second at first
+    ended = next(i for i, t in enumerate(asked) if t >= 100)  # task 0's end seen: a change, the next a second later
+    assert asked[ended] - 100 <= 10 and asked[ended + 1] - asked[ended] == pytest.approx(1.0)
+    assert 400 <= asked[-1] <= 430 and len(asked) == 82  # over 417 s, not 417
+    assert 25 < max(b - a for a, b in zip(asked, asked[1:])) <= 30.0
 
 
 def test_the_array_script_runs_each_jobs_own_script_in_its_folder(tmp_path):

@@ -1,14 +1,18 @@
-"""runner.launchers.slurm_job: what Slurm says of a job, from sacct in one call for many jobs, and from
-scontrol where sacct does not answer (no accounting kept, as on the test cluster) or does not list a job yet."""
+"""runner.launchers.slurm_job and slurm_follow: what Slurm says of a job, from sacct in one call for many jobs, and
+from scontrol where sacct does not answer (no accounting kept, as on the test cluster; asked again later) or does not
+list a job yet; following a job: its output every second, its state on a schedule that backs off. Slurm's commands
+and the clock are fakes: pure logic."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import pytest
 
-from runner.launchers import slurm_job
-from runner.launchers.slurm_job import JobStatus, statuses, task_ids
+from runner.launchers.slurm_follow import JobFollower, PollSchedule
+from runner.launchers.slurm_job import JobStatus, SlurmStates, task_ids
+from slurm_fakes import Clock, Slurm, Terminal, ok
 
 pytestmark = pytest.mark.unit
 
@@ -43,41 +47,129 @@ def test_scontrol_records() -> None:
 
 
 @pytest.fixture
-def slurm(monkeypatch):
-    """Slurm's commands answered from a table; the calls made, in order."""
-    calls: list[list[str]] = []
-    answers: dict[str, subprocess.CompletedProcess] = {}
+def slurm() -> Slurm:
+    return Slurm(Clock())
 
-    def fake(argv: list[str], cwd: str | None = None) -> subprocess.CompletedProcess:
-        calls.append(argv)
-        return answers[argv[0]]
 
-    monkeypatch.setattr(slurm_job, "_slurm", fake)
-    monkeypatch.setattr(slurm_job._Sacct, "works", None)
-    return calls, answers
+NO_ACCOUNTING = subprocess.CompletedProcess([], 1, "", "sacct: error: Slurm accounting storage is disabled\n")
 
 
 def test_one_sacct_call_for_every_job_asked(slurm) -> None:
-    calls, answers = slurm
-    answers["sacct"] = subprocess.CompletedProcess([], 0, SACCT, "")
-    found = statuses(["4242", "4243", "4244"])
-    assert [c[0] for c in calls] == ["sacct"] and calls[0][-1] == "4242,4243,4244"
+    slurm.answers["sacct"] = ok(SACCT)
+    found = SlurmStates(slurm, slurm.clock).of(["4242", "4243", "4244"])
+    assert [argv[0] for _, argv in slurm.calls] == ["sacct"] and slurm.calls[0][1][-1] == "4242,4243,4244"
     assert {s.job for s in found} == {"4242", "4243", "4244"}
 
 
-def test_without_accounting_scontrol_answers_and_sacct_is_not_asked_again(slurm) -> None:
-    calls, answers = slurm
-    answers["sacct"] = subprocess.CompletedProcess([], 1, "", "sacct: error: Slurm accounting storage is disabled\n")
-    answers["scontrol"] = subprocess.CompletedProcess([], 0, SCONTROL.splitlines()[0] + "\n", "")
-    assert slurm_job.status("51").state == "RUNNING"
-    assert slurm_job.status("51").state == "RUNNING"
-    assert [c[0] for c in calls] == ["sacct", "scontrol", "scontrol"]
+def test_without_accounting_scontrol_answers(slurm) -> None:
+    slurm.answers["sacct"] = NO_ACCOUNTING
+    slurm.answers["scontrol"] = ok(SCONTROL.splitlines()[0] + "\n")
+    states = SlurmStates(slurm, slurm.clock)
+    assert states.status("51").state == "RUNNING"
+    slurm.clock.now = 1.0
+    assert states.status("51").state == "RUNNING"
+    assert [argv[0] for _, argv in slurm.calls] == ["sacct", "scontrol", "scontrol"]  # sacct: not again at once
+
+
+def test_a_failed_sacct_is_asked_again_later_and_later_and_used_again_once_it_answers(slurm) -> None:
+    answers = {"works": False}
+    slurm.answers["sacct"] = lambda: ok("51|RUNNING|0:0|tb1h1|None\n") if answers["works"] else NO_ACCOUNTING
+    slurm.answers["scontrol"] = ok(SCONTROL.splitlines()[0] + "\n")
+    states = SlurmStates(slurm, slurm.clock)
+    for t in range(2200):  # asked every second, as a job is followed at its busiest
+        slurm.clock.now = float(t)
+        assert states.status("51").state == "RUNNING"
+    # 30 s after the first failure, then twice as late after each one, up to 10 minutes
+    assert slurm.times("sacct") == [0, 30, 90, 210, 450, 930, 1530, 2130]
+    assert len(slurm.times("scontrol")) == 2200  # meanwhile scontrol answers, every time
+    answers["works"] = True
+    for t in range(2730, 2733):
+        slurm.clock.now = float(t)
+        assert states.status("51").state == "RUNNING"
+    assert slurm.times("sacct")[-3:] == [2730, 2731, 2732] and slurm.times("scontrol")[-1] < 2730
+    answers["works"] = False  # a failure after it answered again: 30 s, as at first
+    slurm.clock.now = 2733.0
+    states.status("51")
+    slurm.clock.now = 2762.0
+    states.status("51")
+    slurm.clock.now = 2763.0
+    states.status("51")
+    assert slurm.times("sacct")[-2:] == [2733, 2763]
 
 
 def test_a_job_sacct_has_not_listed_yet_is_asked_of_scontrol(slurm) -> None:
-    calls, answers = slurm
-    answers["sacct"] = subprocess.CompletedProcess([], 0, SACCT.splitlines()[0] + "\n", "")
-    answers["scontrol"] = subprocess.CompletedProcess([], 1, "", "slurm_load_jobs error: Invalid job id specified\n")
-    found = statuses(["4242", "4300"])
+    slurm.answers["sacct"] = ok(SACCT.splitlines()[0] + "\n")
+    slurm.answers["scontrol"] = subprocess.CompletedProcess([], 1, "", "slurm_load_jobs error: Invalid job id specified\n")
+    found = SlurmStates(slurm, slurm.clock).of(["4242", "4300"])
     assert [s.job for s in found] == ["4242"]  # 4300: forgotten by scontrol too, so no record
-    assert calls[1] == ["scontrol", "show", "job", "-o", "4300"]
+    assert slurm.calls[1][1] == ["scontrol", "show", "job", "-o", "4300"]
+
+
+def test_the_state_is_asked_every_second_then_a_tenth_of_the_time_in_it_at_most_every_30_s() -> None:
+    schedule, asked, now = PollSchedule(), [], 0.0
+    while now < 600:
+        assert schedule.due(now)
+        asked.append(now)
+        schedule.asked(now, changed=not asked[:-1])  # the first answer, then the same state
+        now = schedule.next_at
+    gaps = [b - a for a, b in zip(asked, asked[1:])]
+    assert asked[:11] == [float(t) for t in range(11)]  # every second for the first 10 s
+    assert gaps == pytest.approx([min(30.0, max(1.0, 0.1 * a)) for a in asked[:-1]])
+    assert gaps[-1] == pytest.approx(30.0) and len(asked) == 56  # in 600 s, not 600
+
+
+def test_a_change_of_state_brings_the_polls_back_to_every_second() -> None:
+    schedule = PollSchedule()
+    schedule.asked(0.0, changed=True)
+    schedule.asked(400.0, changed=False)
+    assert schedule.next_at == 430.0  # 30 s: the longest
+    schedule.asked(430.0, changed=True)
+    assert schedule.next_at == 431.0
+    schedule.asked(431.0, changed=False)
+    schedule.hurry(431.5)  # cancelled: its end is near
+    assert schedule.next_at == 432.0 and not schedule.due(431.9) and schedule.due(432.0)
+
+
+def test_following_a_job_shows_its_output_every_second_while_its_state_is_asked_less_often(slurm, tmp_path) -> None:
+    output = tmp_path / "slurm-77.out"
+    slurm.answers["sacct"] = lambda: ok(f"77|{'RUNNING' if slurm.clock.now < 600 else 'COMPLETED'}|0:0|node1|None\n")
+    clock = slurm.clock
+
+    def sleep(seconds: float) -> None:  # the job writes a line as time passes
+        clock.sleep(seconds)
+        with open(output, "a") as f:
+            f.write(f"at {clock.now:.2f}\n")
+
+    terminal = Terminal(clock)
+    follower = JobFollower("77", output, SlurmStates(slurm, clock), clock, sleep, terminal)
+    last = follower.last_state()
+    assert (last.job, last.state) == ("77", "COMPLETED")
+    asked = slurm.times("sacct")
+    assert asked[:11] == pytest.approx(range(11)) and len(asked) == 57  # over 609 s, not 609
+    assert max(b - a for a, b in zip(asked, asked[1:])) == pytest.approx(30.0)
+    assert 600 <= asked[-1] <= 630  # its end seen within the longest interval
+    shown = [t for t, _ in terminal.writes]
+    assert max(b - a for a, b in zip(shown, shown[1:])) <= 1.0 + 1e-9  # output every second, throughout
+    assert "".join(text for _, text in terminal.writes) == output.read_text()  # all of it, the last line too
+    assert slurm.times("scontrol") == []
+
+
+def test_a_cancelled_job_is_asked_about_a_second_later(slurm, tmp_path) -> None:
+    slurm.answers["sacct"] = lambda: ok(f"78|{'RUNNING' if not cancelled else 'CANCELLED'}|0:0|node1|None\n")
+    cancelled: list[list[str]] = []
+    clock = slurm.clock
+    follower = JobFollower("78", tmp_path / "none.out", SlurmStates(slurm, clock), clock, clock.sleep,
+                           Terminal(clock), cancel=cancelled.append)
+
+    at: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.now >= 500 and not at:
+            at.append(clock.now)
+            follower.on_signal(signal.SIGINT)  # Ctrl-C at 500 s, while polls are 30 s apart
+
+    follower._sleep = sleep
+    assert follower.last_state().state == "CANCELLED"
+    assert cancelled == [["78"]] and follower.stopping == [signal.SIGINT]
+    assert slurm.times("sacct")[-2] < at[0] and slurm.times("sacct")[-1] == pytest.approx(at[0] + 1.0)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from runner.plan.outcome import ErrorRecord, RankOutcome, all_done, any_failed, first_failures, outcomes
+from runner.plan.outcome import ErrorRecord, RankOutcome, all_done, any_failed, first_failures, outcomes, timed_out
 from runner.plan.paths import RunPaths
 
 pytestmark = pytest.mark.unit
@@ -47,6 +47,16 @@ def test_the_first_failure_is_a_killed_rank_then_the_earliest(paths) -> None:
     assert [e["rank"] for e in first_failures(paths, range(4))] == [3, 2, 0]
     assert RankOutcome(paths, 3).error()["killed"] is True and RankOutcome(paths, 1).error() is None
     assert any_failed(paths, range(4)) and not any_failed(paths, [1])
+
+
+def test_a_timeout_is_the_ranks_verdict_and_an_older_records_text(paths) -> None:
+    said = ErrorRecord(0, 0, "node0", "m", 100, 1.0, "ValueError: timeout_s must be > 0")
+    RankOutcome(paths, 0).record_error(said)
+    RankOutcome(paths, 1).record_error(ErrorRecord(1, 1, "node0", "m", 101, 2.0, "RuntimeError: Wait timeout",
+                                                   timeout=True))
+    assert [timed_out(RankOutcome(paths, r).error()) for r in (0, 1)] == [False, True]
+    older = {k: v for k, v in RankOutcome(paths, 0).error().items() if k != "timeout"}  # written before the verdict
+    assert timed_out(older) is True and timed_out({**older, "exception": "ValueError: bad lr"}) is False
 
 
 def test_all_done_and_clearing_an_attempt(paths) -> None:

@@ -48,6 +48,33 @@ def test_a_rank_that_never_enters_a_collective_is_named_at_the_timeout(tmp_path)
     assert not processes_of(done.run_id)
 
 
+def test_a_real_gloo_timeout_is_recorded_as_one_by_the_rank(tmp_path):
+    done = run("topology=1x2", *hang(), "recipe.global_batch_size=2", "init.timeout_s=2", cwd=tmp_path)
+    assert done.code == 1, done.output
+    error = json.loads((run_folder(tmp_path) / "logs" / "rank00000.error.json").read_text())
+    assert re.fullmatch(r"RuntimeError: \[\S+/gloo/transport/tcp/unbound_buffer\.cc:\d+\] Timed out waiting 2000ms for "
+                        r"recv operation to complete", error["exception"]), error["exception"]
+    assert error["timeout"] is True
+    assert re.search(r"timeout: a collective waited init\.timeout_s=2 s: rank 0 waits in all_reduce #4 \(process group "
+                     r"0\) " + SINCE, done.stderr), done.stderr
+
+
+def test_a_recipes_own_error_that_mentions_a_timeout_is_not_a_hang(tmp_path):
+    art = tmp_path / "art"
+    art.mkdir()
+    done = run("topology=1x2", "recipe=custom", "recipe.target=workloads.failing:main", f"+recipe.out_dir={art}",
+               "+recipe.fail_rank=0", "+recipe.fail_step=3", "+recipe.message='timeout_s must be > 0'",
+               "recipe.global_batch_size=2", cwd=tmp_path)
+    assert done.code == 1, done.output
+    assert "ValueError: timeout_s must be > 0 (its traceback is above" in done.stderr
+    assert "timeout:" not in done.stderr and "  hang " not in done.stderr, done.stderr
+    logs = run_folder(tmp_path) / "logs"
+    assert json.loads((logs / "rank00000.error.json").read_text())["timeout"] is False
+    assert not (logs / "diagnose.request").exists() and not (logs / "diagnosis.json").exists()  # no rank asked
+    assert "Current thread" not in (logs / "rank00001.log").read_text()  # no stack asked of the other rank
+    assert summary(run_folder(tmp_path))["hang"] is None
+
+
 def test_a_script_that_makes_its_own_group_and_hangs_is_explained_the_same_way(tmp_path):
     shutil.copy(TESTS / "scripts" / "hang_script.py", tmp_path)
     done = run("topology=1x3", "init.timeout_s=6", "--", "hang_script.py", "--hang-rank", "1", cwd=tmp_path)

@@ -1,4 +1,5 @@
-"""Rank `fail_rank` raises at step `fail_step`; the others keep doing collectives (and would hang alone)."""
+"""Rank `fail_rank` raises at step `fail_step`; the others keep doing collectives (and would hang alone).
+``message``: it raises ValueError(message) instead, a recipe's own error in its own words."""
 
 import os
 import time
@@ -14,5 +15,7 @@ def main(ctx, cfg):
         t = torch.ones(1)
         dist.all_reduce(t)
         if ctx.rank == cfg.fail_rank and step == cfg.fail_step:
+            if cfg.get("message"):
+                raise ValueError(cfg.message)
             raise RuntimeError(f"injected failure on rank {ctx.rank} at step {step}")
         time.sleep(0.01)

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from runner.common import exits
-from runner.common.timeouts import is_timeout_text
+from runner.common.timeouts import is_collective_timeout
 from runner.plan.paths import RunPaths
 from runner.worker.preflight.checks import DEADLINE_GRACE_S, Check, HostReport, PreflightFailed, collective_timeout_s
 from runner.worker.setup import RankSetup
@@ -26,7 +26,7 @@ def _explain(e: BaseException, setup: RankSetup, timeout_s: float) -> Check:
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
     text = f"{type(e).__name__}: {first}"[:300]
     lowered = str(e).lower()
-    if is_timeout_text(lowered):
+    if is_collective_timeout(e):
         shared = "; init=file: is init.dir shared by every host?" if setup.init_method.startswith("file://") else ""
         return Check.failed(f"the processes did not all meet within {timeout_s:.0f} s ({text})",
                             f"is every host started (each prints its own preflight line)? a firewall between the "

@@ -1,0 +1,134 @@
+"""Following a submitted Slurm job to its end: its state changes and its output as they come, then its exit status.
+
+Two clocks. The job's output file is copied to the terminal every :data:`TAIL_S` (rank 0's progress keeps coming).
+Slurm is asked for the job's state on a schedule that backs off (:class:`PollSchedule`): every second at first and
+after each change of state, then less and less often while the job stays in one state, at most every
+:data:`LONGEST_S` — an hour-long job costs slurmctld and slurmdbd about 150 calls, not 3,600, and a job that ends
+after a minute in its state is still seen within 6 s. (submitit's watcher backs off too: half the time since the
+job was submitted, from 2 s up to a minute.)
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from runner.common import exits
+from runner.common.signals import handling
+from runner.launchers.slurm_job import JobStatus, SlurmStates, exit_status, scancel
+
+TAIL_S = 1.0  # the output file is copied this often, whatever the state polls do
+FIRST_S = 1.0  # the state is asked this soon after a change (and at the start)
+LONGEST_S = 30.0  # ... and at least this often
+FRACTION = 0.1  # in between: a tenth of the time the job has been in its state
+
+
+class PollSchedule:
+    """When to ask for a job's state next: :data:`FIRST_S` after a change, then :data:`FRACTION` of the time since
+    the last change, at most :data:`LONGEST_S`."""
+
+    def __init__(self, first_s: float = FIRST_S, longest_s: float = LONGEST_S, fraction: float = FRACTION) -> None:
+        self.first_s, self.longest_s, self.fraction = first_s, longest_s, fraction
+        self.changed_at: float | None = None  # when what was asked last changed; None: not asked yet
+        self.next_at = float("-inf")  # when to ask again: at once, to begin with
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_at
+
+    def asked(self, now: float, changed: bool) -> None:
+        """The state was asked at ``now``; ``changed``: it differs from the last answer."""
+        if changed or self.changed_at is None:
+            self.changed_at = now
+        self.next_at = now + min(self.longest_s, max(self.first_s, self.fraction * (now - self.changed_at)))
+
+    def hurry(self, now: float) -> None:
+        """Something is about to change (the job was cancelled): ask again soon."""
+        self.changed_at = now
+        self.next_at = min(self.next_at, now + self.first_s)
+
+
+class _Tail:
+    """Copies what a file gains to a stream (the job's output file, as it is written on the nodes)."""
+
+    def __init__(self, path: Path, stream: TextIO) -> None:
+        self.path, self.stream, self.offset = path, stream, 0
+
+    def pump(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        if data:
+            self.offset += len(data)
+            self.stream.write(data.decode(errors="replace"))
+            self.stream.flush()
+
+
+class JobFollower:
+    """Follows one job: what it knows of it (the last state shown, the schedule, whether it was cancelled) is its
+    own. ``states``, ``clock``, ``sleep``, ``out`` and ``cancel`` are Slurm, the time and the terminal (tests pass
+    their own)."""
+
+    def __init__(self, job_id: str, output: Path, states: SlurmStates | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+                 out: TextIO | None = None, cancel: Callable[[list[str]], None] = scancel) -> None:
+        self.job_id = job_id
+        self.states = states or SlurmStates(clock=clock)
+        self.schedule = PollSchedule()
+        self._clock, self._sleep, self._cancel = clock, sleep, cancel
+        self._tail = _Tail(output, out or sys.stdout)
+        self.stopping: list[int] = []  # the signals that asked `run` to cancel the job
+
+    def on_signal(self, signum: int, _frame: object = None) -> None:
+        """SIGINT or SIGTERM to `run`: cancel the job (once), and see it end soon."""
+        if not self.stopping:
+            print(f"\n{signal.Signals(signum).name}: cancelling Slurm job {self.job_id} ...", file=sys.stderr)
+            self._cancel([self.job_id])
+            self.schedule.hurry(self._clock())
+        self.stopping.append(signum)
+
+    def last_state(self) -> JobStatus | None:
+        """Follow the job until it ended (its last state) or Slurm forgot it (None), showing its states and output."""
+        shown = None
+        while True:
+            self._tail.pump()
+            now = self._clock()
+            if self.schedule.due(now):
+                current = self.states.status(self.job_id)
+                if current is None:
+                    return None
+                changed = current.describe() != shown
+                if changed:
+                    shown = current.describe()
+                    print(f"slurm job {self.job_id}: {shown}", file=sys.stderr, flush=True)
+                self.schedule.asked(now, changed)
+                if current.finished:
+                    self._sleep(TAIL_S)  # the output file may still be flushed by the nodes
+                    self._tail.pump()
+                    return current
+            self._sleep(max(0.0, min(TAIL_S, self.schedule.next_at - self._clock())))
+
+
+def follow(job_id: str, output: Path, outcome: Callable[[], int] | None = None,
+           rank_failed: Callable[[], bool] | None = None) -> int:
+    """Wait for a submitted job, showing its state changes and its output; its exit status.
+
+    SIGINT or SIGTERM to `run` cancels the job (scancel) and returns 128 + the signal once it ended.
+    """
+    follower = JobFollower(job_id, output)
+    with handling((signal.SIGINT, signal.SIGTERM), follower.on_signal):
+        last = follower.last_state()
+    if last is None:  # forgotten already: the run folder tells how its ranks ended
+        print(f"slurm job {job_id}: ended (no longer known to Slurm)", file=sys.stderr)
+    if follower.stopping:
+        return exits.from_signal(follower.stopping[0])
+    if last is None:
+        return outcome() if outcome else exits.FAILED
+    code = exit_status(job_id, last)
+    return exits.FAILED if code and rank_failed and rank_failed() else code  # a rank failed: 1, as a local run says
