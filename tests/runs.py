@@ -78,6 +78,20 @@ def signal_when_ready(args: list[str], cwd: Path, sig: int, ready: str, count: i
     return Finished(proc.returncode, out, err, run_id)
 
 
+def wait_until(predicate, timeout: float, what: str, alive: list[subprocess.Popen] = ()) -> None:
+    """Return once ``predicate()`` is true; fail naming ``what`` after ``timeout`` seconds, or as soon as one of
+    ``alive`` (processes that must still run meanwhile) has ended, with its output."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        ended = [p for p in alive if p.poll() is not None]
+        if ended:
+            out = ended[0].communicate()[0] or ""
+            raise AssertionError(f"ended (exit {ended[0].returncode}) before {what}:\n{out[-4000:]}")
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not {what} within {timeout:g} s")
+        time.sleep(0.05)
+
+
 def processes_of(run_id: str) -> list[psutil.Process]:
     """Live processes of a run: ranks carry TORCHELASTIC_RUN_ID; `run` and its launch agent carry
     `run_id=<id>` on their command line (the tests always pass one)."""

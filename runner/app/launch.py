@@ -22,32 +22,19 @@ from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, check
 from runner.launchers.base import Invocation
 from runner.launchers.slurm_array import ArrayMember
-from runner.plan.diagnostics import collect_dumps, diagnose, request_dumps
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan, make_plan
 from runner.plan.render import plan_table, verdict, write_plan
 from runner.reports.run_summary import report as report_run
+from runner.reports.where import where_the_ranks_are
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import Severity, errors, render_problems
 from runner.spec.schema import InitMethod, JobConfig, ScriptRecipeConfig
-
-DUMP_WAIT_S = 3.0  # how long `run` waits for the ranks' dumps when asked where they are
-
 
 def _run_command() -> str:
     """This `run` executable's absolute path (a venv's bin need not be on every host's PATH)."""
     argv0 = sys.argv[0]
     return os.path.abspath(argv0) if os.path.basename(argv0) == "run" and os.path.exists(argv0) else "run"
-
-
-def where_the_ranks_are(plan: Plan, paths: RunPaths) -> None:
-    """SIGQUIT to `run` (Ctrl-\\): every rank writes its collectives and where it is; say it in one paragraph.
-    The job goes on (each rank also writes its full stack to its log)."""
-    asked = request_dumps(paths, "request")
-    dumps = collect_dumps(paths, range(plan.world_size), asked, DUMP_WAIT_S)
-    found = diagnose(dumps, plan.world_size)
-    said = found.text if found else f"{len(dumps)} of {plan.world_size} rank(s) answered, none in a collective yet"
-    print(f"\nwhere the ranks are: {said}\n    (stacks: logs/rank*.log; the job goes on)", file=sys.stderr, flush=True)
 
 
 def _snapshot(spec: JobConfig, pinned: DictConfig, by_default: bool, paths: RunPaths) -> Snapshot | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import sys
@@ -22,6 +23,7 @@ from runner.spec.schema import JobConfig, TaskMode
 from runner.spec.validation import ENV_NAME
 
 
+STOP_MARGIN_S = 10  # after launcher.grace_s: the stop's report (where the ranks were, every host's records)
 ATTEMPT = "RUNNER_ATTEMPT"  # tells each task which attempt it is (runner.environments.process)
 
 
@@ -71,6 +73,9 @@ class MpiLauncher(Launcher):
             argv.append("--oversubscribe")
         # map by slot: -H order and slot counts give rank blocks per host, the plan's prefix sums
         argv += ["-np", str(sum(slots)), "-H", hosts, "--map-by", "slot", "--bind-to", "none"]
+        # mpirun passes SIGINT/SIGTERM on to the tasks, then kills them after this many seconds (1 by default):
+        # leave them launcher.grace_s to stop their ranks, the time to say where those were, and to report
+        argv += ["--mca", "odls_base_sigkill_timeout", str(math.ceil(job.spec.launcher.grace_s) + STOP_MARGIN_S)]
         for name in opts.export:
             argv += ["-x", name]  # Open MPI passes only its own variables to other hosts unless told
         if job.spec.launcher.max_restarts:

@@ -19,6 +19,7 @@ from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskErro
 from runner.plan.outcome import all_done
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred
+from runner.reports.where import where_the_ranks_are
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem, Severity, render_problems
@@ -292,7 +293,8 @@ class SlurmLauncher(Launcher):
             print(f"slurm: not following it (launcher.slurm.follow=false): `squeue -j {job_id}` shows it", file=sys.stderr)
             self.not_followed = f"Slurm job {job_id}"
             return exits.OK
-        return slurm_follow.follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed)
+        return slurm_follow.follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed,
+                                   say_where=lambda: where_the_ranks_are(self.plan, self.paths, "cancelling the job"))
 
     def snapshots_by_default(self) -> bool:
         return not self.in_allocation  # a batch job starts, and is requeued, after the submission

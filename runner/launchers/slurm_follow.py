@@ -77,8 +77,10 @@ class JobFollower:
 
     def __init__(self, job_id: str, output: Path, states: SlurmStates | None = None,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 out: TextIO | None = None, cancel: Callable[[list[str]], None] = scancel) -> None:
+                 out: TextIO | None = None, cancel: Callable[[list[str]], None] = scancel,
+                 say_where: Callable[[], None] | None = None) -> None:
         self.job_id = job_id
+        self.say_where = say_where
         self.states = states or SlurmStates(clock=clock)
         self.schedule = PollSchedule()
         self._clock, self._sleep, self._cancel = clock, sleep, cancel
@@ -86,8 +88,11 @@ class JobFollower:
         self.stopping: list[int] = []  # the signals that asked `run` to cancel the job
 
     def on_signal(self, signum: int, _frame: object = None) -> None:
-        """SIGINT or SIGTERM to `run`: cancel the job (once), and see it end soon."""
+        """SIGINT or SIGTERM to `run`: say where the ranks are (Slurm signals every process of the job at once, so
+        they cannot say it after), cancel the job (once), and see it end soon."""
         if not self.stopping:
+            if self.say_where is not None:
+                self.say_where()
             print(f"\n{signal.Signals(signum).name}: cancelling Slurm job {self.job_id} ...", file=sys.stderr)
             self._cancel([self.job_id])
             self.schedule.hurry(self._clock())
@@ -116,12 +121,13 @@ class JobFollower:
 
 
 def follow(job_id: str, output: Path, outcome: Callable[[], int] | None = None,
-           rank_failed: Callable[[], bool] | None = None) -> int:
+           rank_failed: Callable[[], bool] | None = None, say_where: Callable[[], None] | None = None) -> int:
     """Wait for a submitted job, showing its state changes and its output; its exit status.
 
-    SIGINT or SIGTERM to `run` cancels the job (scancel) and returns 128 + the signal once it ended.
+    SIGINT or SIGTERM to `run` says where the ranks are (``say_where``), cancels the job (scancel) and returns
+    128 + the signal once it ended.
     """
-    follower = JobFollower(job_id, output)
+    follower = JobFollower(job_id, output, say_where=say_where)
     with handling((signal.SIGINT, signal.SIGTERM), follower.on_signal):
         last = follower.last_state()
     if last is None:  # forgotten already: the run folder tells how its ranks ended

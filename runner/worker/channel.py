@@ -8,7 +8,8 @@ host sees by the rule of file:// init). Keys, each under ``runner/``:
 * ``attempt`` — the attempt host 0 has opened (restarts across hosts: the hosts start each attempt together);
 * ``failed/<attempt>`` — the first failure of an attempt, said by the host whose rank failed: every other host
   ends its share within :data:`POLL_S` and says why;
-* ``stop`` — a stop request that reached one host (its ``run`` got the stop signal): every host passes it on;
+* ``stop`` — a signal that reached one host's ``run`` (Ctrl-C, SIGTERM, the stop signal): every host passes it
+  on to its ranks, and ends as that host does;
 * ``joined/<attempt>/<rank>`` — the rank joined the process group (a hang's report tells "did not form" from
   "formed, then stuck");
 * ``dumps/request``, ``dumps/<rank>`` — a request for every rank to say where it is, and each rank's answer
@@ -203,8 +204,9 @@ class JobChannel:
         found = self._read(f"failed/{attempt}")
         return found if isinstance(found, dict) else None
 
-    def request_stop(self, signum: int) -> None:
-        self._put("stop", {"signal": int(signum), "time": time.time()})
+    def request_stop(self, signum: int, host: str) -> None:
+        """``host``'s `run` (or agent) got ``signum``: Ctrl-C, SIGTERM or the stop request, for every host."""
+        self._put("stop", {"signal": int(signum), "host": host, "time": time.time()})
 
     def stop_requested(self) -> dict[str, Any] | None:
         found = self._read("stop")

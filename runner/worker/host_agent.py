@@ -19,8 +19,10 @@ with ``per_device``. Its phases, named as torch elastic's agent names its own:
 Signals to the agent reach the ranks at once, as under torchrun: SIGINT as SIGINT; SIGTERM as SIGTERM to a
 script (which may trap it) and as the stop request to a recipe (``ctx.should_stop()``: it checkpoints and
 returns); the stop signal (``launcher.stop_signal``, Slurm's time-limit signal) as the stop request to a recipe
-and as SIGTERM to a script (the signal scripts trap to checkpoint). Ranks still running ``launcher.grace_s``
-after a SIGINT or SIGTERM are killed.
+and as SIGTERM to a script (the signal scripts trap to checkpoint). Each of the three also goes on the job's
+channel, so that every other host passes it on as if its own `run` had got it: one stop for the whole job. Ranks
+still running ``launcher.grace_s`` after a SIGINT or SIGTERM are killed, and host 0's agent says where every rank
+of every host was (their dumps, through the channel).
 """
 
 from __future__ import annotations
@@ -348,8 +350,8 @@ class HostAgent:
             while self._pending:
                 signum = self._pending.pop(0)
                 kill_at = self._signalled(signum, ranks, setups, ending, kill_at)
-                if channel is not None and signum == self.plan.rules.stop_signal:
-                    channel.request_stop(signum)  # every host passes the stop request on
+                if channel is not None:  # Ctrl-C, SIGTERM or the stop request: every host passes it on
+                    channel.request_stop(signum, setups[0].record.host if setups else f"node {self.node_rank}")
                     stop_seen = channel.stop_requested()
             now = time.monotonic()
             if kill_at is None and ending.failed_by_itself():
@@ -362,9 +364,10 @@ class HostAgent:
             if channel is not None and now - channel_polled >= PEER_POLL_S:
                 channel_polled = now
                 asked = channel.stop_requested()
-                if asked is not None and asked != stop_seen:  # another host's `run` was asked to stop
+                if asked is not None and asked != stop_seen:  # another host's `run` got Ctrl-C, SIGTERM or the stop
                     stop_seen = asked
-                    kill_at = self._signalled(self.plan.rules.stop_signal, ranks, setups, ending, kill_at)
+                    kill_at = self._signalled(int(asked["signal"]), ranks, setups, ending, kill_at,
+                                              origin=str(asked.get("host") or "another host"))
                 failure = channel.failure(attempt) if kill_at is None else None
                 if failure is not None:  # another host's rank failed: end this host's share, restart together
                     ending.peer_failed = failure
@@ -381,21 +384,23 @@ class HostAgent:
         return ending
 
     def _signalled(self, signum: int, ranks: list[RankProcess], setups: list[RankSetup], ending: HostEnding,
-                   kill_at: float | None) -> float | None:
-        """A signal reached the agent: pass it on as the module docstring says; the time to kill what is left."""
+                   kill_at: float | None, origin: str | None = None) -> float | None:
+        """A signal reached the agent (or, ``origin``, another host's): pass it on as the module docstring says;
+        the time to kill what is left."""
         scripts = bool(setups) and setups[0].runs_script
         stop = self.plan.rules.stop_signal
+        name = signal.Signals(signum).name + (f" (to {origin}'s `run`)" if origin else "")
         if signum in (signal.SIGINT, signal.SIGTERM):
             if self.signalled is not None:
                 return kill_at  # Ctrl-C reaches `run` and the agent both, and `run` passes its own on: once is enough
             self.signalled = ending.signum = signum
             running = sum(1 for r in ranks if r.code is None)
             if signum == signal.SIGTERM and not scripts:
-                print(f"\nSIGTERM: asking {running} process(es) to checkpoint and stop (the stop request; "
+                print(f"\n{name}: asking {running} process(es) to checkpoint and stop (the stop request; "
                       f"launcher.grace_s={self.plan.job.spec.launcher.grace_s:g})", file=sys.stderr, flush=True)
                 self._stop_all(ranks, ending, stop)
             else:
-                print(f"\n{signal.Signals(signum).name}: stopping {running} process(es)", file=sys.stderr, flush=True)
+                print(f"\n{name}: stopping {running} process(es)", file=sys.stderr, flush=True)
                 self._stop_all(ranks, ending, signum)
             grace = max(0.0, float(self.plan.job.spec.launcher.grace_s))
             return min(kill_at if kill_at is not None else float("inf"), time.monotonic() + grace)
@@ -403,7 +408,7 @@ class HostAgent:
             return kill_at  # passed on already (this host's signal, then the same request read from the channel)
         # the stop request: a recipe checkpoints and returns (ctx.should_stop); a script gets what it traps
         running = [r for r in ranks if r.code is None]
-        print(f"\n{signal.Signals(signum).name}: asking {len(running)} process(es) to checkpoint and stop"
+        print(f"\n{name}: asking {len(running)} process(es) to checkpoint and stop"
               + (" (SIGTERM to the script)" if scripts else ""), file=sys.stderr, flush=True)
         ending.requested = True
         for rank in running:
@@ -439,9 +444,13 @@ class HostAgent:
             return
         grace = self.plan.job.spec.launcher.grace_s
         world, paths = self.plan.world_size, self.paths
-        asked = ask_for_dumps(paths, channel, "stop")
-        found = diagnose(gather_dumps(paths, channel, range(world), asked, STOP_DUMP_WAIT_S), world)
-        where = f": {found.text}" if found is not None else ""
+        asked = ask_for_dumps(paths, channel, "stop")  # every host asks at its grace's end: the same moment
+        if self.serves or self.plan.rules.hosts_start_apart or channel is None:  # every rank of every host
+            found = diagnose(gather_dumps(paths, channel, range(world), asked, STOP_DUMP_WAIT_S), world)
+            where = f": {found.text}" if found is not None else ""
+        else:  # a task or host whose output is the same stream as host 0's, which says where every rank was:
+            gather_dumps(paths, channel, left, asked, STOP_DUMP_WAIT_S)  # its ranks answer before they are killed
+            where = " (host 0's agent says where every rank was)"
         print(f"{signal.Signals(signum).name}: rank(s) {', '.join(map(str, left))} still running "
               f"launcher.grace_s={grace:g} s after it; killing them{where}", file=sys.stderr, flush=True)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from runs import RUN, TESTS, bed_hosts, finish, processes_of, user_env
+from runs import RUN, TESTS, bed_hosts, finish, mpi_options, processes_of, user_env, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -125,4 +125,61 @@ def test_the_same_run_id_names_the_same_run_folder_and_a_relaunch_continues_it(t
     assert f"notice: run_id={run_id}: " in said0 and "this launch continues it" in said0
     assert re.search(r"resumed from .*/checkpoints/last.pt: step 105, epoch 5, batch 0", said0), said0
     assert sorted(p.name for p in (tmp_path / "host0" / "outputs" / "runs").iterdir()) == [run_id]
+    assert not processes_of(run_id)
+
+
+def _hang_rank_1(marker: Path) -> list[str]:
+    """Rank 1 falls silent before its 4th all-reduce (workloads/hang.py:16), writing ``marker`` first."""
+    return ["recipe=custom", "recipe.target=workloads.hang:main", "+recipe.hang_rank=1", "+recipe.hang_step=3",
+            f"+recipe.marker={marker}", "recipe.global_batch_size=2"]
+
+
+WHERE = (r"rank 0 waits in all_reduce #4 \(process group 0\) since \d+\.\d s \(Float\[1\]\); rank 1 never entered "
+         r"it: its last collective was all_reduce #3, and it is at workloads/hang\.py:16 in main")
+
+
+def test_sigterm_on_one_host_stops_every_host_and_host_0_says_where_every_rank_was(testbed, tmp_path):
+    """SIGTERM to host 0's `run` while rank 1 (host 1) is stuck: the stop reaches host 1 through the channel (its
+    `run` was not signalled), neither rank can honour it, and after launcher.grace_s host 0 names where rank 1 is
+    on the other host. Both hosts end with 128 + SIGTERM, nothing left running."""
+    run_id = f"t{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "rank1.stuck"
+    procs = apart(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "init.timeout_s=300",
+                                      "launcher.grace_s=2", *_hang_rank_1(marker)], run_id)
+    wait_until(marker.exists, 90, "rank 1 stuck", alive=procs)
+    procs[0].send_signal(signal.SIGTERM)
+    (code0, said0), (code1, said1) = finish(procs, timeout=60)
+    assert (code0, code1) == (143, 143), (said0, said1)
+    assert re.search(r"SIGTERM: rank\(s\) 0 still running launcher.grace_s=2 s after it; killing them: " + WHERE,
+                     said0), said0
+    host0 = testbed.hosts[0].name
+    assert f"SIGTERM (to {host0}'s `run`): asking 1 process(es) to checkpoint and stop" in said1, said1
+    assert "SIGTERM: rank(s) 1 still running launcher.grace_s=2 s after it; killing them: " in said1, said1
+    assert not processes_of(run_id)
+
+
+@pytest.mark.parametrize("launcher", ["mpi", "slurm"])
+def test_a_stop_under_a_scheduler_says_where_every_rank_was_once(testbed, tmp_path, launcher):
+    """SIGTERM to `run` under mpirun (a task per rank on two hosts; mpirun passes it on and waits grace_s and the
+    report before killing): the job's output says once, from rank 0's task, where every rank was, rank 1's
+    collective and file:line included, though rank 1's task is on another host with no run folder in common.
+    Under Slurm, which signals every process of a cancelled job at once, `run` asks the ranks before cancelling."""
+    run_id = f"t{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "rank1.stuck"
+    where = (["launcher=slurm", "topology=2x1", f"launcher.slurm.partition={testbed.partition}"] if launcher == "slurm"
+             else [*bed_hosts(testbed, [1, 1]), *mpi_options(testbed), "launcher.tasks=per_device"])
+    proc = subprocess.Popen([RUN, *where, "init.timeout_s=300", "launcher.grace_s=2", *_hang_rank_1(marker),
+                             f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path, testbed.env()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+    proc.send_signal(signal.SIGTERM)
+    ((code, said),) = finish([proc], timeout=90)
+    assert code == 143, said
+    if launcher == "slurm":
+        found = re.findall(r"where the ranks are: (.*)", said)
+        assert "SIGTERM: cancelling Slurm job" in said, said
+    else:
+        found = re.findall(r"SIGTERM: rank\(s\) 0 still running launcher.grace_s=2 s after it; killing them: (.*)", said)
+        assert "rank(s) 1 still running launcher.grace_s=2 s after it; killing them (host 0's agent says" in said, said
+    assert len(found) == 1 and re.match(WHERE, found[0]), said
     assert not processes_of(run_id)

@@ -10,19 +10,20 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import uuid
 
 import pytest
 
 from runs import (RUN, TESTS, bed_hosts, finish, mpi_options, processes_of, run, run_folder, start_manual_hosts,
-                  user_env)
+                  user_env, wait_until)
 
 pytestmark = pytest.mark.timeout(240)
 
 
 def hang(*extra: str) -> list[str]:
-    """Rank 1 stops before its 4th all-reduce (workloads/hang.py:12 is its time.sleep)."""
+    """Rank 1 stops before its 4th all-reduce (workloads/hang.py:16 is its time.sleep)."""
     return ["recipe=custom", "recipe.target=workloads.hang:main", "+recipe.hang_rank=1", "+recipe.hang_step=3", *extra]
 
 
@@ -39,7 +40,7 @@ def test_a_rank_that_never_enters_a_collective_is_named_at_the_timeout(tmp_path)
     assert done.code == 1, done.output
     said = (r"timeout: a collective waited init\.timeout_s=6 s: ranks 0,2 wait in all_reduce #4 \(process group 0\) "
             + SINCE + r" \(Float\[1\]\); rank 1 never entered it: its last collective was all_reduce #3, and it is at "
-            r"workloads/hang\.py:12 in main")
+            r"workloads/hang\.py:16 in main")
     assert re.search(said, done.stderr), done.stderr
     hang_facts = summary(run_folder(tmp_path))["hang"]
     assert (hang_facts["kind"], hang_facts["collective"], hang_facts["waiting"], hang_facts["absent"]) == \
@@ -103,7 +104,7 @@ def test_a_stall_ends_the_job_long_before_the_collective_timeout(tmp_path):
     said = (r"StallError: stall: no rank completed a collective or a progress step for \d+ s "
             r"\(launcher\.stall_timeout_s=4\): ranks 0,2 wait in all_reduce #4 \(process group 0\) " + SINCE +
             r" \(Float\[1\]\); rank 1 never entered it: its last collective was all_reduce #3, and it is at "
-            r"workloads/hang\.py:12 in main")
+            r"workloads/hang\.py:16 in main")
     assert re.search(said, done.stderr), done.stderr
     assert summary(run_folder(tmp_path))["hang"]["kind"] == "stall"
     assert elapsed < 40  # not init.timeout_s=300
@@ -112,25 +113,27 @@ def test_a_stall_ends_the_job_long_before_the_collective_timeout(tmp_path):
 
 def test_ctrl_backslash_says_where_the_ranks_are_and_the_job_goes_on(tmp_path):
     run_id = f"q{uuid.uuid4().hex[:8]}"
-    proc = subprocess.Popen([RUN, "topology=1x3", *hang(), "recipe.global_batch_size=3", "init.timeout_s=300",
-                             f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    marker = tmp_path / "rank1.stuck"
+    proc = subprocess.Popen([RUN, "topology=1x3", *hang(f"+recipe.marker={marker}"), "recipe.global_batch_size=3",
+                             "init.timeout_s=300", f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not list(tmp_path.glob("outputs/*/*/logs/rank00001.beat")):  # the ranks are past their first steps
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
-        time.sleep(2)
+        wait_until(marker.exists, 60, "rank 1 stuck", alive=[proc])
+        said: list[str] = []
+        reader = threading.Thread(target=lambda: said.extend(proc.stderr), daemon=True)
+        reader.start()
         proc.send_signal(signal.SIGQUIT)
-        time.sleep(5)
-        assert proc.poll() is None  # it goes on
+        wait_until(lambda: any("(stacks: logs/rank*.log; the job goes on)" in line for line in said), 30,
+                   "told where the ranks are", alive=[proc])
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        reader.join(timeout=10)
+        err = "".join(said)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert re.search(r"where the ranks are: ranks 0,2 wait in all_reduce #4 \(process group 0\) " + SINCE +
-                     r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:12 in main", err), err
+                     r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:16 in main", err), err
     assert proc.returncode == 143
     assert not processes_of(run_id)
 
@@ -206,7 +209,7 @@ def test_a_stall_across_slurm_nodes_names_the_rank_on_the_other_node(testbed, tm
     assert done.code == 1, done.output
     facts = summary(run_folder(tmp_path))["hang"]
     assert (facts["kind"], facts["collective"], facts["waiting"], facts["absent"]) == ("stall", 4, [0, 1, 2], [3])
-    assert "rank 3 never entered it: its last collective was all_reduce #3, and it is at workloads/hang.py:12 in main" \
+    assert "rank 3 never entered it: its last collective was all_reduce #3, and it is at workloads/hang.py:16 in main" \
         in facts["text"]
 
 
@@ -229,15 +232,12 @@ def test_a_stop_that_the_ranks_cannot_honour_says_where_they_were(tmp_path):
     """SIGTERM asks the ranks to checkpoint and stop; ranks stuck in a collective cannot: after
     launcher.grace_s the runner says where they are, then stops them."""
     run_id = f"t{uuid.uuid4().hex[:8]}"
-    proc = subprocess.Popen([RUN, "topology=1x3", *hang(), "recipe.global_batch_size=3", "init.timeout_s=300",
-                             "launcher.grace_s=2", f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path),
+    marker = tmp_path / "rank1.stuck"
+    proc = subprocess.Popen([RUN, "topology=1x3", *hang(f"+recipe.marker={marker}"), "recipe.global_batch_size=3",
+                             "init.timeout_s=300", "launcher.grace_s=2", f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not list(tmp_path.glob("outputs/*/*/logs/rank00001.beat")):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
-        time.sleep(2)
+        wait_until(marker.exists, 60, "rank 1 stuck", alive=[proc])
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -245,6 +245,6 @@ def test_a_stop_that_the_ranks_cannot_honour_says_where_they_were(tmp_path):
             proc.kill()
     assert proc.returncode == 143, err
     assert re.search(r"SIGTERM: rank\(s\) 0, 1, 2 still running launcher.grace_s=2 s after it; killing them: ranks "
-                     r"0,2 wait in all_reduce #4 \(process group 0\) " + SINCE + r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:12 "
+                     r"0,2 wait in all_reduce #4 \(process group 0\) " + SINCE + r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:16 "
                      r"in main", err), err
     assert not processes_of(run_id)
