@@ -113,7 +113,8 @@ class Launcher(ABC):
 
     name: ClassVar[str]
     supports_restarts: ClassVar[bool] = False  # launcher.max_restarts > 0 works with it
-    restart_hint: ClassVar[str] = "restart the launch yourself; the recipe resumes from its last checkpoint with the same run_id"
+    restart_hint: ClassVar[str] = ("start it again with the same run_id=...: the same run folder, and the recipe resumes "
+                                   "from its last checkpoint there")
     gives_mpi_ranks: ClassVar[bool] = False  # its tasks are MPI ranks (backend=mpi needs them)
     shares_run_folder: ClassVar[bool] = True  # its hosts' processes share the run folder `run` made
     forks_here: ClassVar[bool] = False  # `run` forks this host's processes itself (through its launch agent)

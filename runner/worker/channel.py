@@ -193,14 +193,14 @@ class JobChannel:
     # -- failures and stops ------------------------------------------------------------------------------------
     def say_failed(self, attempt: int, rank: int | None, host: str, text: str) -> None:
         """The first failure of ``attempt`` (this host's rank ``rank``, or the host itself: None)."""
-        value = json.dumps({"rank": rank, "host": host, "text": text}).encode()
+        value = json.dumps({"rank": rank, "host": host, "text": text, "time": time.time()}).encode()
         try:
             self._kv.first(f"failed/{attempt}", value)
         except (RuntimeError, OSError):
             pass
 
     def failure(self, attempt: int) -> dict[str, Any] | None:
-        """The first failure of ``attempt`` any host said: {"rank", "host", "text"}; None."""
+        """The first failure of ``attempt`` any host said: {"rank", "host", "text", "time"}; None."""
         found = self._read(f"failed/{attempt}")
         return found if isinstance(found, dict) else None
 

@@ -89,5 +89,6 @@ def peer_failure(paths: RunPaths, plan: Plan, failure: dict[str, Any]) -> None:
         return
     rec = plan.records[rank]
     RankOutcome(paths, rank).record_error(ErrorRecord(rank, rec.local_rank, str(failure.get("host", rec.host)), None,
-                                                      None, time.time(), str(failure.get("text", "")),
+                                                      None, float(failure.get("time") or time.time()),
+                                                      str(failure.get("text", "")),
                                                       killed=False))

@@ -55,6 +55,19 @@ def _why_silent(code: int) -> str:
     return "killed by a signal from outside"
 
 
+def silent_end(code: int) -> str:
+    """How a rank that wrote no error ended, and why that may be: "killed by SIGKILL (no Python exception: ...)"."""
+    return f"{_exit_words(code)} (no Python exception: {_why_silent(code)})"
+
+
+def failure_line(setup: RankSetup, code: int) -> str:
+    """What a failed rank's error says, in a line (what the other hosts print), or how its process ended."""
+    error = setup.outcome.error()
+    if error:
+        return error_line(error.get("exception", "")).removeprefix("ScriptExit: ")
+    return silent_end(code)
+
+
 def _log_tail(log_file: Path, lines: int = 5) -> list[str]:
     """The last lines of a rank's log (what a script said before it exited)."""
     try:
@@ -105,10 +118,8 @@ def report(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, elapsed
     errors = first_failures(paths, (s.record.global_rank for s in setups))
     print("\n== job failed ==", file=out)
     if first is not None and first in silent:
-        code = silent[first]
-        why = _why_silent(code)
         print(f"rank {setups[first].record.global_rank} (host {setups[first].record.host}) failed first: "
-              f"{_exit_words(code)} (no Python exception: {why})", file=out)
+              f"{silent_end(silent[first])}", file=out)
         rest = errors
     elif errors:
         head = next((e for e in errors if first is not None and e["rank"] == setups[first].record.global_rank), errors[0])

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig
 
 from runner.common import exits
-from runner.common.formatting import error_line
 from runner.common.signals import StopRequest
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
@@ -53,6 +52,8 @@ from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
 from runner.worker.channel import ChannelError, JobChannel, ask_for_dumps, gather_dumps
 from runner.worker.endings import gather_endings, peer_failure, share_ended
+from runner.worker.failures import failure_line
+from runner.worker.failures import report as failure_report
 from runner.worker.network import NetworkError, network_choice
 from runner.worker.preflight import collective as preflight_collective
 from runner.worker.preflight import host as preflight_host
@@ -358,7 +359,10 @@ class HostAgent:
                 first = ending.first_failure()
                 if channel is not None and first is not None:  # the other hosts end their share too, and say why
                     channel.say_failed(attempt, setups[first].record.global_rank, setups[first].record.host,
-                                       _failure_line(setups[first], ending.codes[first]))
+                                       failure_line(setups[first], ending.codes[first]))
+                    said = channel.failure(attempt)  # the job's first failure: another host's may have come first
+                    if said is not None and said.get("rank") != setups[first].record.global_rank:
+                        ending.peer_failed = said  # (a rank killed there; this one's peer connection then closed)
                 self._stop_all(ranks, ending, signal.SIGTERM)  # a rank failed: the others end now
                 kill_at = now + FAILURE_STOP_S
             if channel is not None and now - channel_polled >= PEER_POLL_S:
@@ -445,10 +449,10 @@ class HostAgent:
         grace = self.plan.job.spec.launcher.grace_s
         world, paths = self.plan.world_size, self.paths
         asked = ask_for_dumps(paths, channel, "stop")  # every host asks at its grace's end: the same moment
-        if self.serves or self.plan.rules.hosts_start_apart or channel is None:  # every rank of every host
+        if self.serves or channel is None:  # every rank of every host (the others' grace may end a little later)
             found = diagnose(gather_dumps(paths, channel, range(world), asked, STOP_DUMP_WAIT_S), world)
             where = f": {found.text}" if found is not None else ""
-        else:  # a task or host whose output is the same stream as host 0's, which says where every rank was:
+        else:  # host 0's agent says where every rank was, once (under mpirun and Slurm, in the same stream):
             gather_dumps(paths, channel, left, asked, STOP_DUMP_WAIT_S)  # its ranks answer before they are killed
             where = " (host 0's agent says where every rank was)"
         print(f"{signal.Signals(signum).name}: rank(s) {', '.join(map(str, left))} still running "
@@ -459,8 +463,6 @@ class HostAgent:
                 channel: JobChannel | None, elapsed_s: float) -> int:
         """Say how this host's share ended; its exit status. Every agent puts its ranks' records on the job's
         channel; host 0's then writes the other hosts' into its run folder (the run's summary covers every rank)."""
-        from runner.worker.failures import report as failure_report
-
         if channel is not None:
             share_ended(channel, paths, setups, ending)
             if self.serves and len(setups) < self.plan.world_size:
@@ -478,14 +480,6 @@ class HostAgent:
         if report is not None:
             return preflight_collective.outcome(ending, setups, paths)
         return failure_report(ending, setups, paths, elapsed_s, self.announce, channel)
-
-
-def _failure_line(setup: RankSetup, code: int) -> str:
-    """What a failed rank's error says, in a line (what the other hosts print), or how its process ended."""
-    error = setup.outcome.error()
-    if error:
-        return error_line(error.get("exception", "")).removeprefix("ScriptExit: ")
-    return f"killed by signal {-code} (no Python exception)" if code < 0 else f"exit status {code} (no Python exception)"
 
 
 def _is_tty(stream: object) -> bool:

@@ -102,6 +102,9 @@ def test_the_bundled_recipe_restarts_across_hosts_from_host_0s_checkpoint(testbe
     assert (code0, code1) == (0, 0), (said0, said1)
     assert re.search(r"resumed from .*/host0/outputs/runs/" + run_id + r"/checkpoints/last.pt: step \d+", said0), said0
     assert "restarting: attempt 2 of 2" in said0 and "restarting: attempt 2 of 2" in said1
+    host1 = testbed.hosts[1].name
+    for said in (said0, said1):  # host 0's rank then lost its peer: the cause both hosts name is rank 1's kill
+        assert re.search(rf"rank 1 (on|\(host) {host1}\)? ?failed( first)?: killed by SIGKILL \(no Python exception: killed from ", said), said
     assert not (run_folder_of(tmp_path / "host1", run_id) / "checkpoints").exists()  # rank 0 writes them
     summary = json.loads((run_folder_of(tmp_path / "host0", run_id) / "run_summary.json").read_text())
     assert summary["status"] == "done" and summary["status_text"] == "done: every rank returned (exit 0)"
@@ -154,7 +157,8 @@ def test_sigterm_on_one_host_stops_every_host_and_host_0_says_where_every_rank_w
                      said0), said0
     host0 = testbed.hosts[0].name
     assert f"SIGTERM (to {host0}'s `run`): asking 1 process(es) to checkpoint and stop" in said1, said1
-    assert "SIGTERM: rank(s) 1 still running launcher.grace_s=2 s after it; killing them: " in said1, said1
+    assert "SIGTERM: rank(s) 1 still running launcher.grace_s=2 s after it; killing them (host 0's agent says where " \
+           "every rank was)" in said1, said1
     assert not processes_of(run_id)
 
 
