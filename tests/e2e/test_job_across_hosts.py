@@ -43,6 +43,34 @@ def run_folder_of(folder: Path, run_id: str) -> Path:
     return folder / "outputs" / "runs" / run_id
 
 
+# where the ranks of the stop tests are
+WHERE = (r"rank 0 waits in all_reduce #4 \(process group 0\) since \d+\.\d s \(Float\[1\]\); rank 1 never entered "
+         r"it: its last collective was all_reduce #3, and it is at workloads/hang\.py:16 in main")
+
+
+# What the tests below see on each host's terminal, as patterns of the hosts' names: README's "A job across hosts"
+# quotes these lines (test_the_readme_quotes_what_these_tests_see checks it)
+SAID = {
+    "hang": r"timeout: a collective waited init.timeout_s=10 s: rank 0 waits in \w+ #\d+ \(process group 0\).*rank 1 "
+            r"never entered it: .*, and it is at slow_backward.py:25 in <module>",
+    "peer timed out": r"rank 0 on {host0} failed: \w+: .*[Tt]imed out",
+    "status timed out": r"status    failed \(exit 1\): rank 0 on host {host0} raised \w+: .*Timed out waiting 10000ms",
+    "killed": r"rank 1 on {host1} failed: killed by SIGKILL \(no Python exception: killed from ",
+    "restarting": r"restarting: attempt 2 of 2 \(launcher.max_restarts=1\)",
+    "resumed": r"resumed from .*/host0/outputs/runs/\w+/checkpoints/last.pt: step \d+",
+    "stop on host 0": r"SIGTERM: rank\(s\) 0 still running launcher.grace_s=2 s after it; killing them: " + WHERE,
+    "stop reached host 1": r"SIGTERM \(to {host0}'s `run`\): asking 1 process\(es\) to checkpoint and stop",
+    "stop on host 1": r"SIGTERM: rank\(s\) 1 still running launcher.grace_s=2 s after it; killing them \(host 0's agent "
+                      r"says where every rank was\)",
+}
+
+
+def seen(key: str, testbed=None) -> str:
+    """The pattern ``key`` of :data:`SAID`, for the test bed's hosts (any host name without one)."""
+    names = [re.escape(h.name) for h in testbed.hosts] if testbed is not None else [r"\w+", r"\w+"]
+    return SAID[key].format(host0=names[0], host1=names[1])
+
+
 def test_a_failure_on_one_host_ends_the_job_on_every_host_with_the_true_cause(testbed, tmp_path):
     """Rank 1 (host 1) falls silent before its backward at step 5; rank 0 (host 0) times out in DDP's all-reduce
     after init.timeout_s: host 0 says which collective and where rank 1 is (not "the process group did not form":
@@ -57,13 +85,10 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host_with_the_true_cause(te
     took = time.monotonic() - started
     assert (code0, code1) == (1, 1), (said0, said1)
     assert "did not form" not in said0 + said1
-    assert re.search(r"timeout: a collective waited init.timeout_s=10 s: rank 0 waits in \w+ #\d+ \(process group "
-                     r"0\).*rank 1 never entered it: .*, and it is at slow_backward.py:25 in <module>", said0), said0
-    host0 = testbed.hosts[0].name
-    assert re.search(rf"rank 0 on {host0} failed: \w+: .*[Tt]imed out", said1), said1
+    assert re.search(seen("hang"), said0), said0
+    assert re.search(seen("peer timed out", testbed), said1), said1
     for said in (said0, said1):  # both hosts' summaries tell the same story: rank 0 failed first, and why
-        assert re.search(rf"status    failed \(exit 1\): rank 0 on host {host0} raised \w+: .*Timed out waiting "
-                         rf"10000ms", said), said
+        assert re.search(seen("status timed out", testbed), said), said
     assert took < 10 + 25, took  # the timeout, then seconds: not host 1's sleeping rank's hour
     assert not processes_of(run_id)
 
@@ -100,11 +125,12 @@ def test_the_bundled_recipe_restarts_across_hosts_from_host_0s_checkpoint(testbe
     os.kill(_only_rank_of(procs[1]), signal.SIGKILL)
     (code0, said0), (code1, said1) = finish(procs, timeout=240)
     assert (code0, code1) == (0, 0), (said0, said1)
-    assert re.search(r"resumed from .*/host0/outputs/runs/" + run_id + r"/checkpoints/last.pt: step \d+", said0), said0
-    assert "restarting: attempt 2 of 2" in said0 and "restarting: attempt 2 of 2" in said1
+    assert re.search(seen("resumed"), said0) and f"/outputs/runs/{run_id}/checkpoints/" in said0, said0
+    assert re.search(seen("restarting"), said0) and re.search(seen("restarting"), said1), (said0, said1)
     host1 = testbed.hosts[1].name
-    for said in (said0, said1):  # host 0's rank then lost its peer: the cause both hosts name is rank 1's kill
-        assert re.search(rf"rank 1 (on|\(host) {host1}\)? ?failed( first)?: killed by SIGKILL \(no Python exception: killed from ", said), said
+    # host 0's rank then lost its peer: the cause both hosts name is rank 1's kill
+    assert re.search(seen("killed", testbed), said0), said0
+    assert f"rank 1 (host {host1}) failed first: killed by SIGKILL (no Python exception: killed from " in said1, said1
     assert not (run_folder_of(tmp_path / "host1", run_id) / "checkpoints").exists()  # rank 0 writes them
     summary = json.loads((run_folder_of(tmp_path / "host0", run_id) / "run_summary.json").read_text())
     assert summary["status"] == "done" and summary["status_text"] == "done: every rank returned (exit 0)"
@@ -137,10 +163,6 @@ def _hang_rank_1(marker: Path) -> list[str]:
             f"+recipe.marker={marker}", "recipe.global_batch_size=2"]
 
 
-WHERE = (r"rank 0 waits in all_reduce #4 \(process group 0\) since \d+\.\d s \(Float\[1\]\); rank 1 never entered "
-         r"it: its last collective was all_reduce #3, and it is at workloads/hang\.py:16 in main")
-
-
 def test_sigterm_on_one_host_stops_every_host_and_host_0_says_where_every_rank_was(testbed, tmp_path):
     """SIGTERM to host 0's `run` while rank 1 (host 1) is stuck: the stop reaches host 1 through the channel (its
     `run` was not signalled), neither rank can honour it, and after launcher.grace_s host 0 names where rank 1 is
@@ -153,12 +175,9 @@ def test_sigterm_on_one_host_stops_every_host_and_host_0_says_where_every_rank_w
     procs[0].send_signal(signal.SIGTERM)
     (code0, said0), (code1, said1) = finish(procs, timeout=60)
     assert (code0, code1) == (143, 143), (said0, said1)
-    assert re.search(r"SIGTERM: rank\(s\) 0 still running launcher.grace_s=2 s after it; killing them: " + WHERE,
-                     said0), said0
-    host0 = testbed.hosts[0].name
-    assert f"SIGTERM (to {host0}'s `run`): asking 1 process(es) to checkpoint and stop" in said1, said1
-    assert "SIGTERM: rank(s) 1 still running launcher.grace_s=2 s after it; killing them (host 0's agent says where " \
-           "every rank was)" in said1, said1
+    assert re.search(seen("stop on host 0"), said0), said0
+    assert re.search(seen("stop reached host 1", testbed), said1), said1
+    assert re.search(seen("stop on host 1"), said1), said1
     assert not processes_of(run_id)
 
 
@@ -184,6 +203,18 @@ def test_a_stop_under_a_scheduler_says_where_every_rank_was_once(testbed, tmp_pa
         assert "SIGTERM: cancelling Slurm job" in said, said
     else:
         found = re.findall(r"SIGTERM: rank\(s\) 0 still running launcher.grace_s=2 s after it; killing them: (.*)", said)
-        assert "rank(s) 1 still running launcher.grace_s=2 s after it; killing them (host 0's agent says" in said, said
+        assert re.search(seen("stop on host 1"), said), said
     assert len(found) == 1 and re.match(WHERE, found[0]), said
     assert not processes_of(run_id)
+
+
+@pytest.mark.unit
+def test_the_readme_quotes_what_these_tests_see():
+    """README's "A job across hosts" shows real output of these tests: each quoted line is one they assert."""
+    readme = (TESTS.parent / "README.md").read_text()
+    section = readme[readme.index("## A job across hosts"):]
+    section = section[:section.index("\n## ", 1)]
+    quoted = "\n".join(block for n, block in enumerate(section.split("```")) if n % 2)
+    for key in SAID:
+        assert re.search(seen(key), quoted), f"README's quote of {key!r} is not what the tests see: {SAID[key]}"
+    assert "tests/e2e/test_job_across_hosts.py" in section
