@@ -2,7 +2,9 @@
 raises at step `fail_step` in the first `fail_attempts` attempts. Resumes from the run's own last
 checkpoint; the main rank writes the final weights to <out_dir>/final.pt and each attempt's first step
 to <out_dir>/attempt<k>.json. With `step_s`, each step takes that long, every rank writes its pid to
-<out_dir>/pid<rank>.<attempt> and rank 0 its step to <out_dir>/step (for a test that kills a rank mid-run)."""
+<out_dir>/pid<rank>.<attempt> and rank 0 its step to <out_dir>/step (for a test that kills a rank mid-run).
+With `warm_up`, a resumed attempt runs one forward and backward that it throws away before its first step, so that
+DDP has rebuilt its gradient buckets before that step (as an uninterrupted run has after its first step)."""
 
 import json
 import os
@@ -22,6 +24,9 @@ def main(ctx, cfg):
     mine = slice(ctx.rank * 64, (ctx.rank + 1) * 64)
     saved = ctx.load_checkpoint(model=model, optimizer=optimizer)
     step = saved["step"] if saved else 0
+    if saved and cfg.get("warm_up", False):
+        nn.functional.mse_loss(model(x[mine]), y[mine]).backward()
+        optimizer.zero_grad()
     if ctx.is_main:
         Path(cfg.out_dir, f"attempt{ctx.attempt}.json").write_text(json.dumps({"first_step": step}))
     pace = cfg.get("step_s", 0)
