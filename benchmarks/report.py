@@ -108,8 +108,36 @@ def checkpoint() -> str:
                                                 "× one pickled object"], rows))
 
 
+def _clip(line: str | None, most: int = 160) -> str:
+    return "none" if line is None else f"`` {line[:most]} ``" + ("…" if len(line) > most else "")
+
+
+def restarts() -> str:
+    data = _load("restart_across_hosts")
+    results, ratios = data["results"], data["ratio_run_vs"]
+    rows, said = [], []
+    for name, r in results.items():
+        med = r["median_s"]
+        ratio = ratios.get(name)
+        rows.append([name, str(r["trials"]), f"{r['restarted']}, {r['both_exit_0']}",
+                     "—" if med["survivor_gone_s"] is None else f"{med['survivor_gone_s']:.2f}",
+                     "—" if med["both_restarted_s"] is None else f"{med['both_restarted_s']:.2f}",
+                     f"{ratio['survivor_gone_s']:.2f} / {ratio['both_restarted_s']:.2f}" if ratio else "—",
+                     f"{r['names_cause']} of {r['trials']}"])
+        said.append(f"- {name}: first line about the failure {_clip(r['host0_first_failure_line'])}; naming the "
+                    f"killed rank: {_clip(r['host0_cause_line'])}")
+    m = data["machine"]
+    load = ", ".join(f"{x:.1f}" for x in data["load_before"])
+    return (f"measured {data['date']}, {m['cpus']} CPUs shared with other work (load average {load} at the start), "
+            f"torch {m['torch']}, gloo; host 1's worker killed at step {data['kill_at_step']}\n\n"
+            + _table(["launcher", "trials", "restarted, both hosts exit 0", "host 0's worker gone after the kill (s)",
+                      "both hosts' first step of attempt 2 after the kill (s)", "run × this: gone / first step",
+                      "host 0 names the killed rank and SIGKILL"], rows)
+            + "\nWhat host 0's output says (of the first trial):\n\n" + "\n".join(said) + "\n")
+
+
 TABLES = {"machine": lambda: machine() + "\n", "launch": launch, "throughput": throughput, "plan": plan,
-          "sharding": sharding, "diagnosis": diagnosis, "pairs": pairs, "checkpoint": checkpoint}
+          "sharding": sharding, "diagnosis": diagnosis, "pairs": pairs, "checkpoint": checkpoint, "restarts": restarts}
 
 
 def update(report: Path = REPORT) -> list[str]:

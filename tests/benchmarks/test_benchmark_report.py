@@ -33,8 +33,8 @@ def test_every_table_block_of_the_report_is_rewritten_from_the_results(tmp_path)
 
 def test_the_committed_report_has_every_table_block():
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
-    assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "pairs", "throughput", "diagnosis",
-                                                                 "plan", "sharding", "checkpoint"]
+    assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "pairs", "restarts", "throughput",
+                                                                 "diagnosis", "plan", "sharding", "checkpoint"]
 
 
 def test_the_committed_report_quotes_the_paired_torchrun_results():
@@ -72,3 +72,18 @@ def test_the_committed_report_and_readme_quote_the_checkpoint_broadcast_results(
     assert (f"**{data['ratio_chunked_vs_whole']['rank0']:.2f}×** on rank 0 ({mib(chunked['rank0'])} vs "
             f"{mib(whole['rank0'])}), **{data['ratio_chunked_vs_whole']['rank1']:.2f}×** on the receiving rank "
             f"({mib(chunked['rank1'])} vs {mib(whole['rank1'])})") in row
+
+
+def test_the_committed_report_quotes_the_restart_across_hosts_results():
+    """The restarts table holds what benchmarks/results/restart_across_hosts.json holds: each launcher's medians, its
+    ratios and counts, and host 0's lines about the failure."""
+    text = (REPO / "benchmarks" / "REPORT.md").read_text()
+    block = text[text.index("<!-- table:restarts -->"):]
+    block = block[:block.index("<!-- end -->")]
+    assert report.restarts() in block
+    data = json.loads((REPO / "benchmarks" / "results" / "restart_across_hosts.json").read_text())
+    for name, r in data["results"].items():
+        assert f"| {name} | {r['trials']} | {r['restarted']}, {r['both_exit_0']} |" in block
+        assert f"{r['names_cause']} of {r['trials']} |" in block
+    for name, ratio in data["ratio_run_vs"].items():
+        assert f"{ratio['survivor_gone_s']:.2f} / {ratio['both_restarted_s']:.2f}" in block
