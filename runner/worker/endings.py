@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from runner.plan.diagnostics import RankDump, RankFiles
@@ -19,16 +20,22 @@ from runner.plan.outcome import ErrorRecord, RankOutcome
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan
 from runner.worker.channel import POLL_S, JobChannel
+from runner.worker.failures import silent_end
 from runner.worker.setup import RankSetup
 
 if TYPE_CHECKING:  # the agent's record of its ranks' ends
     from runner.worker.host_agent import HostEnding
 
 
-def _record(setup: RankSetup, code: int | None, stopped: bool) -> dict[str, Any]:
+def _record(setup: RankSetup, code: int | None, stopped: bool, ended_at: float | None) -> dict[str, Any]:
     outcome = setup.outcome
     dump = RankFiles(setup.paths, setup.record.global_rank).dump()
-    return {"host": setup.record.host, "code": code, "stopped": stopped, "error": outcome.error(),
+    error = outcome.error()
+    if error is None and code and not stopped and not outcome.done:  # it could say nothing: as its agent saw it
+        rec = setup.record
+        error = asdict(ErrorRecord(rec.global_rank, rec.local_rank, rec.host, None, None, ended_at or time.time(),
+                                   silent_end(code), killed=True))
+    return {"host": setup.record.host, "code": code, "stopped": stopped, "error": error,
             "done": json.loads(outcome.done_file.read_text() or "{}") if outcome.done else None,
             "joined": outcome.backend if outcome.joined else None,
             "end_dump": dump.document() if dump is not None and dump.reason == "end" else None}
@@ -38,7 +45,7 @@ def share_ended(channel: JobChannel, paths: RunPaths, setups: list[RankSetup], e
     """This agent's ranks have ended: their records on the channel."""
     for i, setup in enumerate(setups):
         channel.say_ended(paths.attempt, setup.record.global_rank,
-                          _record(setup, ending.codes.get(i), i in ending.stopped))
+                          _record(setup, ending.codes.get(i), i in ending.stopped, ending.ended_at.get(i)))
 
 
 def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iterable[int], wait_s: float) -> list[int]:
@@ -85,8 +92,8 @@ def peer_failure(paths: RunPaths, plan: Plan, failure: dict[str, Any]) -> None:
     """Another host's rank failed first, and this host stopped its own: that rank's failure, as the channel said it,
     in this run folder too, so that this host's summary tells the same story as the failing host's."""
     rank = failure.get("rank")
-    if not isinstance(rank, int) or not 0 <= rank < plan.world_size:
-        return
+    if not isinstance(rank, int) or not 0 <= rank < plan.world_size or RankOutcome(paths, rank).error() is not None:
+        return  # (a run folder the hosts share has that rank's own record)
     rec = plan.records[rank]
     RankOutcome(paths, rank).record_error(ErrorRecord(rank, rec.local_rank, str(failure.get("host", rec.host)), None,
                                                       None, float(failure.get("time") or time.time()),

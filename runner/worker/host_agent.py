@@ -80,7 +80,9 @@ class HostEnding:
     stopped: set[int] = field(default_factory=set)  # the ones the agent signalled to end (a failure, a signal)
     signum: int | None = None  # a SIGINT or SIGTERM that reached the agent and stopped the ranks
     requested: bool = False  # a stop request reached the agent and was passed on (runner.common.signals)
-    peer_failed: dict | None = None  # another host said its rank failed: {"rank", "host", "text"}
+    peer_failed: dict | None = None  # another host said its rank failed: {"rank", "host", "text", "time"}
+    earlier: dict | None = None  # this host's rank failed, but another host's had failed before it (same keys)
+    ended_at: dict[int, float] = field(default_factory=dict)  # index -> when the agent saw its process end
 
     @property
     def failed(self) -> bool:
@@ -347,6 +349,7 @@ class HostAgent:
                 if rank.index not in ending.codes and rank.reap() is not None:
                     ending.codes[rank.index] = rank.code
                     ending.order.append(rank.index)
+                    ending.ended_at[rank.index] = time.time()
                     relay.drain(rank.index)
             while self._pending:
                 signum = self._pending.pop(0)
@@ -362,7 +365,7 @@ class HostAgent:
                                        failure_line(setups[first], ending.codes[first]))
                     said = channel.failure(attempt)  # the job's first failure: another host's may have come first
                     if said is not None and said.get("rank") != setups[first].record.global_rank:
-                        ending.peer_failed = said  # (a rank killed there; this one's peer connection then closed)
+                        ending.earlier = said  # (a rank killed there; this one's peer connection then closed)
                 self._stop_all(ranks, ending, signal.SIGTERM)  # a rank failed: the others end now
                 kill_at = now + FAILURE_STOP_S
             if channel is not None and now - channel_polled >= PEER_POLL_S:
@@ -477,9 +480,17 @@ class HostAgent:
             return exits.FAILED
         if ending.signum is not None:
             return exits.from_signal(ending.signum)
+        if ending.earlier:
+            peer_failure(paths, self.plan, ending.earlier)
         if report is not None:
-            return preflight_collective.outcome(ending, setups, paths)
-        return failure_report(ending, setups, paths, elapsed_s, self.announce, channel)
+            code = preflight_collective.outcome(ending, setups, paths)
+        else:
+            code = failure_report(ending, setups, paths, elapsed_s, self.announce, channel)
+        if ending.earlier:
+            failure = ending.earlier
+            print(f"\nthe job's first failure, on another host: rank {failure['rank']} on {failure['host']} failed: "
+                  f"{failure.get('text', '')}\n    this host's rank(s) failed after it", file=sys.stderr, flush=True)
+        return code
 
 
 def _is_tty(stream: object) -> bool:

@@ -87,3 +87,27 @@ def test_the_committed_report_quotes_the_restart_across_hosts_results():
         assert f"{r['names_cause']} of {r['trials']} |" in block
     for name, ratio in data["ratio_run_vs"].items():
         assert f"{ratio['survivor_gone_s']:.2f} / {ratio['both_restarted_s']:.2f}" in block
+
+
+def test_the_readme_quotes_the_restart_across_hosts_results():
+    """README's "Why not torch elastic's rendezvous" gives the figures of benchmarks/results/restart_across_hosts.json."""
+    data = json.loads((REPO / "benchmarks" / "results" / "restart_across_hosts.json").read_text())
+    readme = (REPO / "README.md").read_text()
+    text = " ".join(readme[readme.index("### Why not torch elastic's rendezvous"):].split("\n## ")[0].split())
+    ours = data["results"]["run (launcher=manual)"]
+    shipped = data["results"]["torchrun (c10d rendezvous)"]
+    fixed = data["results"]["torchrun, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"]
+    first_step = lambda r: f"{r['median_s']['both_restarted_s']:.2f} s"  # noqa: E731
+    assert (f"{first_step(ours)} after the kill under `run`, {first_step(fixed)} under torchrun with "
+            f"`TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` "
+            f"({data['ratio_run_vs'][next(k for k in data['ratio_run_vs'] if 'DISABLE' in k)]['both_restarted_s']:.2f}×) "
+            f"and {first_step(shipped)} under torchrun as shipped "
+            f"({data['ratio_run_vs']['torchrun (c10d rendezvous)']['both_restarted_s']:.2f}×), which restarted only "
+            f"{shipped['restarted']} of {shipped['trials']} times") in text
+    torchrun_runs = [r for name, res in data["results"].items() if name.startswith("torchrun") for r in res["runs"]
+                     if r.get("restart_counts")]
+    differed = sum(1 for r in torchrun_runs if len(set(r["restart_counts"])) > 1)
+    assert f"differed between the hosts in {differed} of {len(torchrun_runs)} torchrun restarts" in text
+    assert (f"{ours['names_cause']} of {ours['trials']} trials under `run`, {shipped['names_cause']} of "
+            f"{shipped['trials']} under torchrun") in text
+    assert f"{data['rounds']} trials each" in text
