@@ -318,7 +318,7 @@ class SlurmLauncher(Launcher):
                            if line.startswith("#SBATCH ") and not line.startswith(own))
         opts = self.plan.job.spec.launcher.slurm
         return ArrayMember(self.paths, tuple(r.global_rank for r in self.plan.records), directives,
-                           self.invocation.cwd, opts.array_parallelism, opts.follow)
+                           self.invocation.cwd, opts.array_parallelism, opts.follow, self.plan.rules.stop_signal)
 
     def _outcome(self) -> int:
         """0 when every rank of the run left its done file, else 1 (for a job Slurm forgot already)."""
