@@ -194,13 +194,16 @@ class SlurmLauncher(Launcher):
                 lines.append(f"#SBATCH --{key}={q(str(value))}")
         lines += [f"#SBATCH {q(x)}" for x in opts.extra]
         name = stop.name.removeprefix("SIG")
-        then = ('requeue the job: it resumes from its checkpoint' if opts.requeue
-                else 'end (launcher.slurm.requeue=true would requeue it)')
+        marker = self.paths.user_stop.name
+        then = ([f"# requeue the job, which resumes from its checkpoint; unless `run` wrote {marker} first (the user",
+                 "# asked it to stop): then the job ends"] if opts.requeue
+                else ["# end (launcher.slurm.requeue=true would requeue it after Slurm's time-limit signal)"])
         lines += [
             "",
             "set -uo pipefail",
-            f"# Slurm sends SIG{name} to this script before the time limit (--signal): the ranks are asked to",
-            f"# checkpoint and return, then the script will {then}",
+            f"# SIG{name} asks the ranks to checkpoint and return: Slurm sends it to this script before the time limit",
+            f"# (--signal), and `run` passes it on when it is sent it (kill -{name} <pid of run>); then the script will",
+            *then,
             "stop_requested=0",
             f'trap \'stop_requested=1; echo "run: SIG{name} from Slurm: asking the ranks to checkpoint and stop" >&2; '
             f'kill -{name} "$step" 2>/dev/null\' {name}',
@@ -209,7 +212,9 @@ class SlurmLauncher(Launcher):
             'wait "$step"; status=$?',
         ]
         if opts.requeue:
-            lines += ['if [ "$stop_requested" = 1 ]; then',
+            lines += [f'if [ "$stop_requested" = 1 ] && [ -e {q(str(self.paths.user_stop))} ]; then',
+                      f'  echo "run: stopped at the user\'s request ({marker}): job $SLURM_JOB_ID ends, not requeued" >&2',
+                      'elif [ "$stop_requested" = 1 ]; then',
                       '  echo "run: requeueing job $SLURM_JOB_ID; it resumes from its last checkpoint" >&2',
                       '  scontrol requeue "$SLURM_JOB_ID"',
                       "fi"]
@@ -282,6 +287,7 @@ class SlurmLauncher(Launcher):
                 step = request.commands[0]
                 print(f"slurm: an srun step in job {slurm.job_id} ({self.paths.root / 'step.sh'})", file=sys.stderr)
                 return self.run_forwarding_signals(list(step.argv), step.cwd)
+            self.paths.user_stop.unlink(missing_ok=True)  # an earlier launch's stop (a relaunch with the same run id)
             job_id = slurm_job.submit(self.paths.sbatch_script, self.invocation.cwd)
         except slurm_job.SlurmError as e:
             print(f"error: launcher=slurm: {e}", file=sys.stderr)
@@ -294,7 +300,8 @@ class SlurmLauncher(Launcher):
             self.not_followed = f"Slurm job {job_id}"
             return exits.OK
         return slurm_follow.follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed,
-                                   say_where=lambda: where_the_ranks_are(self.plan, self.paths, "cancelling the job"))
+                                   say_where=lambda: where_the_ranks_are(self.plan, self.paths, "cancelling the job"),
+                                   stop_signal=self.plan.rules.stop_signal, user_stop=self.paths.user_stop)
 
     def snapshots_by_default(self) -> bool:
         return not self.in_allocation  # a batch job starts, and is requeued, after the submission
@@ -311,7 +318,7 @@ class SlurmLauncher(Launcher):
                            if line.startswith("#SBATCH ") and not line.startswith(own))
         opts = self.plan.job.spec.launcher.slurm
         return ArrayMember(self.paths, tuple(r.global_rank for r in self.plan.records), directives,
-                           self.invocation.cwd, opts.array_parallelism, opts.follow)
+                           self.invocation.cwd, opts.array_parallelism, opts.follow, self.plan.rules.stop_signal)
 
     def _outcome(self) -> int:
         """0 when every rank of the run left its done file, else 1 (for a job Slurm forgot already)."""

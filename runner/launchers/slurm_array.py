@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.common import exits
-from runner.common.signals import handling
-from runner.launchers.slurm_follow import PollSchedule
-from runner.launchers.slurm_job import JobStatus, SlurmError, SlurmStates, scancel, submit
+from runner.common.signals import DEFAULT_STOP, handling
+from runner.launchers.slurm_follow import CANCELS, PollSchedule, pass_on_stop
+from runner.launchers.slurm_job import JobStatus, SlurmError, SlurmStates, ask_to_stop, scancel, submit
 from runner.plan.outcome import all_done, any_failed
 from runner.plan.paths import RunPaths
 
@@ -35,6 +35,7 @@ class ArrayMember:
     cwd: str
     parallelism: int | None = None  # launcher.slurm.array_parallelism
     follow: bool = True  # launcher.slurm.follow
+    stop_signal: int = DEFAULT_STOP  # the plan's (launcher.slurm.signal): `run` passes it on to the job
 
     @property
     def folder(self) -> Path:
@@ -60,6 +61,11 @@ class JobArray:
     @property
     def directives(self) -> tuple[str, ...]:
         return next(iter(self.members.values())).directives
+
+    @property
+    def stop_signal(self) -> int:
+        """The members' stop signal: the same for all, as their --signal directive is."""
+        return next(iter(self.members.values())).stop_signal
 
     def script(self, sweep_dir: Path, name: str) -> str:
         q = shlex.quote
@@ -109,6 +115,7 @@ def run_sweep(members: dict[int, ArrayMember], sweep_dir: Path, configs: dict[in
     """Submit the sweep's arrays and follow them; each job's exit status (None: submitted, not followed).
 
     SIGINT or SIGTERM to `run` cancels every array (scancel); the jobs not finished yet get 128 + the signal.
+    The jobs' stop signal to `run` is passed on to every array's running jobs (:meth:`ArrayFollower.on_stop`).
     """
     arrays = group(members)
     submitted: list[tuple[str, JobArray]] = []
@@ -117,6 +124,8 @@ def run_sweep(members: dict[int, ArrayMember], sweep_dir: Path, configs: dict[in
         path = sweep_dir / f"array{k}.sbatch"
         path.write_text(array.script(sweep_dir, f"run-sweep-{sweep_dir.name}-{k}"))
         cwd = next(iter(array.members.values())).cwd
+        for member in array.members.values():
+            member.paths.user_stop.unlink(missing_ok=True)  # an earlier launch's stop (the same run ids)
         try:
             array_id = submit(path, cwd)
         except SlurmError as e:
@@ -137,7 +146,8 @@ def run_sweep(members: dict[int, ArrayMember], sweep_dir: Path, configs: dict[in
             codes.update({n: None for n in array.members})
     if follow:
         follower = ArrayFollower(follow, sweep_dir, configs)
-        with handling((signal.SIGINT, signal.SIGTERM), follower.on_signal):
+        stops = {array.stop_signal for _, array in follow} - set(CANCELS)
+        with handling(CANCELS, follower.on_signal), handling(stops, follower.on_stop):
             codes.update(follower.codes())
     return codes
 
@@ -149,16 +159,19 @@ class ArrayFollower:
     """Follows a sweep's arrays to their end: each task's state changes, and each job's exit status as it ends.
     Slurm is asked on the single job's schedule (runner.launchers.slurm_follow.PollSchedule: every second at
     first and after any task's change, then less and less often, at most every 30 s), all arrays in one call.
-    ``states``, ``clock`` and ``sleep`` are Slurm and the time (tests pass their own)."""
+    ``states``, ``clock``, ``sleep`` and ``stop`` are Slurm and the time (tests pass their own)."""
 
     def __init__(self, arrays: list[tuple[str, JobArray]], sweep_dir: Path, configs: dict[int, str],
                  states: SlurmStates | None = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 stop: Callable[[list[str], int], str | None] = ask_to_stop) -> None:
         self.arrays, self.sweep_dir, self.configs = arrays, sweep_dir, configs
         self.states = states or SlurmStates(clock=clock)
         self.schedule = PollSchedule()
-        self._clock, self._sleep = clock, sleep
+        self._clock, self._sleep, self._stop = clock, sleep, stop
         self.stopping: list[int] = []  # the signals that asked `run` to cancel the arrays
+        self.asked: list[int] = []  # the stop signals `run` passed on to them
+        self.found: dict[int, int] = {}  # the exit status of each of the sweep's jobs seen to end
 
     def on_signal(self, signum: int, _frame: object = None) -> None:
         if not self.stopping:
@@ -168,11 +181,27 @@ class ArrayFollower:
             self.schedule.hurry(self._clock())
         self.stopping.append(signum)
 
+    def on_stop(self, signum: int, _frame: object = None) -> None:
+        """The stop signal to `run`: pass it on to the batch scripts of every array's running jobs (those whose
+        stop signal it is), as for a single job (runner.launchers.slurm_follow.JobFollower.on_stop): each job's
+        ranks checkpoint and return, and it ends, not requeued; jobs not started yet are cancelled."""
+        if self.stopping:
+            return
+        arrays = [(a, array) for a, array in self.arrays
+                  if array.stop_signal == signum and any(n not in self.found for n in array.members)]
+        if not arrays:
+            return
+        ids = [a for a, _ in arrays]
+        markers = [m.paths.user_stop for _, array in arrays for n, m in array.members.items() if n not in self.found]
+        pass_on_stop(signum, ids, markers, f"Slurm job array(s) {', '.join(ids)}", self._stop)
+        self.asked.append(signum)
+        self.schedule.hurry(self._clock())
+
     def codes(self) -> dict[int, int]:
         """Each job's exit status, once every one has ended."""
         shown: dict[int, str] = {}
         last: dict[int, JobStatus] = {}
-        codes: dict[int, int] = {}
+        codes = self.found
         while True:
             now = self._clock()
             if not self.schedule.due(now):
@@ -190,8 +219,8 @@ class ArrayFollower:
                     current = known.get(n)
                     if current is None and (n in last or not known):
                         # ended and forgotten since (or the whole array was): the run folder says how
-                        codes[n] = exits.from_signal(self.stopping[0]) if self.stopping else member.outcome()
-                        _ended(self.sweep_dir, array_id, n, self.configs, member, codes[n])
+                        codes[n] = self._code(member, None)
+                        _ended(self.sweep_dir, array_id, n, self.configs, member, codes[n], self._signal_of(codes[n]))
                         changed = True
                         continue
                     if current is None:
@@ -203,11 +232,33 @@ class ArrayFollower:
                         print(f"slurm job {name} (sweep job {n}: {self.configs.get(n, '')}): {shown[n]}",
                               file=sys.stderr, flush=True)
                     if current.finished:
-                        codes[n] = _code(current, member, self.stopping)
-                        _ended(self.sweep_dir, array_id, n, self.configs, member, codes[n])
+                        codes[n] = self._code(member, current)
+                        _ended(self.sweep_dir, array_id, n, self.configs, member, codes[n], self._signal_of(codes[n]))
             if all(n in codes for _, array in self.arrays for n in array.members):
                 return codes
             self.schedule.asked(now, changed)
+
+    def _signal_of(self, code: int) -> int | None:
+        """The signal to `run` that a job's exit status says stopped it (128 + a signal it was sent), or None."""
+        return next((s for s in self.stopping + self.asked if code == exits.from_signal(s)), None)
+
+    def _code(self, member: ArrayMember, job: JobStatus | None) -> int:
+        """A job's exit status from its last state (None: Slurm forgot it, the run folder says) and `run`'s signals:
+        128 + the signal when `run` cancelled it, or when the stop signal found it not started (cancelled, no rank
+        ran); 1 when a rank failed."""
+        if self.stopping:
+            return exits.from_signal(self.stopping[0])
+        if job is None:
+            code = member.outcome()
+            if code and self.asked and not member.rank_failed():  # cancelled before it started
+                return exits.from_signal(self.asked[0])
+            return code
+        if job.state == "COMPLETED":
+            return exits.OK
+        if job.state == "CANCELLED" and self.asked:
+            return exits.from_signal(self.asked[0])
+        code = job.exit_code or exits.FAILED
+        return exits.FAILED if member.rank_failed() else code  # a rank failed: 1, as a local run says
 
 
 def _tasks(states: SlurmStates, array_ids: list[str]) -> dict[str, dict[int, JobStatus]]:
@@ -220,22 +271,18 @@ def _tasks(states: SlurmStates, array_ids: list[str]) -> dict[str, dict[int, Job
     return found
 
 
-def _code(job: JobStatus, member: ArrayMember, stopping: list[int]) -> int:
-    if stopping:
-        return exits.from_signal(stopping[0])
-    if job.state == "COMPLETED":
-        return exits.OK
-    code = job.exit_code or exits.FAILED
-    return exits.FAILED if member.rank_failed() else code  # a rank failed: 1, as a local run says
-
-
-def _ended(sweep_dir: Path, array_id: str, n: int, configs: dict[int, str], member: ArrayMember, code: int) -> None:
+def _ended(sweep_dir: Path, array_id: str, n: int, configs: dict[int, str], member: ArrayMember, code: int,
+           stopped_by: int | None = None) -> None:
     name = f"{array_id}_{n}"
     early = sweep_dir / f"slurm-{name}.out"  # the array's own output file for this task
     if early.exists() and early.stat().st_size == 0:
         early.unlink()
     if code == 0:
         print(f"sweep job {n} ({configs.get(n, '')}): done, in {member.folder}", file=sys.stderr, flush=True)
+        return
+    if stopped_by is not None:
+        print(f"sweep job {n} ({configs.get(n, '')}): stopped by {signal.Signals(stopped_by).name} (exit {code}), "
+              f"slurm job {name}", file=sys.stderr, flush=True)
         return
     output = member.output(array_id, n)
     print(f"sweep job {n} ({configs.get(n, '')}): failed (exit {code}), slurm job {name}; the end of "

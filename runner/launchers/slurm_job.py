@@ -8,7 +8,9 @@ not listed a job yet, from ``scontrol show job``, which forgets a job MinJobAge 
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -169,6 +171,34 @@ class SlurmStates:
 
 def scancel(job_ids: list[str]) -> None:
     _slurm(["scancel", *job_ids])
+
+
+def stop_command(job_ids: list[str], signum: int) -> list[str]:
+    """``scancel --signal=USR1 --batch JOB...``: the signal to the batch script of each job (each running task of an
+    array), not to its steps; the script's trap passes it on to the srun step, which passes it to the ranks."""
+    return ["scancel", f"--signal={signal.Signals(signum).name.removeprefix('SIG')}", "--batch", *job_ids]
+
+
+def ask_to_stop(job_ids: list[str], signum: int, run: Runner = _slurm) -> str | None:
+    """Ask jobs to checkpoint and stop with the stop signal (:func:`stop_command`); None, or what Slurm said when it
+    refused. A job (an array's task) still pending has nothing to checkpoint and Slurm signals no pending job: it is
+    cancelled first, so that it does not start after the stop (``--state=PENDING``: one that started meanwhile is
+    not cancelled, it gets the signal)."""
+    run(["scancel", "--state=PENDING", *job_ids])
+    out = run(stop_command(job_ids, signum))
+    if out.returncode == 0:
+        return None
+    return out.stderr.strip() or f"exit status {out.returncode}"
+
+
+def mark_user_stop(paths: Iterable[Path], signum: int) -> None:
+    """Write each job's user-stop marker (:attr:`runner.plan.paths.RunPaths.user_stop`) before its batch script
+    gets the stop signal: the script then ends the job rather than requeueing it, as it does after Slurm's
+    time-limit signal."""
+    said = (f"{signal.Signals(signum).name} to `run` (pid {os.getpid()}) at {time.strftime('%Y-%m-%d %H:%M:%S')}: "
+            f"the job ends after its ranks checkpoint, it is not requeued\n")
+    for path in paths:
+        path.write_text(said)
 
 
 def exit_status(job_id: str, job: JobStatus) -> int:

@@ -34,6 +34,13 @@ class RunPaths:
         return self.root / "job.sbatch"
 
     @property
+    def user_stop(self) -> Path:
+        """Written by `run` when it is sent the stop signal while it follows the run's Slurm job, before it passes
+        the signal on: the batch script then ends the job after the ranks checkpoint, where after Slurm's
+        time-limit signal it requeues it (launcher.slurm.requeue). Removed before each submission."""
+        return self.root / "user_stop"
+
+    @property
     def provenance(self) -> Path:
         """What produced the run: git state, packages, torch, hosts, command line (runner.environments.provenance)."""
         return self.root / "provenance.json"

@@ -40,11 +40,21 @@ class SweepCodes:
     """The exit status of each job of this process's sweep, as they become known."""
 
     codes: list[int] = []
+    stops: list[int] = []  # those of jobs stopped by a signal to `run` (:func:`stopped_by_run`)
 
     @classmethod
     def stopped(cls) -> int | None:
-        """128 + the signal that stopped a job (Ctrl-C, SIGTERM): the sweep stops too; None if none was."""
-        return next((c for c in cls.codes if c in STOPPED), None)
+        """128 + the signal that stopped a job (Ctrl-C, SIGTERM, a stop signal that found a Slurm job not started):
+        the sweep stops too; None if none was."""
+        return cls.stops[0] if cls.stops else None
+
+
+def stopped_by_run(folder: Path, code: int | None) -> bool:
+    """Whether a job's exit status says a signal to `run` stopped it: Ctrl-C or SIGTERM, or 128 + the stop signal
+    where the job's user-stop marker says `run` was sent it (a Slurm job it found not started, and cancelled)."""
+    if code in STOPPED:
+        return True
+    return exits.signal_of(code or 0) is not None and RunPaths(folder, folder.name).user_stop.exists()
 
 
 def record_exit(folder: Path, code: int) -> None:
@@ -52,6 +62,8 @@ def record_exit(folder: Path, code: int) -> None:
     tally (`run` exits 1 when any job failed)."""
     (folder / "exit_status").write_text(f"{code}\n")
     SweepCodes.codes.append(code)
+    if stopped_by_run(folder, code):
+        SweepCodes.stops.append(code)
 
 
 @dataclass
@@ -75,7 +87,7 @@ def _status(folder: Path, world_size: int | None) -> str:
     code = int(exit_file.read_text()) if exit_file.exists() else None
     if not (folder / "spec.yaml").exists():
         return "invalid spec" if code == exits.INVALID else "not run"
-    if code in STOPPED:
+    if stopped_by_run(folder, code):
         return f"stopped ({signal.Signals(exits.signal_of(code)).name})"
     if code not in (None, 0):
         return "invalid spec" if code == exits.INVALID else f"failed (exit {code})"

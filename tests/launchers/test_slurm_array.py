@@ -14,9 +14,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+import torch
 
 from runner.launchers.slurm_array import ArrayFollower, ArrayMember, group
-from runner.launchers.slurm_job import SlurmStates, task_ids
+from runner.launchers.slurm_job import SlurmStates, ask_to_stop, task_ids
 from runner.plan.paths import RunPaths
 from runs import processes_of, run, signal_when_ready
 from slurm_fakes import Clock, Slurm, ok
@@ -64,6 +65,49 @@ def test_a_sweeps_arrays_are_asked_about_less_often_while_their_tasks_stay_as_th
     assert asked[ended] - 100 <= 10 and asked[ended + 1] - asked[ended] == pytest.approx(1.0)
     assert 400 <= asked[-1] <= 430 and len(asked) == 82  # over 417 s, not 417
     assert 25 < max(b - a for a, b in zip(asked, asked[1:])) <= 30.0
+
+
+@pytest.mark.unit
+def test_the_stop_signal_goes_to_every_arrays_running_jobs_and_the_pending_ones_are_cancelled(tmp_path, capsys):
+    """kill -USR1 <pid of run> while it follows a sweep: every job not ended gets its marker; the arrays whose jobs
+    have not all ended get scancel --state=PENDING, then scancel --signal=USR1 --batch. A job that checkpointed
+    and returned ends 0; one cancelled before it started (gone from Slurm's lists, as the test cluster shows it)
+    is stopped by the signal; one that had ended already keeps its status."""
+    slurm = Slurm(Clock())
+    clock, stopped = slurm.clock, []
+
+    def sacct() -> subprocess.CompletedProcess:  # array 90: task 0 runs, 1 waits (throttled); array 91: 2 ended
+        after = clock.now - stopped[0] if stopped else -1.0
+        task0 = "COMPLETED" if after > 20 else "RUNNING"
+        task1 = "" if stopped else "90_[1]|PENDING|0:0|None assigned|JobArrayTaskLimit\n"
+        return ok(f"90_0|{task0}|0:0|node1|None\n{task1}91_2|COMPLETED|0:0|node2|None\n")
+
+    slurm.answers["sacct"] = sacct
+    slurm.answers["scancel"] = ok("")
+    members = {n: _member(tmp_path / str(n), (f"#SBATCH --nodes={1 + n // 2}",)) for n in range(3)}
+    for member in members.values():
+        member.folder.mkdir()
+    (small, big) = group(members)
+    follower = ArrayFollower([("90", small), ("91", big)], tmp_path, {0: "a", 1: "b", 2: "c"},
+                             SlurmStates(slurm, clock), clock, clock.sleep,
+                             stop=lambda ids, signum: ask_to_stop(ids, signum, slurm))
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.now >= 100 and not stopped:
+            stopped.append(clock.now)
+            follower.on_stop(signal.SIGUSR1)
+
+    follower._sleep = sleep
+    codes = follower.codes()
+    assert codes == {0: 0, 1: 128 + signal.SIGUSR1, 2: 0}
+    assert [argv for _, argv in slurm.calls if argv[0] == "scancel"] == [
+        ["scancel", "--state=PENDING", "90"], ["scancel", "--signal=USR1", "--batch", "90"]]
+    assert [(tmp_path / str(n) / "user_stop").exists() for n in range(3)] == [True, True, False]
+    assert "SIGUSR1: asking Slurm job array(s) 90 to checkpoint and stop (scancel --signal=USR1 --batch 90), then " \
+           "following to the end (Ctrl-C cancels)" in capsys.readouterr().err
+    follower.on_stop(signal.SIGUSR1)  # every job ended: nothing more to ask
+    assert len(slurm.times("scancel")) == 2
 
 
 def test_the_array_script_runs_each_jobs_own_script_in_its_folder(tmp_path):
@@ -197,3 +241,36 @@ def test_ctrl_c_cancels_every_array_and_leaves_nothing_running(testbed, tmp_path
     while any(processes_of(i) for i in ids) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not any(processes_of(i) for i in ids)
+
+
+def test_the_stop_signal_checkpoints_every_running_job_and_cancels_those_not_started(testbed, tmp_path):
+    """kill -USR1 <pid of run> while it follows a sweep's arrays (one per shape, one job of each at a time): the
+    running job of each array checkpoints and returns (not requeued), the job waiting behind it is cancelled before
+    it starts; `run` says the sweep was stopped by the signal."""
+    run_id = f"sweepusr-{uuid.uuid4().hex[:8]}"
+    done = signal_when_ready(["-m", "topology=1x2,2x2", "recipe.seed=1,2", "recipe.epochs=1000",
+                              "recipe.stop_check_every=1", "launcher=slurm", "launcher.slurm.requeue=true",
+                              "launcher.slurm.array_parallelism=1", f"run_id={run_id}"],
+                             tmp_path, signal.SIGUSR1, "outputs/multirun/*/*/*/metrics.jsonl", count=2, timeout=120,
+                             env=testbed.env())  # the first job of each array is training
+    out = done.output
+    assert done.code == 128 + signal.SIGUSR1, out
+    sweep = _sweep_folder(tmp_path)
+    ids = {n: (sweep / str(n) / "slurm_job_id").read_text().strip() for n in range(4)}
+    arrays = sorted({ids[n].split("_")[0] for n in ids})
+    assert f"SIGUSR1: asking Slurm job array(s) {', '.join(arrays)} to checkpoint and stop" in done.stderr, out
+    assert "the sweep was stopped (SIGUSR1) after 4 job(s)" in done.stderr
+    assert [r["status"] for r in _summary(sweep)] == ["stopped on request", "stopped (SIGUSR1)"] * 2
+    for n in (0, 2):  # ran: checkpointed at the stop, the job ended there
+        folder = sweep / str(n)
+        output = (folder / f"slurm-{ids[n]}.out").read_text()
+        assert "stop requested: checkpoint at step" in output
+        assert "run: stopped at the user's request (user_stop)" in output and "requeueing" not in output
+        assert "batch" in torch.load(folder / "checkpoints" / "last.pt", weights_only=True)
+    for n in (1, 3):  # waited behind it: never started
+        assert not list((sweep / str(n) / "logs").glob("rank*.log"))
+    queue = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(arrays)], env=testbed.env(),
+                           capture_output=True, text=True).stdout.split()
+    assert not queue, queue
+    ids_of_run = [run_id] + [f"{run_id}-{n}" for n in range(4)]
+    assert not any(processes_of(i) for i in ids_of_run)

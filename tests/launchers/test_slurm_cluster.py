@@ -6,6 +6,8 @@ checkpoint, requeue and resume."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runs import RUN, artifacts, processes_of, run, run_folder, user_env
+from runs import RUN, artifacts, processes_of, run, run_folder, user_env, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -169,6 +171,57 @@ def test_preemption_checkpoints_requeues_and_resumes(testbed, tmp_path):
     straight = torch.load(run_folder(ref) / "checkpoints" / "last.pt", weights_only=False)["model"]
     for key in straight:
         torch.testing.assert_close(resumed_state[key], straight[key], rtol=1e-5, atol=1e-6)
+    assert not processes_of(run_id)
+
+
+def test_the_stop_signal_to_run_checkpoints_and_ends_the_job_it_follows_not_requeued(testbed, tmp_path):
+    """kill -USR1 <pid of run> while it follows its Slurm job (the README: under any launcher): `run` passes it on to
+    the batch script (scancel --signal=USR1 --batch), the ranks checkpoint and return, and the job ends: with
+    launcher.slurm.requeue=true too, it is not requeued (the stop was the user's, not Slurm's time limit). `run`
+    exits 0 and its summary says the ranks stopped on request."""
+    run_id = f"usrstop-{uuid.uuid4().hex[:8]}"
+    overrides = ("topology=2x2", "launcher=slurm", "launcher.slurm.requeue=true", "recipe.epochs=1000",
+                 "recipe.stop_check_every=1")
+    out_file, err_file = tmp_path / "run.out", tmp_path / "run.err"
+    with open(out_file, "w") as out, open(err_file, "w") as err:
+        proc = subprocess.Popen([RUN, *overrides, f"run_id={run_id}"], cwd=tmp_path, env=testbed.env(), stdout=out,
+                                stderr=err, text=True)
+    job_id = None
+    try:
+        # trained some steps: the first metrics row (epoch 5), written once the job runs on the nodes
+        wait_until(lambda: list(tmp_path.glob("outputs/*/*/metrics.jsonl")), 120, "the job trained 5 epochs",
+                   alive=[proc])
+        folder = run_folder(tmp_path)
+        job_id = (folder / "slurm_job_id").read_text().strip()
+        os.kill(proc.pid, signal.SIGUSR1)  # `run`'s own pid, as a user would
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if job_id:
+            subprocess.run(["scancel", job_id], env=testbed.env())  # nothing left on the cluster, whatever happened
+    stdout, stderr = out_file.read_text(), err_file.read_text()
+    assert proc.returncode == 0, stdout + stderr
+    assert (f"SIGUSR1: asking Slurm job {job_id} to checkpoint and stop (scancel --signal=USR1 --batch {job_id})"
+            in stderr), stderr
+    assert f"slurm job {job_id}: COMPLETED" in stderr and "cancelling" not in stderr
+    assert "run: SIGUSR1 from Slurm: asking the ranks to checkpoint and stop" in stdout
+    assert f"run: stopped at the user's request (user_stop): job {job_id} ends, not requeued" in stdout
+    assert "requeueing" not in stdout and "restart 1" not in stderr
+    # the checkpoint the stop wrote: mid-epoch, at the step rank 0 said
+    said = [line for line in stdout.splitlines() if line.startswith("stop requested: checkpoint at step")]
+    assert said, stdout
+    step = int(said[0].split("step ")[1].split(" ")[0])
+    checkpoint = torch.load(folder / "checkpoints" / "last.pt", weights_only=True)
+    assert (checkpoint["step"], "batch" in checkpoint) == (step, True) and 0 < step < 1000 * 21
+    for rank in range(4):
+        assert json.loads((folder / "logs" / f"rank{rank:05d}.done").read_text())["stopped"] is True
+    assert "status    stopped on request (" in stderr
+    assert json.loads((folder / "run_summary.json").read_text())["status"] == "stopped"
+    assert "SIGUSR1" in (folder / "user_stop").read_text()
+    queue = subprocess.run(["squeue", "-h", "-j", job_id], env=testbed.env(), capture_output=True, text=True)
+    assert not queue.stdout.strip(), queue.stdout  # ended, not requeued
     assert not processes_of(run_id)
 
 

@@ -5,13 +5,14 @@ and the clock are fakes: pure logic."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 
 import pytest
 
 from runner.launchers.slurm_follow import JobFollower, PollSchedule
-from runner.launchers.slurm_job import JobStatus, SlurmStates, task_ids
+from runner.launchers.slurm_job import JobStatus, SlurmStates, ask_to_stop, task_ids
 from slurm_fakes import Clock, Slurm, Terminal, ok
 
 pytestmark = pytest.mark.unit
@@ -173,3 +174,96 @@ def test_a_cancelled_job_is_asked_about_a_second_later(slurm, tmp_path) -> None:
     assert follower.last_state().state == "CANCELLED"
     assert cancelled == [["78"]] and follower.stopping == [signal.SIGINT]
     assert slurm.times("sacct")[-2] < at[0] and slurm.times("sacct")[-1] == pytest.approx(at[0] + 1.0)
+
+
+def _scancel(slurm: Slurm, pending: list[bool]):
+    """scancel on the fake Slurm: ``--state=PENDING`` cancels the job while ``pending[0]``; a signal to a job that
+    was cancelled is refused, as Slurm refuses it."""
+    def answer() -> subprocess.CompletedProcess:
+        argv = slurm.calls[-1][1]
+        if "--state=PENDING" in argv and pending[0]:
+            pending[0] = False
+            pending.append(True)  # cancelled
+        if any(a.startswith("--signal=") for a in argv) and len(pending) > 1:
+            return subprocess.CompletedProcess([], 1, "", f"scancel: error: Kill job error on job id {argv[-1]}: Job "
+                                                          f"can not be altered now, try again later\n")
+        return ok("")
+    return answer
+
+
+def _follower(slurm: Slurm, job_id: str, folder, stop_signal: int, signals: dict[float, tuple[int, ...]],
+              **kw) -> tuple[JobFollower, list[list[str]], list[float]]:
+    """A follower of the fake Slurm's job, the jobs it cancelled, and when signals were sent: its sleep sends this
+    process ``signals`` once their times have come, as to `run` (the handlers under test catch them)."""
+    clock, cancelled, sent = slurm.clock, [], []
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        for at in sorted(t for t in signals if t <= clock.now):
+            sent.append(clock.now)
+            for sig in signals.pop(at):
+                os.kill(os.getpid(), sig)
+
+    follower = JobFollower(job_id, folder / "none.out", SlurmStates(slurm, clock), clock, sleep, Terminal(clock),
+                           cancel=cancelled.append, stop_signal=stop_signal, user_stop=folder / "user_stop",
+                           stop=lambda ids, signum: ask_to_stop(ids, signum, slurm), **kw)
+    return follower, cancelled, sent
+
+
+def _scancels(slurm: Slurm) -> list[list[str]]:
+    return [argv for _, argv in slurm.calls if argv[0] == "scancel"]
+
+
+def test_the_stop_signal_is_passed_on_to_the_batch_script_and_the_job_followed_to_its_end(slurm, tmp_path, capsys):
+    """kill -USR1 <pid of run> while it follows a job: the marker, then scancel --signal=USR1 --batch (each time);
+    `run` follows the job on (asked again a second later) and returns its own exit status: 0, the ranks returned."""
+    clock = slurm.clock
+    slurm.answers["sacct"] = lambda: ok(f"79|{'COMPLETED' if clock.now > 520 else 'RUNNING'}|0:0|node1|None\n")
+    slurm.answers["scancel"] = _scancel(slurm, [False])
+    follower, cancelled, sent = _follower(slurm, "79", tmp_path, signal.SIGUSR1, {500: (signal.SIGUSR1,),
+                                                                                 505: (signal.SIGUSR1,)})
+    assert follower.exit_status() == 0
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # put back
+    assert _scancels(slurm) == [["scancel", "--state=PENDING", "79"], ["scancel", "--signal=USR1", "--batch", "79"]] * 2
+    assert follower.asked == [signal.SIGUSR1] * 2 and not follower.stopping and not cancelled
+    assert "SIGUSR1 to `run`" in (tmp_path / "user_stop").read_text()
+    asked = slurm.times("sacct")
+    assert next(t for t in asked if t > sent[0]) == pytest.approx(sent[0] + 1.0)  # 30 s apart before: 1 s later
+    assert 520 < asked[-1] <= 525  # its end seen soon
+    err = capsys.readouterr().err
+    assert err.count("SIGUSR1: asking Slurm job 79 to checkpoint and stop (scancel --signal=USR1 --batch 79), then "
+                     "following to the end (Ctrl-C cancels)") == 2
+    assert "cancelling" not in err
+
+
+def test_after_a_stop_ctrl_c_still_cancels_and_a_stop_after_a_cancel_is_not_passed_on(slurm, tmp_path) -> None:
+    slurm.answers["scancel"] = ok("")
+    follower, cancelled, _ = _follower(slurm, "80", tmp_path, signal.SIGUSR1, {10: (signal.SIGUSR1,),
+                                                                              20: (signal.SIGINT, signal.SIGUSR1)})
+    slurm.answers["sacct"] = lambda: ok(f"80|{'CANCELLED' if cancelled else 'RUNNING'}|0:0|node1|None\n")
+    assert follower.exit_status() == 130  # 128 + SIGINT, as before
+    assert cancelled == [["80"]] and follower.asked == [signal.SIGUSR1]
+    assert len(_scancels(slurm)) == 2  # one stop passed on: the pending jobs' cancel, the signal
+
+
+def test_a_stop_before_the_job_started_cancels_it(slurm, tmp_path, capsys) -> None:
+    """Slurm signals no pending job, and it has nothing to checkpoint: it is cancelled (only while pending), and
+    `run` says it stopped by the signal."""
+    pending = [True]
+    slurm.answers["sacct"] = lambda: ok(f"81|{'PENDING' if pending[0] else 'CANCELLED'}|0:0|None assigned|Priority\n")
+    slurm.answers["scancel"] = _scancel(slurm, pending)
+    follower, cancelled, _ = _follower(slurm, "81", tmp_path, signal.SIGUSR2, {3: (signal.SIGUSR2,)})
+    assert follower.exit_status() == 128 + signal.SIGUSR2 and not cancelled
+    err = capsys.readouterr().err
+    assert "SIGUSR2: Slurm did not pass it on: scancel: error: Kill job error on job id 81: Job can not be altered " \
+           "now" in err
+    assert "slurm job 81 ended CANCELLED after SIGUSR2 (a job that had not started is cancelled: nothing to " \
+           "checkpoint)" in err
+
+
+def test_a_stop_signal_that_is_sigterm_cancels(slurm, tmp_path) -> None:
+    """launcher.slurm.signal=TERM: SIGTERM to `run` still means cancel (the one meaning it can have)."""
+    follower, cancelled, _ = _follower(slurm, "82", tmp_path, signal.SIGTERM, {3: (signal.SIGTERM,)})
+    slurm.answers["sacct"] = lambda: ok(f"82|{'CANCELLED' if cancelled else 'RUNNING'}|0:0|node1|None\n")
+    assert follower.exit_status() == 143
+    assert cancelled == [["82"]] and not follower.asked and not (tmp_path / "user_stop").exists()

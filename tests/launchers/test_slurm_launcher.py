@@ -1,9 +1,13 @@
 """launcher=slurm's pure logic: job states, the allocation fit, the stop signal, a task's place (patched
-environments; the real cluster is in test_slurm_cluster.py)."""
+environments), and the batch script's requeue after a stop under bash with srun faked (the real cluster is in
+test_slurm_cluster.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,12 +16,13 @@ from conftest import environment, validate
 from runner.environments.slurm import SlurmEnvironment, expand_counts
 from runner.launchers import Invocation
 from runner.launchers.slurm import SlurmLauncher
-from runner.launchers.slurm_job import JobStatus, exit_status
+from runner.launchers.slurm_job import JobStatus, exit_status, mark_user_stop
 from runner.plan.paths import RunPaths
 from runner.launchers import plan as plan_for
 from runner.app.task import check_place
 from runner.common.signals import parse_signal
 from runner.launchers.base import TaskError, TaskPlace
+from runs import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -115,3 +120,52 @@ def test_slurm_environment_reads_the_step():
                                  "SLURM_JOB_CPUS_PER_NODE": "8(x2)"})
     assert (env.step_num_nodes, env.step_tasks_per_node, env.node_name, env.restart_count) == (2, (2, 1), "gpu-node02", 1)
     assert env.cpus_per_node == (8, 8)
+
+
+FAKE_SRUN = """#!/bin/bash
+# srun as the batch script sees it: runs until SIGUSR1 (the ranks checkpoint and return), then exits 0
+trap 'kill "$pid"; exit 0' USR1
+sleep 600 & pid=$!
+touch "$FAKES/srun.started"
+wait "$pid"
+"""
+FAKE_SCONTROL = '#!/bin/bash\necho "$@" >> "$FAKES/scontrol.calls"\n'
+
+
+@pytest.mark.parametrize("asked_of_run", [False, True])
+def test_with_requeue_the_batch_script_requeues_after_slurms_signal_but_not_after_a_stop_asked_of_run(
+        tmp_path, asked_of_run):
+    """The generated batch script itself, under bash, with srun and scontrol faked: the stop signal to it (as
+    `scancel --signal=USR1 --batch` delivers it) reaches the step; the script then requeues the job, unless `run`
+    wrote the user-stop marker first; either way it exits with the step's status."""
+    fakes, folder = tmp_path / "bin", tmp_path / "run"
+    fakes.mkdir(), folder.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
+        (fakes / name).write_text(text)
+        (fakes / name).chmod(0o755)
+    checked = validate(["launcher=slurm", "device=cpu", "topology=2x2", "launcher.slurm.requeue=true"])
+    paths = RunPaths(folder, "R1")
+    launcher = SlurmLauncher(plan_for(checked.job, paths), paths, Invocation("/venv/bin/python", "/work/proj"),
+                             environment())
+    script = folder / "job.sbatch"
+    script.write_text(launcher.script())
+    env = {"PATH": f"{fakes}:/usr/bin:/bin", "FAKES": str(fakes), "SLURM_JOB_ID": "42"}
+    batch = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)  # its group: the fake step goes with it, whatever happens
+    try:
+        wait_until(lambda: (fakes / "srun.started").exists(), 30, "the step started", alive=[batch])
+        if asked_of_run:
+            mark_user_stop([paths.user_stop], signal.SIGUSR1)
+        batch.send_signal(signal.SIGUSR1)
+        out, _ = batch.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(batch.pid, signal.SIGKILL)
+        batch.wait()
+    assert batch.returncode == 0, out
+    assert "run: SIGUSR1 from Slurm: asking the ranks to checkpoint and stop" in out
+    requeued = (fakes / "scontrol.calls").read_text() if (fakes / "scontrol.calls").exists() else ""
+    if asked_of_run:
+        assert requeued == "" and "run: stopped at the user's request (user_stop): job 42 ends, not requeued" in out
+    else:
+        assert requeued == "requeue 42\n" and "run: requeueing job 42" in out
