@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from omegaconf import OmegaConf
 
 RUN = str(Path(sys.executable).parent / "run")
 TESTS = Path(__file__).parent
@@ -108,6 +109,32 @@ def processes_of(run_id: str) -> list[psutil.Process]:
 
 def artifacts(folder: Path) -> dict[int, dict]:
     return {int(p.stem[4:]): json.loads(p.read_text()) for p in folder.glob("rank*.json")}
+
+
+# a copy of the tests' workloads in the run folder, imported from there (code_dir), in a folder that is no git repository
+SNAPSHOT = ("launcher.snapshot_code=true", "launcher.snapshot_files=['workloads/*.py']")
+
+
+def check_views(art: Path, spec_file: Path, world: int) -> dict[int, dict]:
+    """Every rank of the run saw one job (workloads.view): the same run id, master address and port, recipe options,
+    code and folder, and a spec equal to the run's spec.yaml (save launcher.manual.host, which says which host a
+    manual `run` is); the run id is the spec's, the options are its recipe, the code comes from its code_dir (else
+    its workdir), and a master port it pins is the one the ranks met."""
+    views = {int(p.stem[4:]): json.loads(p.read_text()) for p in art.glob("view*.json")}
+    assert sorted(views) == list(range(world)), sorted(views)
+    written = OmegaConf.to_container(OmegaConf.load(spec_file))
+    for spec in (written, *(v["spec"] for v in views.values())):
+        spec["launcher"]["manual"]["host"] = None
+    shared = ("run_id", "master_addr", "master_port", "options", "code", "cwd", "spec")
+    seen = {k: views[0][k] for k in shared}
+    for rank, view in views.items():
+        assert {k: view[k] for k in shared} == seen, (rank, view, seen)
+    assert seen["spec"] == written, (seen["spec"], written)
+    assert seen["run_id"] == written["run_id"] and seen["options"] == written["recipe"]
+    assert seen["code"] == (written["code_dir"] or written["workdir"]) and seen["cwd"] == written["workdir"]
+    if written["init"]["master_port"]:
+        assert seen["master_port"] == str(written["init"]["master_port"]), seen
+    return views
 
 
 def run_folder(cwd: Path) -> Path:

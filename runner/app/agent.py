@@ -15,8 +15,6 @@ import pickle
 import signal
 import sys
 
-from omegaconf import DictConfig
-
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan
 from runner.common import exits
@@ -33,7 +31,7 @@ _NO_JOB = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--mul
 
 def _agent_main(requests_fd: int, answers_fd: int) -> None:
     """Serve `run`'s requests: ("target", (target, workdir)) -> the target's problem or None, answered at
-    once; ("launch", (plan, node_rank, paths, recipe_cfg)) -> run this host's share, then exit with its
+    once; ("launch", (plan, node_rank, paths, environment, restarts)) -> run this host's share, then exit with its
     status. The closed pipe without a launch: `run` needed none."""
     from runner.worker.rank_process import die_with_parent
 
@@ -54,8 +52,8 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
                     break
                 pickle.dump(target_problem(*args), answers)  # forked from here: torch is imported already
                 answers.flush()
-        plan, node_rank, paths, recipe_cfg, environment, restarts = args
-        code = launch_host(plan, node_rank, paths, recipe_cfg, environment, restarts=restarts)
+        plan, node_rank, paths, environment, restarts = args
+        code = launch_host(plan, node_rank, paths, environment, restarts=restarts)
     except KeyboardInterrupt:
         code = exits.from_signal(signal.SIGINT)
     except BaseException:
@@ -105,13 +103,13 @@ class LaunchAgent:
         except (EOFError, OSError):  # the agent is gone (it says why on stderr): ask from here
             return target_problem(target, workdir)
 
-    def run_host(self, plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig,
-                 environment: ProcessEnvironment, restarts: int = 0) -> int:
+    def run_host(self, plan: Plan, node_rank: int, paths: RunPaths, environment: ProcessEnvironment,
+                 restarts: int = 0) -> int:
         """Hand the launch to the agent and wait for its exit status; SIGINT, SIGTERM and the stop signal
         reaching `run` go to it."""
         forward = lambda signum, _frame: os.kill(self.pid, signum)  # noqa: E731
         with handling((signal.SIGINT, signal.SIGTERM, plan.rules.stop_signal), forward):
-            self._send("launch", (plan, node_rank, paths, recipe_cfg, environment, restarts))
+            self._send("launch", (plan, node_rank, paths, environment, restarts))
             self._requests.close()
             _, status = os.waitpid(self.pid, 0)  # retried after each forwarded signal (PEP 475)
         return exits.from_wait_status(status)

@@ -100,12 +100,11 @@ def _app(cfg: DictConfig) -> ArrayMember | None:
     if hc.mode is RunMode.MULTIRUN and spec.run_id:
         # one run id for the whole sweep: each job gets its own, as its own folder and ports need
         spec.run_id = f"{spec.run_id}-{hc.job.num}"
-        cfg.run_id = spec.run_id
     agent = _State.agent
     # a sweep under our Hydra launcher sends its Slurm batch jobs together, as job arrays
     in_array_sweep = hc.mode is RunMode.MULTIRUN and hc.launcher.get("_target_") == sweep.LAUNCHER
     environment = _State.environment or ProcessEnvironment.read()
-    code = run_job(cfg, spec, out, run_id, tuple(hc.overrides.task), config_dir, environment, hc.job.config_name,
+    code = run_job(spec, out, run_id, tuple(hc.overrides.task), config_dir, environment, hc.job.config_name,
                    agent, defer_submit=in_array_sweep)
     if isinstance(code, ArrayMember):
         return code  # the launcher submits it with the others, and records how it ended

@@ -18,8 +18,6 @@ import socket
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
 from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
@@ -27,16 +25,11 @@ from runner.launchers import LAUNCHERS, check
 from runner.launchers.base import TaskError, TaskPlace
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan, make_plan
+from runner.spec.document import load_spec
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
-from runner.spec.schema import JobConfig, TaskMode
+from runner.spec.schema import TaskMode
 from runner.spec.targets import TargetProblem
-
-
-def load_spec(path: Path) -> tuple[JobConfig, DictConfig]:
-    """The pinned spec of a run, typed again; the recipe's config as the recipe receives it."""
-    cfg = OmegaConf.merge(OmegaConf.structured(JobConfig), OmegaConf.load(path))
-    return OmegaConf.to_object(cfg), cfg.recipe
 
 
 def resolve_master(plan: Plan, environment: ProcessEnvironment) -> Plan:
@@ -85,7 +78,7 @@ def _tried_by_run(target: str, workdir: str | None) -> TargetProblem | None:
 def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
     from runner.worker.host_agent import HostAgent
 
-    spec, recipe_cfg = load_spec(spec_path)
+    spec = load_spec(spec_path)  # the run's one spec, as `run` pinned and wrote it
     launcher = LAUNCHERS.get(spec.launcher.kind)
     if spec.workdir and not os.path.isdir(spec.workdir):
         print(f"error: workdir: the job's folder {spec.workdir} is not on this host ({socket.gethostname()}); hint: "
@@ -105,10 +98,10 @@ def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
         return exits.INVALID
     paths.make()
     if spec.launcher.tasks is TaskMode.per_host:  # this task is its host's agent: it forks the host's processes
-        return HostAgent(plan, place.index, paths, recipe_cfg, environment, announce=True).run()
+        return HostAgent(plan, place.index, paths, environment, announce=True).run()
     # one task per process: this task is the agent of its one rank, which serves the store itself if rank 0
     rec = plan.records[place.index]
-    return HostAgent(plan, rec.node_rank, paths, recipe_cfg, environment, only=rec.global_rank).run()
+    return HostAgent(plan, rec.node_rank, paths, environment, only=rec.global_rank).run()
 
 
 def main() -> None:

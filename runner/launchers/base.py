@@ -9,6 +9,8 @@ under the name ``launcher.kind`` gives it. Its class owns what is particular to 
   (:attr:`supports_restarts`, :attr:`gives_mpi_ranks`, :attr:`shares_run_folder`);
 * **the master** — :meth:`Launcher.default_master` (the address when the spec names none) and
   :meth:`Launcher.plan_rules` (the port's policy, the stop signal, who sets CUDA_VISIBLE_DEVICES);
+* **its pins** — :meth:`Launcher.pins`: what the launch fixes in the spec for every process (the run id, a port
+  the hosts agree on), applied to the spec before the plan is made (runner.spec.pins);
 * **its tasks' place** — :meth:`Launcher.task_place`, for a launcher whose scheduler starts
   ``python -P -m runner.app.task`` (Slurm, mpirun);
 * **the launch** — :meth:`Launcher.request` (no side effects) and :meth:`Launcher.launch`.
@@ -24,8 +26,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from omegaconf import DictConfig
-
 from runner.common import exits
 from runner.common.signals import handling, parse_signal
 from runner.environments.process import ProcessEnvironment
@@ -33,6 +33,7 @@ from runner.plan.outcome import any_failed
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, LaunchRules, Plan
 from runner.spec.job import Job
+from runner.spec.pins import Pins
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
 from runner.spec.schema import JobConfig
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from runner.launchers.slurm_array import ArrayMember
 
 # How a launcher that forks a host's processes in `run` starts them: through `run`'s launch agent (runner.app.agent)
-HostRun = Callable[[Plan, int, RunPaths, DictConfig, ProcessEnvironment, int], int]
+HostRun = Callable[[Plan, int, RunPaths, ProcessEnvironment, int], int]
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,6 @@ class LaunchRequest:
     launcher: str
     commands: tuple[HostCommand, ...]
     files: dict[str, str] = field(default_factory=dict)  # run-folder file name -> content (batch scripts)
-    pins: dict[str, object] = field(default_factory=dict)  # spec keys fixed for this run (run_id, port)
 
     def materialize(self) -> str:
         parts = [c.render() for c in self.commands]
@@ -121,6 +121,8 @@ class Launcher(ABC):
     sets_visible_devices: ClassVar[bool] = True  # CUDA_VISIBLE_DEVICES from topology.hosts[].gpus
     hosts_start_apart: ClassVar[bool] = False  # each host's share is started by its own `run`
     master_source: ClassVar[str] = "host 0"  # who the master is, when default_master leaves it to the launch
+    pins_master_port: ClassVar[bool] = False  # its hosts or tasks cannot learn a port chosen at launch: the spec
+    # carries the one master_port agreed on for the run
 
     # -- rules, before there is a plan ----------------------------------------------------------------------
     @classmethod
@@ -156,6 +158,23 @@ class Launcher(ABC):
                            cls.sets_visible_devices, cls.hosts_start_apart)
 
     @classmethod
+    def pins(cls, job: Job, paths: RunPaths) -> Pins:
+        """What this launch fixes in the spec for every process: the run id, and the master port where the spec
+        leaves it at 0 and the hosts cannot learn one chosen at launch (:attr:`pins_master_port`: the port
+        :meth:`master_port` agreed on for the run)."""
+        port = None
+        if cls.pins_master_port and not job.spec.init.master_port:
+            agreed = cls.master_port(job, paths)
+            port = None if isinstance(agreed, Deferred) else int(agreed)
+        return Pins(paths.run_id, port)
+
+    @classmethod
+    def snapshots_by_default(cls, environment: ProcessEnvironment) -> bool:
+        """Whether this launch copies the job's code into the run folder unless launcher.snapshot_code says: where
+        an attempt may start long after the submission (a batch job, a requeue)."""
+        return False
+
+    @classmethod
     def task_place(cls, environment: ProcessEnvironment) -> TaskPlace:
         """Where the scheduler put this task (`python -P -m runner.app.task`), from its variables."""
         raise TaskError(f"launcher={cls.name} starts no tasks of its own: run the job with `run`")
@@ -176,30 +195,25 @@ class Launcher(ABC):
         """The exact commands this launch would execute (no side effects)."""
 
     @abstractmethod
-    def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
+    def launch(self, request: LaunchRequest) -> int:
         """Run the job; the exit status of `run` (runner.common.exits)."""
-
-    def snapshots_by_default(self) -> bool:
-        """Whether this launch copies the job's code into the run folder unless launcher.snapshot_code says: where
-        an attempt may start long after the submission (a batch job, a requeue)."""
-        return False
 
     def array_member(self) -> ArrayMember | None:
         """This job as a member of a sweep's Slurm job array, prepared and not submitted; None: this
         launcher launches it on its own."""
         return None
 
-    def run_host(self, node_rank: int, recipe_cfg: DictConfig) -> int:
+    def run_host(self, node_rank: int) -> int:
         """Start host ``node_rank``'s processes here and wait for them, starting them again after a failure up to
         launcher.max_restarts times: through the launch agent when `run` has one (runner.app.agent), else in
         this process."""
         spec = self.plan.job.spec
         restarts = 0 if spec.preflight else spec.launcher.max_restarts
         if self._run_host is not None:
-            return self._run_host(self.plan, node_rank, self.paths, recipe_cfg, self.environment, restarts)
+            return self._run_host(self.plan, node_rank, self.paths, self.environment, restarts)
         from runner.worker.host_agent import launch_host
 
-        return launch_host(self.plan, node_rank, self.paths, recipe_cfg, self.environment, restarts=restarts)
+        return launch_host(self.plan, node_rank, self.paths, self.environment, restarts=restarts)
 
     def rank_failed(self) -> bool:
         """A rank of this run failed: it left its error file (runner.plan.outcome)."""
@@ -209,14 +223,6 @@ class Launcher(ABC):
         """How a task started by a scheduler (srun, mpirun) enters the runner: it loads the pinned spec.
         ``-P``: not the folder the task starts in (the user's) but the installed runner (runner.app.task)."""
         return (self.invocation.python, "-P", "-m", "runner.app.task", str(self.paths.spec))
-
-    def pins(self, port: bool = False) -> dict[str, object]:
-        """Spec keys this launch fixes for every process: the run id, and the master port where the
-        plan agreed on one (:meth:`master_port`)."""
-        pins: dict[str, object] = {"run_id": self.paths.run_id}
-        if port and not isinstance(self.plan.master_port, Deferred):
-            pins["init.master_port"] = int(self.plan.master_port)
-        return pins
 
     def run_forwarding_signals(self, argv: list[str], cwd: str | None, env: dict[str, str] | None = None) -> int:
         """Run a scheduler's command (srun, mpirun) to its end, passing `run`'s SIGINT, SIGTERM and stop

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from omegaconf import DictConfig
-
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
@@ -41,7 +39,7 @@ class LocalLauncher(Launcher):
                 f"`run` forks {len(records)} process(es) ({ranks}) from itself, torch already imported; "
                 f"MASTER_PORT is a free port on 127.0.0.1 chosen at launch",
             ))
-        return LaunchRequest(self.name, tuple(commands), pins=self.pins())
+        return LaunchRequest(self.name, tuple(commands))
 
-    def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
-        return self.run_host(0, recipe_cfg)
+    def launch(self, request: LaunchRequest) -> int:
+        return self.run_host(0)

@@ -1,15 +1,14 @@
 """launcher=manual: one `run` command per host, typed by hand on each host.
 
 Each command repeats the user's overrides and pins what the hosts must agree on (run id, master
-port), plus the host it is for; run on that host, it starts that host's share like launcher=local.
+port: the launch's pins, from the pinned spec), plus the host it is for; run on that host, it starts that
+host's share like launcher=local.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-
-from omegaconf import DictConfig
 
 from runner.common import exits
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, named_hosts_problems
@@ -30,6 +29,7 @@ class ManualLauncher(Launcher):
     shares_run_folder = False  # each host's `run` makes its own run folder
     forks_here = True
     hosts_start_apart = True
+    pins_master_port = True  # the hosts cannot learn a port chosen on one of them at launch
 
     @classmethod
     def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
@@ -64,22 +64,23 @@ class ManualLauncher(Launcher):
         return str(port_for(paths.run_id)) if paths else Deferred.of("port derived from the run id")
 
     def request(self) -> LaunchRequest:
-        inv = self.invocation
-        pins = self.pins(port=True)
+        inv, spec = self.invocation, self.plan.job.spec
         base = [inv.run_command]
         if inv.config_dir:
             base += ["--config-dir", inv.config_dir]
         if inv.config_name:
             base += ["--config-name", inv.config_name]
         base += [o for o in inv.overrides if not o.startswith(_PINNED)]
-        base += [f"{k}={v}" for k, v in pins.items()]
+        base.append(f"run_id={spec.run_id}")
+        if spec.init.master_port:
+            base.append(f"init.master_port={spec.init.master_port}")
         commands = []
         for host in self.plan.job.hosts:
             n = len(self.plan.host_records(host.index))
             argv = (*base, f"launcher.manual.host={host.index}")
             where = host.reach or host.label
             commands.append(HostCommand(f"host {host.index} ({where})", argv, f"starts {n} process(es)", cwd=inv.cwd))
-        return LaunchRequest(self.name, tuple(commands), pins=pins)
+        return LaunchRequest(self.name, tuple(commands))
 
     def this_host(self, names: frozenset[str]) -> int | str:
         """This machine's node rank: launcher.manual.host, else the one host whose name/address is ours."""
@@ -96,13 +97,9 @@ class ManualLauncher(Launcher):
         return (f"{found} this machine ({', '.join(sorted(n for n in names if not is_loopback(n))[:6])}); "
                 f"hint: add launcher.manual.host=<index> (the dry run prints each host's command)")
 
-    def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
+    def launch(self, request: LaunchRequest) -> int:
         node = self.this_host(LocalProbe().host_names())
         if isinstance(node, str):
             print(f"error: launcher.manual.host: {node}", file=sys.stderr)
             return exits.INVALID
-        if len(self.plan.job.hosts) > 1 and self.plan.job.spec.run_id is None:
-            print("error: run_id: several hosts must share one run id and port, but none is pinned; "
-                  "hint: run with dry_run=true and use the command it prints for each host", file=sys.stderr)
-            return exits.INVALID
-        return self.run_host(node, recipe_cfg)
+        return self.run_host(node)

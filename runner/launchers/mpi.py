@@ -8,8 +8,6 @@ import shlex
 import sys
 from collections.abc import Iterator
 
-from omegaconf import DictConfig
-
 from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
@@ -32,6 +30,7 @@ class MpiLauncher(Launcher):
     gives_mpi_ranks = True
     supports_restarts = True  # mpirun is started again, in the same run folder
     master_source = "host of MPI rank 0"
+    pins_master_port = True
 
     @classmethod
     def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:
@@ -82,10 +81,9 @@ class MpiLauncher(Launcher):
             argv += ["-x", ATTEMPT]  # which attempt, for every task (set by launch)
         argv += [*opts.extra, *self.task_argv()]
         what = "one task per host, each forks its processes" if per_host else "one MPI rank per process"
-        return LaunchRequest(self.name, (HostCommand("this machine", tuple(argv), what, cwd=self.invocation.cwd),),
-                             pins=self.pins(port=True))
+        return LaunchRequest(self.name, (HostCommand("this machine", tuple(argv), what, cwd=self.invocation.cwd),))
 
-    def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
+    def launch(self, request: LaunchRequest) -> int:
         """Run mpirun; after a failure, up to launcher.max_restarts times again, each attempt's tasks told which
         it is (RUNNER_ATTEMPT): the ranks resume from the run's last checkpoint (ctx.attempt counts)."""
         (command,) = request.commands

@@ -9,8 +9,6 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig
-
 from runner.common import exits
 from runner.common.signals import parse_signal
 from runner.environments.process import ProcessEnvironment
@@ -228,10 +226,10 @@ class SlurmLauncher(Launcher):
             text = "\n".join(["#!/bin/bash", f"# Written by `run` for run {self.paths.run_id}: an srun step",
                               "set -euo pipefail", *self.step_lines()]) + "\n"
             cmd = HostCommand("this allocation", ("bash", str(step)), "an srun step inside the current allocation", cwd=cwd)
-            return LaunchRequest(self.name, (cmd,), files={step.name: text}, pins=self.pins())
+            return LaunchRequest(self.name, (cmd,), files={step.name: text})
         cmd = HostCommand("this machine (login node)", ("sbatch", "--parsable", str(self.paths.sbatch_script)),
                           "submits the batch script below", cwd=cwd)
-        return LaunchRequest(self.name, (cmd,), files={self.paths.sbatch_script.name: self.script()}, pins=self.pins())
+        return LaunchRequest(self.name, (cmd,), files={self.paths.sbatch_script.name: self.script()})
 
     # -- launch ---------------------------------------------------------------------------------------
     def allocation_problems(self, slurm: SlurmEnvironment) -> list[Problem]:
@@ -273,7 +271,7 @@ class SlurmLauncher(Launcher):
                                         "or leave the host names out and let Slurm choose"))
         return problems
 
-    def launch(self, request: LaunchRequest, recipe_cfg: DictConfig) -> int:
+    def launch(self, request: LaunchRequest) -> int:
         from runner.launchers import slurm_follow, slurm_job
 
         slurm = self.environment.slurm
@@ -303,8 +301,9 @@ class SlurmLauncher(Launcher):
                                    say_where=lambda: where_the_ranks_are(self.plan, self.paths, "cancelling the job"),
                                    stop_signal=self.plan.rules.stop_signal, user_stop=self.paths.user_stop)
 
-    def snapshots_by_default(self) -> bool:
-        return not self.in_allocation  # a batch job starts, and is requeued, after the submission
+    @classmethod
+    def snapshots_by_default(cls, environment: ProcessEnvironment) -> bool:
+        return not environment.slurm.in_allocation  # a batch job starts, and is requeued, after the submission
 
     def array_member(self) -> ArrayMember | None:
         """This job as a member of a sweep's job array (runner.launchers.slurm_array): its batch script

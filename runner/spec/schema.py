@@ -8,7 +8,8 @@ at composition time with Hydra's message naming the key. Rules that span several
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Optional
 
@@ -251,8 +252,24 @@ class JobConfig:
     # copy of the code (launcher.snapshot_code), pinned by the launch
 
 
+# The recipe group's schemas (schema/recipe/<name>): its options (conf/recipe/) build on them
+RECIPE_SCHEMAS: dict[str, type[RecipeConfig]] = {"base": RecipeConfig, "digits": DigitsRecipeConfig,
+                                                 "script": ScriptRecipeConfig}
+
+
+def recipe_schema(recipe: Mapping[str, Any]) -> type[RecipeConfig] | None:
+    """The schema of a recipe config read back untyped (from a run's spec.yaml): the recipe schema of its own (digits,
+    script: not the base every recipe has) whose keys it has, exactly, as the spec was written; None: no schema's
+    (recipe=custom), which stays untyped."""
+    for schema in RECIPE_SCHEMAS.values():
+        if schema.target != MISSING and set(recipe) == {f.name for f in fields(schema)}:
+            return schema
+    return None
+
+
 def is_script(recipe: Any) -> bool:
-    """The recipe is recipe=script (a typed config, a task's untyped copy, or the runner's settings of either)."""
+    """The recipe is recipe=script (a typed config, an untyped one naming its target, or the runner's settings of
+    either)."""
     return isinstance(recipe, ScriptRecipeConfig) or recipe_settings(recipe).target == SCRIPT_TARGET
 
 
@@ -271,7 +288,7 @@ def recipe_settings(recipe: Any) -> RecipeConfig:
 def unknown_keys(cfg: Any, prefix: str = "") -> list[tuple[str, list[str]]]:
     """Keys a composed config has beyond its schema: (full key, the schema's keys). Hydra's ``+key=value``
     adds keys even to a typed node; a recipe's untyped config (recipe=custom) takes any key."""
-    from dataclasses import fields, is_dataclass
+    from dataclasses import is_dataclass
 
     from omegaconf import DictConfig, OmegaConf
 
@@ -302,6 +319,5 @@ def register_schemas() -> None:
         ("sharding", ShardingConfig),
     ):
         cs.store(group=f"schema/{group}", name="base", node=schema)
-    cs.store(group="schema/recipe", name="base", node=RecipeConfig)
-    cs.store(group="schema/recipe", name="digits", node=DigitsRecipeConfig)
-    cs.store(group="schema/recipe", name="script", node=ScriptRecipeConfig)
+    for name, schema in RECIPE_SCHEMAS.items():
+        cs.store(group="schema/recipe", name=name, node=schema)

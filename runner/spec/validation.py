@@ -230,7 +230,7 @@ def _check_recipe(spec: JobConfig, probe: MachineProbe) -> Iterator[Problem]:
     if isinstance(spec.recipe, ScriptRecipeConfig):
         yield from _check_script(spec.recipe, workdir, probe)
     elif is_script(spec.recipe):
-        pass  # a task's untyped copy of a script's config: `run` checked it
+        pass  # an untyped config naming the script target (recipe=custom): no schema of a script's to check
     elif not isinstance(target, str) or not TARGET_PATTERN.match(target):
         yield Problem("recipe.target", f"{target!r} is not 'package.module:function' or 'package.module'",
                       "e.g. recipe.target=mypkg.train:main (mypkg/ in the folder you start `run` from)")

@@ -38,8 +38,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from omegaconf import DictConfig
-
 from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.environments.child import child_environment
@@ -48,6 +46,7 @@ from runner.plan.diagnostics import clear_diagnosis, diagnose
 from runner.plan.outcome import timed_out
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan
+from runner.spec.document import recipe_config
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
 from runner.worker.channel import ChannelError, JobChannel, ask_for_dumps, gather_dumps
@@ -97,9 +96,8 @@ class HostEnding:
         return next((i for i in self.order if self.codes[i] and i not in self.stopped), None)
 
 
-def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, recipe_cfg: DictConfig,
-                environment: ProcessEnvironment, preflight: HostReport | None = None,
-                terminal_is_tty: bool = False) -> list[RankSetup]:
+def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, environment: ProcessEnvironment,
+                preflight: HostReport | None = None, terminal_is_tty: bool = False) -> list[RankSetup]:
     """Every rank of host ``node_rank``. Raises NetworkError when this host cannot reach the master. ``preflight``:
     this host's checks, for its local rank 0 to complete and print (preflight=true); ``terminal_is_tty``: the
     agent's stdout is a terminal, where rank 0's progress bar is drawn live (log.console=main)."""
@@ -107,6 +105,7 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, r
     setups = []
     network = network_choice(plan, node_rank, environment)
     notes = (*rdzv.notes, *([network.note] if network else []))
+    recipe_cfg = recipe_config(job.spec.recipe)  # the same for every rank, under every launcher
     console = str(job.spec.log.console)
     chosen = console_ranks(console) or ()
     for rec in plan.host_records(node_rank):
@@ -146,13 +145,11 @@ class HostAgent:
     starting it again after a failure up to ``restarts`` times. ``announce``: end with a line saying how the host's
     share ended (a Slurm or MPI task, whose `run` is elsewhere; `run` itself ends with its summary)."""
 
-    def __init__(self, plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig,
-                 environment: ProcessEnvironment, *, announce: bool = False, restarts: int = 0,
+    def __init__(self, plan: Plan, node_rank: int, paths: RunPaths, environment: ProcessEnvironment, *, announce: bool = False, restarts: int = 0,
                  only: int | None = None) -> None:
         self.plan = plan
         self.node_rank = node_rank
         self.paths = paths
-        self.recipe_cfg = recipe_cfg
         self.environment = environment
         self.announce = announce
         self.restarts = restarts
@@ -249,7 +246,7 @@ class HostAgent:
         try:
             if report is None:
                 rdzv = self._rendezvous(paths)
-            setups = rank_setups(plan, node_rank, rdzv, paths, self.recipe_cfg, self.environment, report,
+            setups = rank_setups(plan, node_rank, rdzv, paths, self.environment, report,
                                  terminal_is_tty=_is_tty(sys.stdout))
         except RendezvousError as e:
             print(f"error: init: {e}", file=sys.stderr)
@@ -500,7 +497,7 @@ def _is_tty(stream: object) -> bool:
         return False
 
 
-def launch_host(plan: Plan, node_rank: int, paths: RunPaths, recipe_cfg: DictConfig,
-                environment: ProcessEnvironment, announce: bool = False, restarts: int = 0) -> int:
+def launch_host(plan: Plan, node_rank: int, paths: RunPaths, environment: ProcessEnvironment, announce: bool = False,
+                restarts: int = 0) -> int:
     """Run host ``node_rank``'s share of ``plan`` with a :class:`HostAgent` in this process; its exit status."""
-    return HostAgent(plan, node_rank, paths, recipe_cfg, environment, announce=announce, restarts=restarts).run()
+    return HostAgent(plan, node_rank, paths, environment, announce=announce, restarts=restarts).run()

@@ -21,6 +21,7 @@ from conftest import GOLDEN, TARGET, compose, environment, hosts_override, valid
 from runner.launchers import LAUNCHERS, Invocation
 from runner.plan.paths import RunPaths
 from runner.launchers import plan as plan_for
+from runner.spec.pins import pinned
 
 pytestmark = pytest.mark.unit
 
@@ -90,11 +91,11 @@ def checked(c: Case):
 
 def materialize(c: Case) -> str:
     got = checked(c)
-    plan = plan_for(got.job, PATHS)
+    kind = LAUNCHERS[got.job.spec.launcher.kind]
+    job = pinned(got.job, kind.pins(got.job, PATHS))  # as the launch pins it, before the plan
     invocation = Invocation(python="/venv/bin/python", cwd="/work/proj", overrides=c.overrides, config_dir=c.config_dir)
     inside = environment(SLURM_JOB_ID="42") if c.in_allocation else environment()
-    launcher = LAUNCHERS[got.job.spec.launcher.kind](plan, PATHS, invocation, inside)
-    return launcher.request().materialize()
+    return kind(plan_for(job, PATHS), PATHS, invocation, inside).request().materialize()
 
 
 @pytest.mark.parametrize("c", CASES, ids=[c.name for c in CASES])

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
-from runs import RUN, artifacts, processes_of, run, run_folder, user_env
+from runs import RUN, SNAPSHOT, artifacts, check_views, processes_of, run, run_folder, user_env
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -54,12 +54,17 @@ def test_every_rank_runs_and_all_reduces(tmp_path, shape, world):
 
 @pytest.mark.parametrize("method", ["env", "tcp", "file"])
 def test_init_methods(tmp_path, method):
+    """Each init method, in a run without a run id (the launch picks one) and with a snapshot of the code: every rank
+    sees the one spec spec.yaml holds (the run id it was given, the code's copy)."""
     art = tmp_path / "art"
     art.mkdir()
-    done = run("topology=1x2", f"init={method}", *custom("workloads.artifact:main", art), cwd=tmp_path)
+    done = run("topology=1x2", f"init={method}", *custom("workloads.artifact:main", art), "run_id=null", *SNAPSHOT,
+               cwd=tmp_path)
     assert done.code == 0, done.output
     assert sorted(artifacts(art)) == [0, 1]
     assert all(rec["sum"] == 3.0 for rec in artifacts(art).values())
+    views = check_views(art, run_folder(tmp_path) / "spec.yaml", 2)
+    assert views[0]["code"] == str(run_folder(tmp_path) / "code")
     plan = json.loads((run_folder(tmp_path) / "plan.json").read_text())
     assert plan["init_method"].startswith({"env": "env://", "tcp": "tcp://127.0.0.1:", "file": "file:///"}[method])
     assert not list(run_folder(tmp_path).glob("*.rdzv")), "the init file (and its folder) must be removed after the run"

@@ -13,12 +13,15 @@ from pathlib import Path
 
 import pytest
 from runs import (
+    SNAPSHOT,
     artifacts,
     bed_hosts,
+    check_views,
     finish,
     mpi_options,
     processes_of,
     run,
+    run_folder,
     start_manual_hosts,
 )
 
@@ -57,6 +60,7 @@ def test_manual_launch_on_each_host(testbed, tmp_path, init):
     results = finish(start_manual_hosts(testbed, tmp_path, overrides, run_id))
     assert [code for code, _ in results] == [0, 0], results
     check_hosts(testbed, art, [2, 2])
+    check_views(art, run_folder(tmp_path) / "spec.yaml", 4)  # both hosts' `run`s share this folder here
     logs = sorted(tmp_path.glob("outputs/*/*/logs/rank00002.log"))
     assert logs and "GLOO_SOCKET_IFNAME=lan0" in logs[0].read_text()
     assert "the interface of the route to the master" in logs[0].read_text()
@@ -72,10 +76,12 @@ def test_mpirun_across_hosts(testbed, tmp_path, init, tasks, counts):
     art = tmp_path / "art"
     art.mkdir()
     done = run(*bed_hosts(testbed, counts), *mpi_options(testbed), f"init={init}", f"launcher.tasks={tasks}",
-               f"recipe.global_batch_size={sum(counts) * 10}", *placement(art), cwd=tmp_path, env=testbed.env())
+               f"recipe.global_batch_size={sum(counts) * 10}", *placement(art), *SNAPSHOT, cwd=tmp_path,
+               env=testbed.env())
     assert done.code == 0, done.output
     assert "mpi: mpirun " in done.stderr
     found = check_hosts(testbed, art, counts)
+    check_views(art, run_folder(tmp_path) / "spec.yaml", sum(counts))
     assert {rec["master_addr"] for rec in found.values()} == {testbed.hosts[0].name}  # rank 0's host
     assert not processes_of(done.run_id)
 

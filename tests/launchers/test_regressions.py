@@ -92,8 +92,8 @@ def test_plan_shows_the_port_the_manual_launch_pins() -> None:
     spec = make_spec(devices=[2, 2], names=["a", "b"], launcher="manual")
     got = validate(spec)
     plan = plan_for(got.job, PATHS)
-    pins = LAUNCHERS["manual"](plan, PATHS, INVOCATION, environment()).request().pins
-    assert plan.master_port == str(pins["init.master_port"])
+    pins = LAUNCHERS["manual"].pins(got.job, PATHS)
+    assert plan.master_port == str(pins.master_port)
 
 
 def test_slurm_named_hosts_are_the_allocated_ones() -> None:

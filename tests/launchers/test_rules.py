@@ -107,9 +107,9 @@ class EchoLauncher(Launcher):
     def request(self) -> LaunchRequest:
         commands = tuple(HostCommand(h.label, ("echo", h.label, str(len(self.plan.host_records(h.index)))))
                          for h in self.plan.job.hosts)
-        return LaunchRequest(self.name, commands, pins=self.pins())
+        return LaunchRequest(self.name, commands)
 
-    def launch(self, request, recipe_cfg) -> int:
+    def launch(self, request) -> int:
         return 0
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runs import RUN, artifacts, processes_of, run, run_folder, user_env, wait_until
+from runs import RUN, SNAPSHOT, artifacts, check_views, processes_of, run, run_folder, user_env, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -61,6 +61,7 @@ def test_sbatch_2x2_file_init_per_host(testbed, tmp_path):
     assert "slurm: submitted job" in done.stderr and "COMPLETED" in done.stderr
     check_ranks(testbed, art, [2, 2])
     folder = run_folder(tmp_path)
+    check_views(art, folder / "spec.yaml", 4)
     job_id = (folder / "slurm_job_id").read_text().strip()
     assert (folder / f"slurm-{job_id}.out").exists()
     assert sorted(p.name for p in (folder / "logs").glob("rank*.log")) == [f"rank{r:05d}.log" for r in range(4)]
@@ -79,10 +80,12 @@ def test_2x2_every_init_and_task_mode(testbed, tmp_path, init, tasks, how):
     art.mkdir()
     prefix = salloc(testbed, 2, 2) if how == "salloc" else ()
     done = run("topology=2x2", f"init={init}", "launcher=slurm", f"launcher.tasks={tasks}", *placement(art),
-               cwd=tmp_path, env=testbed.env(), prefix=prefix)
+               *SNAPSHOT, cwd=tmp_path, env=testbed.env(), prefix=prefix)
     assert done.code == 0, done.output
     assert ("an srun step in job" in done.stderr) == (how == "salloc")
     check_ranks(testbed, art, [2, 2])
+    views = check_views(art, run_folder(tmp_path) / "spec.yaml", 4)
+    assert views[0]["code"] == str(run_folder(tmp_path) / "code")
 
 
 def test_heterogeneous_2_plus_1_one_task_per_device(testbed, tmp_path):

@@ -20,6 +20,8 @@ from conftest import environment, make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation
 from runner.plan.paths import RunPaths
 from runner.launchers import plan as plan_for
+from runner.plan.processes import Deferred
+from runner.spec.pins import pinned
 from runner.spec.probe import FixedProbe
 from runner.spec.schema import DeviceKind, ParallelMode, TaskMode
 
@@ -136,8 +138,10 @@ def test_env_matches_records(spec) -> None:
 @SETTINGS
 @given(jobs())
 def test_master_and_launch_requests_agree_with_plan(spec) -> None:
-    job, plan = _plan(spec)
+    job, _ = _plan(spec)
     kind = spec.launcher.kind
+    job = pinned(job, LAUNCHERS[kind].pins(job, PATHS))  # as the launch pins it, before the plan
+    plan = plan_for(job, PATHS)
     if len(job.hosts) == 1:
         assert plan.master_addr == "127.0.0.1"
     elif kind in ("manual", "mpi"):
@@ -147,7 +151,7 @@ def test_master_and_launch_requests_agree_with_plan(spec) -> None:
     launcher = LAUNCHERS[kind](plan, PATHS, INVOCATION, environment())
     request = launcher.request()
     text = request.materialize()
-    assert request.pins["run_id"] == "R1"
+    assert job.spec.run_id == "R1"
     per_host = spec.launcher.tasks is TaskMode.per_host
     if kind == "mpi":
         argv = request.commands[0].argv
@@ -169,8 +173,10 @@ def test_master_and_launch_requests_agree_with_plan(spec) -> None:
                 assert f"counts=({counts})" in text
     elif kind == "manual":
         assert len(request.commands) == len(job.hosts)
+        port = [] if isinstance(plan.master_port, Deferred) else [f"init.master_port={plan.master_port}"]
         for h, c in zip(job.hosts, request.commands):
             assert c.argv[-1] == f"launcher.manual.host={h.index}"
+            assert [a for a in c.argv if a.startswith(("run_id=", "init.master_port="))] == ["run_id=R1", *port]
             assert f"starts {len(plan.host_records(h.index))} process(es)" in c.note
 
 

@@ -30,7 +30,7 @@ def test_a_ranks_error_record(tmp_path) -> None:
     got = validate(("topology=1x2", "device=cpu"))
     paths = RunPaths(tmp_path, "r1")
     plan = plan_for(got.job, paths)
-    setup = rank_setups(plan, 0, Rendezvous("env://", "29500", True), paths, {}, ProcessEnvironment.read({}))[1]
+    setup = rank_setups(plan, 0, Rendezvous("env://", "29500", True), paths, ProcessEnvironment.read({}))[1]
     try:
         raise RuntimeError("boom")
     except RuntimeError as e:

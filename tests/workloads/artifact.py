@@ -1,4 +1,5 @@
-"""Each rank all-reduces (rank + 1) and writes what it saw to <out_dir>/rank<r>.json."""
+"""Each rank all-reduces (rank + 1) and writes what it saw to <out_dir>/rank<r>.json (and its view of the job to
+view<r>.json: workloads.view)."""
 
 import json
 import os
@@ -6,6 +7,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+from workloads import view
 
 ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
        "TORCHELASTIC_RUN_ID", "OMP_NUM_THREADS")
@@ -21,3 +24,4 @@ def main(ctx, cfg):
         "wrapped": type(ctx.wrap(torch.nn.Linear(2, 2))).__name__, "torch_threads": torch.get_num_threads(),
     }
     Path(cfg.out_dir, f"rank{ctx.rank}.json").write_text(json.dumps(record))
+    view.write(ctx, cfg)

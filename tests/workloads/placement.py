@@ -1,5 +1,5 @@
 """Each rank all-reduces (rank + 1) and writes where it ran to <out_dir>/rank<r>.json: the Slurm node
-name, its IPv4 addresses, the master it met, and the sum."""
+name, its IPv4 addresses, the master it met, and the sum (and its view of the job to view<r>.json: workloads.view)."""
 
 import json
 import os
@@ -9,6 +9,8 @@ from pathlib import Path
 import psutil
 import torch
 import torch.distributed as dist
+
+from workloads import view
 
 
 def main(ctx, cfg):
@@ -21,3 +23,4 @@ def main(ctx, cfg):
               "addrs": addrs, "master_addr": os.environ.get("MASTER_ADDR"), "pid": os.getpid(),
               "slurm_job": os.environ.get("SLURM_JOB_ID"), "restart": ctx.attempt}
     Path(cfg.out_dir, f"rank{ctx.rank}.json").write_text(json.dumps(record))
+    view.write(ctx, cfg)
