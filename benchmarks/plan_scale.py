@@ -88,7 +88,8 @@ def best_of(fn, repeat: int) -> float:
 def check_and_plan(spec: JobConfig):
     job, problems = check(spec, FixedProbe())
     assert job is not None, "\n".join(p.render() for p in problems)
-    return plan_for(job)
+    paths = RunPaths(Path("/runs/R1"), "R1")
+    return make_plan(job, LAUNCHERS[spec.launcher.kind].plan_rules(job, paths), paths)
 
 
 def measure(repeat: int) -> list[dict]:

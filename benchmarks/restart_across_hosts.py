@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import select
 import signal
@@ -45,8 +44,9 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from datetime import date
 from pathlib import Path
+
+import result_file
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "workloads" / "restart_ddp.py"
@@ -263,8 +263,6 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the namespace test bed needs root (scripts/testbed.py)")
-    import torch
-
     # a SIGTERM or SIGHUP ends the run through the finally below: the bed goes down
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, lambda signum, _: sys.exit(128 + signum))
@@ -288,12 +286,8 @@ def main() -> None:
     results = {name: summarize(ts) for name, ts in trials.items()}
     ratios = {ref: {k: results[RUN]["median_s"][k] / results[ref]["median_s"][k] for k in FIGURES}
               for ref in (TORCHRUN, OWN_STORE) if results[ref]["restarted"] and results[RUN]["restarted"]}
-    document = {"date": str(date.today()), "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                                     "python": platform.python_version(), "torch": torch.__version__},
-                "load_before": load_before, "rounds": args.rounds, "kill_at_step": args.kill_at, "steps": STEPS,
-                "step_s": STEP_S, "results": results, "ratio_run_vs": ratios}
-    out = HERE / "results" / "restart_across_hosts.json"
-    out.write_text(json.dumps(document, indent=1) + "\n")
+    out = result_file.write("restart_across_hosts", load_before=load_before, rounds=args.rounds, kill_at_step=args.kill_at,
+                      steps=STEPS, step_s=STEP_S, results=results, ratio_run_vs=ratios)
     for name, r in results.items():
         med = r["median_s"]
         print(f"{name}: restarted {r['restarted']} of {r['trials']}, both hosts exit 0 {r['both_exit_0']} of "

@@ -13,17 +13,16 @@ benchmarks/results/torchrun_pairs.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
 from pathlib import Path
+
+import result_file
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "workloads" / "tiny_ddp.py"
@@ -87,17 +86,11 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=14)
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4])
     args = parser.parse_args()
-    import torch
-
     with tempfile.TemporaryDirectory(prefix="torchrun-pairs-") as tmp:
         cwd = Path(tmp)
         (cwd / SCRIPT.name).write_text(SCRIPT.read_text())  # the user's folder holds the script
         results = measure(args.sizes, args.pairs, cwd)
-    document = {"date": str(date.today()), "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                                                     "python": platform.python_version(), "torch": torch.__version__},
-                "pairs": args.pairs, "results": results}
-    out = HERE / "results" / "torchrun_pairs.json"
-    out.write_text(json.dumps(document, indent=1) + "\n")
+    out = result_file.write("torchrun_pairs", pairs=args.pairs, results=results)
     for n, r in results.items():
         med = r["median_s"]
         print(f"{n} processes: run -- {med.get('run --', float('nan')):.2f} s, torchrun --standalone "

@@ -111,3 +111,4 @@ def test_the_readme_quotes_the_restart_across_hosts_results():
     assert (f"{ours['names_cause']} of {ours['trials']} trials under `run`, {shipped['names_cause']} of "
             f"{shipped['trials']} under torchrun") in text
     assert f"{data['rounds']} trials each" in text
+
