@@ -55,7 +55,9 @@ SAID = {
             r"never entered it: .*, and it is at slow_backward.py:25 in <module>",
     "peer timed out": r"rank 0 on {host0} failed: \w+: .*[Tt]imed out",
     "status timed out": r"status    failed \(exit 1\): rank 0 on host {host0} raised \w+: .*Timed out waiting 10000ms",
-    "killed": r"the job's first failure, on another host: rank 1 on {host1} failed: killed by SIGKILL \(no Python "
+    # host 0 names rank 1's kill as the cause whether its own rank failed after it (the peer's connection closed: the
+    # line says it was the job's first failure) or its agent stopped its rank first (on the channel's word)
+    "killed": r"(the job's first failure, on another host: )?rank 1 on {host1} failed: killed by SIGKILL \(no Python "
               r"exception: killed from ",
     "restarting": r"restarting: attempt 2 of 2 \(launcher.max_restarts=1\)",
     "resumed": r"resumed from .*/host0/outputs/runs/\w+/checkpoints/last.pt: step \d+",
