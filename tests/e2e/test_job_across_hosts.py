@@ -119,7 +119,7 @@ def test_the_bundled_recipe_restarts_across_hosts_from_host_0s_checkpoint(testbe
     is rank 0's), the job ends on both hosts with exit 0, and host 0's summary counts both ranks."""
     run_id = f"r{uuid.uuid4().hex[:8]}"
     procs = apart(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "launcher.max_restarts=1",
-                                      "recipe.epochs=60", "recipe.global_batch_size=64"], run_id)
+                                      "recipe.epochs=20", "recipe.global_batch_size=64"], run_id)
     checkpoint = run_folder_of(tmp_path / "host0", run_id) / "checkpoints" / "last.pt"
     deadline = time.monotonic() + 120
     while not checkpoint.exists():
