@@ -20,7 +20,7 @@ from runner.plan.outcome import ErrorRecord, RankOutcome
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan
 from runner.worker.channel import POLL_S, JobChannel
-from runner.worker.failures import silent_end
+from runner.worker.failures import agent_seen_error, silent_end
 from runner.worker.setup import RankSetup
 
 if TYPE_CHECKING:  # the agent's record of its ranks' ends
@@ -32,9 +32,7 @@ def _record(setup: RankSetup, code: int | None, stopped: bool, ended_at: float |
     dump = RankFiles(setup.paths, setup.record.global_rank).dump()
     error = outcome.error()
     if error is None and code and not stopped and not outcome.done:  # it could say nothing: as its agent saw it
-        rec = setup.record
-        error = asdict(ErrorRecord(rec.global_rank, rec.local_rank, rec.host, None, None, ended_at or time.time(),
-                                   silent_end(code), killed=True))
+        error = asdict(agent_seen_error(setup.record, silent_end(code), ended_at))
     return {"host": setup.record.host, "code": code, "stopped": stopped, "error": error,
             "done": json.loads(outcome.done_file.read_text() or "{}") if outcome.done else None,
             "joined": outcome.backend if outcome.joined else None,
@@ -57,33 +55,27 @@ def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iter
     while True:
         found = {r: doc for r in missing if (doc := channel.ended(paths.attempt, r)) is not None}
         for rank, doc in found.items():
-            _write(paths, plan, rank, doc)
+            _write(paths, rank, doc)
         missing = [r for r in missing if r not in found]
         if not missing or time.monotonic() >= deadline:
             break
         time.sleep(POLL_S)
     for rank in missing:
         rec = plan.records[rank]
-        RankOutcome(paths, rank).record_error(ErrorRecord(
-            rank, rec.local_rank, rec.host, None, None, time.time(),
-            f"no word from its host {rec.host} within {wait_s:g} s of the end (its agent gone?)", killed=True))
+        RankOutcome(paths, rank).record_error(agent_seen_error(
+            rec, f"no word from its host {rec.host} within {wait_s:g} s of the end (its agent gone?)"))
     return missing
 
 
-def _write(paths: RunPaths, plan: Plan, rank: int, doc: dict[str, Any]) -> None:
+def _write(paths: RunPaths, rank: int, doc: dict[str, Any]) -> None:
     outcome = RankOutcome(paths, rank)
     outcome.clear()
     if doc.get("joined") is not None:
         outcome.mark_joined(str(doc["joined"]))
     if isinstance(doc.get("done"), dict):
         outcome.mark_done(bool(doc["done"].get("stopped")), doc["done"].get("result") or {})
-    if isinstance(doc.get("error"), dict):
+    if isinstance(doc.get("error"), dict):  # its own, or how its agent saw it end (_record)
         outcome.record_error(ErrorRecord(**doc["error"]))
-    elif doc.get("code") and not doc.get("stopped") and not isinstance(doc.get("done"), dict):
-        # it ended badly by itself and could say nothing (a signal from outside, os._exit): as its agent saw it
-        rec = plan.records[rank]
-        outcome.record_error(ErrorRecord(rank, rec.local_rank, rec.host, None, None, time.time(),
-                                         f"exit status {doc['code']} (no Python exception)", killed=True))
     if isinstance(doc.get("end_dump"), dict) and (dump := RankDump.from_document(doc["end_dump"])) is not None:
         RankFiles(paths, rank).write_dump(dump)
 

@@ -14,6 +14,7 @@ from runner.common.formatting import error_line
 from runner.plan.diagnostics import diagnose, last_request, read_diagnosis, write_diagnosis
 from runner.plan.outcome import ErrorRecord, RankOutcome, first_failures, timed_out
 from runner.plan.paths import RunPaths
+from runner.plan.processes import ProcessRecord
 from runner.worker.channel import JobChannel, gather_dumps
 from runner.worker.setup import RankSetup
 
@@ -25,9 +26,13 @@ def _record_killed(setups: list[RankSetup], codes: dict[int, int]) -> None:
     """An error file for each rank that ended badly without a Python exception (it could write none), so that
     what reads the run folder afterwards (the run's summary, a sweep's) sees which rank failed first."""
     for i, code in codes.items():
-        rec = setups[i].record
-        setups[i].outcome.record_error(ErrorRecord(rec.global_rank, rec.local_rank, rec.host, None, None, time.time(),
-                                                   f"{_exit_words(code)} (no Python exception)", killed=True))
+        setups[i].outcome.record_error(agent_seen_error(setups[i].record, f"{_exit_words(code)} (no Python exception)"))
+
+
+def agent_seen_error(rec: ProcessRecord, text: str, ended_at: float | None = None) -> ErrorRecord:
+    """The error record of a rank that could write none, as its agent saw it end (``ended_at``; else now)."""
+    return ErrorRecord(rec.global_rank, rec.local_rank, rec.host, None, None, ended_at or time.time(), text,
+                       killed=True)
 
 
 def _exit_words(code: int | None) -> str:
