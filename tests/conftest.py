@@ -12,6 +12,9 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+import importlib.resources
 import os
 import shutil
 import sys
@@ -22,7 +25,8 @@ from pathlib import Path
 import pytest
 from hydra import compose as _hydra_compose
 from hydra import initialize_config_module
-from omegaconf import OmegaConf
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 import runner.app.cli
 from runner.environments.process import ProcessEnvironment
@@ -57,11 +61,44 @@ TARGET = "runner.recipes.digits:main"  # a real recipe: validation checks the fu
 # --------------------------------------------------------------------------- composing specs
 
 
-def compose(*overrides: str) -> JobConfig:
-    """The typed spec `run <overrides>` would get (Hydra compose API, pkg://runner.conf, `job`)."""
+@functools.cache
+def config_groups() -> frozenset[str]:
+    """The config groups of runner.conf (topology, init, launcher, ...), as installed."""
+    return frozenset(p.name for p in importlib.resources.files("runner.conf").iterdir() if p.is_dir()
+                     and not p.name.startswith("_"))
+
+
+def hydra_compose(*overrides: str) -> DictConfig:
+    """The config `run <overrides>` composes, by Hydra's compose API (pkg://runner.conf, `job`)."""
     runner.app.cli.setup()  # schemas in the ConfigStore, the runner_uid resolver
     with initialize_config_module(config_module="runner.conf", version_base=None):
-        cfg = _hydra_compose(config_name="job", overrides=list(overrides))
+        return _hydra_compose(config_name="job", overrides=list(overrides))
+
+
+@functools.cache
+def _composed_groups(choices: tuple[str, ...]) -> DictConfig:
+    return hydra_compose(*choices)
+
+
+def compose(*overrides: str) -> JobConfig:
+    """The typed spec `run <overrides>` would get. Hydra composes each combination of group options once (a
+    defaults list is most of a composition's time); the plain keys are then set on a copy as Hydra sets them,
+    after the defaults, through the schema's types (test_conftest.py: the same spec as a full composition)."""
+    groups = config_groups()
+    choices = tuple(o for o in overrides if o.split("=", 1)[0] in groups)
+    keys = [o for o in overrides if o.split("=", 1)[0] not in groups]
+    cfg = copy.deepcopy(_composed_groups(choices))
+    for override in OverridesParser.create().parse_overrides(keys):
+        key = override.key_or_group
+        if override.is_delete():
+            parent, _, leaf = key.rpartition(".")
+            with open_dict(cfg):
+                del (OmegaConf.select(cfg, parent) if parent else cfg)[leaf]
+        elif override.is_add() or override.is_force_add():
+            with open_dict(cfg):
+                OmegaConf.update(cfg, key, override.value(), merge=True)
+        else:
+            OmegaConf.update(cfg, key, override.value(), merge=True)
     return OmegaConf.to_object(cfg)
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conftest import TARGET, compose, environ_changes, hosts_override, make_spec, validate
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import TARGET, compose, environ_changes, hosts_override, hydra_compose, make_spec, validate
 from runner.spec.probe import FixedProbe
 from runner.spec.schema import JobConfig
 
@@ -15,6 +18,26 @@ def test_compose_gives_the_typed_spec() -> None:
     assert isinstance(spec, JobConfig)
     assert (spec.topology.nodes, spec.topology.devices_per_node, spec.launcher.kind) == (2, 2, "slurm")
     assert type(spec.recipe).__name__ == "DigitsRecipeConfig"
+
+
+@pytest.mark.parametrize("overrides", [
+    (),
+    ("topology=2x2", "launcher=slurm", "launcher.slurm.partition=gpu", "init=file", "init.dir=/tmp"),
+    ("topology=custom", "topology.hosts=[{name: a, addr: 10.0.0.1, devices: 2, gpus: [3, 1]}, {name: b}]"),
+    ("recipe=custom", f"recipe.target={TARGET}", "+recipe.lr=0.1", "++recipe.momentum=0.9"),
+    ("recipe=script", "recipe.path=train.py", "recipe.args=['--lr=0.1', 'a b']", "log.console=all"),
+    ("sharding=zero", "+recipe.lr=0.1", "~recipe.lr", "launcher.mpi.export=[A, B]", "init.master_port=29500"),
+    ("~recipe.epochs",),  # a schema's key cannot be deleted: both refuse
+])
+def test_compose_gives_what_hydra_composes(overrides) -> None:
+    """compose() composes each combination of groups once, then sets the keys itself: the same spec as Hydra's."""
+    try:
+        expected = OmegaConf.to_object(hydra_compose(*overrides))
+    except Exception:  # noqa: BLE001 (refused then too)
+        with pytest.raises(Exception):  # noqa: B017
+            compose(*overrides)
+        return
+    assert compose(*overrides) == expected
 
 
 def test_hosts_override_round_trips() -> None:
@@ -38,10 +61,6 @@ def test_environ_changes_lists_every_kind_of_change() -> None:
         "added C='3'", "removed B (was '2')", "changed A: '1' -> '9'"]
 
 
-def test_monkeypatched_env_is_not_a_leak(monkeypatch) -> None:
-    monkeypatch.setenv("RUNNER_TEST_MONKEYPATCHED", "1")  # undone by monkeypatch before the leak check
-
-
 def test_leak_fixture_fails_a_leaking_test(pytester, monkeypatch) -> None:
     pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
@@ -53,8 +72,12 @@ def test_leak_fixture_fails_a_leaking_test(pytester, monkeypatch) -> None:
 
         def test_clean():
             pass
+
+        def test_monkeypatched(monkeypatch):  # undone by monkeypatch before the leak check: no leak
+            monkeypatch.setenv("RUNNER_MONKEYPATCHED_VARIABLE", "1")
     """)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2, errors=1)
+    result.assert_outcomes(passed=3, errors=1)
+    assert "RUNNER_MONKEYPATCHED_VARIABLE" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*the test leaked environment variables*", "*added RUNNER_LEAKED_VARIABLE='x'*"])
     assert "RUNNER_LEAKED_VARIABLE" not in os.environ

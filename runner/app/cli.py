@@ -33,7 +33,7 @@ from runner.common import exits
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.slurm_array import ArrayMember
 from runner.spec.problems import Problem, render_problems
-from runner.spec.schema import register_schemas, unknown_keys
+from runner.spec.schema import JobConfig, register_schemas, unknown_keys
 
 
 class _State:
@@ -80,22 +80,9 @@ def _app(cfg: DictConfig) -> ArrayMember | None:
     out = Path(hc.runtime.output_dir)
     run_id = f"{_STARTED}-{_uid()}" + (f"-{hc.job.num}" if hc.mode is RunMode.MULTIRUN else "")
     config_dir = next((s.path for s in hc.runtime.config_sources if s.provider == "command-line"), None)
-    unknown = unknown_keys(cfg)
-    if unknown:
-        problems = [Problem(key, "is not a key of the spec", f"known here: {', '.join(known)}"
-                            + (f"; did you mean {close[0]}?" if (close := difflib.get_close_matches(key.rsplit('.', 1)[-1], known, 1)) else ""))
-                    for key, known in unknown]
-        print(render_problems(problems), file=sys.stderr)
-        print(f"\nthe spec has {len(problems)} error(s); nothing was started.", file=sys.stderr)
-        sys.exit(exits.INVALID)
-    try:
-        spec = OmegaConf.to_object(cfg)
-    except MissingMandatoryValue as e:
-        key = e.full_key or "?"
-        print(render_problems([Problem(key, "has no value (??? in the config)", f"set it: {key}=...")]), file=sys.stderr)
-        sys.exit(exits.INVALID)
-    except OmegaConfBaseException as e:
-        print(f"error: {e.full_key or 'spec'}: {e.msg}", file=sys.stderr)
+    spec = typed_spec(cfg)
+    if isinstance(spec, str):
+        print(spec, file=sys.stderr)
         sys.exit(exits.INVALID)
     if hc.mode is RunMode.MULTIRUN and spec.run_id:
         # one run id for the whole sweep: each job gets its own, as its own folder and ports need
@@ -113,6 +100,24 @@ def _app(cfg: DictConfig) -> ArrayMember | None:
     elif code:
         sys.exit(code)
     return None
+
+
+def typed_spec(cfg: DictConfig) -> JobConfig | str:
+    """The composed config as the typed spec, or why it cannot be one (a key no schema has, a mandatory value
+    left at ???, a value of the wrong type), as `run` prints it."""
+    unknown = unknown_keys(cfg)
+    if unknown:
+        problems = [Problem(key, "is not a key of the spec", f"known here: {', '.join(known)}"
+                            + (f"; did you mean {close[0]}?" if (close := difflib.get_close_matches(key.rsplit('.', 1)[-1], known, 1)) else ""))
+                    for key, known in unknown]
+        return f"{render_problems(problems)}\n\nthe spec has {len(problems)} error(s); nothing was started."
+    try:
+        return OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as e:
+        key = e.full_key or "?"
+        return render_problems([Problem(key, "has no value (??? in the config)", f"set it: {key}=...")])
+    except OmegaConfBaseException as e:
+        return f"error: {e.full_key or 'spec'}: {e.msg}"
 
 
 def _config_dir(argv: list[str]) -> str | None:

@@ -1,10 +1,16 @@
-"""Malformed specs and overrides, through the real `run` (no dry run): each gets exit status 2, a message
-that names the key, no traceback, and nothing started (no plan, no logs, no process of the run left).
+"""Malformed specs and overrides: each gets exit status 2, a message that names the key, no traceback, and
+nothing started.
 
-The cases run concurrently (each is a separate `run` process) and are checked one by one."""
+A handful go through the real `run` (:data:`CLI`: a Hydra type error, an unknown key and option, YAML and
+override syntax, a job file's unknown key, a recipe that does not import, a shell metacharacter: exit 2, no plan,
+no logs, no process of the run left). The rest are refused by what `run` calls before it starts anything, and are
+checked in-process, step by step as `run` takes them (:func:`refusal`): the command line
+(runner.app.cli.input_problems), Hydra's composition, the typed spec (runner.app.cli.typed_spec) and validation
+(runner.launchers.check)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -12,8 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
-from conftest import clean_env, run_script
+import runner.recipes.digits  # noqa: F401  (validation tries the default recipe in a forked child: imported once here)
+from conftest import REPO, clean_env, hydra_compose, run_script
+from runner.app.cli import input_problems, typed_spec
+from runner.launchers import check
+from runner.spec.probe import LocalProbe
+from runner.spec.problems import render_problems
 from runs import processes_of
 
 pytestmark = pytest.mark.timeout(300)
@@ -23,7 +36,7 @@ pytestmark = pytest.mark.timeout(300)
 class Case:
     id: str
     args: tuple[str, ...]
-    fragments: tuple[str, ...]  # each must appear in stderr
+    fragments: tuple[str, ...]  # each must appear in what `run` says
     files: tuple[tuple[str, str], ...] = ()  # (name, text) written to a config folder passed as --config-dir
 
 
@@ -103,10 +116,51 @@ CASES = [
 ]
 
 
+
+# through the real `run`: one of each way in which `run` itself, not validation, must refuse
+CLI_IDS = ("nodes-not-a-number", "misspelt-key", "unknown-launcher", "override-syntax", "yaml-syntax-error",
+           "job-file-unknown-key", "recipe-not-importable", "host-with-semicolon")
+CLI = [c for c in CASES if c.id in CLI_IDS]
+IN_PROCESS = [c for c in CASES if c.id not in CLI_IDS]
+
+# what `run` prints for a refusal: its own problems (``error: key: ...``), or Hydra's composition errors
+REFUSED = re.compile(r"^(error: [\w.\[\]/+:-]+: |Error merging override |Could not |Could not override |In '|Key ')", re.M)
+
+
+def refusal(c: Case, folder: Path) -> str:
+    """What `run` says of ``c``'s arguments, found in-process as `run` finds it: the command line, Hydra's
+    composition, the typed spec, then validation (the same functions, in the same order). Fails the test if they
+    let the arguments through."""
+    said = input_problems(list(c.args))
+    if said:
+        return "\n".join(said)
+    try:
+        cfg = hydra_compose(*c.args, "device=cpu")
+    except (HydraException, OmegaConfBaseException) as e:  # `run` prints Hydra's message and exits 2
+        return str(e)
+    spec = typed_spec(cfg)
+    if isinstance(spec, str):
+        return spec
+    spec.workdir = str(folder)
+    job, problems = check(spec, LocalProbe())
+    assert job is None, f"{c.id}: {c.args} passed validation"
+    return render_problems(problems)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("c", IN_PROCESS, ids=[c.id for c in IN_PROCESS])
+def test_bad_input_is_refused_before_anything_starts(c: Case, tmp_path) -> None:
+    said = refusal(c, tmp_path)
+    assert REFUSED.search(said), said
+    for fragment in c.fragments:
+        assert fragment in said, said
+    assert "Traceback" not in said, said
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, Path, str]]:
-    """Every case run once, four at a time: id -> (result, its folder, its run id)."""
-    folders = {c.id: tmp_path_factory.mktemp(c.id) for c in CASES}  # (mktemp is not thread-safe)
+    """Every CLI case run once, four at a time: id -> (result, its folder, its run id)."""
+    folders = {c.id: tmp_path_factory.mktemp(c.id) for c in CLI}  # (mktemp is not thread-safe)
 
     def one(c: Case):
         folder = folders[c.id]
@@ -125,22 +179,28 @@ def outcomes(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, P
         return c.id, (result, folder, run_id)
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(pool.map(one, CASES))
+        return dict(pool.map(one, CLI))
 
 
-def test_there_are_at_least_40_cases():
-    assert len({c.id for c in CASES}) == len(CASES) >= 40
-
-
-@pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
-def test_bad_input_is_refused_clearly_and_starts_nothing(outcomes, c: Case):
+@pytest.mark.parametrize("c", CLI, ids=[c.id for c in CLI])
+def test_bad_input_through_run_is_refused_clearly_and_starts_nothing(outcomes, c: Case):
     result, folder, run_id = outcomes[c.id]
     shown = f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
     assert result.returncode == 2, shown
+    assert REFUSED.search(result.stderr), shown
     for fragment in c.fragments:
         assert fragment in result.stderr, shown
     assert "Traceback" not in result.stdout + result.stderr, shown
-    assert "error" in result.stderr.lower() or "Could not" in result.stderr, shown
     started = [p for p in (folder / "outputs").rglob("*") if p.name in ("plan.json", "launch.txt", "logs")]
     assert not started, started
     assert not processes_of(run_id)
+
+
+@pytest.mark.unit
+def test_the_readme_counts_the_cases_as_they_are() -> None:
+    assert len({c.id for c in CASES}) == len(CASES)
+    assert set(CLI_IDS) <= {c.id for c in CASES}
+    said = re.search(r"`tests/app/test_bad_input\.py` checks (\d+) such cases, (\d+) of them through the real `run`",
+                     (REPO / "README.md").read_text().replace("\n", " "))
+    assert said is not None
+    assert (int(said[1]), int(said[2])) == (len(CASES), len(CLI))
