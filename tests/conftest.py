@@ -59,7 +59,7 @@ TARGET = "runner.recipes.digits:main"  # a real recipe: validation checks the fu
 
 def compose(*overrides: str) -> JobConfig:
     """The typed spec `run <overrides>` would get (Hydra compose API, pkg://runner.conf, `job`)."""
-    runner.app.cli.setup()  # schemas in the ConfigStore, the runner_uid resolver
+    runner.app.cli.setup(overrides)  # schemas and topology=NxM shapes in the ConfigStore, the resolvers
     with initialize_config_module(config_module="runner.conf", version_base=None):
         cfg = _hydra_compose(config_name="job", overrides=list(overrides))
     return OmegaConf.to_object(cfg)
