@@ -26,7 +26,8 @@ fsdp        parameters, gradients and optimizer state          reduce-scatter/al
 ==========  ================================================  ===========================  =========
 
 World size 1 or ``parallel=dp``: every mode runs as ``none`` (there is nothing to shard across;
-validation says so). fairscale is imported only by the strategies that use it.
+validation says so). fairscale (the extra ``torch-jobspec[fairscale]``) is imported only by the strategies that
+use it.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
+from runner.common.extras import FAIRSCALE, require
 from runner.spec.schema import ParallelMode, ShardingConfig, ShardingMode
 
 OptimizerFactory = Callable[..., Optimizer]  # optimizer_class(params, **kwargs): a class or any factory
@@ -220,6 +222,7 @@ class OSSStrategy(Strategy):
     mode = ShardingMode.oss
 
     def setup(self, model, optimizer_class, kwargs, shard_units=None):
+        require(FAIRSCALE)  # validation refuses the mode without it; this says the same to a direct caller
         from fairscale.optim import OSS
 
         model = super().wrap(model)  # DDP first, then OSS over its parameters (fairscale's documented order)
@@ -251,6 +254,7 @@ class SDPStrategy(OSSStrategy):
     mode = ShardingMode.sdp
 
     def setup(self, model, optimizer_class, kwargs, shard_units=None):
+        require(FAIRSCALE)
         from fairscale.nn.data_parallel import ShardedDataParallel
         from fairscale.optim import OSS
 
