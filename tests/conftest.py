@@ -238,6 +238,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # --------------------------------------------------------------------------- fixtures
 
 
+@pytest.fixture(scope="module")
+def optimizers_imported():
+    """Building a torch optimizer the first time imports torch._dynamo, which sets TORCHINDUCTOR_CACHE_DIR.
+
+    Do that once before a module's tests (so no test is blamed for an environment leak) and put the environment
+    back after them: ``pytestmark = pytest.mark.usefixtures("optimizers_imported")``.
+    """
+    import torch
+
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    torch.optim.Adam(torch.nn.Linear(1, 1).parameters())
+    yield
+    if before is None:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+
+
 def environ_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
     """Human-readable differences between two environment snapshots (empty: none)."""
     changes = []
