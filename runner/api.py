@@ -12,7 +12,7 @@ The runner makes the default process group before the call, unless the recipe's 
 scripts), and destroys it after.
 
 To call a recipe in one process — a unit test of yours, a notebook — :func:`single_process_context` gives it the
-context ``run topology=1x1`` would. What is named here is frozen: tests/golden/api.txt holds its names and
+context ``run topology=1x1`` would. What is named here is frozen: tests/golden/api/runner_api.txt holds its names and
 signatures, and a test compares them (and the README's table of the context) with the code.
 """
 

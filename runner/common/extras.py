@@ -38,10 +38,12 @@ class Extra:
 
     def missing(self) -> str:
         """Why it is wanted and absent, in one line (the caller adds :attr:`install` as the hint)."""
-        return f"{self.needed_by} needs {self.package}, which is not installed here (the extra {DISTRIBUTION}[{self.name}])"
+        return (f"{self.needed_by} needs {self.package}, which is not installed here "
+                f"(the extra {DISTRIBUTION}[{self.name}])")
 
 
-FAIRSCALE = Extra("fairscale", "fairscale", "fairscale", "sharding=oss and sharding=sdp (fairscale's OSS and ShardedDDP)")
+FAIRSCALE = Extra("fairscale", "fairscale", "fairscale",
+                  "sharding=oss and sharding=sdp (fairscale's OSS and ShardedDDP)")
 EXAMPLES = Extra("examples", "scikit-learn", "sklearn", "the bundled digits recipe (scikit-learn's digits data)")
 PLOTS = Extra("plots", "matplotlib", "matplotlib", "a sweep's scaling plot")
 EXTRAS: tuple[Extra, ...] = (FAIRSCALE, EXAMPLES, PLOTS)

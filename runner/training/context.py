@@ -198,8 +198,8 @@ class RunContext:
         children that hold parameters, and the blocks of its ModuleLists).
         """
         if (optimizer_class is None) == (make_optimizer is None):
-            raise TypeError("ctx.setup(model, ...) takes an optimizer class (ctx.setup(model, torch.optim.Adam, lr=1e-3)) "
-                            "or make_optimizer (ctx.setup(model, make_optimizer=lambda m: torch.optim.AdamW(...))), "
+            raise TypeError("ctx.setup(model, ...) takes an optimizer class (ctx.setup(model, torch.optim.Adam, "
+                            "lr=1e-3)) or make_optimizer (ctx.setup(model, make_optimizer=lambda m: torch.optim.AdamW(...))), "
                             f"not {'both' if optimizer_class is not None else 'neither'}")
         if make_optimizer is not None and optimizer_kwargs:
             raise TypeError(f"ctx.setup(model, make_optimizer=...) takes no optimizer arguments (got "
@@ -451,10 +451,11 @@ def single_process_context(cfg: Mapping[str, Any] | None = None, output_dir: str
         seed = int(cfg.get("seed", 0))
         torch.manual_seed(seed)
         batch = cfg.get("global_batch_size")
+        where = torch.device(device)
         ctx = RunContext(ContextSettings(
             rank=0, local_rank=0, node_rank=0, world_size=1, local_world_size=1, host=socket.gethostname(),
-            device=torch.device(device), device_ids=(torch.device(device).index or 0,) if device.startswith("cuda") else (),
-            parallel=ParallelConfig(), sharding=ShardingConfig(), global_batch_size=int(batch) if batch is not None else None,
-            seed=seed, output_dir=root, metrics_file=root / METRICS_FILE, checkpoint_dir=root / CHECKPOINT_DIR))
+            device=where, device_ids=(where.index or 0,) if where.type == "cuda" else (), parallel=ParallelConfig(),
+            sharding=ShardingConfig(), global_batch_size=int(batch) if batch is not None else None, seed=seed,
+            output_dir=root, metrics_file=root / METRICS_FILE, checkpoint_dir=root / CHECKPOINT_DIR))
         stack.callback(ctx._close)
         yield ctx

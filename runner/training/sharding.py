@@ -1,7 +1,8 @@
 """Sharded training, one small strategy per ``sharding.mode``, behind the run context.
 
 A recipe calls ``model, optimizer = ctx.setup(model, torch.optim.Adam, lr=1e-3)`` (or, for parameter groups,
-``ctx.setup(model, make_optimizer=f)`` with ``f(model) -> optimizer``) and never learns which strategy ran it. Each strategy knows four things:
+``ctx.setup(model, make_optimizer=f)`` with ``f(model) -> optimizer``) and never learns which strategy ran it.
+Each strategy knows four things:
 
 * how to wrap the model and build the optimizer, in the order its library needs (fairscale's
   ShardedDataParallel needs the OSS optimizer at construction; FSDP2 needs the optimizer built
@@ -73,8 +74,8 @@ class OptimizerRecipe:
             return self.cls(model.parameters(), **self.kwargs)
         made = self.make(model)
         if not isinstance(made, Optimizer):
-            raise TypeError(f"make_optimizer returned {type(made).__name__}, not a torch.optim.Optimizer: it must build "
-                            f"and return the optimizer, e.g. lambda m: torch.optim.AdamW(groups(m), lr=1e-3)")
+            raise TypeError(f"make_optimizer returned {type(made).__name__}, not a torch.optim.Optimizer: it must "
+                            f"build and return the optimizer, e.g. lambda m: torch.optim.AdamW(groups(m), lr=1e-3)")
         return made
 
     def parts(self, model: nn.Module) -> tuple[OptimizerFactory, Any, dict[str, Any]]:
