@@ -10,6 +10,10 @@ run's summary and ``run_summary.json``.
 The runner makes the default process group before the call, unless the recipe's config says
 ``init_process_group: false`` (the recipe makes its own, as ``recipe=script`` does for torchrun-style
 scripts), and destroys it after.
+
+To call a recipe in one process — a unit test of yours, a notebook — :func:`single_process_context` gives it the
+context ``run topology=1x1`` would. What is named here is frozen: tests/golden/api/runner_api.txt holds its names and
+signatures, and a test compares them (and the README's table of the context) with the code.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any, Protocol
 
 from omegaconf import DictConfig
 
-from runner.training.context import RunContext
+from runner.training.context import RunContext, single_process_context
 from runner.training.progress import Progress
 
 
@@ -29,4 +33,4 @@ class Recipe(Protocol):
     def __call__(self, ctx: RunContext, cfg: DictConfig, /) -> Mapping[str, Any] | None: ...
 
 
-__all__ = ["Progress", "Recipe", "RunContext"]
+__all__ = ["Progress", "Recipe", "RunContext", "single_process_context"]

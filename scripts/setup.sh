@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything `run` and its tests need, on a fresh machine: a virtual environment in .venv
-# with the CPU build of torch, this package (editable) and its test tools. Idempotent.
+# with the CPU build of torch, this package (editable) with all its extras, and its test tools. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
@@ -19,5 +19,6 @@ fi
 if .venv/bin/python -m pip show runner 2>/dev/null | grep -qx "Editable project location: $PWD"; then
   pip uninstall -y runner
 fi
-pip install -e ".[test]"
+# the extras too (fairscale, examples: the default job's digits data, plots), and the test tools
+pip install -e ".[all,test]"
 echo "ready: .venv (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"

@@ -70,7 +70,7 @@ def config_groups() -> frozenset[str]:
 
 def hydra_compose(*overrides: str) -> DictConfig:
     """The config `run <overrides>` composes, by Hydra's compose API (pkg://runner.conf, `job`)."""
-    runner.app.cli.setup()  # schemas in the ConfigStore, the runner_uid resolver
+    runner.app.cli.setup(overrides)  # schemas and topology=NxM shapes in the ConfigStore, the resolvers
     with initialize_config_module(config_module="runner.conf", version_base=None):
         return _hydra_compose(config_name="job", overrides=list(overrides))
 
@@ -273,6 +273,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def optimizers_imported():
+    """Building a torch optimizer the first time imports torch._dynamo, which sets TORCHINDUCTOR_CACHE_DIR.
+
+    Do that once before a module's tests (so no test is blamed for an environment leak) and put the environment
+    back after them: ``pytestmark = pytest.mark.usefixtures("optimizers_imported")``.
+    """
+    import torch
+
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    torch.optim.Adam(torch.nn.Linear(1, 1).parameters())
+    yield
+    if before is None:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
 
 
 def environ_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:

@@ -100,19 +100,16 @@ def test_each_environment_class_reads_the_variables_it_declares_and_no_others() 
 # ------------------------------------------------------------------------------ other packages' private APIs
 
 
-def test_hydra_internals_the_config_source_relies_on() -> None:
-    """runner.app.config_source subclasses Hydra's pkg:// source, and runner.app.cli registers it in Hydra's
-    sources registry (hydra-core is pinned below 1.4 for that): both must still be where they were."""
-    from hydra._internal.core_plugins.importlib_resources_config_source import ImportlibResourcesConfigSource
-    from hydra._internal.sources_registry import SourcesRegistry
-
-    import runner.app.cli
-    from runner.app.config_source import RunnerConfigSource
-
-    for method in ("load_config", "is_config", "list"):
-        assert callable(getattr(ImportlibResourcesConfigSource, method))
-    runner.app.cli.setup()
-    assert SourcesRegistry.instance().types["pkg"] is RunnerConfigSource
+def test_nothing_of_the_runner_uses_hydras_internals() -> None:
+    """``hydra._internal`` changes without notice between Hydra's releases: the runner uses Hydra's public API only
+    (topology=NxM is a ConfigStore entry, runner.app.topology_shapes), named, imported or as a string."""
+    used = [f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+            for folder in ("runner", "hydra_plugins", "recipes") for path in sorted((REPO / folder).rglob("*.py"))
+            for n, line in enumerate(path.read_text().splitlines(), 1) if "hydra._internal" in line]
+    assert used == []
+    imported = [m for folder in ("runner", "hydra_plugins") for path in (REPO / folder).rglob("*.py")
+                for m in _imports(path) if m == "hydra._internal" or m.startswith("hydra._internal.")]
+    assert imported == []
 
 
 def test_optimizer_internals_the_sharding_strategies_empty() -> None:
@@ -130,14 +127,43 @@ def test_optimizer_internals_the_sharding_strategies_empty() -> None:
 
 def test_torch_reads_the_default_timeouts_the_runner_sets_for_scripts() -> None:
     """A torchrun-style script's process group made without a timeout gets init.timeout_s because torch
-    reads these public module attributes when ``timeout`` is None (runner.worker.rank)."""
+    reads these module attributes when ``timeout`` is None (runner.worker.rank sets both)."""
     import datetime
 
     import torch.distributed.distributed_c10d as c10d
 
-    saved = c10d.default_pg_timeout
+    saved = c10d.default_pg_timeout, c10d.default_pg_nccl_timeout
     try:
-        c10d.default_pg_timeout = datetime.timedelta(seconds=7)
+        c10d.default_pg_timeout = c10d.default_pg_nccl_timeout = datetime.timedelta(seconds=7)
         assert c10d._get_default_timeout(c10d.Backend.GLOO) == datetime.timedelta(seconds=7)
+        assert c10d._get_default_timeout(c10d.Backend.NCCL) == datetime.timedelta(seconds=7)
     finally:
-        c10d.default_pg_timeout = saved
+        c10d.default_pg_timeout, c10d.default_pg_nccl_timeout = saved
+
+
+FLIGHT_RECORDER = """
+import os, sys, tempfile
+import torch, torch.distributed as dist
+from runner.worker.watch import _fr_dump, _groups_from_fr
+os.environ["TORCH_FR_BUFFER_SIZE"] = "20"
+dist.init_process_group("gloo", init_method="file://" + os.path.join(tempfile.mkdtemp(), "rdzv"), rank=0, world_size=1)
+dist.all_reduce(torch.ones(3))
+doc = _fr_dump()
+assert doc is not None, "no flight-recorder document"
+(group,) = _groups_from_fr(doc)
+print(group.enqueued, group.completed, [(c.seq, c.op, c.sizes) for c in group.entries])
+dist.destroy_process_group()
+"""
+
+
+def test_the_flight_recorder_dump_the_hang_report_reads() -> None:
+    """runner.worker.watch reads a rank's collectives from torch's flight recorder through a private function
+    (``torch._C._distributed_c10d._dump_fr_trace_json``) and parses its JSON: both must still be what they were
+    (otherwise a hang report silently falls back to the runner's own counter of collectives)."""
+    import torch
+
+    assert callable(torch._C._distributed_c10d._dump_fr_trace_json)
+    done = subprocess.run([sys.executable, "-P", "-c", FLIGHT_RECORDER], capture_output=True, text=True, timeout=120,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split("\n")[0] == "1 1 [(1, 'all_reduce', ((3,),))]", done.stdout

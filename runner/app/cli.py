@@ -14,6 +14,7 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import hydra
@@ -22,13 +23,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
-from hydra._internal.sources_registry import SourcesRegistry
 from hydra.core.plugins import Plugins
 
 import runner.reports.sweep as sweep
 from runner.app.agent import LaunchAgent
-from runner.app.config_source import RunnerConfigSource
 from runner.app.launch import run_job
+from runner.app.topology_shapes import register_named_shapes
 from runner.common import exits
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.slurm_array import ArrayMember
@@ -50,14 +50,14 @@ def _uid() -> str:
     return secrets.token_hex(3)
 
 
-def setup() -> None:
-    """Register schemas and resolvers; idempotent (tests compose through Hydra's API too)."""
+def setup(argv: Sequence[str] = ()) -> None:
+    """Register schemas, resolvers, our sweep launcher, and the ``topology=NxM`` shapes that ``argv`` (`run`'s
+    arguments, or the overrides of a compose) may ask for; idempotent (tests compose through Hydra's API too)."""
     register_schemas()
-    Plugins.instance()  # Hydra registers its own sources first ...
-    # ... and our sweep launcher: Hydra's scan of hydra_plugins does not see into an editable install
+    register_named_shapes(argv)
+    # our sweep launcher: Hydra's scan of hydra_plugins does not see into an editable install
     from hydra_plugins.runner_sweep_launcher import RunnerSweepLauncher
     Plugins.instance().register(RunnerSweepLauncher)
-    SourcesRegistry.instance().types["pkg"] = RunnerConfigSource  # ... then ours serves pkg://
     if not OmegaConf.has_resolver("runner_uid"):
         OmegaConf.register_new_resolver("runner_uid", _uid)
     if not OmegaConf.has_resolver("runner_run_dir"):
@@ -290,7 +290,7 @@ def main() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exits.INVALID)
-    setup()
+    setup(sys.argv[1:])
     _State.environment = ProcessEnvironment.read()
     _State.agent = LaunchAgent.start_if_useful(sys.argv[1:])
     # The user's modules are imported from the job's folder by the ranks, and tried by validation in a

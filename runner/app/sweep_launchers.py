@@ -5,8 +5,8 @@ registered in conf/job.yaml), because what a job does inside it cannot be seen f
 Hydra's submitit launcher (hydra-submitit-launcher: ``hydra/launcher=submitit_slurm`` or ``submitit_local``) is
 refused; tried on the test cluster, it cannot run `run`'s jobs soundly:
 
-* each job restores Hydra's state in the Slurm job, where the runner's own config source is registered again
-  under pkg://, and fails before the job's spec is read;
+* each job restores Hydra's state in the Slurm job and failed there before the job's spec was read (seen while
+  the runner replaced Hydra's pkg:// config source, which it no longer does; not tried since);
 * a job that ends without writing submitit's result (a refused spec, a kill, the OOM killer, a lost node) leaves
   `run` waiting forever where Slurm keeps no accounting (submitit asks sacct only);
 * the jobs' exit statuses stay in the Slurm jobs: `run` exits 0 with failed jobs;
@@ -27,8 +27,6 @@ from runner.common import exits
 from runner.reports.sweep import LAUNCHER
 from runner.spec.problems import Problem, Severity
 
-BASIC = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
-SOUND = (LAUNCHER, BASIC)
 
 SUBMITIT_REASONS = (
     "each job would restore Hydra's state in its own process (a Slurm job) and fail there before reading its spec; a job "
@@ -40,13 +38,27 @@ SLURM_SWEEP_HINT = ("run -m ... launcher=slurm sends the sweep's jobs to Slurm a
                     "launcher.slurm.array_parallelism=N caps how many run at once (README: Sweeps)")
 
 
+def basic_launcher_target() -> str | None:
+    """The ``_target_`` of Hydra's own basic launcher (hydra/launcher=basic), as Hydra registers it in its
+    ConfigStore once its plugins are loaded; None before. (Its class lives in Hydra's internals: read, not named.)"""
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # loads Hydra's core plugins, which register their configs
+    try:
+        node = ConfigStore.instance().load("hydra/launcher/basic.yaml").node
+    except OSError:  # hydra.plugins.config_source.ConfigLoadError: not registered
+        return None
+    return str(node.get("_target_")) if node.get("_target_") else None
+
+
 def launcher_problem(target: str, name: str) -> Problem | None:
     """Why the Hydra launcher ``target`` (chosen as hydra/launcher=``name``) cannot run a sweep of `run`, and what
     to do instead (an error), or that it was never tried with `run` (a warning); None: it can."""
     if "hydra_submitit_launcher" in target:
         return Problem(f"hydra/launcher={name}", f"Hydra's submitit launcher cannot run `run`'s jobs soundly: "
                        f"{SUBMITIT_REASONS}", SLURM_SWEEP_HINT)
-    if target not in SOUND:
+    if target not in (LAUNCHER, basic_launcher_target()):
         return Problem(f"hydra/launcher={name}", "not a launcher the runner was tried with (runner, basic): each job "
                        "runs `run` wherever that launcher runs it, and the summary reads the jobs' folders",
                        severity=Severity.warning)

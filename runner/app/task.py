@@ -93,7 +93,7 @@ def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
         paths = RunPaths(spec_path.parent, spec.run_id or spec_path.parent.name, place.attempt)
         plan = resolve_master(make_plan(job, launcher.plan_rules(job, paths), paths), environment)
         check_place(plan, place)
-    except (TaskError, RuntimeError) as e:
+    except (TaskError, RuntimeError, ValueError) as e:  # ValueError: a node list that does not parse
         print(f"error: {e}", file=sys.stderr)
         return exits.INVALID
     paths.make()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -45,12 +44,57 @@ def expand_counts(value: str | None) -> tuple[int, ...] | None:
     return tuple(counts)
 
 
+_PART = re.compile(r"([^\[\]]*)\[([^\[\]]*)\]")  # literal text, then one bracket: "node[" "01-04,07" "]"
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def _numbers(ranges: str, nodelist: str) -> list[str]:
+    """``01-04,07`` -> 01 02 03 04 07: each number as wide as its range's first one (Slurm pads to that)."""
+    out = []
+    for item in ranges.split(","):
+        m = _RANGE.fullmatch(item.strip())
+        if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ValueError(f"host list {nodelist!r}: {item!r} is not a number or a range low-high (low <= high)")
+        low, high, width = int(m.group(1)), int(m.group(2) or m.group(1)), len(m.group(1))
+        out.extend(f"{n:0{width}d}" for n in range(low, high + 1))
+    return out
+
+
+def _expand_one(name: str, nodelist: str) -> list[str]:
+    """One host expression: text and bracketed ranges, the names of every combination, the first bracket varying
+    slowest (``a[1-2]-b[3-4]`` -> a1-b3 a1-b4 a2-b3 a2-b4)."""
+    names, at = [""], 0
+    for m in _PART.finditer(name):
+        if m.start() != at:
+            break
+        names = [f"{n}{m.group(1)}{number}" for n in names for number in _numbers(m.group(2), nodelist)]
+        at = m.end()
+    rest = name[at:]
+    if "[" in rest or "]" in rest:
+        raise ValueError(f"host list {nodelist!r}: unbalanced brackets in {name!r}")
+    if at and rest:
+        raise ValueError(f"host list {nodelist!r}: {name!r} has text after its last bracket, which Slurm refuses")
+    return [n + rest for n in names]
+
+
 def expand_hostnames(nodelist: str) -> list[str]:
-    """A node list expanded by Slurm itself (``gpu-node[01-04]``, ``a[1-2],b3``): never split by hand."""
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True)
-    if out.returncode != 0 or not out.stdout.split():
-        raise RuntimeError(f"`scontrol show hostnames {nodelist}` failed: {out.stderr.strip() or 'no output'}")
-    return out.stdout.split()
+    """A Slurm host list as Slurm's own ``scontrol show hostnames`` expands it, in this process: comma- (or space-)
+    separated host expressions, each text and bracketed ranges with zero padding (``gpu-node[01-04,07]``,
+    ``a[1-2]-b[3-4]``, ``n[8-10]``), in order, duplicates kept. Raises ValueError where Slurm says
+    "Invalid hostlist"."""
+    names: list[str] = []
+    depth, start = 0, 0
+    for i, ch in enumerate(nodelist + ","):
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if depth < 0 or depth > 1:
+            raise ValueError(f"host list {nodelist!r}: unbalanced brackets")
+        if depth == 0 and (ch == "," or ch.isspace()):
+            if nodelist[start:i].strip():
+                names.extend(_expand_one(nodelist[start:i].strip(), nodelist))
+            start = i + 1
+    if depth:
+        raise ValueError(f"host list {nodelist!r}: unbalanced brackets")
+    return names
 
 
 @dataclass(frozen=True)
@@ -99,8 +143,11 @@ class SlurmEnvironment:
         return self._names
 
     def first_host(self) -> str:
-        """The step's first host: where node 0 (global rank 0) runs."""
-        return self.hostnames()[0]
+        """The step's first host: where node 0 (global rank 0) runs. Raises ValueError without a node list."""
+        names = self.hostnames()
+        if not names:
+            raise ValueError("neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST names a node: is this a Slurm task?")
+        return names[0]
 
     def port(self) -> int:
         """The master port of this job: derived from its id, so two jobs on one node do not collide."""

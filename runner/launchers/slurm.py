@@ -262,7 +262,7 @@ class SlurmLauncher(Launcher):
         if named and slurm.job_nodelist:
             try:
                 allocated = set(expand_hostnames(slurm.job_nodelist))
-            except RuntimeError:
+            except ValueError:
                 allocated = set(named)
             missing = [n for n in named if n not in allocated]
             if missing:

@@ -22,11 +22,12 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.common.polling import poll
 from runner.plan.paths import RunPaths
 
 
@@ -187,15 +188,26 @@ def requested_since(paths: RunPaths, since: float) -> str | None:
     return doc.get("reason", "request") if doc.get("time", 0) > since else None
 
 
-def collect_dumps(paths: RunPaths, ranks: Iterable[int], since: float, wait_s: float = 0.0) -> dict[int, RankDump]:
-    """The ranks' dumps written at or after ``since``, waiting up to ``wait_s`` for the missing ones."""
+def collect_dumps(paths: RunPaths, ranks: Iterable[int], since: float, wait_s: float = 0.0,
+                  elsewhere: Callable[[int], RankDump | None] | None = None) -> dict[int, RankDump]:
+    """The ranks' dumps written at or after ``since``, from ``elsewhere`` (the job's channel: any host) where it has
+    one, else from the run folder, waiting up to ``wait_s`` for the missing ones."""
     ranks = list(ranks)
-    deadline = time.monotonic() + wait_s
-    while True:
-        found = {r: d for r in ranks if (d := RankFiles(paths, r).dump()) is not None and d.time >= since - 0.001}
-        if len(found) == len(ranks) or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.1)
+
+    def fresh(dump: RankDump | None) -> bool:
+        return dump is not None and dump.time >= since - 0.001
+
+    def look() -> dict[int, RankDump]:
+        found = {}
+        for r in ranks:
+            dump = elsewhere(r) if elsewhere is not None else None
+            if not fresh(dump):
+                dump = RankFiles(paths, r).dump()
+            if fresh(dump):
+                found[r] = dump
+        return found
+
+    return poll(look, lambda found: len(found) == len(ranks), wait_s)
 
 
 # ----------------------------------------------------------------------------------------- a hang in words

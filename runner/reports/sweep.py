@@ -24,6 +24,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from runner.common import exits
+from runner.common.extras import PLOTS
 from runner.common.formatting import number
 from runner.plan.diagnostics import RankFiles, straggler
 from runner.plan.outcome import RankOutcome, outcomes
@@ -272,12 +273,14 @@ def plot(rows: list[JobRow], path: Path) -> bool:
 
 
 def write_summary(sweep_dir: Path) -> list[JobRow]:
+    """summary.csv, summary.md and, where matplotlib is installed (the extra ``plots``), scaling.png."""
     rows = summarize(sweep_dir)
     if not rows:
         return rows
     write_csv(rows, sweep_dir / "summary.csv")
     (sweep_dir / "summary.md").write_text(markdown(rows))
-    plot(rows, sweep_dir / "scaling.png")
+    if PLOTS.installed():
+        plot(rows, sweep_dir / "scaling.png")
     return rows
 
 
@@ -291,3 +294,5 @@ class SweepSummary(Callback):
             print(f"\n== sweep: {len(rows)} job(s) ==\n{markdown(rows)}")
             print(f"summary: {sweep_dir / 'summary.csv'}, {sweep_dir / 'summary.md'}"
                   + (f", {sweep_dir / 'scaling.png'}" if (sweep_dir / "scaling.png").exists() else ""), flush=True)
+            if not PLOTS.installed():
+                print(f"notice: no scaling.png: {PLOTS.missing()}; hint: {PLOTS.install}", flush=True)

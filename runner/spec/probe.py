@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from runner.common import extras
 from runner.spec.targets import TargetProblem, module_problem, target_problem
 
 TargetCheck = Callable[[str, "str | None"], "TargetProblem | None"]
@@ -22,7 +23,7 @@ TargetCheck = Callable[[str, "str | None"], "TargetProblem | None"]
 class MachineProbe(Protocol):
     def cuda_device_count(self) -> int: ...
     def mpi_backend_available(self) -> bool: ...
-    def fairscale_available(self) -> bool: ...
+    def extra_installed(self, name: str) -> bool: ...
     def exists(self, path: str) -> bool: ...
     def is_dir(self, path: str) -> bool: ...
     def host_names(self) -> frozenset[str]: ...
@@ -66,11 +67,9 @@ class LocalProbe:
         return dist.is_available() and dist.is_mpi_available()
 
     @functools.cache
-    def fairscale_available(self) -> bool:
-        """fairscale can be imported here (found without importing it: that would import torch)."""
-        import importlib.util
-
-        return importlib.util.find_spec("fairscale") is not None
+    def extra_installed(self, name: str) -> bool:
+        """The extra ``torch-jobspec[name]`` is installed here (runner.common.extras: found, not imported)."""
+        return extras.BY_NAME[name].installed()
 
     def exists(self, path: str) -> bool:
         return os.path.lexists(path)
@@ -96,7 +95,7 @@ class FixedProbe:
 
     cuda_devices: int = 0
     mpi_backend: bool = False
-    fairscale: bool = True
+    missing_extras: frozenset[str] = frozenset()  # the extras (runner.common.extras) not installed
     paths: frozenset[str] = frozenset()
     dirs: frozenset[str] = frozenset({"/shared", "/tmp"})
     names: frozenset[str] = frozenset({"thishost"})
@@ -110,9 +109,9 @@ class FixedProbe:
         self.asked.append("mpi")
         return self.mpi_backend
 
-    def fairscale_available(self) -> bool:
-        self.asked.append("fairscale")
-        return self.fairscale
+    def extra_installed(self, name: str) -> bool:
+        self.asked.append(name)
+        return name not in self.missing_extras
 
     def exists(self, path: str) -> bool:
         return path in self.paths or path in self.dirs

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import select
+import signal
 import sys
 import time
 import traceback
@@ -163,7 +164,7 @@ def _in_child(work: Callable[[], None], describe: Callable[[BaseException], Targ
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([read_fd], [], [], left)[0]:
-                os.kill(pid, 9)
+                os.kill(pid, signal.SIGKILL)
                 return TargetProblem(f"importing {what!r} took longer than {timeout_s:g} s",
                                      "a module that waits for something when imported (input, a lock, the "
                                      "network) would hang every rank; move that work into the function")

@@ -16,6 +16,7 @@ from pathlib import Path
 from collections.abc import Iterator
 from typing import Protocol
 
+from runner.common import extras
 from runner.common.signals import is_signal_name
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
@@ -236,6 +237,10 @@ def _check_recipe(spec: JobConfig, probe: MachineProbe) -> Iterator[Problem]:
                       "e.g. recipe.target=mypkg.train:main (mypkg/ in the folder you start `run` from)")
     elif (problem := probe.target_problem(target, spec.code_dir or workdir)) is not None:
         yield Problem("recipe.target", problem.message, problem.hint)
+    else:
+        for extra in extras.RECIPE_EXTRAS.get(target.split(":", 1)[0], ()):
+            if not probe.extra_installed(extra.name):
+                yield Problem("recipe.target", f"{target}: {extra.missing()}", extra.install)
     batch = recipe.global_batch_size
     if batch is not None and not isinstance(batch, int):
         yield Problem("recipe.global_batch_size", f"must be a whole number, got {batch!r}", "e.g. recipe.global_batch_size=64")
@@ -399,10 +404,10 @@ def _check_sharding(job: Job, probe: MachineProbe, launcher: LauncherRules) -> I
                                            "torch as FSDP (now FSDP2, fully_shard), which is maintained and does the same",
                           _FSDP_HINT)
         return
-    if mode in (ShardingMode.oss, ShardingMode.sdp) and not probe.fairscale_available():
-        yield Problem("sharding.mode", f"{mode.value} uses fairscale, which cannot be imported here",
-                      "pip install 'fairscale>=0.4.13' (a dependency of this package); or torch's own: sharding=zero "
-                      "(optimizer state, like oss) or sharding=fsdp")
+    if mode in (ShardingMode.oss, ShardingMode.sdp) and not probe.extra_installed(extras.FAIRSCALE.name):
+        yield Problem("sharding.mode", f"{mode.value}: {extras.FAIRSCALE.missing()}",
+                      f"{extras.FAIRSCALE.install}; or torch's own: sharding=zero (optimizer state, like oss) or "
+                      f"sharding=fsdp")
     if is_script(spec.recipe):
         yield Problem("sharding.mode", f"{mode.value} is applied by ctx.setup, but recipe=script runs a torchrun-style "
                                        f"script that never sees the run context: nothing would be sharded",

@@ -8,11 +8,15 @@ Wrapping, sharding and full (consolidated) checkpoints are delegated to the stra
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import sys
+import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,12 @@ from runner.common.signals import StopRequest
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.training import checkpoints
 from runner.training.progress import LINE_INTERVAL_S, Progress, for_rank
-from runner.training.sharding import OptimizerFactory, Placement, Strategy, strategy_for
+from runner.training.sharding import OptimizerFactory, OptimizerRecipe, Placement, Strategy, strategy_for
+
+
+# a run folder's names for what the context writes (runner.plan.paths.RunPaths names the same; a test compares)
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINT_DIR = "checkpoints"
 
 
 @dataclass(frozen=True)
@@ -76,11 +85,6 @@ class RunContext:
 
     def __init__(self, settings: ContextSettings) -> None:
         self._settings = settings
-        self.device = settings.device
-        self.global_batch_size = settings.global_batch_size
-        self.seed = settings.seed
-        self.output_dir = settings.output_dir
-        self.attempt = settings.attempt  # 0, then 1, 2, ... when the job was restarted or requeued
         self._ddp_options = {"find_unused_parameters": settings.parallel.find_unused_parameters,
                              "bucket_cap_mb": settings.parallel.bucket_cap_mb}
         self._stop_calls = 0
@@ -107,6 +111,7 @@ class RunContext:
 
     @property
     def world_size(self) -> int:
+        """Processes in the job."""
         return self._settings.world_size
 
     @property
@@ -121,7 +126,33 @@ class RunContext:
 
     @property
     def is_main(self) -> bool:
+        """Global rank 0: the process that logs metrics and writes checkpoints."""
         return self._settings.rank == 0
+
+    @property
+    def device(self) -> torch.device:
+        """This process's device: ``cuda:i`` (its local GPU) or ``cpu``."""
+        return self._settings.device
+
+    @property
+    def seed(self) -> int:
+        """The recipe's seed (``recipe.seed``): torch is seeded with it before the recipe is called."""
+        return self._settings.seed
+
+    @property
+    def attempt(self) -> int:
+        """Restarts so far: 0, then 1, 2, ... when the job was restarted or requeued."""
+        return self._settings.attempt
+
+    @property
+    def output_dir(self) -> Path:
+        """The run's folder (metrics.jsonl, checkpoints/, logs/ ...)."""
+        return self._settings.output_dir
+
+    @property
+    def global_batch_size(self) -> int | None:
+        """``recipe.global_batch_size``: the samples of one step over all processes, whatever the world size."""
+        return self._settings.global_batch_size
 
     @property
     def sharding_mode(self) -> str:
@@ -145,17 +176,37 @@ class RunContext:
                                                     settings.parallel.mode, settings.sharding, self._ddp_options))
         return self._strategy
 
-    def setup(self, model: nn.Module, optimizer_class: OptimizerFactory, /, *,
+    def setup(self, model: nn.Module, optimizer_class: OptimizerFactory | None = None, /, *,
+              make_optimizer: Callable[[nn.Module], Optimizer] | None = None,
               shard_units: Iterable[nn.Module] | None = None, **optimizer_kwargs: Any) -> tuple[nn.Module, Optimizer]:
         """The model on this device, wrapped or sharded as the spec says, and its optimizer.
 
-        ``optimizer_class(params, **optimizer_kwargs)`` is called by the strategy, in the order it
-        needs (fairscale's OSS before ShardedDDP, torch's optimizer after FSDP2's ``fully_shard``), over
-        ``model.parameters()``. The same call works for every ``sharding`` mode, DDP, DP and world size 1.
+        The optimizer is built by the strategy of ``sharding.mode``, in the order it needs (fairscale's OSS
+        before ShardedDDP, torch's optimizer after FSDP2's ``fully_shard``); the same call works for every
+        mode, DDP, DP and world size 1. Either
+
+        * ``optimizer_class`` and its keyword arguments: ``optimizer_class(model.parameters(), **optimizer_kwargs)``
+          (``ctx.setup(model, torch.optim.Adam, lr=1e-3)``), or
+        * ``make_optimizer``: a function of the model that returns its optimizer, for parameter groups
+          (``make_optimizer=lambda m: torch.optim.AdamW(groups(m), lr=1e-3)``). It is called with the model as
+          the mode has it when the optimizer is made: wrapped in DDP (none, oss, zero), sharded (fsdp), or the
+          plain module on its device (sdp, whose wrapper takes the optimizer); pick groups by module type or
+          ``p.ndim``, not by names, which the wrappers change. Under oss, sdp and zero the optimizer it returns
+          gives the class, the groups and the defaults of the sharded one, which holds this process's share.
+
         ``shard_units`` (fsdp only): the submodules that become FSDP units (default: the model's
         children that hold parameters, and the blocks of its ModuleLists).
         """
-        return self._sharding.setup(model, optimizer_class, optimizer_kwargs, shard_units)
+        if (optimizer_class is None) == (make_optimizer is None):
+            raise TypeError("ctx.setup(model, ...) takes an optimizer class (ctx.setup(model, torch.optim.Adam, "
+                            "lr=1e-3)) or make_optimizer (ctx.setup(model, make_optimizer=lambda m: torch.optim.AdamW(...))), "
+                            f"not {'both' if optimizer_class is not None else 'neither'}")
+        if make_optimizer is not None and optimizer_kwargs:
+            raise TypeError(f"ctx.setup(model, make_optimizer=...) takes no optimizer arguments (got "
+                            f"{', '.join(sorted(optimizer_kwargs))}): give them to the optimizer make_optimizer builds")
+        how = OptimizerRecipe(optimizer_class, optimizer_kwargs) if make_optimizer is None else OptimizerRecipe(
+            make=make_optimizer)
+        return self._sharding.setup(model, how, shard_units)
 
     def wrap(self, model: nn.Module) -> nn.Module:
         """Move the model to this process's device and wrap it as the spec says (DDP or DP); sharding=none only."""
@@ -220,6 +271,7 @@ class RunContext:
         return float(t)
 
     def barrier(self) -> None:
+        """Wait for every process (nothing to wait for at world size 1)."""
         if dist.is_initialized() and self.world_size > 1:
             dist.barrier()
 
@@ -276,6 +328,7 @@ class RunContext:
     # -- checkpoints --------------------------------------------------------------------------------
     @property
     def checkpoint_dir(self) -> Path:
+        """Where :meth:`save_checkpoint` writes (the run folder's checkpoints/)."""
         return self._settings.checkpoint_dir
 
     def save_checkpoint(self, state: dict[str, Any] | None = None, name: str = "last", *,
@@ -362,9 +415,47 @@ class RunContext:
             return checkpoints.load(path, path, self.device)
         return checkpoints.load(received, f"{path} (sent by rank 0)", self.device)
 
-    def close(self) -> None:
+    def _close(self) -> None:
+        """What is left open when the recipe returns (progress bars, the metrics file); the worker calls it."""
         for bar in self._progress:
             bar.close()
         if self._metrics_file is not None:
             self._metrics_file.close()
         sys.stdout.flush()
+
+
+@contextmanager
+def single_process_context(cfg: Mapping[str, Any] | None = None, output_dir: str | Path | None = None, *,
+                           device: str = "cpu", process_group: bool = False) -> Iterator[RunContext]:
+    """A run context for one process, to call a recipe directly: in a unit test, a notebook, a debugger.
+
+    ``with single_process_context(cfg, tmp_path) as ctx: result = main(ctx, cfg)`` gives the recipe what
+    ``run topology=1x1`` gives its one rank: rank 0 of a world of 1 on ``device``, ``cfg``'s ``global_batch_size``
+    and ``seed`` (torch is seeded with it, as the worker does), and ``output_dir`` as its run folder (metrics.jsonl,
+    checkpoints/; a temporary folder, removed afterwards, when None). Sharding and DDP have nothing to do at world
+    size 1: ``ctx.setup`` returns the model on the device and a plain optimizer. No process group is needed; with
+    ``process_group=True`` a real one-rank gloo group is made (rendezvous by a file in the folder: no port), for a
+    recipe that calls ``torch.distributed`` itself, and destroyed on leaving (one that exists already is used)."""
+    cfg = cfg if cfg is not None else {}
+    with contextlib.ExitStack() as stack:
+        root = Path(output_dir) if output_dir is not None else Path(stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="runner-context-")))
+        root.mkdir(parents=True, exist_ok=True)
+        if process_group and not dist.is_initialized():
+            rendezvous = tempfile.mkdtemp(prefix=".rendezvous-", dir=root)
+            dist.init_process_group("gloo", init_method=f"file://{rendezvous}/store", rank=0, world_size=1)
+            stack.callback(dist.destroy_process_group)
+        elif process_group and dist.get_world_size() != 1:
+            raise ValueError(f"single_process_context: a process group of {dist.get_world_size()} processes exists "
+                             f"already; this context is a world of 1")
+        seed = int(cfg.get("seed", 0))
+        torch.manual_seed(seed)
+        batch = cfg.get("global_batch_size")
+        where = torch.device(device)
+        ctx = RunContext(ContextSettings(
+            rank=0, local_rank=0, node_rank=0, world_size=1, local_world_size=1, host=socket.gethostname(),
+            device=where, device_ids=(where.index or 0,) if where.type == "cuda" else (), parallel=ParallelConfig(),
+            sharding=ShardingConfig(), global_batch_size=int(batch) if batch is not None else None, seed=seed,
+            output_dir=root, metrics_file=root / METRICS_FILE, checkpoint_dir=root / CHECKPOINT_DIR))
+        stack.callback(ctx._close)
+        yield ctx

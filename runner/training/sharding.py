@@ -1,7 +1,8 @@
 """Sharded training, one small strategy per ``sharding.mode``, behind the run context.
 
-A recipe calls ``model, optimizer = ctx.setup(model, torch.optim.Adam, lr=1e-3)`` and never learns
-which strategy ran it. Each strategy knows four things:
+A recipe calls ``model, optimizer = ctx.setup(model, torch.optim.Adam, lr=1e-3)`` (or, for parameter groups,
+``ctx.setup(model, make_optimizer=f)`` with ``f(model) -> optimizer``) and never learns which strategy ran it.
+Each strategy knows four things:
 
 * how to wrap the model and build the optimizer, in the order its library needs (fairscale's
   ShardedDataParallel needs the OSS optimizer at construction; FSDP2 needs the optimizer built
@@ -11,9 +12,10 @@ which strategy ran it. Each strategy knows four things:
 * how many bytes of optimizer state this process holds.
 
 The full state is the same for every mode: ``{"model": <the plain module's state_dict()>,
-"optimizer": <the state_dict() an unsharded optimizer_class(model.parameters()) would have>}``,
-tensors on the CPU. Parameters are numbered in the order of ``model.parameters()``, as torch does,
-so a checkpoint of any mode loads into any other mode, at any world size, and into plain torch.
+"optimizer": <the state_dict() the unsharded optimizer would have>}`` (``optimizer_class(model.parameters())``, or
+what ``make_optimizer(model)`` builds), tensors on the CPU. Parameters are numbered as torch numbers them (in the
+order of the optimizer's parameter groups), so a checkpoint of any mode loads into any other mode, at any world
+size, and into plain torch.
 
 ==========  ================================================  ===========================  =========
 mode        what is sharded (per process ~ 1/world size)       gradients exchanged by       library
@@ -26,11 +28,13 @@ fsdp        parameters, gradients and optimizer state          reduce-scatter/al
 ==========  ================================================  ===========================  =========
 
 World size 1 or ``parallel=dp``: every mode runs as ``none`` (there is nothing to shard across;
-validation says so). fairscale is imported only by the strategies that use it.
+validation says so). fairscale (the extra ``torch-jobspec[fairscale]``) is imported only by the strategies that
+use it.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,9 +44,49 @@ import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
 
+from runner.common.extras import FAIRSCALE, require
 from runner.spec.schema import ParallelMode, ShardingConfig, ShardingMode
 
 OptimizerFactory = Callable[..., Optimizer]  # optimizer_class(params, **kwargs): a class or any factory
+
+
+def _constructor_kwargs(cls: type, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of an optimizer's ``defaults`` that its constructor takes (torch's AdamW records
+    ``decoupled_weight_decay``, which only Adam's constructor accepts)."""
+    params = inspect.signature(cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(defaults)
+    return {k: v for k, v in defaults.items() if k in params and k != "params"}
+
+
+@dataclass(frozen=True)
+class OptimizerRecipe:
+    """How a recipe asked for its optimizer (``ctx.setup``): a class, or any factory of ``(params, **kwargs)``, with
+    its keyword arguments; or ``make``, a function of the model that returns the optimizer (parameter groups)."""
+
+    cls: OptimizerFactory | None = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    make: Callable[[nn.Module], Optimizer] | None = None
+
+    def build(self, model: nn.Module) -> Optimizer:
+        """The optimizer over ``model``'s parameters (as the strategy has them: wrapped, or sharded by FSDP2)."""
+        if self.make is None:
+            return self.cls(model.parameters(), **self.kwargs)
+        made = self.make(model)
+        if not isinstance(made, Optimizer):
+            raise TypeError(f"make_optimizer returned {type(made).__name__}, not a torch.optim.Optimizer: it must "
+                            f"build and return the optimizer, e.g. lambda m: torch.optim.AdamW(groups(m), lr=1e-3)")
+        return made
+
+    def parts(self, model: nn.Module) -> tuple[OptimizerFactory, Any, dict[str, Any]]:
+        """What a sharding optimizer (fairscale's OSS, torch's ZeroRedundancyOptimizer) builds each process's own
+        optimizer from: the class, the parameters or their groups, the keyword arguments. With ``make``: those of
+        the optimizer it returns (its class, its groups with every option, the defaults its constructor takes);
+        that optimizer holds no state yet, and is dropped."""
+        if self.make is None:
+            return self.cls, model.parameters(), dict(self.kwargs)
+        made = self.build(model)
+        return type(made), [dict(g) for g in made.param_groups], _constructor_kwargs(type(made), made.defaults)
 
 
 @dataclass(frozen=True)
@@ -166,10 +210,11 @@ class Strategy:
         ids = [place.device.index] if place.device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(model, device_ids=ids, **place.ddp_options)
 
-    def setup(self, model: nn.Module, optimizer_class: OptimizerFactory, kwargs: dict[str, Any],
+    def setup(self, model: nn.Module, optimizer: OptimizerRecipe,
               shard_units: Iterable[nn.Module] | None = None) -> tuple[nn.Module, Optimizer]:
+        """The model wrapped as this mode needs, and its optimizer, built in the order the mode needs."""
         model = self.wrap(model)
-        return model, optimizer_class(model.parameters(), **kwargs)
+        return model, optimizer.build(model)
 
     @staticmethod
     def unwrap(model: nn.Module) -> nn.Module:
@@ -219,11 +264,13 @@ class OSSStrategy(Strategy):
 
     mode = ShardingMode.oss
 
-    def setup(self, model, optimizer_class, kwargs, shard_units=None):
+    def setup(self, model, optimizer, shard_units=None):
+        require(FAIRSCALE)  # validation refuses the mode without it; this says the same to a direct caller
         from fairscale.optim import OSS
 
         model = super().wrap(model)  # DDP first, then OSS over its parameters (fairscale's documented order)
-        return model, OSS(model.parameters(), optim=optimizer_class, **kwargs)
+        optimizer_class, params, kwargs = optimizer.parts(model)
+        return model, OSS(params, optim=optimizer_class, **kwargs)
 
     def _full_optimizer_state(self, model, optimizer):
         optimizer.consolidate_state_dict(recipient_rank=0)  # collective: every rank sends its shard to rank 0
@@ -250,12 +297,14 @@ class SDPStrategy(OSSStrategy):
 
     mode = ShardingMode.sdp
 
-    def setup(self, model, optimizer_class, kwargs, shard_units=None):
+    def setup(self, model, optimizer, shard_units=None):
+        require(FAIRSCALE)
         from fairscale.nn.data_parallel import ShardedDataParallel
         from fairscale.optim import OSS
 
         model = model.to(self.place.device)
-        optimizer = OSS(model.parameters(), optim=optimizer_class, **kwargs)
+        optimizer_class, params, kwargs = optimizer.parts(model)  # ShardedDDP wraps the model with its optimizer
+        optimizer = OSS(params, optim=optimizer_class, **kwargs)
         wrapped = ShardedDataParallel(model, optimizer, reduce_buffer_size=self.place.sharding.reduce_buffer_size)
 
         def zero_grad(set_to_none: bool = True) -> None:
@@ -270,11 +319,12 @@ class ZeroStrategy(Strategy):
 
     mode = ShardingMode.zero
 
-    def setup(self, model, optimizer_class, kwargs, shard_units=None):
+    def setup(self, model, optimizer, shard_units=None):
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         model = super().wrap(model)
-        return model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer_class, **kwargs)
+        optimizer_class, params, kwargs = optimizer.parts(model)
+        return model, ZeroRedundancyOptimizer(params, optimizer_class=optimizer_class, **kwargs)
 
     def _full_optimizer_state(self, model, optimizer):
         optimizer.consolidate_state_dict(to=0)
@@ -321,7 +371,7 @@ class FSDPStrategy(Strategy):
 
     mode = ShardingMode.fsdp
 
-    def setup(self, model, optimizer_class, kwargs, shard_units=None):
+    def setup(self, model, optimizer, shard_units=None):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
@@ -334,7 +384,7 @@ class FSDPStrategy(Strategy):
             if unit is not model:
                 fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
-        return model, optimizer_class(model.parameters(), **kwargs)
+        return model, optimizer.build(model)  # over the sharded (DTensor) parameters
 
     def full_state(self, model, optimizer, copy=True):
         from torch.distributed.checkpoint.state_dict import (

@@ -32,7 +32,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner.plan.diagnostics import RankDump, RankFiles, request_dumps
+from runner.common.polling import poll, retry
+from runner.plan.diagnostics import RankDump, collect_dumps, request_dumps
 from runner.plan.paths import RunPaths
 
 POLL_S = 0.5  # how often a host agent looks for another host's failure or a stop request
@@ -121,22 +122,19 @@ class JobChannel:
         import torch.distributed as dist
 
         deadline = time.monotonic() + timeout_s
-        last = "nothing listens there yet"
-        while time.monotonic() < deadline:
-            try:  # a plain connection first: a TCPStore client that cannot connect logs each try at length
-                socket.create_connection((addr, port), timeout=2).close()
-            except OSError as e:
-                last = e.strerror or str(e)
-                time.sleep(POLL_S)
-                continue
-            try:
-                store = dist.TCPStore(addr, port, None, False, datetime.timedelta(seconds=max(1.0, min(
-                    30.0, deadline - time.monotonic()))), wait_for_workers=False)
-            except (RuntimeError, ValueError) as e:  # the previous attempt's store going away
-                last = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-                time.sleep(POLL_S)
-                continue
-            return cls(StoreKeyValue(store))
+
+        def connect() -> Any:
+            # a plain connection first: a TCPStore client that cannot connect logs each try at length
+            socket.create_connection((addr, port), timeout=2).close()
+            return dist.TCPStore(addr, port, None, False, datetime.timedelta(seconds=max(1.0, min(
+                30.0, deadline - time.monotonic()))), wait_for_workers=False)
+
+        try:  # RuntimeError, ValueError: the previous attempt's store going away
+            return cls(StoreKeyValue(retry(connect, (OSError, RuntimeError, ValueError), timeout_s, POLL_S)))
+        except OSError as e:
+            last = e.strerror or str(e)
+        except (RuntimeError, ValueError) as e:
+            last = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         raise ChannelError(f"host 0's store at {addr}:{port} cannot be reached ({last}) within {timeout_s:g} s; is "
                            f"host 0's `run` running?")
 
@@ -147,15 +145,16 @@ class JobChannel:
         moves from one attempt's store to the next, the old one answers an older attempt, then goes away: each
         look is a new connection. Raises ChannelError."""
         deadline = time.monotonic() + timeout_s
-        while True:
+
+        def look() -> tuple[JobChannel, int | None]:
             channel = cls.reach(addr, port, max(1.0, deadline - time.monotonic()))
-            current = channel.attempt()
-            if current is not None and current >= attempt:
-                return channel, current
-            if time.monotonic() >= deadline:
-                raise ChannelError(f"host 0's store at {addr}:{port} did not open attempt {attempt + 1} within "
-                                   f"{timeout_s:g} s; is host 0's `run` still running?")
-            time.sleep(POLL_S)
+            return channel, channel.attempt()
+
+        channel, current = poll(look, lambda seen: seen[1] is not None and seen[1] >= attempt, timeout_s, POLL_S)
+        if current is None or current < attempt:
+            raise ChannelError(f"host 0's store at {addr}:{port} did not open attempt {attempt + 1} within "
+                               f"{timeout_s:g} s; is host 0's `run` still running?")
+        return channel, current
 
     @classmethod
     def in_folder(cls, folder: Path) -> JobChannel:
@@ -265,19 +264,8 @@ def gather_dumps(paths: RunPaths, channel: JobChannel | None, ranks: Iterable[in
                  wait_s: float = 0.0) -> dict[int, RankDump]:
     """The ranks' dumps written at or after ``since``, from the channel (any host) or the run folder, waiting up to
     ``wait_s`` for the missing ones."""
-    ranks = list(ranks)
-    deadline = time.monotonic() + wait_s
-    while True:
-        found: dict[int, RankDump] = {}
-        for r in ranks:
-            dump = RankDump.from_document(channel.dump(r) or {}) if channel is not None else None
-            if dump is None or dump.time < since - 0.001:
-                dump = RankFiles(paths, r).dump()
-            if dump is not None and dump.time >= since - 0.001:
-                found[r] = dump
-        if len(found) == len(ranks) or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.1)
+    elsewhere = (lambda r: RankDump.from_document(channel.dump(r) or {})) if channel is not None else None
+    return collect_dumps(paths, ranks, since, wait_s, elsewhere)
 
 
 def channel_of(paths: RunPaths, init_dir: str | None, file_init: bool, addr: str | None, port: str | None,

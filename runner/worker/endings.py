@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from runner.common.polling import poll
 from runner.plan.diagnostics import RankDump, RankFiles
 from runner.plan.outcome import ErrorRecord, RankOutcome
 from runner.plan.paths import RunPaths
@@ -51,15 +52,16 @@ def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iter
     whose host said nothing by then is recorded as gone. The ranks it had no record of."""
     local = set(local)
     missing = [r.global_rank for r in plan.records if r.global_rank not in local]
-    deadline = time.monotonic() + wait_s
-    while True:
+
+    def look() -> list[int]:
+        nonlocal missing
         found = {r: doc for r in missing if (doc := channel.ended(paths.attempt, r)) is not None}
         for rank, doc in found.items():
             _write(paths, rank, doc)
         missing = [r for r in missing if r not in found]
-        if not missing or time.monotonic() >= deadline:
-            break
-        time.sleep(POLL_S)
+        return missing
+
+    missing = poll(look, lambda left: not left, wait_s, POLL_S)
     for rank in missing:
         rec = plan.records[rank]
         RankOutcome(paths, rank).record_error(agent_seen_error(

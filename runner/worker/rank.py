@@ -212,7 +212,7 @@ def _run(setup: RankSetup, channel: JobChannel | None) -> Any:
     try:
         result = recipe(ctx, setup.recipe_cfg)
     finally:
-        ctx.close()
+        ctx._close()  # noqa: SLF001 (the worker owns the context it made)
     if dist.is_initialized():
         dist.destroy_process_group()
     return result

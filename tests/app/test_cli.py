@@ -278,6 +278,39 @@ def test_multirun_two_topologies(tmp_path: Path) -> None:
     assert "Traceback" not in r.stdout + r.stderr
 
 
+
+def test_multirun_over_shapes_that_are_no_files(tmp_path: Path) -> None:
+    """topology=NxM for unshipped shapes in a sweep: each job's own shape; the override stays as typed (the job's
+    override_dirname, what the sweep summary shows as its configuration)."""
+    r = run_cli(tmp_path, "-m", "topology=1x1,3x1,1x3", "dry_run=true", f"recipe.target={TARGET}", "device=cpu",
+                "recipe.global_batch_size=3", "launcher=slurm")
+    assert r.returncode == 0, explain(r)
+    folders = [f for f in run_folders(tmp_path) if (f / "spec.yaml").exists()]
+    shapes = sorted((s.topology.nodes, s.topology.devices_per_node) for s in map(OmegaConf.load,
+                                                                                 (f / "spec.yaml" for f in folders)))
+    assert shapes == [(1, 1), (1, 3), (3, 1)]
+    choices = sorted(OmegaConf.load(f / ".hydra" / "hydra.yaml").hydra.runtime.choices.topology for f in folders)
+    assert choices == ["1x1", "1x3", "3x1"]
+    overrides = sorted(OmegaConf.load(f / ".hydra" / "overrides.yaml")[0] for f in folders)
+    assert overrides == ["topology=1x1", "topology=1x3", "topology=3x1"]
+
+
+def test_shapes_from_a_job_files_defaults_and_a_users_own_shape_file(tmp_path: Path) -> None:
+    """``override /topology: 3x4`` in a job file of --config-dir composes a 3x4 grid; a user's own
+    ``topology/1x5.yaml`` there wins over the grid that name would otherwise make."""
+    (tmp_path / "jobs" / "topology").mkdir(parents=True)
+    (tmp_path / "jobs" / "big.yaml").write_text("defaults:\n  - job\n  - override /topology: 3x4\n  - override /launcher: slurm\n"
+                                               f"  - _self_\ndevice: cpu\nrecipe: {{target: {TARGET}}}\n")
+    (tmp_path / "jobs" / "topology" / "1x5.yaml").write_text(
+        "defaults:\n  - /schema/topology/base@_here_\n  - _self_\nhosts: [{name: a, devices: 2}, {name: b, devices: 1}]\n")
+    r = run_cli(tmp_path, "--config-dir", "jobs", "--config-name", "big", "recipe.global_batch_size=12", "dry_run=true")
+    assert r.returncode == 0, explain(r)
+    assert "valid: 12 process(es) on 3 host(s) (4+4+4)" in r.stdout
+    r = run_cli(tmp_path, "--config-dir", "jobs", "topology=1x5", "launcher=manual", "device=cpu",
+                f"recipe.target={TARGET}", "recipe.global_batch_size=3", "dry_run=true")
+    assert r.returncode == 0, explain(r)
+    assert "valid: 3 process(es) on 2 host(s) (2+1)" in r.stdout
+
 def test_help_lists_groups(tmp_path: Path) -> None:
     r = run_cli(tmp_path, "--help")
     assert r.returncode == 0, explain(r)

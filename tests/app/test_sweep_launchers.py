@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from runs import run
-from runner.app.sweep_launchers import BASIC, launcher_problem
+from runner.app.sweep_launchers import basic_launcher_target, launcher_problem
 from runner.reports.sweep import LAUNCHER
 from runner.spec.problems import Severity
 
@@ -19,7 +19,8 @@ SUBMITIT = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLaunche
 
 @pytest.mark.unit
 def test_which_launchers_can_run_a_sweep() -> None:
-    assert launcher_problem(LAUNCHER, "runner") is None and launcher_problem(BASIC, "basic") is None
+    assert (basic_launcher_target() or "").endswith(".BasicLauncher")  # as Hydra registers hydra/launcher=basic
+    assert launcher_problem(LAUNCHER, "runner") is None and launcher_problem(basic_launcher_target(), "basic") is None
     refused = launcher_problem(SUBMITIT, "submitit_slurm")
     assert refused.severity is Severity.error and refused.key == "hydra/launcher=submitit_slurm"
     assert "waiting forever" in refused.message and "run -m ... launcher=slurm" in refused.hint

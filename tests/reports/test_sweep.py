@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import signal
+import sys
 import uuid
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from runs import processes_of, run, signal_when_ready
 
 from runner.plan.diagnostics import Collective, GroupRecord, RankDump, RankFiles
 from runner.plan.paths import RunPaths
-from runner.reports.sweep import SweepCodes, markdown, plot, record_exit, summarize
+from runner.reports.sweep import SweepCodes, SweepSummary, markdown, plot, record_exit, summarize
 
 
 def _job(sweep: Path, num: int, overrides: list[str], world: int, throughput: float | None, accuracy: float,
@@ -121,6 +122,21 @@ def test_a_script_sweep_shows_what_varies_and_scales_by_training_time(tmp_path):
     assert "| 1 | topology=1x2 | 2 | done |  | 5.00 | 1.6 | 0.8 |" in table
     assert plot(rows, tmp_path / "scaling.png")
 
+
+
+@pytest.mark.unit
+def test_a_sweep_without_matplotlib_writes_its_tables_and_names_the_extra(tmp_path, monkeypatch, capsys):
+    """matplotlib is the extra ``plots``: without it (its import made to fail) the summary is written all the same,
+    and the end of the sweep says what the plot needs."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ModuleNotFoundError
+    _job(tmp_path, 0, ["topology=1x1"], 1, 1000.0, 0.96)
+    _job(tmp_path, 1, ["topology=1x2"], 2, 1800.0, 0.97)
+    SweepSummary().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    assert (tmp_path / "summary.csv").exists() and (tmp_path / "summary.md").exists()
+    assert not (tmp_path / "scaling.png").exists()
+    out = capsys.readouterr().out
+    assert ("notice: no scaling.png: a sweep's scaling plot needs matplotlib, which is not installed here (the extra "
+            "torch-jobspec[plots]); hint: pip install 'torch-jobspec[plots]'\n") in out
 
 def test_a_sweep_writes_its_summary_and_plot(tmp_path):
     done = run("-m", "topology=1x1,1x2", "recipe.epochs=5", cwd=tmp_path)

@@ -16,6 +16,7 @@ from typing import Callable
 import pytest
 
 from conftest import TARGET, compose, hosts_override, validate
+from runner.common import extras
 from runner.spec.problems import Severity
 from runner.spec.schema import JobConfig
 
@@ -196,10 +197,20 @@ ROWS = [
     row("fairscale-fsdp-world-size-1", "sharding=fairscale_fsdp", "topology=1x1", "device=cpu", valid=False,
         expect=[(E, "sharding.mode", "needs CUDA")]),
     row("sharding-oss-without-fairscale", "sharding=oss", "topology=1x2", "device=cpu", valid=False,
-        probe={"fairscale": False}, expect=[(E, "sharding.mode", "oss uses fairscale, which cannot be imported here"),
-                                            (E, "sharding.mode", "sharding=zero")]),
+        probe={"missing_extras": frozenset({"fairscale"})},
+        expect=[(E, "sharding.mode", "oss: sharding=oss and sharding=sdp (fairscale's OSS and ShardedDDP) needs "
+                                     "fairscale, which is not installed here (the extra torch-jobspec[fairscale])"),
+                (E, "sharding.mode", "pip install 'torch-jobspec[fairscale]'; or torch's own: sharding=zero")]),
+    row("sharding-sdp-without-fairscale", "sharding=sdp", "topology=1x2", "device=cpu", valid=False,
+        probe={"missing_extras": frozenset({"fairscale"})}, expect=[(E, "sharding.mode", "sdp: sharding=oss and")]),
     row("sharding-fsdp-without-fairscale-ok", "sharding=fsdp", "topology=1x2", "device=cpu", valid=True,
-        probe={"fairscale": False}),
+        probe={"missing_extras": frozenset({"fairscale"})}),
+    row("digits-without-the-examples-extra", "recipe=digits", "topology=1x2", "device=cpu", valid=False,
+        probe={"missing_extras": frozenset({"examples"})},
+        expect=[(E, "recipe.target", "runner.recipes.digits:main: the bundled digits recipe (scikit-learn's digits "
+                                     "data) needs scikit-learn, which is not installed here (the extra "
+                                     "torch-jobspec[examples])"),
+                (E, "recipe.target", "pip install 'torch-jobspec[examples]'")]),
     row("sharding-with-script-recipe", "recipe=script", "recipe.path=train.py", f"recipe.target={TARGET}",
         "sharding=sdp", "topology=1x2", "device=cpu", valid=False, probe={"paths": frozenset({"train.py"})},
         expect=[(E, "sharding.mode", "recipe=script runs a torchrun-style script that never sees the run context"),
@@ -450,7 +461,14 @@ def test_fairscale_asked_only_for_the_fairscale_modes(mode, asks) -> None:
 
 def test_mpi_availability_asked_only_for_backend_mpi() -> None:
     got = validate((*BASE, "topology=1x2", "launcher=mpi", "device=cpu", "backend=mpi"), mpi_backend=True)
-    assert got.valid and got.probe.asked == ["mpi"]
+    assert got.valid and [a for a in got.probe.asked if a not in extras.BY_NAME] == ["mpi"]
+
+
+def test_only_the_bundled_recipe_that_needs_an_extra_asks_for_it() -> None:
+    assert "examples" in validate((*BASE, "topology=1x2", "device=cpu")).probe.asked
+    other = validate(("topology=1x2", "device=cpu", "recipe=custom", "recipe.target=workloads.progress:main"),
+                     missing_extras=frozenset({"examples"}))
+    assert other.valid and "examples" not in other.probe.asked  # another recipe does not need it
 
 
 # ---------------------------------------------------------------------------- resolution

@@ -6,12 +6,18 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
+from omegaconf import OmegaConf
+from torch import nn
+from torch.utils.data import TensorDataset
 
-from runner.api import Recipe, RunContext
+from runner.api import Recipe, RunContext, single_process_context
+from runner.common.signals import StopRequest
+from runner.plan.paths import RunPaths
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.training.context import ContextSettings
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("optimizers_imported")]
 
 
 def _context(tmp_path: Path, **kw) -> RunContext:
@@ -34,7 +40,7 @@ def test_where_the_process_is(tmp_path) -> None:
 def test_metrics_go_to_the_file_the_worker_names(tmp_path) -> None:
     ctx = _context(tmp_path, rank=0)
     ctx.log(5, echo=False, loss=0.25)
-    ctx.close()
+    ctx._close()  # what the worker does when the recipe returns
     assert '"loss": 0.25' in (tmp_path / "m.jsonl").read_text()
 
 
@@ -44,3 +50,141 @@ def test_a_function_of_ctx_and_cfg_is_a_recipe() -> None:
 
     recipe: Recipe = main
     assert recipe(None, None) == {}
+
+
+@pytest.mark.parametrize("name", ["rank", "local_rank", "node_rank", "world_size", "local_world_size", "host",
+                                  "is_main", "device", "seed", "attempt", "output_dir", "global_batch_size",
+                                  "per_process_batch_size", "sharding_mode", "checkpoint_dir", "stop_requested"])
+def test_what_the_context_says_of_the_job_is_read_only(tmp_path, name) -> None:
+    with pytest.raises(AttributeError):
+        setattr(_context(tmp_path), name, getattr(_context(tmp_path), name))
+
+
+# ---------------------------------------------------------------------------------------------- the global batch
+
+
+@pytest.mark.parametrize("world, batch, each", [(1, 64, 64), (2, 64, 32), (4, 64, 16), (3, 63, 21)])
+def test_the_per_process_batch_is_the_global_batch_over_the_world_size(tmp_path, world, batch, each) -> None:
+    assert _context(tmp_path, rank=0, world_size=world, global_batch_size=batch).per_process_batch_size == each
+
+
+def test_a_context_without_a_global_batch_says_which_key_to_set(tmp_path) -> None:
+    with pytest.raises(ValueError, match="recipe.global_batch_size is not set"):
+        _ = _context(tmp_path, global_batch_size=None).per_process_batch_size
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_the_ranks_batches_together_are_the_global_batch_of_one_process(tmp_path, world) -> None:
+    """Global batch b is the same samples at every world size: rank r takes every world-th of them."""
+    data = TensorDataset(torch.arange(48))
+
+    def batches(rank: int, size: int) -> list[list[int]]:
+        loader = _context(tmp_path, rank=rank, world_size=size, global_batch_size=8, seed=5).loader(data)
+        loader.sampler.set_epoch(1)
+        return [batch.tolist() for (batch,) in loader]
+
+    alone = batches(0, 1)
+    shares = [batches(r, world) for r in range(world)]
+    assert len(alone) == 6 and all(len(s) == 6 for s in shares)
+    for b, whole in enumerate(alone):
+        assert sorted(x for share in shares for x in share[b]) == sorted(whole)
+        assert all(len(share[b]) == 8 // world for share in shares)
+
+
+# ---------------------------------------------------------------------------------------------- stopping
+
+
+@pytest.mark.parametrize("every, answers", [(1, [True, True, True]), (3, [False, False, True, False, False, True]),
+                                            (0, [True, True])])
+def test_should_stop_agrees_on_every_nth_call_only(tmp_path, monkeypatch, every, answers) -> None:
+    monkeypatch.setattr(StopRequest, "requested", True)
+    ctx = _context(tmp_path, rank=0, world_size=1)
+    assert [ctx.should_stop(every=every) for _ in answers] == answers
+    assert ctx.stop_requested
+
+
+def test_should_stop_is_false_without_a_request(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(StopRequest, "requested", False)
+    ctx = _context(tmp_path, rank=0, world_size=1)
+    assert not any(ctx.should_stop() for _ in range(3)) and not ctx.stop_requested
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+
+
+def test_the_checkpoint_to_resume_from(tmp_path) -> None:
+    """The run's own checkpoint wins over the fallback (recipe.resume); a missing fallback is an error; else None."""
+    ctx = _context(tmp_path, rank=0, world_size=1)
+    other = tmp_path / "other.pt"
+    assert ctx.checkpoint_to_resume() is None and ctx.checkpoint_to_resume(fallback=None) is None
+    with pytest.raises(FileNotFoundError, match="no checkpoint at .*other.pt .*the fallback to resume from"):
+        ctx.checkpoint_to_resume(fallback=other)
+    torch.save({"step": 1}, other)
+    assert ctx.checkpoint_to_resume(fallback=str(other)) == other
+    own = ctx.save_checkpoint({"step": 2})
+    assert own == tmp_path / "ck" / "last.pt" and ctx.checkpoint_to_resume(fallback=other) == own
+    assert ctx.load_checkpoint(path=ctx.checkpoint_to_resume(fallback=other)) == {"step": 2}
+    assert ctx.load_checkpoint("missing") is None
+
+
+# ---------------------------------------------------------------------------------------------- the optimizer
+
+
+def _groups(model: nn.Module) -> list[dict]:
+    """AdamW's usual groups: weight decay on matrices, none on biases and norms."""
+    matrices = [p for p in model.parameters() if p.ndim >= 2]
+    others = [p for p in model.parameters() if p.ndim < 2]
+    return [{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}]
+
+
+def test_make_optimizer_builds_parameter_groups(tmp_path) -> None:
+    ctx = _context(tmp_path, rank=0, world_size=1, sharding=ShardingConfig())
+    model, optimizer = ctx.setup(nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)),
+                                 make_optimizer=lambda m: torch.optim.AdamW(_groups(m), lr=0.01))
+    assert type(optimizer) is torch.optim.AdamW
+    assert [(len(g["params"]), g["weight_decay"]) for g in optimizer.param_groups] == [(1, 0.1), (3, 0.0)]
+
+
+def test_setup_says_how_it_is_called(tmp_path) -> None:
+    ctx = _context(tmp_path, rank=0, world_size=1)
+    with pytest.raises(TypeError, match="not neither"):
+        ctx.setup(nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="not both"):
+        ctx.setup(nn.Linear(2, 2), torch.optim.SGD, make_optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=1))
+    with pytest.raises(TypeError, match=r"takes no optimizer arguments \(got lr\)"):
+        ctx.setup(nn.Linear(2, 2), make_optimizer=lambda m: torch.optim.SGD(m.parameters()), lr=1)
+    with pytest.raises(TypeError, match="make_optimizer returned list, not a torch.optim.Optimizer"):
+        ctx.setup(nn.Linear(2, 2), make_optimizer=lambda m: list(m.parameters()))
+
+
+# ---------------------------------------------------------------------------------------------- one process
+
+
+def test_a_single_process_context_is_rank_0_of_1_in_a_run_folder(tmp_path) -> None:
+    cfg = OmegaConf.create({"global_batch_size": 12, "seed": 3})
+    with single_process_context(cfg, tmp_path / "run") as ctx:
+        assert (ctx.rank, ctx.world_size, ctx.is_main, ctx.per_process_batch_size, ctx.seed) == (0, 1, True, 12, 3)
+        assert ctx.device == torch.device("cpu") and ctx.sharding_mode == "none" and ctx.attempt == 0
+        paths = RunPaths(tmp_path / "run", "x")
+        assert (ctx.output_dir, ctx.checkpoint_dir) == (paths.root, paths.checkpoints)  # where a run puts them
+        assert torch.initial_seed() == 3  # seeded as the worker seeds a rank
+        ctx.log(1, echo=False, loss=0.5)
+        model, optimizer = ctx.setup(nn.Linear(2, 2), torch.optim.SGD, lr=0.1)
+        assert type(model) is nn.Linear and not dist.is_initialized()
+    assert '"loss": 0.5' in paths.metrics.read_text()
+
+
+def test_a_single_process_context_without_a_folder_makes_and_removes_one() -> None:
+    with single_process_context() as ctx:
+        folder = ctx.output_dir
+        ctx.save_checkpoint({"step": 1})
+        assert (folder / "checkpoints" / "last.pt").exists()
+    assert not folder.exists()
+
+
+def test_a_single_process_context_can_make_a_one_rank_process_group(tmp_path) -> None:
+    with single_process_context(None, tmp_path, process_group=True) as ctx:
+        assert dist.is_initialized() and dist.get_world_size() == 1 and dist.get_backend() == "gloo"
+        assert ctx.mean(3.0) == 3.0
+        ctx.barrier()
+    assert not dist.is_initialized()

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from runner.training.context import ContextSettings, RunContext
 from runner.training.sharding import _by_index, _by_name, default_shard_units, state_bytes
 from runner.spec.schema import ParallelConfig, ParallelMode, ShardingConfig, ShardingMode
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("optimizers_imported")]
 
 STEPS = 12
 # 8 hidden 48x48 layers: ~20k parameters in tensors of equal size, so per-tensor partitions balance
@@ -46,13 +45,14 @@ class Trainer:
         self.root = root
         self.done: dict[tuple, dict] = {}
 
-    def __call__(self, mode: str, shape: str, *, steps: int = STEPS, resume: Path | None = None) -> dict:
-        key = (mode, shape, steps, str(resume))
+    def __call__(self, mode: str, shape: str, *, steps: int = STEPS, resume: Path | None = None,
+                 groups: bool = False) -> dict:
+        key = (mode, shape, steps, str(resume), groups)
         if key not in self.done:
             cwd = self.root / f"{mode}-{shape}-{len(self.done)}"
             out = cwd / "out"
             out.mkdir(parents=True)
-            extra = [f"+recipe.resume={resume}"] if resume else []
+            extra = ([f"+recipe.resume={resume}"] if resume else []) + (["+recipe.groups=true"] if groups else [])
             done = run(f"topology={shape}", f"sharding={mode}", "recipe=custom", "recipe.target=workloads.sharded:main",
                        f"+recipe.out_dir={out}", f"+recipe.steps={steps}", *MODEL, *extra, cwd=cwd)
             assert done.code == 0, done.output
@@ -62,20 +62,6 @@ class Trainer:
                               "loaded": torch.load(out / "loaded.pt") if resume else None,
                               "checkpoint": run_folder(cwd) / "checkpoints" / "last.pt"}
         return self.done[key]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def optimizers_imported():
-    """Building a torch optimizer the first time imports torch._dynamo, which sets TORCHINDUCTOR_CACHE_DIR.
-
-    Do that once before this module's tests (so no test is blamed for an environment leak) and put
-    the environment back after them.
-    """
-    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    torch.optim.Adam(nn.Linear(1, 1).parameters())
-    yield
-    if before is None:
-        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +130,23 @@ def test_sharded_training_equals_ddp_and_shards_the_optimizer_state(train, mode,
     else:
         assert sum(per_rank) == unsharded  # disjoint shards: each parameter's state lives on one rank
         assert all(r["local_param_numel"] == got["records"][0]["local_param_numel"] for r in got["records"].values())
+
+
+
+@pytest.mark.parametrize("mode", ["none", *SHARDED])
+def test_parameter_groups_from_make_optimizer_under_every_mode(train, mode):
+    """ctx.setup(model, make_optimizer=f): AdamW with weight decay on the matrices and none on the biases, built by
+    every mode in its order; the groups reach each rank's share, and training equals unsharded DDP's with them."""
+    ref, got = train("none", "1x2", groups=True), train(mode, "1x2", groups=True)
+    for rec in got["records"].values():
+        wrapper, optimizer = EXPECTED_TYPES[mode]
+        assert (rec["wrapped"], rec["optimizer"]) == (wrapper, "AdamW" if optimizer == "Adam" else optimizer)
+        assert rec["weight_decay"] == [0.1, 0.0]
+        assert rec["local_weight_decay"] and set(rec["local_weight_decay"]) <= {0.1, 0.0}
+    assert set().union(*(r["local_weight_decay"] for r in got["records"].values())) == {0.1, 0.0}
+    groups = [(g["weight_decay"], len(g["params"])) for g in got["final"]["optimizer"]["param_groups"]]
+    assert groups == [(0.1, 10), (0.0, 10)]  # 10 Linear layers: their weights, then their biases
+    assert_same_state(got["final"], ref["final"])
 
 
 # ------------------------------------------------------------------------------ checkpoints across modes

@@ -7,7 +7,9 @@ right after loading the checkpoint, before any step). The run's ``checkpoints/la
 full state and the step count (ctx.save_checkpoint), for another run to resume from.
 
 Config: ``width`` and ``depth`` (``depth`` hidden Linear(width, width) layers of equal size, so that
-per-tensor partitions (oss, sdp, zero) can balance), ``steps``, ``lr``, ``resume`` (a checkpoint).
+per-tensor partitions (oss, sdp, zero) can balance), ``steps``, ``lr``, ``resume`` (a checkpoint), ``groups``
+(AdamW with parameter groups, through ``make_optimizer``: weight decay on the matrices, none on the biases; else
+Adam).
 """
 
 import json
@@ -33,10 +35,21 @@ def data(samples: int) -> TensorDataset:
     return TensorDataset(x, y)
 
 
+def adamw_groups(model: nn.Module, lr: float) -> torch.optim.AdamW:
+    """AdamW without weight decay on biases (and norms): what ``ctx.setup(model, torch.optim.AdamW, ...)`` cannot say."""
+    matrices = [p for p in model.parameters() if p.ndim >= 2]
+    others = [p for p in model.parameters() if p.ndim < 2]
+    return torch.optim.AdamW([{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}],
+                             lr=lr)
+
+
 def main(ctx, cfg):
     out = Path(cfg.out_dir)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank and in every run
-    model, optimizer = ctx.setup(build(cfg.width, cfg.depth), torch.optim.Adam, lr=cfg.lr)
+    if cfg.get("groups"):
+        model, optimizer = ctx.setup(build(cfg.width, cfg.depth), make_optimizer=lambda m: adamw_groups(m, cfg.lr))
+    else:
+        model, optimizer = ctx.setup(build(cfg.width, cfg.depth), torch.optim.Adam, lr=cfg.lr)
     step = 0
     if cfg.get("resume"):
         saved = ctx.load_checkpoint(path=cfg.resume, model=model, optimizer=optimizer)
@@ -62,7 +75,11 @@ def main(ctx, cfg):
     record = {"rank": ctx.rank, "world_size": ctx.world_size, "mode": ctx.sharding_mode, "steps": step,
               "optimizer_state_bytes": ctx.optimizer_state_bytes(optimizer),
               "local_param_numel": sum(getattr(p, "to_local", lambda: p)().numel() for p in model.parameters()),
-              "wrapped": type(model).__name__, "optimizer": type(optimizer).__name__}
+              "wrapped": type(model).__name__, "optimizer": type(optimizer).__name__,
+              # the weight decay of each group: the sharded optimizer's, and that of the one it holds this rank's share in
+              "weight_decay": [g["weight_decay"] for g in optimizer.param_groups],
+              "local_weight_decay": [g["weight_decay"] for g in getattr(optimizer, "optim", optimizer).param_groups
+                                     if g["params"]]}
     Path(out, f"rank{ctx.rank}.json").write_text(json.dumps(record))
     full = ctx.full_state(model, optimizer)
     if ctx.is_main:

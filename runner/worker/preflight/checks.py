@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.common.polling import retry
 from runner.spec.schema import DeviceKind
 from runner.spec.topology import Host
 from runner.worker.network import NetworkError, interface_of, resolve, route_source
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 COLLECTIVE_TIMEOUT_S = 30.0  # rendezvous + all-reduce at most (init.timeout_s when that is shorter)
 DEADLINE_GRACE_S = 5.0  # after that timeout, the collective is given up on (not every wait honours it)
 CONNECT_ATTEMPT_S = 3.0  # one TCP connection attempt to master:port
+REFUSED_AGAIN_S = 0.25  # a refused connection (host 0 not listening yet) is tried again this often
 CONNECT_WINDOW_S = 10.0  # how long a refused port is tried again: host 0 may start a little later
 MANUAL_CONNECT_WINDOW_S = 30.0  # launcher=manual: hosts are started by hand, one after the other
 
@@ -202,15 +204,12 @@ def check_reachable(ip: str, port: int, window_s: float, ifname: str | None = No
     """A TCP connection to ``ip:port`` opens. A refused one is tried again for ``window_s`` (host 0 may be
     starting still), unless this host serves the port itself; timeouts and unreachable networks are not."""
     start = time.monotonic()
-    while True:
-        try:
-            with socket.create_connection((ip, port), timeout=CONNECT_ATTEMPT_S):
-                return Check(f"port {port} {'free and served here' if serving_here else 'reachable'}")
-        except OSError as e:
-            waited = time.monotonic() - start
-            if not isinstance(e, ConnectionRefusedError) or serving_here or waited >= window_s:
-                return connect_failure(ip, port, e, ifname, waited, serving_here)
-        time.sleep(0.25)
+    try:
+        retry(lambda: socket.create_connection((ip, port), timeout=CONNECT_ATTEMPT_S).close(),
+              () if serving_here else ConnectionRefusedError, window_s, REFUSED_AGAIN_S)
+    except OSError as e:
+        return connect_failure(ip, port, e, ifname, time.monotonic() - start, serving_here)
+    return Check(f"port {port} {'free and served here' if serving_here else 'reachable'}")
 
 
 def check_init_folder(folder: Path) -> Check:
