@@ -2,7 +2,7 @@
 
 Run as root. Subcommands::
 
-    testbed.py up   --state DIR [--hosts N] [--cpus C] [--slurm] [--decoy] [--prefix P]
+    testbed.py up   --state DIR [--hosts N] [--cpus C] [--slurm] [--sshd] [--decoy] [--prefix P]
     testbed.py down --state DIR
     testbed.py env  --state DIR
     testbed.py exec --state DIR HOST -- CMD...
@@ -38,6 +38,9 @@ their recorded PID and start time (SIGTERM, then SIGKILL), kills every process l
 (slurmstepd and job tasks included), deletes namespaces, links and /etc/hosts lines. It is idempotent, tries
 every step even when one fails, and keeps DIR/logs for a post-mortem.
 
+* with ``--sshd``: an sshd in every host, in a private mount namespace of its own where DIR/home is a folder of
+  that host's; keys, ``ssh_config`` and ``known_hosts`` under DIR/ssh (see :mod:`bed.sshd`).
+
 Processes are started with ``nsenter --net=/var/run/netns/NAME``, never ``ip netns exec``: the latter also
 remounts /sys in a private mount namespace, which hides the cgroup file system that slurmd checks.
 
@@ -46,7 +49,7 @@ scripts/system_packages.sh.
 
 One module per part: ``common`` (errors, commands, the machine-wide lock), ``layout`` (the plan: names,
 subnets, addresses, ports, and the files under DIR), ``network`` (bridge, namespaces, decoys, /etc/hosts),
-``processes`` (daemons by pid and start time, the namespaces' processes), ``munge``, ``slurm``, ``mpi`` (the rsh
+``processes`` (daemons by pid and start time, the namespaces' processes), ``munge``, ``slurm``, ``sshd``, ``mpi`` (the rsh
 agent and mpirun's arguments), ``lifecycle`` (build and describe, tear down) and ``cli`` (the subcommands);
 scripts/testbed.py is the command.
 """

@@ -65,6 +65,7 @@ class Plan:
     ctl_port: int | None
     slurmd_port: int | None
     hosts: tuple[Host, ...]
+    sshd: bool = False  # an sshd in every host (bed.sshd)
 
     @property
     def tag(self) -> str:
@@ -115,6 +116,10 @@ class Paths:
     slurm_conf = property(lambda self: self.root / "slurm.conf")
     plugstack = property(lambda self: self.slurm / "plugstack.conf")
     tmp = property(lambda self: self.root / "tmp")  # per-host TMPDIRs (rsh-agent)
+    ssh = property(lambda self: self.root / "ssh")  # keys, sshd configurations, each host's own home (bed.sshd)
+    ssh_config = property(lambda self: self.ssh / "ssh_config")
+    known_hosts = property(lambda self: self.ssh / "known_hosts")
+    home = property(lambda self: self.root / "home")  # a different folder on each host with sshd (bed.sshd)
 
     def pid_file(self, daemon: str) -> Path:
         return self.pids / f"{daemon}.pid"
@@ -127,7 +132,8 @@ class Paths:
 
     def runtime(self) -> list[Path]:
         """What `down` removes (logs/ stays for a post-mortem)."""
-        return [self.munge, self.slurm, self.pids, self.tmp, self.slurm_conf, self.rsh_agent, self.description]
+        return [self.munge, self.slurm, self.pids, self.tmp, self.ssh, self.home, self.slurm_conf, self.rsh_agent,
+                self.description]
 
 
 def check_prefix(prefix: str, n_hosts: int) -> None:
@@ -206,7 +212,7 @@ def make_plan(args: argparse.Namespace, state: Path) -> Plan:
         slurmd_port = free_port()
     return Plan(id=bed_id, prefix=args.prefix, state=str(state), subnet=str(subnet),
                 decoy_subnet=str(decoy) if decoy else None, cpus=args.cpus, slurm=args.slurm,
-                ctl_port=ctl_port, slurmd_port=slurmd_port, hosts=hosts)
+                ctl_port=ctl_port, slurmd_port=slurmd_port, hosts=hosts, sshd=args.sshd)
 
 
 def load_plan(paths: Paths) -> Plan | None:

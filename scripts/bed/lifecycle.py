@@ -14,6 +14,7 @@ from bed.munge import start_munge
 from bed.network import create_host, delete_network, edit_hosts_file, hosts_lines
 from bed.processes import namespace_pids, recorded, terminate
 from bed.slurm import CRED_EXPIRE, PARTITION, cancel_jobs, start_slurm
+from bed.sshd import describe_sshd, start_sshd
 
 
 def describe(plan: Plan, paths: Paths, decoy_kinds: dict[str, str | None]) -> dict:
@@ -38,6 +39,7 @@ def describe(plan: Plan, paths: Paths, decoy_kinds: dict[str, str | None]) -> di
         "env": env,
         "rsh_agent": str(paths.rsh_agent),
         "mpirun_args": mpirun_args(plan, paths),
+        "ssh": describe_sshd(plan, paths) if plan.sshd else None,
         "hosts_marker": plan.marker,
         "logs": str(paths.logs),
     }
@@ -58,6 +60,9 @@ def build(plan: Plan, paths: Paths) -> dict:
         start_munge(paths)
         start_slurm(plan, paths)
         say(f"Slurm cluster tb{plan.id} up: controller {plan.ctl_name}:{plan.ctl_port}")
+    if plan.sshd:
+        start_sshd(plan, paths)
+        say(f"sshd in every host: ssh -F {paths.ssh_config} HOST")
     description = describe(plan, paths, decoy_kinds)
     paths.description.write_text(json.dumps(description, indent=2) + "\n")
     return description
@@ -72,7 +77,8 @@ def teardown(plan: Plan, paths: Paths) -> None:
     daemons = recorded(paths)
     steps: list[tuple[str, Callable[[], None]]] = [
         ("cancel jobs", lambda: cancel_jobs(paths) if plan.slurm else None),
-        # munged last: the Slurm daemons still authenticate while they shut down
+        # by their recorded pids: slurmctld, the slurmds, the sshds; munged last: the Slurm daemons still
+        # authenticate while they shut down
         ("stop daemons", lambda: terminate({pid: t for name, (pid, t) in daemons.items() if name != "munged"})),
         ("stop munged", lambda: terminate({pid: t for name, (pid, t) in daemons.items() if name == "munged"})),
         ("kill namespace processes", lambda: terminate(namespace_pids(plan, paths), grace=2)),
