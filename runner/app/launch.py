@@ -143,5 +143,5 @@ def run_job(spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
     with handling((signal.SIGQUIT,), lambda _s, _f: where_the_ranks_are(plan, paths)):  # Ctrl-\ or kill -QUIT
         code = launcher.launch(request)
     # the run on one screen, and run_summary.json
-    report_run(plan, paths, code, time.perf_counter() - started, launcher.not_followed)
+    report_run(plan, paths, code, time.perf_counter() - started, launcher.not_followed, launcher.cause)
     return code

@@ -189,6 +189,7 @@ class Launcher(ABC):
         self._run_host = run_host
         self.not_followed: str | None = None  # set by a launch that submits and returns ("Slurm job 12")
         self.signalled: int | None = None  # SIGINT or SIGTERM that `run` passed on to a scheduler's command
+        self.cause: str | None = None  # why the job failed where no rank's record can say it (a host was lost)
 
     @abstractmethod
     def request(self) -> LaunchRequest:
