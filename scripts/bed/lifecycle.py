@@ -29,6 +29,7 @@ def describe(plan: Plan, paths: Paths, decoy_kinds: dict[str, str | None]) -> di
         "decoy_subnet": plan.decoy_subnet,
         "ctl": {"name": plan.ctl_name, "addr": plan.bridge_addr},
         "hosts": [{"name": h.name, "netns": h.name, "netns_path": h.netns_path, "addr": h.addr, "ifname": LAN_IF,
+                   "veth": h.veth,
                    "decoy_ifname": DECOY_IF if h.decoy_addr else None, "decoy_addr": h.decoy_addr,
                    "decoy_kind": decoy_kinds.get(h.name)} for h in plan.hosts],
         "slurm": {"conf": str(paths.slurm_conf), "partition": PARTITION, "nodes": [h.name for h in plan.hosts],

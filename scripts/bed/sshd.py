@@ -78,7 +78,6 @@ Host {names}
   UserKnownHostsFile {paths.ssh / 'known_hosts'}
   GlobalKnownHostsFile /dev/null
   StrictHostKeyChecking yes
-  LogLevel ERROR
 """
 
 
