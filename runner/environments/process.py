@@ -3,9 +3,10 @@ scheduler started), into one object that is passed down; nothing below reads ``o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,13 +37,13 @@ class ProcessEnvironment:
     flight_recorder: str | None = None  # the user's TORCH_FR_BUFFER_SIZE
     attempt: int = 0  # RUNNER_ATTEMPT: set by launcher=mpi for the tasks of a restarted job
     nccl_async_error_handling: str | None = None  # the user's TORCH_NCCL_ASYNC_ERROR_HANDLING
-    # the variables the spec names to pass on to other hosts (launcher.ssh.export), as they are here: read once, with
-    # the rest (``exported``)
-    variables: Mapping[str, str] = field(default_factory=dict, repr=False)
+    exported: Mapping[str, str] = field(default_factory=dict, repr=False)  # with_exported's values
 
-    def exported(self, names: list[str]) -> dict[str, str]:
-        """The values here of the variables ``names`` (launcher.ssh.export) that are set; unset ones are left out."""
-        return {n: self.variables[n] for n in names if n in self.variables}
+    def with_exported(self, names: Iterable[str], env: Mapping[str, str] | None = None) -> ProcessEnvironment:
+        """This environment with the values here of the variables ``names`` that the spec names to pass on to other
+        hosts (launcher.ssh.export), read by name once the spec is known; unset ones are left out."""
+        env = os.environ if env is None else env
+        return dataclasses.replace(self, exported={n: env[n] for n in names if n in env})
 
     @classmethod
     def read(cls, env: Mapping[str, str] | None = None) -> ProcessEnvironment:
@@ -50,7 +51,7 @@ class ProcessEnvironment:
         return cls(SlurmEnvironment.read(env), MpiEnvironment.read(env), env.get("OMP_NUM_THREADS") or None,
                    {v: env[v] for v in SOCKET_IFNAME_VARIABLES if env.get(v)}, usable_cpus(),
                    env.get("TORCH_FR_BUFFER_SIZE") or None, int(env.get("RUNNER_ATTEMPT") or 0),
-                   env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") or None, dict(env))
+                   env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") or None)
 
 
 def usable_cpus() -> int:

@@ -175,6 +175,12 @@ class Launcher(ABC):
         return False
 
     @classmethod
+    def exported_names(cls, spec: JobConfig) -> tuple[str, ...]:
+        """Variables whose values here this launch passes on itself (launcher.ssh.export), which `run` reads for it
+        (ProcessEnvironment.with_exported)."""
+        return ()
+
+    @classmethod
     def task_place(cls, environment: ProcessEnvironment) -> TaskPlace:
         """Where the scheduler put this task (`python -P -m runner.app.task`), from its variables."""
         raise TaskError(f"launcher={cls.name} starts no tasks of its own: run the job with `run`")

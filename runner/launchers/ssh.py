@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -125,6 +126,10 @@ class SshLauncher(Launcher):
                           "and torch there)")
 
     @classmethod
+    def exported_names(cls, spec: JobConfig) -> tuple[str, ...]:
+        return tuple(spec.launcher.ssh.export)
+
+    @classmethod
     def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
         yield from hosts_apart_problems(job, cls.name)
         if len(job.hosts) == 1 and job.hosts[0].reach is None:  # (several: hosts_apart_problems says it)
@@ -154,8 +159,7 @@ class SshLauncher(Launcher):
         run_command = opts.run or self.invocation.run_command
         run = shlex.quote(run_command)
         cd = f"cd {shlex.quote(self.workdir())} && exec"
-        exported = self.environment.exported(list(opts.export))
-        env = "".join(f"{shlex.quote(f'{k}={v}')} " for k, v in exported.items())
+        env = "".join(f"{shlex.quote(f'{k}={v}')} " for k, v in self.environment.exported.items())
         folder = shlex.quote(self.remote_folder())
         found = []
         for host in self.plan.job.hosts:
@@ -193,7 +197,12 @@ class SshLauncher(Launcher):
         spec = self.plan.job.spec
         hosts = self.hosts()
         started = time.perf_counter()
-        refused = check_hosts(hosts, installed(), spec.launcher.ssh.connect_timeout_s)
+        try:
+            refused = check_hosts(hosts, installed(), spec.launcher.ssh.connect_timeout_s)
+        except KeyboardInterrupt:  # Ctrl-C before anything started (the checks' ssh got it too)
+            self.signalled = signal.SIGINT
+            print("\nSIGINT during the check: nothing was started.", file=sys.stderr, flush=True)
+            return exits.from_signal(signal.SIGINT)
         if refused:
             print("\n".join(refused) + "\n\nnothing was started.", file=sys.stderr, flush=True)
             return exits.INVALID
@@ -203,5 +212,8 @@ class SshLauncher(Launcher):
                              spec.launcher.ssh.keepalive_s)
         self.signalled = ended.signalled
         self.cause = ended.cause
-        collect(hosts, self.paths, ended.lost)
+        try:
+            collect(hosts, self.paths, ended.lost)
+        except KeyboardInterrupt:  # the job is over: only its records were being taken back
+            print("\nSIGINT: the hosts' records stay in their run folders", file=sys.stderr, flush=True)
         return ended.code

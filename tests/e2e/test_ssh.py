@@ -26,7 +26,8 @@ import psutil
 import pytest
 import torch
 
-from runs import RUN, TESTS, bed_hosts, check_readme_quotes, finish, processes_of, seen_in, user_env, wait_until
+from runs import (RUN, TESTS, artifacts, bed_hosts, check_readme_quotes, check_views, finish, processes_of, seen_in,
+                  user_env, wait_until)
 from runner.environments.versions import installed
 
 pytestmark = pytest.mark.timeout(240)
@@ -158,6 +159,32 @@ def test_a_2_plus_1_digits_job_from_a_machine_that_is_no_host(testbed, job):
     here = job.run_folder(None, run_id)
     assert sorted(p.name for p in (here / "logs").glob("rank*.log")) == [f"rank{r:05d}.log" for r in range(3)]
     assert sorted(p.name for p in (here / "logs").glob("rank*.done")) == [f"rank{r:05d}.done" for r in range(3)]
+    assert not processes_of(run_id)
+
+
+def test_every_rank_runs_on_its_host_sees_one_job_and_gets_the_exported_values(testbed, job, tmp_path):
+    """2+1 processes of workloads/placement.py: each rank on its host (its lan address), all in one all-reduce, every
+    rank's spec the one this `run` pinned and wrote (spec.yaml), in the job's folder of its host; a variable
+    launcher.ssh.export names reaches every rank with its value as it is here, shell characters and all."""
+    run_id = f"n{uuid.uuid4().hex[:8]}"
+    art = tmp_path / "art"  # outside the bed's home: one folder for every host
+    art.mkdir()
+    value = "a b; $(echo no) 'quoted' \\n"
+    env = {**user_env(job.views[None], testbed.env()), "RUNNER_SSH_PROBE": value}
+    proc = subprocess.Popen([RUN, *ssh_options(testbed), *bed_hosts(testbed, [2, 1]), "recipe=custom",
+                             "recipe.target=workloads.placement:main", f"+recipe.out_dir={art}",
+                             "+recipe.env=[RUNNER_SSH_PROBE]", "launcher.ssh.export=[RUNNER_SSH_PROBE]",
+                             "recipe.global_batch_size=30", f"run_id={run_id}"], cwd=job.views[None], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ((code, said),) = finish([proc], timeout=200)
+    assert code == 0, said
+    found = artifacts(art)
+    hosts = [testbed.hosts[0]] * 2 + [testbed.hosts[1]]
+    for rank, host in enumerate(hosts):
+        assert host.addr in found[rank]["addrs"] and found[rank]["sum"] == 6.0, found[rank]
+        assert found[rank]["env"] == {"RUNNER_SSH_PROBE": value}, found[rank]
+    views = check_views(art, job.run_folder(None, run_id) / "spec.yaml", 3)
+    assert {v["cwd"] for v in views.values()} == {str(job.path)}
     assert not processes_of(run_id)
 
 

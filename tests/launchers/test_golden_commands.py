@@ -104,7 +104,8 @@ def materialize(c: Case) -> str:
     kind = LAUNCHERS[got.job.spec.launcher.kind]
     job = pinned(got.job, kind.pins(got.job, PATHS))  # as the launch pins it, before the plan
     invocation = Invocation(python="/venv/bin/python", cwd="/work/proj", overrides=c.overrides, config_dir=c.config_dir)
-    inside = environment(SLURM_JOB_ID="42") if c.in_allocation else environment(**dict(c.env))
+    inside = environment(SLURM_JOB_ID="42") if c.in_allocation else environment()
+    inside = inside.with_exported(kind.exported_names(job.spec), dict(c.env))  # as `run` reads them, by name
     return kind(plan_for(job, PATHS), PATHS, invocation, inside).request().materialize()
 
 
