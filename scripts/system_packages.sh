@@ -14,6 +14,8 @@ PACKAGES=(
   iproute2      # ip: namespaces, bridge, veth
   util-linux    # nsenter, unshare (slurmctld runs in a UTS namespace named after SlurmctldHost)
   iputils-ping  # ping between namespace hosts in the tests
+  openssh-server  # sshd in every namespace host (launcher=ssh's tests)
+  openssh-client  # ssh, ssh-keygen: launcher=ssh, and the bed's keys
 )
 if [ "${1:-}" = "--dev" ]; then
   PACKAGES+=(libopenmpi-dev gcc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -95,11 +96,14 @@ def wait_until(predicate, timeout: float, what: str, alive: list[subprocess.Pope
 
 def processes_of(run_id: str) -> list[psutil.Process]:
     """Live processes of a run: ranks carry TORCHELASTIC_RUN_ID; `run` and its launch agent carry
-    `run_id=<id>` on their command line (the tests always pass one)."""
+    `run_id=<id>` on their command line (the tests always pass one); launcher=ssh's ssh clients and each host's
+    `run --ssh-host <i> <run folder>` end with the run's folder, ``.../runs/<id>``."""
     found = []
     for p in psutil.process_iter():
         try:
-            mine = p.environ().get("TORCHELASTIC_RUN_ID") == run_id or f"run_id={run_id}" in p.cmdline()
+            cmdline = p.cmdline()
+            mine = (p.environ().get("TORCHELASTIC_RUN_ID") == run_id or f"run_id={run_id}" in cmdline
+                    or bool(cmdline) and cmdline[-1].endswith(f"/runs/{run_id}"))
             if mine and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -192,3 +196,25 @@ def finish(procs: list[subprocess.Popen], timeout: float = 120) -> list[tuple[in
                 p.kill()
                 p.wait()
     return results
+
+
+# --------------------------------------------------------------------------- what the README quotes of a test's output
+
+
+def seen_in(said: dict[str, str], key: str, testbed=None) -> str:
+    """The pattern ``said[key]``, written with ``{host0}`` and ``{host1}``, for the test bed's hosts (any host name
+    without one)."""
+    names = [re.escape(h.name) for h in testbed.hosts] if testbed is not None else [r"\w+", r"\w+"]
+    return said[key].format(host0=names[0], host1=names[1])
+
+
+def check_readme_quotes(heading: str, said: dict[str, str], test_file: str) -> None:
+    """README's section ``heading`` shows real output of ``test_file``'s tests: each pattern of ``said`` (what they
+    assert) matches one of its quoted blocks, and the section names the file."""
+    readme = (TESTS.parent / "README.md").read_text()
+    section = readme[readme.index(heading):]
+    section = section[:section.index("\n## ", 1)]
+    quoted = "\n".join(block for n, block in enumerate(section.split("```")) if n % 2)
+    for key in said:
+        assert re.search(seen_in(said, key), quoted), f"README's quote of {key!r} is not what the tests see: {said[key]}"
+    assert test_file in section

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -204,15 +205,53 @@ def test_mpi_messages_cross_the_hosts(testbed: Bed, tmp_path):
         [(0, 3, 3, 2), (1, 3, 3, 0), (2, 3, 3, 1)], out
 
 
+# --------------------------------------------------------------------------- sshd
+
+
+def ssh(bed: Bed, host: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return run(["ssh", "-F", bed.ssh_config, "-o", "BatchMode=yes", host, "--", command], timeout=timeout)
+
+
+def test_ssh_logs_in_to_each_host_in_its_own_namespace_and_passes_the_exit_status(testbed: Bed):
+    for h in testbed.names:
+        done = ssh(testbed, h, f"{LAN_ADDR}; exit 5")
+        assert (done.returncode, done.stdout.strip()) == (5, testbed.addrs[h]), done.stderr
+
+
+def test_the_common_home_is_a_different_folder_on_each_host(testbed: Bed):
+    """The same path is each host's own folder (a private mount namespace per host), and the root namespace's is
+    none of theirs: as on separate machines that do not share a file system."""
+    home = testbed.ssh["home"]
+    for h in testbed.names:
+        (testbed.home_of(h) / f"only-on-{h}").write_text(h)
+    for h in testbed.names:
+        assert ok(ssh(testbed, h, f"ls {home}")).split() == [f"only-on-{h}"]
+    assert not any(Path(home).iterdir())
+    for h in testbed.names:
+        (testbed.home_of(h) / f"only-on-{h}").unlink()
+
+
+def test_a_host_without_the_key_refuses_the_login(testbed: Bed):
+    keys = Path(testbed.ssh["hosts"][testbed.names[1]]["authorized_keys"])
+    saved = keys.read_text()
+    keys.write_text("")
+    try:
+        done = ssh(testbed, testbed.names[1], "true")
+    finally:
+        keys.write_text(saved)
+    assert done.returncode == 255 and "Permission denied (publickey)" in done.stderr, done.stderr
+    assert ssh(testbed, testbed.names[1], "true").returncode == 0
+
+
 # --------------------------------------------------------------------------- down
 
 
 def test_down_removes_namespaces_processes_and_hosts_lines(tmp_path):
-    reason = missing_requirements(slurm=False)
+    reason = missing_requirements(slurm=False, sshd=True)
     if reason:
         unavailable(reason)
     state = tmp_path / "bed"
-    description = bed_up(state, "--hosts", "1", "--prefix", "tbd")
+    description = bed_up(state, "--hosts", "1", "--sshd", "--prefix", "tbd")
     (host,) = description["hosts"]
     inodes = namespace_inodes(description)
     assert host["name"] in run(["ip", "netns", "list"]).stdout
@@ -221,7 +260,10 @@ def test_down_removes_namespaces_processes_and_hosts_lines(tmp_path):
                                        "sh", "-c", "echo inside; exec sleep 600"), stdout=subprocess.PIPE, text=True)
     try:
         assert sleeper.stdout.readline() == "inside\n"
+        sshd = int(description["ssh"]["hosts"][host["name"]]["sshd_pid"])
+        assert "sshd_config" in " ".join(open(f"/proc/{sshd}/cmdline").read().split("\0"))
         ok(bed_down(state))
+        assert not Path(f"/proc/{sshd}/cmdline").exists() or not open(f"/proc/{sshd}/cmdline").read()  # stopped
         assert sleeper.wait(timeout=5) != 0  # killed: it was inside the namespace
     finally:
         sleeper.kill()

@@ -1,6 +1,7 @@
 """Pytest fixtures for the network-namespace test bed of scripts/testbed.py (loaded from conftest.py).
 
-* ``testbed`` (session): two namespace hosts with decoy interfaces and a real Slurm cluster, brought up once
+* ``testbed`` (session): two namespace hosts with decoy interfaces, a real Slurm cluster and an sshd in each host
+  (each in a mount namespace of its own: ``Bed.ssh``), brought up once
   with ``testbed.py up`` in a pytest temp directory and taken down with ``testbed.py down`` at the end of the
   session, which then fails if a namespace, a process or an /etc/hosts line of the bed is left behind.
   It is a :class:`Bed`: its hosts (:class:`BedHost`: name, address, namespace, interfaces), the Slurm
@@ -30,6 +31,7 @@ HOSTS_FILE = Path("/etc/hosts")
 
 NETWORK_TOOLS = ("ip", "nsenter", "unshare")
 SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sinfo", "srun", "sbatch", "scancel")
+SSH_TOOLS = ("sshd", "ssh", "ssh-keygen")
 
 # variables that would make srun/mpirun think they run inside some other job
 _FOREIGN_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_")
@@ -60,6 +62,23 @@ class Bed:
     rsh_agent: str
     mpirun_args: tuple[str, ...]
     description: Mapping[str, object]
+    ssh: Mapping[str, object] | None = None  # the sshds (scripts/bed/sshd.py): config, home, each host's folders
+
+    @property
+    def ssh_config(self) -> str:
+        """``ssh -F <this> HOST`` logs in to a host as root with the bed's key."""
+        assert self.ssh is not None, "this bed has no sshd"
+        return str(self.ssh["config"])
+
+    def home_of(self, host: str | None) -> Path:
+        """The folder that is the bed's common home path (``ssh["home"]``) on ``host``; None: in the root namespace."""
+        assert self.ssh is not None, "this bed has no sshd"
+        return Path(self.ssh["hosts"][host]["home"] if host is not None else self.ssh["home"])
+
+    def mount_ns(self, host: str) -> str:
+        """``host``'s mount namespace (its sshd's), for ``nsenter --mount=...``."""
+        assert self.ssh is not None, "this bed has no sshd"
+        return str(self.ssh["hosts"][host]["mount_ns"])
 
     @classmethod
     def from_description(cls, d: Mapping) -> Bed:
@@ -67,7 +86,7 @@ class Bed:
                               decoy_ifname=h["decoy_ifname"], decoy_addr=h["decoy_addr"]) for h in d["hosts"])
         return cls(state=Path(d["state"]), hosts=hosts, subnet=d["subnet"], bridge_addr=d["bridge"]["addr"],
                    partition=d["slurm"]["partition"] if d["slurm"] else None, slurm_env=dict(d["env"]),
-                   rsh_agent=d["rsh_agent"], mpirun_args=tuple(d["mpirun_args"]), description=d)
+                   rsh_agent=d["rsh_agent"], mpirun_args=tuple(d["mpirun_args"]), description=d, ssh=d.get("ssh"))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -102,11 +121,11 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def missing_requirements(slurm: bool) -> str | None:
+def missing_requirements(slurm: bool, sshd: bool = False) -> str | None:
     """Why a bed cannot be made here (not root, tools missing), or None."""
     if sys.platform != "linux" or os.geteuid() != 0:
         return "the namespace test bed needs root on Linux"
-    tools = NETWORK_TOOLS + (SLURM_TOOLS if slurm else ())
+    tools = NETWORK_TOOLS + (SLURM_TOOLS if slurm else ()) + (SSH_TOOLS if sshd else ())
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         return f"the namespace test bed needs {', '.join(missing)}: run scripts/system_packages.sh as root"
@@ -167,12 +186,13 @@ def leftovers(description: Mapping, inodes: Mapping[int, str]) -> list[str]:
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory: pytest.TempPathFactory):
-    """Two namespace hosts (decoy interfaces, Slurm cluster) for the whole session; torn down and checked after."""
-    reason = missing_requirements(slurm=True)
+    """Two namespace hosts (decoy interfaces, Slurm cluster, an sshd each) for the whole session; torn down and
+    checked after."""
+    reason = missing_requirements(slurm=True, sshd=True)
     if reason:
         unavailable(reason)
     state = tmp_path_factory.mktemp("testbed")
-    description = bed_up(state, "--hosts", "2", "--slurm", "--decoy")
+    description = bed_up(state, "--hosts", "2", "--slurm", "--sshd", "--decoy")
     inodes = namespace_inodes(description)
     try:
         yield Bed.from_description(description)

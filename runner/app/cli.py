@@ -30,6 +30,7 @@ from runner.app.agent import LaunchAgent
 from runner.app.launch import run_job
 from runner.app.topology_shapes import register_named_shapes
 from runner.common import exits
+from runner.environments import versions
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.slurm_array import ArrayMember
 from runner.spec.problems import Problem, render_problems
@@ -277,7 +278,16 @@ def script_overrides(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point. Two forms are not jobs: ``run --version`` (this runner's and torch's versions: the ssh
+    launch asks every host) and ``run --ssh-host <node rank> <run folder>`` (one host's share of a launcher=ssh job,
+    started over ssh: runner.app.ssh_host)."""
+    if sys.argv[1:] == ["--version"]:
+        print(versions.installed().line(), flush=True)
+        os._exit(exits.OK)
+    if sys.argv[1:2] == ["--ssh-host"]:
+        from runner.app.ssh_host import main as ssh_host
+
+        ssh_host(sys.argv[2:])
     try:
         sys.argv[1:] = script_overrides(sys.argv[1:])
     except ScriptArgsError as e:

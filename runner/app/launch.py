@@ -103,6 +103,7 @@ def run_job(spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
     plan = make_plan(job, launcher_class.plan_rules(job, paths), paths)
     invocation = Invocation(spec.launcher.python or sys.executable, os.getcwd(), overrides, config_dir,
                             config_name if config_name != "job" else None, _run_command())
+    environment = environment.with_exported(launcher_class.exported_names(spec))
     launcher = launcher_class(plan, paths, invocation, environment, agent.run_host if agent else None)
     request = launcher.request()
     paths.provenance.write_text(json.dumps(
@@ -143,5 +144,5 @@ def run_job(spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
     with handling((signal.SIGQUIT,), lambda _s, _f: where_the_ranks_are(plan, paths)):  # Ctrl-\ or kill -QUIT
         code = launcher.launch(request)
     # the run on one screen, and run_summary.json
-    report_run(plan, paths, code, time.perf_counter() - started, launcher.not_followed)
+    report_run(plan, paths, code, time.perf_counter() - started, launcher.not_followed, launcher.cause)
     return code

@@ -69,7 +69,7 @@ def check_place(plan: Plan, place: TaskPlace) -> None:
                             f"allocation's tasks per node differ from the topology's devices per host")
 
 
-def _tried_by_run(target: str, workdir: str | None) -> TargetProblem | None:
+def tried_by_run(target: str, workdir: str | None) -> TargetProblem | None:
     """`run` tried the recipe target (or a script's module) where it was started (runner.spec.targets); the ranks
     import it again."""
     return None
@@ -84,7 +84,7 @@ def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
         print(f"error: workdir: the job's folder {spec.workdir} is not on this host ({socket.gethostname()}); hint: "
               f"start `run` from a folder every host sees (a shared filesystem), or set workdir= to one", file=sys.stderr)
         return exits.INVALID
-    job, problems = check(spec, LocalProbe(check_target=_tried_by_run, check_module=_tried_by_run))
+    job, problems = check(spec, LocalProbe(check_target=tried_by_run, check_module=tried_by_run))
     if job is None or launcher is None:
         print(render_problems(problems), file=sys.stderr)
         return exits.INVALID

@@ -3,9 +3,10 @@ scheduler started), into one object that is passed down; nothing below reads ``o
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +37,13 @@ class ProcessEnvironment:
     flight_recorder: str | None = None  # the user's TORCH_FR_BUFFER_SIZE
     attempt: int = 0  # RUNNER_ATTEMPT: set by launcher=mpi for the tasks of a restarted job
     nccl_async_error_handling: str | None = None  # the user's TORCH_NCCL_ASYNC_ERROR_HANDLING
+    exported: Mapping[str, str] = field(default_factory=dict, repr=False)  # with_exported's values
+
+    def with_exported(self, names: Iterable[str], env: Mapping[str, str] | None = None) -> ProcessEnvironment:
+        """This environment with the values here of the variables ``names`` that the spec names to pass on to other
+        hosts (launcher.ssh.export), read by name once the spec is known; unset ones are left out."""
+        env = os.environ if env is None else env
+        return dataclasses.replace(self, exported={n: env[n] for n in names if n in env})
 
     @classmethod
     def read(cls, env: Mapping[str, str] | None = None) -> ProcessEnvironment:

@@ -9,6 +9,7 @@ from runner.launchers.local import LocalLauncher
 from runner.launchers.manual import ManualLauncher
 from runner.launchers.mpi import MpiLauncher
 from runner.launchers.slurm import SlurmLauncher
+from runner.launchers.ssh import SshLauncher
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan, make_plan
 from runner.spec.job import Job
@@ -17,7 +18,8 @@ from runner.spec.problems import Problem
 from runner.spec.schema import JobConfig
 from runner.spec.validation import check as check_with
 
-LAUNCHERS: dict[str, type[Launcher]] = {cls.name: cls for cls in (LocalLauncher, ManualLauncher, MpiLauncher, SlurmLauncher)}
+LAUNCHERS: dict[str, type[Launcher]] = {cls.name: cls for cls in (LocalLauncher, ManualLauncher, MpiLauncher, SlurmLauncher,
+                                                                   SshLauncher)}
 
 
 def launcher_of(spec: JobConfig) -> type[Launcher] | None:

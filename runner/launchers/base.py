@@ -175,6 +175,12 @@ class Launcher(ABC):
         return False
 
     @classmethod
+    def exported_names(cls, spec: JobConfig) -> tuple[str, ...]:
+        """Variables whose values here this launch passes on itself (launcher.ssh.export), which `run` reads for it
+        (ProcessEnvironment.with_exported)."""
+        return ()
+
+    @classmethod
     def task_place(cls, environment: ProcessEnvironment) -> TaskPlace:
         """Where the scheduler put this task (`python -P -m runner.app.task`), from its variables."""
         raise TaskError(f"launcher={cls.name} starts no tasks of its own: run the job with `run`")
@@ -189,6 +195,7 @@ class Launcher(ABC):
         self._run_host = run_host
         self.not_followed: str | None = None  # set by a launch that submits and returns ("Slurm job 12")
         self.signalled: int | None = None  # SIGINT or SIGTERM that `run` passed on to a scheduler's command
+        self.cause: str | None = None  # why the job failed where no rank's record can say it (a host was lost)
 
     @abstractmethod
     def request(self) -> LaunchRequest:

@@ -23,6 +23,27 @@ from runner.spec.topology import is_loopback
 _PINNED = ("launcher.manual.host=", "run_id=", "init.master_port=", "dry_run=")
 
 
+def hosts_apart_problems(job: Job, launcher: str) -> Iterator[Problem]:
+    """The rules of a job whose every host's share is run by a `run` of its own (manual, ssh): each host named, host
+    0's address known, and a store to restart together through."""
+    spec, hosts = job.spec, job.hosts
+    yield from named_hosts_problems(job, launcher)
+    if len(hosts) > 1 and job.master_addr is None and spec.init.method is not InitMethod.file:
+        yield Problem("init.master_addr", f"{launcher} launch on several hosts needs to know host 0's address",
+                      "name host 0 (topology.hosts[0].name=...) or set init.master_addr")
+    if spec.launcher.max_restarts and len(hosts) > 1 and spec.init.method is InitMethod.file:
+        yield Problem("launcher.max_restarts", "several hosts restart together by agreeing through host 0's "
+                      "rendezvous store, but init=file has none",
+                      "init=tcp or init=env with launcher.max_restarts (or restart the launch yourself: the recipe "
+                      "resumes from its last checkpoint with the same run_id)")
+
+
+def agreed_port(job: Job, paths: RunPaths | None) -> str:
+    """The master port of a job on several hosts whose `run`s cannot learn a port chosen on one of them at launch:
+    one per run, derived from the run id."""
+    return str(port_for(paths.run_id)) if paths else Deferred.of("port derived from the run id")
+
+
 class ManualLauncher(Launcher):
     name = "manual"
     supports_restarts = True  # the hosts restart together, agreeing through host 0's store (runner.worker.channel)
@@ -33,16 +54,8 @@ class ManualLauncher(Launcher):
 
     @classmethod
     def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
+        yield from hosts_apart_problems(job, cls.name)
         spec, hosts = job.spec, job.hosts
-        yield from named_hosts_problems(job, cls.name)
-        if len(hosts) > 1 and job.master_addr is None and spec.init.method is not InitMethod.file:
-            yield Problem("init.master_addr", "manual launch on several hosts needs to know host 0's address",
-                          "name host 0 (topology.hosts[0].name=...) or set init.master_addr")
-        if spec.launcher.max_restarts and len(hosts) > 1 and spec.init.method is InitMethod.file:
-            yield Problem("launcher.max_restarts", "several hosts restart together by agreeing through host 0's "
-                          "rendezvous store, but init=file has none",
-                          "init=tcp or init=env with launcher.max_restarts (or restart the launch yourself: the recipe "
-                          "resumes from its last checkpoint with the same run_id)")
         chosen = spec.launcher.manual.host
         if chosen is None:
             return
@@ -58,10 +71,7 @@ class ManualLauncher(Launcher):
 
     @classmethod
     def master_port(cls, job: Job, paths: RunPaths | None) -> str:
-        if len(job.hosts) == 1:
-            return super().master_port(job, paths)
-        # the hosts cannot learn a port chosen on one of them at launch: they agree on one per run
-        return str(port_for(paths.run_id)) if paths else Deferred.of("port derived from the run id")
+        return agreed_port(job, paths) if len(job.hosts) > 1 else super().master_port(job, paths)
 
     def request(self) -> LaunchRequest:
         inv, spec = self.invocation, self.plan.job.spec

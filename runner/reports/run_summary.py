@@ -156,9 +156,11 @@ def _shown_path(path: Path, cwd: Path | None) -> str:
     return str(path)
 
 
-def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None) -> tuple[str, str, dict | None, str | None]:
+def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None,
+            cause: str | None = None) -> tuple[str, str, dict | None, str | None]:
     """(status, its words, the first failure, the signal's name) from the exit status and the rank files.
-    ``not_followed``: what the launch submitted and did not follow to its end ("Slurm job 12")."""
+    ``not_followed``: what the launch submitted and did not follow to its end ("Slurm job 12"); ``cause``: why the job
+    failed where no rank's record can say it (launcher=ssh: a host was lost), named before the ranks' failures."""
     spec = plan.job.spec
     ranks = [r.global_rank for r in plan.records]
     n = len(ranks)
@@ -191,6 +193,8 @@ def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None) ->
         returned = f"; {done} of {n} rank(s) had returned" if done else ""
         return "stopped", f"stopped by {name} (exit {code}){returned}", None, name
     errors = first_failures(paths, ranks)
+    if cause is not None:
+        return "failed", f"failed (exit {code}): {cause}", {"rank": None, "host": None, "exception": cause}, None
     if not errors:
         if spec.preflight:
             why = "a preflight check failed; the host line above says which"
@@ -246,12 +250,14 @@ def _files(plan: Plan, paths: RunPaths) -> tuple[tuple[str, ...], dict[str, Any]
     return tuple(shown), by_kind
 
 
-def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_followed: str | None = None) -> RunSummary:
-    """The summary of a run whose launch returned exit status ``code`` after ``wall_time_s``."""
+def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_followed: str | None = None,
+              cause: str | None = None) -> RunSummary:
+    """The summary of a run whose launch returned exit status ``code`` after ``wall_time_s`` (``cause``: see
+    :func:`_status`)."""
     job, spec = plan.job, plan.job.spec
     id_file = paths.root / "slurm_job_id"
     slurm_job_id = id_file.read_text().strip() or None if id_file.exists() else None
-    status, words, failure, sig = _status(plan, paths, code, not_followed)
+    status, words, failure, sig = _status(plan, paths, code, not_followed, cause)
     if slurm_job_id and status != "submitted":
         words += f" · Slurm job {slurm_job_id}"
     recipe = recipe_settings(spec.recipe).target
@@ -287,11 +293,12 @@ def write(summary: RunSummary, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def report(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_followed: str | None = None) -> RunSummary | None:
+def report(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_followed: str | None = None,
+           cause: str | None = None) -> RunSummary | None:
     """Print the summary to stderr and write run_summary.json; never changes the run's outcome (a
     summary that cannot be made says why in one line)."""
     try:
-        summary = summarize(plan, paths, code, wall_time_s, not_followed)
+        summary = summarize(plan, paths, code, wall_time_s, not_followed, cause)
         write(summary, paths.root / FILE_NAME)
     except (OSError, ValueError, KeyError) as e:
         print(f"\n(no run summary: {type(e).__name__}: {e})", file=sys.stderr, flush=True)

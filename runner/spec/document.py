@@ -22,7 +22,15 @@ def load_spec(path: Path) -> JobConfig:
     """The spec a run's spec.yaml holds, typed again: equal to the spec it was written from (:func:`spec_yaml`).
     YAML keeps no types, so a recipe's config is typed again by the schema of the recipe it names (digits,
     script: runner.spec.schema.recipe_schema); a recipe of no schema's (recipe=custom) stays a dict, as it was."""
-    written = OmegaConf.load(path)
+    return _typed(OmegaConf.load(path))
+
+
+def load_spec_text(text: str) -> JobConfig:
+    """:func:`load_spec` of a spec.yaml's text (launcher=ssh sends it to each host over ssh)."""
+    return _typed(OmegaConf.create(text))
+
+
+def _typed(written: DictConfig) -> JobConfig:
     typed = OmegaConf.structured(JobConfig)
     recipe = written.get("recipe")
     schema = recipe_schema(recipe) if isinstance(recipe, DictConfig) else None

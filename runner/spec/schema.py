@@ -120,10 +120,29 @@ class ManualOptions:
 
 
 @dataclass
+class SshOptions:
+    """launcher=ssh: how `run` logs in to every host to start its share (the system ssh client, with your
+    ~/.ssh/config, agent and ProxyJump)."""
+
+    command: str = "ssh"  # the ssh client
+    user: Optional[str] = None  # ssh -l USER; None: ssh's own choice (~/.ssh/config, then your user name)
+    port: Optional[int] = None  # ssh -p PORT; None: ssh's own choice
+    identity_file: Optional[str] = None  # ssh -i FILE; None: ssh's own keys and agent
+    config_file: Optional[str] = None  # ssh -F FILE; None: ssh reads ~/.ssh/config as usual
+    options: list[str] = field(default_factory=list)  # more ssh -o options, each KEY=VALUE, e.g. ["ProxyJump=bastion"]
+    connect_timeout_s: int = 10  # ssh -o ConnectTimeout: a host that does not answer is refused this soon
+    keepalive_s: int = 5  # ssh -o ServerAliveInterval (ServerAliveCountMax=3): a host that stops answering is lost
+    # after three intervals; 0: only a closed connection tells
+    export: list[str] = field(default_factory=list)  # variables whose values here every host gets (env NAME=value
+    # on its command line), e.g. [HF_HOME]
+    run: Optional[str] = None  # the `run` command on the hosts; None: the path of the `run` you started
+
+
+@dataclass
 class LauncherConfig:
     """Who starts the processes, and what one task of theirs is."""
 
-    kind: str = "local"  # a registered launcher (runner.launchers.LAUNCHERS): local, manual, slurm, mpi
+    kind: str = "local"  # a registered launcher (runner.launchers.LAUNCHERS): local, manual, ssh, slurm, mpi
     tasks: TaskMode = TaskMode.per_host
     python: Optional[str] = None  # interpreter for the tasks a scheduler starts; None: the one running `run`
     stop_signal: str = "USR1"  # asks the ranks to checkpoint and stop (ctx.should_stop), as Slurm's time-limit
@@ -137,12 +156,13 @@ class LauncherConfig:
     # None: on for Slurm batch jobs from a git repository, off elsewhere (the launch there is the code's moment)
     snapshot_files: list[str] = field(default_factory=list)  # globs under workdir to copy instead of git's files
     snapshot_max_mb: float = 200.0  # a snapshot larger than this is refused, naming its largest files
-    max_restarts: int = 0  # start the job again after a failure, up to this many times (local; manual: every
-    # host's `run` together; mpi: mpirun again); the recipe resumes from the run's last checkpoint (Slurm:
+    max_restarts: int = 0  # start the job again after a failure, up to this many times (local; manual and ssh:
+    # every host's `run` together; mpi: mpirun again); the recipe resumes from the run's last checkpoint (Slurm:
     # launcher.slurm.requeue)
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
     mpi: MpiOptions = field(default_factory=MpiOptions)
     manual: ManualOptions = field(default_factory=ManualOptions)
+    ssh: SshOptions = field(default_factory=SshOptions)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -47,10 +47,12 @@ def share_ended(channel: JobChannel, paths: RunPaths, setups: list[RankSetup], e
                           _record(setup, ending.codes.get(i), i in ending.stopped, ending.ended_at.get(i)))
 
 
-def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iterable[int], wait_s: float) -> list[int]:
+def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iterable[int], wait_s: float,
+                   gone: Mapping[str, str] | None = None) -> list[int]:
     """Host 0: the other hosts' ranks' records, waited for up to ``wait_s``, written into this run folder; a rank
-    whose host said nothing by then is recorded as gone. The ranks it had no record of."""
-    local = set(local)
+    whose host said nothing by then is recorded as gone. ``gone``: hosts known to be gone (host -> why: launcher=ssh
+    lost them), whose ranks are not waited for. The ranks it had no record of."""
+    local, gone = set(local), gone or {}
     missing = [r.global_rank for r in plan.records if r.global_rank not in local]
 
     def look() -> list[int]:
@@ -61,11 +63,13 @@ def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iter
         missing = [r for r in missing if r not in found]
         return missing
 
-    missing = poll(look, lambda left: not left, wait_s, POLL_S)
+    # the ranks of hosts known to be gone are not waited for
+    missing = poll(look, lambda left: all(plan.records[r].host in gone for r in left), wait_s, POLL_S)
     for rank in missing:
         rec = plan.records[rank]
-        RankOutcome(paths, rank).record_error(agent_seen_error(
-            rec, f"no word from its host {rec.host} within {wait_s:g} s of the end (its agent gone?)"))
+        why = f"its host {rec.host} is gone: {gone[rec.host]}" if rec.host in gone else \
+            f"no word from its host {rec.host} within {wait_s:g} s of the end (its agent gone?)"
+        RankOutcome(paths, rank).record_error(agent_seen_error(rec, why))
     return missing
 
 

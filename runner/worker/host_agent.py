@@ -156,6 +156,9 @@ class HostAgent:
         self.only = only  # a task per process: this global rank alone, which serves the store itself if rank 0
         self.signalled: int | None = None  # the first SIGINT/SIGTERM that reached the agent
         self._pending: list[int] = []
+        self._ends: list[dict] = []  # the job ended from outside (end_job), not yet acted on
+        self._final = False  # the job ends with this attempt, whatever launcher.max_restarts allows
+        self._gone: dict[str, str] = {}  # host -> why it is gone: its ranks will say nothing
         self._wakeup: tuple[int, int] | None = None
 
     # -- the whole share, attempt after attempt -------------------------------------------------------------
@@ -178,7 +181,7 @@ class HostAgent:
         try:
             while True:
                 code, paths = self._attempt(paths)
-                if code != exits.FAILED or paths.attempt >= self.restarts or self.signalled is not None:
+                if code != exits.FAILED or paths.attempt >= self.restarts or self.signalled is not None or self._final:
                     return code
                 paths = dataclasses.replace(paths, attempt=paths.attempt + 1)
                 print(f"\nrestarting: attempt {paths.attempt + 1} of {self.restarts + 1} (launcher.max_restarts="
@@ -196,6 +199,21 @@ class HostAgent:
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self._pending.append(signum)
+
+    def end_job(self, failure: dict) -> None:
+        """End the job from outside, for a cause no rank of it can see (``failure``: {"rank": None, "host", "text",
+        "time"}: another host was lost; launcher=ssh's `run` says so): this host's share stops as after another
+        host's failure, the job's channel names the cause unless a failure came first, and nothing restarts.
+        Callable from any thread."""
+        self._final = True
+        if failure.get("rank") is None and failure.get("host"):
+            self._gone[str(failure["host"])] = str(failure.get("text", ""))
+        self._ends.append(failure)
+        if self._wakeup is not None:
+            try:
+                os.write(self._wakeup[1], b"\0")
+            except OSError:
+                pass
 
     @property
     def serves(self) -> bool:
@@ -366,6 +384,8 @@ class HostAgent:
                         ending.earlier = said  # (a rank killed there; this one's peer connection then closed)
                 self._stop_all(ranks, ending, signal.SIGTERM)  # a rank failed: the others end now
                 kill_at = now + FAILURE_STOP_S
+            while self._ends:
+                kill_at = self._ended_from_outside(self._ends.pop(0), ranks, ending, channel, attempt, kill_at)
             if channel is not None and now - channel_polled >= PEER_POLL_S:
                 channel_polled = now
                 asked = channel.stop_requested()
@@ -387,6 +407,19 @@ class HostAgent:
                     rank.send(signal.SIGKILL, group=True)
                 kill_at = float("inf")  # killed: they are reaped as they go
         return ending
+
+    def _ended_from_outside(self, failure: dict, ranks: list[RankProcess], ending: HostEnding,
+                            channel: JobChannel | None, attempt: int, kill_at: float | None) -> float | None:
+        """:meth:`end_job`'s cause reached the monitor: stop this host's ranks as after another host's failure (unless
+        they are stopping already); the job's first failure is the channel's, if one was said, else this one."""
+        if kill_at is not None:
+            return kill_at
+        if channel is not None:
+            channel.say_failed(attempt, None, str(failure.get("host")), str(failure.get("text", "")))
+            failure = channel.failure(attempt) or failure
+        ending.peer_failed = failure
+        self._stop_all(ranks, ending, signal.SIGTERM)
+        return time.monotonic() + FAILURE_STOP_S
 
     def _signalled(self, signum: int, ranks: list[RankProcess], setups: list[RankSetup], ending: HostEnding,
                    kill_at: float | None, origin: str | None = None) -> float | None:
@@ -468,13 +501,16 @@ class HostAgent:
             share_ended(channel, paths, setups, ending)
             if self.serves and len(setups) < self.plan.world_size:
                 gather_endings(channel, paths, self.plan, {s.record.global_rank for s in setups},
-                               min(ENDINGS_WAIT_S, self.plan.job.spec.init.timeout_s))
+                               min(ENDINGS_WAIT_S, self.plan.job.spec.init.timeout_s), gone=self._gone)
         if ending.peer_failed:
             failure = ending.peer_failed
             peer_failure(paths, self.plan, failure)
-            who = f"rank {failure['rank']} on {failure['host']}" if failure.get("rank") is not None else failure["host"]
-            print(f"\n{who} failed: {failure.get('text', '')}\n    stopped this host's {len(setups)} process(es) "
-                  f"(attempt {paths.attempt + 1}); that host's report says more", file=sys.stderr, flush=True)
+            if failure.get("rank") is not None:
+                who, more = f"rank {failure['rank']} on {failure['host']} failed", "; that host's report says more"
+            else:  # a host itself: lost, or its `run` ended (launcher=ssh says so)
+                who, more = f"host {failure['host']}", ""
+            print(f"\n{who}: {failure.get('text', '')}\n    stopped this host's {len(setups)} process(es) "
+                  f"(attempt {paths.attempt + 1}){more}", file=sys.stderr, flush=True)
             return exits.FAILED
         if ending.signum is not None:
             return exits.from_signal(ending.signum)

@@ -366,3 +366,20 @@ def test_manual_commands_keep_the_config_name(user_dir: Path) -> None:
     commands = [l for l in launch.splitlines() if l.startswith("cd ")]
     assert len(commands) == 2
     assert all("--config-name myjob" in c for c in commands), commands
+
+
+def test_run_version_says_the_runner_and_torch_and_starts_nothing(tmp_path: Path) -> None:
+    """`run --version`: what launcher=ssh asks every host before it starts anything (runner.launchers.ssh_check)."""
+    from runner.environments.versions import Versions, installed
+
+    r = run_cli(tmp_path, "--version")
+    assert r.returncode == 0 and r.stderr == "", explain(r)
+    assert r.stdout == installed().line() + "\n" and Versions.parse(r.stdout) == installed()
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_run_ssh_host_without_the_spec_on_stdin_says_what_it_is(tmp_path: Path) -> None:
+    r = subprocess.run([run_script(), "--ssh-host", "0", str(tmp_path / "runs" / "x")], cwd=tmp_path, env=clean_env(),
+                       input="", capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "`run --ssh-host` is started by launcher=ssh" in r.stderr, explain(r)
+    assert not (tmp_path / "runs").exists()

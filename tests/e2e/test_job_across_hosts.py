@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from runs import RUN, TESTS, bed_hosts, finish, mpi_options, processes_of, user_env, wait_until
+from runs import (RUN, TESTS, bed_hosts, check_readme_quotes, finish, mpi_options, processes_of, seen_in, user_env,
+                  wait_until)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -70,8 +71,7 @@ SAID = {
 
 def seen(key: str, testbed=None) -> str:
     """The pattern ``key`` of :data:`SAID`, for the test bed's hosts (any host name without one)."""
-    names = [re.escape(h.name) for h in testbed.hosts] if testbed is not None else [r"\w+", r"\w+"]
-    return SAID[key].format(host0=names[0], host1=names[1])
+    return seen_in(SAID, key, testbed)
 
 
 def test_a_failure_on_one_host_ends_the_job_on_every_host_with_the_true_cause(testbed, tmp_path):
@@ -214,10 +214,4 @@ def test_a_stop_under_a_scheduler_says_where_every_rank_was_once(testbed, tmp_pa
 @pytest.mark.unit
 def test_the_readme_quotes_what_these_tests_see():
     """README's "A job across hosts" shows real output of these tests: each quoted line is one they assert."""
-    readme = (TESTS.parent / "README.md").read_text()
-    section = readme[readme.index("## A job across hosts"):]
-    section = section[:section.index("\n## ", 1)]
-    quoted = "\n".join(block for n, block in enumerate(section.split("```")) if n % 2)
-    for key in SAID:
-        assert re.search(seen(key), quoted), f"README's quote of {key!r} is not what the tests see: {SAID[key]}"
-    assert "tests/e2e/test_job_across_hosts.py" in section
+    check_readme_quotes("## A job across hosts", SAID, "tests/e2e/test_job_across_hosts.py")

@@ -36,13 +36,14 @@ class Case:
     probe: tuple[tuple[str, object], ...] = ()
     in_allocation: bool = False
     config_dir: str | None = None
+    env: tuple[tuple[str, str], ...] = ()  # the environment `run` has (launcher.ssh.export reads it)
 
 
-def case(name, *overrides, probe=None, in_allocation=False, config_dir=None) -> Case:
+def case(name, *overrides, probe=None, in_allocation=False, config_dir=None, env=None) -> Case:
     flat: list[str] = []
     for o in overrides:
         flat.extend(o if isinstance(o, tuple) else (o,))
-    return Case(name, tuple(flat), tuple((probe or {}).items()), in_allocation, config_dir)
+    return Case(name, tuple(flat), tuple((probe or {}).items()), in_allocation, config_dir, tuple((env or {}).items()))
 
 
 AB = hosts_override({"name": "a", "devices": 2}, {"name": "b", "devices": 2})
@@ -79,6 +80,15 @@ CASES = [
     case("slurm_in_allocation", "topology=2x2", "launcher=slurm", "launcher.tasks=per_device", "device=cpu",
          in_allocation=True),
     case("slurm_in_allocation_per_host", "topology=2x8", "launcher=slurm", "device=cuda", in_allocation=True),
+    case("ssh_2_hosts_hetero", *AB_HETERO, "launcher=ssh", "device=cpu", "recipe.global_batch_size=60", "init=tcp"),
+    # every option; exported values and a workdir that a shell would read as syntax are quoted (HOME is not set)
+    case("ssh_options", *NAMED_ADDR, "launcher=ssh", "device=cpu", "recipe.global_batch_size=60",
+         "workdir='/work/my proj'", "launcher.ssh.command=/usr/bin/ssh", "launcher.ssh.user=alice",
+         "launcher.ssh.port=2222", "launcher.ssh.identity_file=/home/alice/.ssh/id_ed25519",
+         "launcher.ssh.config_file=/home/alice/.ssh/cluster_config", "launcher.ssh.connect_timeout_s=5",
+         "launcher.ssh.keepalive_s=0", "launcher.ssh.options=['ProxyJump=bastion','StrictHostKeyChecking=accept-new']",
+         "launcher.ssh.export=[HF_HOME,WANDB_MODE,HOME]", "launcher.ssh.run=/opt/venv/bin/run",
+         probe={"dirs": frozenset({"/work/my proj"})}, env={"HF_HOME": "/data/hf cache", "WANDB_MODE": "$(rm -rf ~); 'offline'"}),
 ]
 
 
@@ -95,6 +105,7 @@ def materialize(c: Case) -> str:
     job = pinned(got.job, kind.pins(got.job, PATHS))  # as the launch pins it, before the plan
     invocation = Invocation(python="/venv/bin/python", cwd="/work/proj", overrides=c.overrides, config_dir=c.config_dir)
     inside = environment(SLURM_JOB_ID="42") if c.in_allocation else environment()
+    inside = inside.with_exported(kind.exported_names(job.spec), dict(c.env))  # as `run` reads them, by name
     return kind(plan_for(job, PATHS), PATHS, invocation, inside).request().materialize()
 
 

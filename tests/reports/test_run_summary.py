@@ -20,6 +20,7 @@ from runner.plan.outcome import RankOutcome
 from runner.plan.paths import RunPaths
 from runner.launchers import plan as plan_for
 from runner.reports.run_summary import summarize
+from runner.worker.failures import agent_seen_error
 from runs import RUN, TESTS, processes_of, run, run_folder, signal_when_ready, user_env
 
 pytestmark = pytest.mark.timeout(240)
@@ -220,6 +221,20 @@ def test_a_sigterm_stop_counts_the_ranks_that_had_returned(tmp_path):
     assert summary.headline() == "== run r20261122: stopped after 12.0 s =="
     assert summary.status_text == "stopped by SIGTERM (exit 143); 1 of 2 rank(s) had returned"
     assert summary.signal == "SIGTERM"
+
+
+def test_a_host_lost_is_the_cause_a_launcher_names_before_the_ranks(tmp_path):
+    """launcher=ssh knows a host was lost, which no rank's record can say: the status names it, not the rank whose
+    peer connection closed after it."""
+    plan, paths = planned(tmp_path, "topology.hosts=[{name: a, devices: 1}, {name: b, devices: 1}]",
+                          "topology.nodes=null", "topology.devices_per_node=null", "launcher=ssh",
+                          "recipe.global_batch_size=2")
+    RankOutcome(paths, 0).record_error(agent_seen_error(plan.records[0], "RuntimeError: Connection closed by peer"))
+    cause = "host 1 (b) was lost: ssh exited 255 (Connection to b closed by remote host.)"
+    summary = summarize(plan, paths, 1, 9.0, cause=cause)
+    assert summary.status_text == f"failed (exit 1): {cause}"
+    assert summary.first_failure == {"rank": None, "host": None, "exception": cause}
+    assert summarize(plan, paths, 1, 9.0).status_text.startswith("failed (exit 1): rank 0 on host a ended:")
 
 
 def test_a_failure_without_an_error_file_says_whether_ranks_had_started(tmp_path):

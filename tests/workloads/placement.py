@@ -1,5 +1,6 @@
 """Each rank all-reduces (rank + 1) and writes where it ran to <out_dir>/rank<r>.json: the Slurm node
-name, its IPv4 addresses, the master it met, and the sum (and its view of the job to view<r>.json: workloads.view)."""
+name, its IPv4 addresses, the master it met, the sum, and the values of the variables ``env`` names (and its view of
+the job to view<r>.json: workloads.view)."""
 
 import json
 import os
@@ -21,6 +22,7 @@ def main(ctx, cfg):
     record = {"rank": ctx.rank, "local_rank": ctx.local_rank, "node_rank": ctx.node_rank,
               "world_size": ctx.world_size, "sum": t.item(), "node": os.environ.get("SLURMD_NODENAME"),
               "addrs": addrs, "master_addr": os.environ.get("MASTER_ADDR"), "pid": os.getpid(),
-              "slurm_job": os.environ.get("SLURM_JOB_ID"), "restart": ctx.attempt}
+              "slurm_job": os.environ.get("SLURM_JOB_ID"), "restart": ctx.attempt,
+              "env": {name: os.environ.get(name) for name in cfg.get("env", [])}}
     Path(cfg.out_dir, f"rank{ctx.rank}.json").write_text(json.dumps(record))
     view.write(ctx, cfg)

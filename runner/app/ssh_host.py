@@ -1,0 +1,167 @@
+"""One host's share of a launcher=ssh job: ``run --ssh-host <node rank> <run folder>``, started over ssh by the
+launching `run` (runner.launchers.ssh) in the job's folder, with the run's pinned spec on its stdin.
+
+It is that host's agent, as a manual host's `run` is: it validates and plans the spec again here (the devices, the
+network), keeps the run in ``<run folder>`` (writing spec.yaml there if the folder is its own), and runs the host's
+share with a HostAgent, restarts included. It prints no summary: the launching `run` prints the one summary of the
+job. While it runs, a thread reads its stdin (runner.launchers.ssh_protocol): a signal the launching `run` got is
+sent to this process, as if its own; an end of the job goes to the agent; and the end of stdin — the launching
+`run` or the connection is gone — or no beat for a while is a SIGTERM: the ranks stop (a recipe checkpoints), and
+whatever still runs :data:`HARD_STOP_MARGIN_S` after ``launcher.grace_s`` ends with this process (its ranks die with
+it). So nothing outlives its ssh session.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, TextIO
+
+from runner.app.task import tried_by_run
+from runner.common import exits
+from runner.common.signals import StopRequest
+from runner.environments.process import ProcessEnvironment
+from runner.launchers import LAUNCHERS, check
+from runner.launchers.ssh_protocol import BEATS_MISSED, ProtocolError, parse, read_spec
+from runner.plan.paths import RunPaths
+from runner.plan.processes import make_plan
+from runner.spec.document import load_spec_text, spec_yaml
+from runner.spec.probe import LocalProbe
+from runner.spec.problems import render_problems
+from runner.worker.host_agent import FAILURE_STOP_S, HostAgent
+
+HARD_STOP_MARGIN_S = 10.0  # after launcher.grace_s and the failure stop: the agent had its chance to stop its ranks
+USAGE = "usage: run --ssh-host <node rank> <run folder>  (started by launcher=ssh, with the run's spec on stdin)"
+
+
+class HostLabelled(io.TextIOBase):
+    """This `run`'s own stderr, each line headed with its host (``[host b] ``): on the launching `run`'s terminal,
+    which shows every host, the agent's words say whose they are. Its ranks' output is not touched: the agent relays
+    it to descriptor 2 itself (``fileno``), and each rank makes its streams anew (runner.worker.stdio)."""
+
+    def __init__(self, stream: TextIO, label: str) -> None:
+        self._stream = stream
+        self._label = label
+        self._line_start = True
+
+    def write(self, text: str) -> int:
+        out = []
+        for piece in text.splitlines(keepends=True):
+            if self._line_start and piece.strip():
+                out.append(self._label)
+            out.append(piece)
+            self._line_start = piece.endswith("\n")
+        self._stream.write("".join(out))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+
+def _until_agent(signum: int, _frame: object) -> None:
+    """SIGINT or SIGTERM before the agent runs: nothing has started yet, so this host's share ends here."""
+    sys.stderr.flush()
+    os._exit(exits.from_signal(signum))
+
+
+class DriverWatch:
+    """What the launching `run` says after the spec (the module docstring), read by a thread until stdin ends; and a
+    second thread that takes the launching `run` as gone when no beat came for a while (launcher.ssh.keepalive_s:
+    a network that drops everything closes no connection)."""
+
+    def __init__(self, stream: IO[bytes], agent: HostAgent, hard_stop_s: float, beat_s: float) -> None:
+        self.stream = stream
+        self.agent = agent
+        self.hard_stop_s = hard_stop_s
+        self.beat_s = beat_s
+        self.heard = time.monotonic()
+        self._gone = threading.Lock()
+
+    def start(self) -> None:
+        threading.Thread(target=self._read, name="runner-ssh-stdin", daemon=True).start()
+        if self.beat_s:
+            threading.Thread(target=self._watch, name="runner-ssh-beats", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in iter(self.stream.readline, b""):
+            self.heard = time.monotonic()
+            message = parse(line)
+            if "signal" in message:
+                os.kill(os.getpid(), int(message["signal"]))
+            elif isinstance(message.get("end"), dict):
+                self.agent.end_job(message["end"])
+        self._driver_gone()  # the launching `run`, or the connection to it, is gone
+
+    def _watch(self) -> None:
+        silent_s = BEATS_MISSED * self.beat_s
+        while time.monotonic() - self.heard < silent_s:
+            time.sleep(self.beat_s)
+        print(f"no word from the launching `run` for {silent_s:g} s (launcher.ssh.keepalive_s={self.beat_s:g}): "
+              f"stopping this host's share", file=sys.stderr, flush=True)
+        self._driver_gone()
+
+    def _driver_gone(self) -> None:
+        """As SIGTERM; whatever still runs after the agent's time to stop its ranks ends with this process."""
+        if not self._gone.acquire(blocking=False):
+            return
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(self.hard_stop_s)
+        sys.stderr.flush()
+        os._exit(exits.from_signal(signal.SIGTERM))  # the ranks die with this process (PR_SET_PDEATHSIG)
+
+
+def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEnvironment) -> int:
+    try:
+        spec = load_spec_text(read_spec(stream))
+    except (ProtocolError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return exits.INVALID
+    launcher = LAUNCHERS["ssh"]
+    job, problems = check(spec, LocalProbe(check_target=tried_by_run, check_module=tried_by_run))
+    if job is None:
+        print(render_problems(problems), file=sys.stderr)
+        return exits.INVALID
+    if not 0 <= node < len(job.hosts):
+        print(f"error: --ssh-host {node}: the spec has hosts 0..{len(job.hosts) - 1}", file=sys.stderr)
+        return exits.INVALID
+    sys.stderr = HostLabelled(sys.stderr, f"[host {job.hosts[node].label}] ")
+    paths = RunPaths(folder, spec.run_id or folder.name)
+    plan = make_plan(job, launcher.plan_rules(job, paths), paths)
+    paths.make()
+    if not paths.spec.exists():  # a run folder of this host's own: say what the run is, as the launching `run` did
+        paths.spec.write_text(spec_yaml(spec))
+    restarts = 0 if spec.preflight else spec.launcher.max_restarts
+    agent = HostAgent(plan, node, paths, environment, restarts=restarts)
+    hard_stop_s = max(0.0, spec.launcher.grace_s) + FAILURE_STOP_S + HARD_STOP_MARGIN_S
+    DriverWatch(stream, agent, hard_stop_s, spec.launcher.ssh.keepalive_s).start()
+    return agent.run()
+
+
+def main(argv: list[str]) -> None:
+    """``run --ssh-host <node rank> <run folder>`` (runner.app.cli hands it these two arguments)."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _until_agent)
+    StopRequest.install(signal.SIGUSR1)  # the default stop signal, early: the agent passes it on once it runs
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # this host's ranks dump their stacks; the launching `run` answers
+    if len(argv) != 2 or not argv[0].isdigit():
+        print(USAGE, file=sys.stderr)
+        code = exits.INVALID
+    else:
+        code = run_share(int(argv[0]), Path(argv[1]), sys.stdin.buffer, ProcessEnvironment.read())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

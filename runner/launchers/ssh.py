@@ -1,0 +1,219 @@
+"""launcher=ssh: `run` logs in to every host with the system ssh client and starts each host's share there, as
+launcher=manual's commands would, and is the job's one terminal.
+
+For each host it runs, over ``ssh [launcher.ssh options] -- HOST 'COMMAND'`` (your ~/.ssh/config, agent and
+ProxyJump apply; BatchMode: never a prompt):
+
+1. **a check**, on every host at once, before anything starts: ``cd <workdir> && exec <run> --version`` — the host
+   answers within ``launcher.ssh.connect_timeout_s``, has `run` with this machine's runner and torch versions, and
+   the job's folder. Each failure names the host, why, and the command to try by hand; then nothing starts
+   (runner.launchers.ssh_check);
+2. **its share**: ``cd <workdir> && exec [env NAME=value ...] <run> --ssh-host <i> <run folder>``, with the run's
+   spec.yaml (as pinned here) on its stdin: that `run` is the host's agent (runner.app.ssh_host), as a manual host's
+   `run` is; the hosts find each other through host 0's store as ever (runner.worker.channel). This `run` relays
+   every host's output, passes Ctrl-C, SIGTERM and the stop signal on over stdin, ends the job everywhere when a
+   host is lost, and prints the one summary (runner.launchers.ssh_session);
+3. **its records**, after the run, from a host whose run folder is not this one (another machine):
+   ``cd <run folder> && exec tar -cf - --ignore-failed-read logs metrics.jsonl``: its ranks' logs, and from host 0
+   how every rank ended and the metrics, so that this run folder and its summary cover every rank
+   (runner.launchers.ssh_collect).
+
+Every value that reaches the remote shell (paths, the `run` command, exported values) is quoted with shlex; host
+names and options are checked before (runner.spec.validation, :meth:`SshLauncher.spec_problems`).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.common import exits
+from runner.environments.versions import installed
+from runner.launchers.base import HostCommand, Launcher, LaunchRequest
+from runner.launchers.manual import agreed_port, hosts_apart_problems
+from runner.plan.paths import RunPaths
+from runner.spec.document import spec_yaml
+from runner.spec.job import Job
+from runner.spec.probe import MachineProbe
+from runner.spec.problems import Problem
+from runner.spec.schema import JobConfig, SshOptions
+from runner.spec.validation import ENV_NAME
+
+KEEPALIVE_COUNT = 3  # ssh -o ServerAliveCountMax: unanswered keepalives before a host is lost
+_OPTION = re.compile(r"^[A-Za-z][A-Za-z0-9]*=\S.*$")
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+COLLECTED = ("logs", "metrics.jsonl")  # what a host's run folder gives back (runner.launchers.ssh_collect)
+
+
+def ssh_base(opts: SshOptions) -> list[str]:
+    """The ssh client and its options, before ``-- HOST COMMAND``. ``-T``: no terminal (the host's `run` reads its
+    stdin, and a remote process must not outlive its session by a terminal's hang-up rules); BatchMode: a host that
+    would ask for a password or a host key fails at once instead of waiting for an answer."""
+    argv = [opts.command, "-T"]
+    if opts.config_file:
+        argv += ["-F", opts.config_file]
+    if opts.user:
+        argv += ["-l", opts.user]
+    if opts.port:
+        argv += ["-p", str(opts.port)]
+    if opts.identity_file:
+        argv += ["-i", opts.identity_file]
+    argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={opts.connect_timeout_s}"]
+    if opts.keepalive_s:
+        argv += ["-o", f"ServerAliveInterval={opts.keepalive_s}", "-o", f"ServerAliveCountMax={KEEPALIVE_COUNT}"]
+    for option in opts.options:
+        argv += ["-o", option]
+    return argv
+
+
+@dataclass(frozen=True)
+class SshHost:
+    """One host of the job as the ssh launch reaches it: its three commands (the module docstring)."""
+
+    index: int
+    name: str  # the plan's name for it (its ranks' records say it)
+    label: str  # how messages name it: "host 1 (b)"
+    destination: str  # what ssh is given: its name (your ~/.ssh/config may alias it), else its address
+    ranks: tuple[int, ...]
+    run: str  # the `run` command there
+    check: tuple[str, ...]
+    start: tuple[str, ...]
+    collect: tuple[str, ...]
+
+
+class SshLauncher(Launcher):
+    name = "ssh"
+    supports_restarts = True  # every host's agent restarts together, through host 0's store (runner.worker.channel)
+    shares_run_folder = False  # each host's run folder is its own, unless the hosts share a file system
+    pins_master_port = True  # the hosts' agents cannot learn a port chosen on one of them at launch
+
+    @classmethod
+    def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:
+        opts = spec.launcher.ssh
+        for i, name in enumerate(opts.export):
+            if not ENV_NAME.match(name):
+                yield Problem(f"launcher.ssh.export[{i}]", f"{name!r} is not a variable name",
+                              "names only, e.g. launcher.ssh.export=[HF_HOME,WANDB_API_KEY]; the values are read here")
+        for i, option in enumerate(opts.options):
+            if not _OPTION.match(option):
+                yield Problem(f"launcher.ssh.options[{i}]", f"{option!r} is not an ssh option as KEY=VALUE",
+                              "e.g. 'launcher.ssh.options=[\"ProxyJump=bastion\",\"StrictHostKeyChecking=accept-new\"]' "
+                              "(each becomes -o KEY=VALUE)")
+        if opts.user is not None and not _USER.match(opts.user):
+            yield Problem("launcher.ssh.user", f"{opts.user!r} is not a user name", "letters, digits, _ . - only")
+        if opts.port is not None and not 1 <= opts.port <= 65535:
+            yield Problem("launcher.ssh.port", f"must be 1-65535, got {opts.port}", "22, or leave it to ~/.ssh/config")
+        if opts.connect_timeout_s <= 0:
+            yield Problem("launcher.ssh.connect_timeout_s", f"must be positive, got {opts.connect_timeout_s}",
+                          "e.g. 10 (seconds)")
+        if opts.keepalive_s < 0:
+            yield Problem("launcher.ssh.keepalive_s", f"must be 0 or more, got {opts.keepalive_s}",
+                          "e.g. 5: a host that stops answering is lost after 3 x 5 s; 0: only a closed connection")
+        for key, value in (("command", opts.command), ("run", opts.run)):
+            if value is not None and (not value.strip() or value.startswith("-")):
+                yield Problem(f"launcher.ssh.{key}", f"{value!r} is not a command",
+                              "a program name or path, e.g. ssh, or /opt/venv/bin/run")
+        if spec.launcher.snapshot_code:
+            yield Problem("launcher.snapshot_code", "launcher=ssh: the copy would be made in this machine's run "
+                                                    "folder, which the other hosts do not see",
+                          "leave it off and check out the same code on every host (the check compares the runner "
+                          "and torch there)")
+
+    @classmethod
+    def exported_names(cls, spec: JobConfig) -> tuple[str, ...]:
+        return tuple(spec.launcher.ssh.export)
+
+    @classmethod
+    def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
+        yield from hosts_apart_problems(job, cls.name)
+        if len(job.hosts) == 1 and job.hosts[0].reach is None:  # (several: hosts_apart_problems says it)
+            yield Problem("topology.hosts", "launcher=ssh logs in to every host by its name, but the one host has none",
+                          "name it: 'topology.hosts=[{name: gpu-a, devices: 2}]', or launcher=local for this machine")
+
+    @classmethod
+    def master_port(cls, job: Job, paths: RunPaths | None) -> str:
+        return agreed_port(job, paths) if len(job.hosts) > 1 else super().master_port(job, paths)
+
+    # -- the commands ---------------------------------------------------------------------------------------------
+    def workdir(self) -> str:
+        """The job's folder, where every host's commands start (the launch pins it: the folder `run` starts in, or
+        workdir=...)."""
+        return self.plan.job.spec.workdir or self.invocation.cwd
+
+    def remote_folder(self) -> str:
+        """Where each host's `run` keeps the run: this run folder, at its path under the job's folder (workdir) where
+        it is under the folder `run` started in, else at the same path."""
+        root, cwd, workdir = self.paths.root.absolute(), Path(self.invocation.cwd), Path(self.workdir())
+        return str(workdir / root.relative_to(cwd)) if root.is_relative_to(cwd) else str(root)
+
+    def hosts(self) -> tuple[SshHost, ...]:
+        spec = self.plan.job.spec
+        opts = spec.launcher.ssh
+        base = ssh_base(opts)
+        run_command = opts.run or self.invocation.run_command
+        run = shlex.quote(run_command)
+        cd = f"cd {shlex.quote(self.workdir())} && exec"
+        env = "".join(f"{shlex.quote(f'{k}={v}')} " for k, v in self.environment.exported.items())
+        folder = shlex.quote(self.remote_folder())
+        found = []
+        for host in self.plan.job.hosts:
+            destination = host.name or host.addr or host.label
+            start = f"{cd} {'env ' + env if env else ''}{run} --ssh-host {host.index} {folder}"
+            collect = f"cd {folder} && exec tar -cf - --ignore-failed-read {' '.join(COLLECTED)}"
+            found.append(SshHost(host.index, host.label, f"host {host.index} ({destination})", destination,
+                                 tuple(r.global_rank for r in self.plan.host_records(host.index)), run_command,
+                                 (*base, "--", destination, f"{cd} {run} --version"),
+                                 (*base, "--", destination, start),
+                                 (*base, "--", destination, collect)))
+        return tuple(found)
+
+    def request(self) -> LaunchRequest:
+        commands = []
+        hosts = self.hosts()
+        for h in hosts:
+            commands.append(HostCommand(h.label, h.check, "the check, on every host at once before anything starts: "
+                                                          "reachable, `run` there, its runner and torch, the job's folder"))
+        for h in hosts:
+            ranks = f"rank {h.ranks[0]}" if len(h.ranks) == 1 else f"ranks {h.ranks[0]}..{h.ranks[-1]}"
+            commands.append(HostCommand(h.label, h.start, f"starts {len(h.ranks)} process(es) ({ranks}); the run's "
+                                                          f"spec.yaml on its stdin"))
+        for h in hosts:
+            commands.append(HostCommand(h.label, h.collect, "after the run, if its run folder is not this one: its "
+                                                            "records"))
+        return LaunchRequest(self.name, tuple(commands))
+
+    # -- the launch -------------------------------------------------------------------------------------------------
+    def launch(self, request: LaunchRequest) -> int:
+        from runner.launchers.ssh_check import check_hosts
+        from runner.launchers.ssh_collect import collect
+        from runner.launchers.ssh_session import run_sessions
+
+        spec = self.plan.job.spec
+        hosts = self.hosts()
+        started = time.perf_counter()
+        try:
+            refused = check_hosts(hosts, installed(), spec.launcher.ssh.connect_timeout_s)
+        except KeyboardInterrupt:  # Ctrl-C before anything started (the checks' ssh got it too)
+            self.signalled = signal.SIGINT
+            print("\nSIGINT during the check: nothing was started.", file=sys.stderr, flush=True)
+            return exits.from_signal(signal.SIGINT)
+        if refused:
+            print("\n".join(refused) + "\n\nnothing was started.", file=sys.stderr, flush=True)
+            return exits.INVALID
+        print(f"ssh: {len(hosts)} host(s) ready ({installed().short()}) in {time.perf_counter() - started:.1f} s: "
+              f"{', '.join(h.destination for h in hosts)}", file=sys.stderr, flush=True)
+        ended = run_sessions(hosts, spec_yaml(spec), self.plan.rules.stop_signal, spec.launcher.grace_s,
+                             spec.launcher.ssh.keepalive_s)
+        self.signalled = ended.signalled
+        self.cause = ended.cause
+        try:
+            collect(hosts, self.paths, ended.lost)
+        except KeyboardInterrupt:  # the job is over: only its records were being taken back
+            print("\nSIGINT: the hosts' records stay in their run folders", file=sys.stderr, flush=True)
+        return ended.code

@@ -1,0 +1,63 @@
+"""After an ssh launch: each host's records in this run folder, where the host's run folder is not this one.
+
+A host's `run` keeps the run in its own run folder (runner.launchers.ssh: the same path under the job's folder).
+Where that is this very folder (the host is this machine, or a file system they share), its ranks' files are here
+already: its first rank's log says so. From any other host that was not lost, its collect command sends its
+``logs/`` (its ranks' logs, and on host 0 how every rank of every host ended: runner.worker.endings) and host 0's
+``metrics.jsonl``, which are unpacked here without replacing a file this folder has. The run's summary then counts
+every rank, with their logs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from runner.launchers.ssh import COLLECTED, SshHost
+from runner.plan.paths import RunPaths
+
+COLLECT_S = 60.0  # how long one host may take to send its records
+
+
+def _wanted(name: str) -> bool:
+    parts = Path(name).parts
+    return bool(parts) and parts[0] in COLLECTED and ".." not in parts
+
+
+def unpack(stream, root: Path) -> list[str]:
+    """Files of the tar ``stream`` under :data:`COLLECTED`, into ``root``, none that exists there already; their
+    names."""
+    added = []
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            if not member.isfile() or not _wanted(member.name) or (root / member.name).exists():
+                continue
+            tar.extract(member, root, filter="data")
+            added.append(member.name)
+    return added
+
+
+def collect_host(host: SshHost, paths: RunPaths) -> str | None:
+    """``host``'s records into this run folder; None, or why they could not be had."""
+    proc = subprocess.Popen(host.collect, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        unpack(proc.stdout, paths.root)
+        _, err = proc.communicate(timeout=COLLECT_S)
+    except (tarfile.TarError, OSError, subprocess.TimeoutExpired) as e:
+        proc.kill()
+        proc.wait()
+        return f"{type(e).__name__}: {e}"
+    return None if proc.returncode == 0 else f"exit {proc.returncode}: {err.decode(errors='replace').strip()[-300:]}"
+
+
+def collect(hosts: tuple[SshHost, ...], paths: RunPaths, lost: frozenset[int]) -> None:
+    """Every host's records that this run folder lacks, host 0's first (how every rank ended), from the hosts not
+    lost. A host whose records cannot be had is said in a line; the summary then counts what is here."""
+    for host in hosts:
+        if host.index in lost or not host.ranks or paths.rank_log(host.ranks[0]).exists():
+            continue
+        failed = collect_host(host, paths)
+        if failed is not None:
+            print(f"ssh: {host.label}: its records stay in its own run folder ({failed})", file=sys.stderr, flush=True)

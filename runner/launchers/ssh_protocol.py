@@ -1,0 +1,65 @@
+"""What the ssh launch's `run` says to each host's `run` over the ssh session's stdin (runner.launchers.ssh_session
+writes, runner.app.ssh_host reads), in order:
+
+1. the run's spec.yaml, as pinned here: its length in bytes on a line, then the bytes;
+2. then, one JSON object a line, as things happen: ``{"beat": true}`` every ``launcher.ssh.keepalive_s`` — this
+   `run` is still there: a host that hears nothing for :data:`BEATS_MISSED` of them takes it as gone (a network
+   that drops everything closes no connection); ``{"signal": N}`` — `run` here got signal N (Ctrl-C, SIGTERM, the
+   stop signal): the host passes it on as if its own `run` had got it; ``{"end": {"rank": null, "host": NAME,
+   "text": WHY, "time": T}}`` — the job ends: another host was lost, or its `run` ended badly; this host stops its
+   share and does not restart it;
+3. the end of the stream: this `run` or the connection is gone; the host stops its share as on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import IO, Any
+
+BEATS_MISSED = 4  # beats a host may miss before it takes the launching `run` as gone (ssh's own count, and one more)
+
+
+class ProtocolError(Exception):
+    """What came on stdin is not what the ssh launch sends."""
+
+
+def spec_message(spec_text: str) -> bytes:
+    data = spec_text.encode()
+    return f"{len(data)}\n".encode() + data
+
+
+def read_spec(stream: IO[bytes]) -> str:
+    """The spec at the start of ``stream`` (:func:`spec_message`). Raises ProtocolError."""
+    head = stream.readline()
+    try:
+        size = int(head)
+    except ValueError:
+        raise ProtocolError(f"expected the spec's length in bytes on the first line of stdin, got {head[:80]!r}; "
+                            f"`run --ssh-host` is started by launcher=ssh") from None
+    data = stream.read(size)
+    if len(data) != size:
+        raise ProtocolError(f"stdin ended after {len(data)} of the spec's {size} bytes")
+    return data.decode()
+
+
+def beat_message() -> bytes:
+    return b'{"beat": true}\n'
+
+
+def signal_message(signum: int) -> bytes:
+    return json.dumps({"signal": int(signum)}).encode() + b"\n"
+
+
+def end_message(host: str, text: str) -> bytes:
+    return json.dumps({"end": {"rank": None, "host": host, "text": text, "time": time.time()}}).encode() + b"\n"
+
+
+def parse(line: bytes) -> dict[str, Any]:
+    """One message after the spec: ``{"beat": true}``, ``{"signal": N}`` or ``{"end": {...}}``; {} for anything else
+    (ignored)."""
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}

@@ -1,0 +1,419 @@
+"""launcher=ssh on the namespace hosts of the test bed, each with a real sshd (scripts/bed/sshd.py) in a mount
+namespace of its own: the job's folder is the same path on every host but a different folder (as on machines that
+share no file system), and `run` started on host 0, or in the root namespace (a machine that is none of the hosts),
+is the job's one terminal. Before anything starts every host is checked (a refused login, a host without `run`, a
+host with another torch: refused, naming the host and the command to try); then a 2x2 and a 2+1 job of the digits
+recipe and a torchrun script; a host killed mid-run, Ctrl-C, a restart, and `run` itself killed: the job ends on every
+host, and nothing is left running anywhere."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from runs import (RUN, TESTS, artifacts, bed_hosts, check_readme_quotes, check_views, finish, processes_of, seen_in,
+                  user_env, wait_until)
+from runner.environments.versions import installed
+
+pytestmark = pytest.mark.timeout(240)
+
+REPO = TESTS.parent
+
+
+@dataclass(frozen=True)
+class Job:
+    """One test's job folder: the same path (under the bed's common home) on every host and here, a folder of each
+    one's own; each holds the tests' workloads and the migration examples' torchrun script."""
+
+    path: Path  # the path, as every host and the root namespace name it
+    views: dict[str | None, Path]  # host (None: the root namespace) -> that folder, as the test reaches it
+
+    def run_folder(self, host: str | None, run_id: str) -> Path:
+        return self.views[host] / "outputs" / "runs" / run_id
+
+
+@pytest.fixture
+def job(testbed, tmp_path) -> Job:
+    name = f"{tmp_path.name}-{uuid.uuid4().hex[:6]}"
+    views = {}
+    for host in (None, *testbed.names):
+        folder = testbed.home_of(host) / name
+        folder.mkdir()
+        user_env(folder)  # the workloads, as a user's checkout on each machine
+        for script in ("train_torchrun.py", "common.py"):
+            shutil.copy(REPO / "examples" / "migrate" / script, folder)
+        views[host] = folder
+    return Job(Path(testbed.ssh["home"]) / name, views)
+
+
+def ssh_options(testbed) -> list[str]:
+    return ["launcher=ssh", f"launcher.ssh.config_file={testbed.ssh_config}", "init=tcp"]
+
+
+def start(testbed, job: Job, args: list[str], run_id: str, on_host_0: bool = False) -> subprocess.Popen:
+    """`run ARGS launcher=ssh ... run_id=...` in the job's folder: in the root namespace, or (``on_host_0``) on host
+    0, in its network and mount namespaces, where its run folder is host 0's."""
+    cut = args.index("--") if "--" in args else len(args)  # a script's own arguments follow `--`
+    argv = [RUN, *ssh_options(testbed), *args[:cut], f"run_id={run_id}", *args[cut:]]
+    if on_host_0:
+        h = testbed.hosts[0]
+        # (nsenter --wd would open the folder before entering the mount namespace: the root namespace's)
+        argv = ["nsenter", f"--net={h.netns_path}", f"--mount={testbed.mount_ns(h.name)}", "--", "/bin/sh", "-c",
+                'cd "$0" && exec "$@"', str(job.path), *argv]
+    return subprocess.Popen(argv, cwd=job.views[None], env=user_env(job.views[None], testbed.env()),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def check_argv(testbed, job: Job, host: str) -> str:
+    """The check's command for ``host``, as `run` prints it to try by hand."""
+    return shlex.join(["ssh", "-T", "-F", testbed.ssh_config, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o",
+                       "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "--", host,
+                       f"cd {shlex.quote(str(job.path))} && exec {shlex.quote(RUN)} --version"])
+
+
+def summary(job: Job, host: str | None, run_id: str) -> dict:
+    return json.loads((job.run_folder(host, run_id) / "run_summary.json").read_text())
+
+
+def digits(epochs: int, batch: int) -> list[str]:
+    return [f"recipe.epochs={epochs}", f"recipe.global_batch_size={batch}"]
+
+
+def ready(testbed) -> str:
+    v = installed()
+    return (rf"ssh: 2 host\(s\) ready \(runner {re.escape(v.runner)}, torch {re.escape(v.torch)}\) in \d+\.\d s: "
+            rf"{testbed.names[0]}, {testbed.names[1]}")
+
+
+# What `run` shows, as patterns of the hosts' names: README's launcher=ssh section quotes these lines
+# (test_the_readme_quotes_what_these_tests_see checks it)
+SAID = {
+    "done": r"status    done: every rank returned \(exit 0\)",
+    "refused": r"error: launcher=ssh: host 1 \({host1}\): ssh could not log in \(exit 255\): root@{host1}: Permission "
+               r"denied \(publickey\)\.",
+    "no run": r"error: launcher=ssh: host 1 \({host1}\): \S+/bin/run is not there or cannot run \(exit 127: ",
+    "other torch": r"error: launcher=ssh: host 1 \({host1}\): runner \S+ and torch 2\.12\.0 there, runner \S+ and torch "
+                   r"\S+ here",
+    "lost": r"ssh: host 1 \({host1}\) lost: ssh exited 255 \(Connection to {host1} closed by remote host\.\): the host, "
+            r"its network or its `run` is gone",
+    "lost on host 0": r"\[host {host0}\] host {host1}: lost: ssh exited 255",
+    "lost status": r"status    failed \(exit 1\): host 1 \({host1}\) was lost: ssh exited 255",
+    "sigint": r"\[host {host1}\] SIGINT: stopping 1 process\(es\)",
+    "stopped": r"status    stopped by SIGINT \(exit 130\)",
+}
+
+
+def seen(key: str, testbed=None) -> str:
+    """The pattern ``key`` of :data:`SAID`, for the test bed's hosts (any host name without one)."""
+    return seen_in(SAID, key, testbed)
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+def test_a_2x2_digits_job_from_host_0_is_one_terminal_one_summary_one_status(testbed, job):
+    """`run` on host 0: its run folder is host 0's, host 1's ranks' logs are taken back into it, and its one summary
+    counts all four ranks; host 1 kept the run in its own folder too."""
+    run_id = f"a{uuid.uuid4().hex[:8]}"
+    ((code, said),) = finish([start(testbed, job, [*bed_hosts(testbed, [2, 2]), *digits(2, 64)], run_id,
+                                    on_host_0=True)], timeout=200)
+    assert code == 0, said
+    assert re.search(ready(testbed), said) and re.search(seen("done"), said), said
+    assert said.count("\n== run ") == 1  # one summary: the hosts' own `run`s print none
+    assert re.search(r"final test accuracy: 0\.\d+ after 42 steps", said), said
+    done = summary(job, testbed.names[0], run_id)
+    assert (done["status"], done["world_size"], done["processes_per_host"]) == ("done", 4, [2, 2])
+    logs = sorted(p.name for p in (job.run_folder(testbed.names[0], run_id) / "logs").glob("rank*.log"))
+    assert logs == [f"rank{r:05d}.log" for r in range(4)]
+    host1 = job.run_folder(testbed.names[1], run_id)
+    assert sorted(p.name for p in (host1 / "logs").glob("rank*.log")) == ["rank00002.log", "rank00003.log"]
+    assert (host1 / "spec.yaml").exists() and not (host1 / "checkpoints").exists()  # rank 0 checkpoints, on host 0
+    assert not processes_of(run_id)
+
+
+def test_a_2_plus_1_digits_job_from_a_machine_that_is_no_host(testbed, job):
+    """`run` in the root namespace, whose folder is neither host's: host 0's records (how every rank ended, the
+    metrics) and each host's logs come back over ssh, and the summary is the whole job's."""
+    run_id = f"b{uuid.uuid4().hex[:8]}"
+    ((code, said),) = finish([start(testbed, job, [*bed_hosts(testbed, [2, 1]), *digits(2, 60)], run_id)], timeout=200)
+    assert code == 0, said
+    assert re.search(seen("done"), said) and said.count("\n== run ") == 1, said
+    done = summary(job, None, run_id)
+    assert (done["status"], done["processes_per_host"]) == ("done", [2, 1])
+    assert done["final_metrics"]["test_accuracy"] > 0.8 and done["metrics_step"] == 44
+    here = job.run_folder(None, run_id)
+    assert sorted(p.name for p in (here / "logs").glob("rank*.log")) == [f"rank{r:05d}.log" for r in range(3)]
+    assert sorted(p.name for p in (here / "logs").glob("rank*.done")) == [f"rank{r:05d}.done" for r in range(3)]
+    assert not processes_of(run_id)
+
+
+def test_every_rank_runs_on_its_host_sees_one_job_and_gets_the_exported_values(testbed, job, tmp_path):
+    """2+1 processes of workloads/placement.py: each rank on its host (its lan address), all in one all-reduce, every
+    rank's spec the one this `run` pinned and wrote (spec.yaml), in the job's folder of its host; a variable
+    launcher.ssh.export names reaches every rank with its value as it is here, shell characters and all."""
+    run_id = f"n{uuid.uuid4().hex[:8]}"
+    art = tmp_path / "art"  # outside the bed's home: one folder for every host
+    art.mkdir()
+    value = "a b; $(echo no) 'quoted' \\n"
+    env = {**user_env(job.views[None], testbed.env()), "RUNNER_SSH_PROBE": value}
+    proc = subprocess.Popen([RUN, *ssh_options(testbed), *bed_hosts(testbed, [2, 1]), "recipe=custom",
+                             "recipe.target=workloads.placement:main", f"+recipe.out_dir={art}",
+                             "+recipe.env=[RUNNER_SSH_PROBE]", "launcher.ssh.export=[RUNNER_SSH_PROBE]",
+                             "recipe.global_batch_size=30", f"run_id={run_id}"], cwd=job.views[None], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ((code, said),) = finish([proc], timeout=200)
+    assert code == 0, said
+    found = artifacts(art)
+    hosts = [testbed.hosts[0]] * 2 + [testbed.hosts[1]]
+    for rank, host in enumerate(hosts):
+        assert host.addr in found[rank]["addrs"] and found[rank]["sum"] == 6.0, found[rank]
+        assert found[rank]["env"] == {"RUNNER_SSH_PROBE": value}, found[rank]
+    views = check_views(art, job.run_folder(None, run_id) / "spec.yaml", 3)
+    assert {v["cwd"] for v in views.values()} == {str(job.path)}
+    assert not processes_of(run_id)
+
+
+def test_a_torchrun_script_runs_unchanged_with_every_ranks_output_prefixed(testbed, job):
+    """examples/migrate/train_torchrun.py on 2x1, log.console=all: each rank writes its record in its own host's
+    folder, and each line it prints reaches this terminal whole, prefixed with its rank and host."""
+    run_id = f"c{uuid.uuid4().hex[:8]}"
+    ((code, said),) = finish([start(testbed, job, [*bed_hosts(testbed, [1, 1]), "log.console=all", "--",
+                                                   "train_torchrun.py", "--epochs", "2"], run_id)], timeout=200)
+    assert code == 0, said
+    for rank, host in enumerate(testbed.names):
+        assert f"[rank {rank} {host}] train_torchrun: rank {rank} of 2 done on cpu\n" in said, said
+        record = json.loads((job.views[host] / "artifacts" / f"rank{rank}.json").read_text())
+        assert (record["rank"], record["world_size"], record["sum"], record["epochs"]) == (rank, 2, 3.0, 2)
+    assert not (job.views[testbed.names[0]] / "artifacts" / "rank1.json").exists()  # folders of their own
+    assert summary(job, None, run_id)["status_text"] == "done: every rank returned (exit 0)"
+    assert not processes_of(run_id)
+
+
+# --------------------------------------------------------------------------- refused before anything starts
+
+
+def refused(testbed, job: Job, run_id: str, key: str) -> str:
+    started = time.monotonic()
+    ((code, said),) = finish([start(testbed, job, [*bed_hosts(testbed, [1, 1])], run_id)], timeout=60)
+    assert code == 2, said
+    assert time.monotonic() - started < 30
+    assert re.search(seen(key, testbed), said), said
+    assert f"    try by hand: {check_argv(testbed, job, testbed.names[1])}\n" in said, said
+    assert "\nnothing was started.\n" in said
+    assert not any(job.run_folder(h, run_id).exists() for h in testbed.names)  # no host started its share
+    assert not processes_of(run_id)
+    return said
+
+
+def test_a_host_that_refuses_the_login_is_named_and_nothing_starts(testbed, job):
+    keys = Path(testbed.ssh["hosts"][testbed.names[1]]["authorized_keys"])
+    saved = keys.read_text()
+    keys.write_text("")  # sshd reads it at each login
+    try:
+        said = refused(testbed, job, f"d{uuid.uuid4().hex[:8]}", "refused")
+    finally:
+        keys.write_text(saved)
+    assert "hint: is this machine's key in its authorized_keys" in said
+
+
+@contextlib.contextmanager
+def hidden(testbed, host: str, over: str, what: str) -> Iterator[None]:
+    """In ``host``'s mount namespace, ``what`` mounted over ``over`` while the block runs: what that host sees."""
+    enter = ["nsenter", f"--mount={testbed.mount_ns(host)}", "--"]
+    subprocess.run([*enter, "mount", "--bind", what, over], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*enter, "umount", over], check=True)
+
+
+def test_a_host_without_run_is_named_and_nothing_starts(testbed, job, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with hidden(testbed, testbed.names[1], str(Path(RUN).parent), str(empty)):  # the venv's bin/ is empty there
+        said = refused(testbed, job, f"e{uuid.uuid4().hex[:8]}", "no run")
+    assert "hint: install the runner there (the same version), or name it: launcher.ssh.run=" in said
+
+
+def test_a_host_with_another_torch_is_refused_with_both_versions(testbed, job, tmp_path):
+    here = installed()
+    other = tmp_path / "run"
+    other.write_text(f"#!/bin/sh\necho 'run {here.runner} (torch-jobspec), torch 2.12.0, Python {here.python} (x)'\n")
+    other.chmod(0o755)
+    with hidden(testbed, testbed.names[1], RUN, str(other)):
+        said = refused(testbed, job, f"f{uuid.uuid4().hex[:8]}", "other torch")
+    assert "hint: install the same runner and torch on every host" in said
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def hang(marker: Path, grace_s: int = 2) -> list[str]:
+    """Rank 1 (host 1) falls silent before its 4th all-reduce, writing ``marker`` first; rank 0 waits in it."""
+    return ["recipe=custom", "recipe.target=workloads.hang:main", "+recipe.hang_rank=1", "+recipe.hang_step=3",
+            f"+recipe.marker={marker}", "recipe.global_batch_size=2", "init.timeout_s=300", f"launcher.grace_s={grace_s}"]
+
+
+def kill_host(testbed, host: str) -> int:
+    """Every process in ``host``'s network namespace but its sshd daemon, killed at once (its logins, its `run`, its
+    ranks): the machine gone, as its peers see it. How many."""
+    h = testbed.host(host)
+    net = f"net:[{os.stat(h.netns_path).st_ino}]"
+    sshd = int(testbed.ssh["hosts"][host]["sshd_pid"])
+    killed = 0
+    for p in psutil.process_iter():
+        try:
+            if p.pid != sshd and os.readlink(f"/proc/{p.pid}/ns/net") == net:
+                p.kill()
+                killed += 1
+        except (OSError, psutil.Error):
+            continue
+    return killed
+
+
+def test_a_host_killed_mid_run_ends_the_job_on_every_host_within_seconds(testbed, job, tmp_path):
+    run_id = f"g{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "rank1.stuck"  # outside the bed's home: every host writes the same folder here
+    proc = start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker)], run_id)
+    wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+    assert kill_host(testbed, testbed.names[1]) >= 2  # its `run` and its rank, at least
+    killed = time.monotonic()
+    ((code, said),) = finish([proc], timeout=60)
+    assert code == 1, said
+    assert time.monotonic() - killed < 15, said  # host 0's rank waits in an all-reduce: the driver ends it
+    for key in ("lost", "lost on host 0", "lost status"):
+        assert re.search(seen(key, testbed), said), (key, said)
+    assert summary(job, None, run_id)["first_failure"]["exception"].startswith(f"host 1 ({testbed.names[1]}) was lost")
+    assert not processes_of(run_id)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_to_run_reaches_every_rank_on_every_host(testbed, job, tmp_path, signum):
+    """Ctrl-C stops every rank at once; SIGTERM asks them to checkpoint and stop, and launcher.grace_s=2 later kills
+    what still runs (rank 1 sleeps, rank 0 waits for it), host 0 saying where every rank was. Exit 128 + n."""
+    run_id = f"h{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "rank1.stuck"
+    proc = start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker, grace_s=10 if signum == signal.SIGINT
+                                                                   else 2)], run_id)
+    wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+    proc.send_signal(signum)
+    asked = time.monotonic()
+    ((code, said),) = finish([proc], timeout=60)
+    assert code == 128 + signum, said
+    if signum == signal.SIGINT:
+        assert time.monotonic() - asked < 10, said  # at once, not after launcher.grace_s=10
+        assert re.search(seen("sigint", testbed), said), said
+        assert f"[host {testbed.names[0]}] SIGINT: stopping 1 process(es)" in said
+    else:
+        for host in testbed.names:
+            assert f"[host {host}] SIGTERM: asking 1 process(es) to checkpoint and stop" in said, said
+        assert re.search(rf"\[host {testbed.names[0]}\] SIGTERM: rank\(s\) 0 still running launcher.grace_s=2 s after "
+                         rf"it; killing them: rank 0 waits in all_reduce #4", said), said
+    assert f"status    stopped by {signal.Signals(signum).name} (exit {128 + signum})" in said
+    assert not processes_of(run_id)
+
+
+def test_the_stop_signal_makes_every_rank_checkpoint_and_return(testbed, job):
+    """kill -USR1 <run>: the digits recipe on both hosts agrees to stop, checkpoints and returns: exit 0."""
+    run_id = f"l{uuid.uuid4().hex[:8]}"
+    proc = start(testbed, job, [*bed_hosts(testbed, [1, 1]), *digits(20, 64)], run_id)
+    log = job.run_folder(testbed.names[1], run_id) / "logs" / "rank00001.log"
+    wait_until(lambda: log.exists() and "progress: train step" in log.read_text(), 120, "rank 1 training",
+               alive=[proc])
+    proc.send_signal(signal.SIGUSR1)
+    ((code, said),) = finish([proc], timeout=120)
+    assert code == 0, said
+    for host in testbed.names:
+        assert f"[host {host}] SIGUSR1: asking 1 process(es) to checkpoint and stop" in said, said
+    assert "status    stopped on request" in said, said
+    assert (job.run_folder(testbed.names[0], run_id) / "checkpoints" / "last.pt").exists()
+    assert not processes_of(run_id)
+
+
+def test_a_host_cut_off_the_network_is_lost_after_its_keepalives_and_stops_by_itself(testbed, job, tmp_path):
+    """Host 1's link down (its end of the bridge): no connection closes, so ssh's keepalives tell this `run`
+    (launcher.ssh.keepalive_s=1: lost after 3 s), which ends the job on host 0; host 1's `run`, which hears no beat,
+    stops its share by itself: nothing is left there either."""
+    run_id = f"m{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "rank1.stuck"
+    proc = start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker), "launcher.ssh.keepalive_s=1"], run_id)
+    wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+    veth = testbed.description["hosts"][1]["veth"]
+    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+    try:
+        cut = time.monotonic()
+        ((code, said),) = finish([proc], timeout=60)
+        assert code == 1, said
+        assert time.monotonic() - cut < 20, said
+        host1 = re.escape(testbed.names[1])
+        assert re.search(rf"ssh: host 1 \({host1}\) lost: ssh exited 255 \(Timeout, server {host1} not responding\.\)",
+                         said), said
+        wait_until(lambda: not processes_of(run_id), 40, "host 1's share stopped by itself")
+    finally:
+        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
+
+
+def test_nothing_outlives_run_when_it_is_killed(testbed, job, tmp_path):
+    """SIGKILL to `run` itself: it can pass nothing on, but each host's ssh session ends with it (the ssh clients'
+    stdin closes), so each host's `run` sees its stdin end and stops its ranks as on SIGTERM: nothing is left on any
+    host after launcher.grace_s."""
+    run_id = f"i{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "rank1.stuck"
+    proc = start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker)], run_id)
+    wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+    hosts = {c[c.index("--ssh-host") + 1] for p in processes_of(run_id) if "--ssh-host" in (c := p.cmdline())}
+    assert hosts == {"0", "1"}  # both hosts' `run`s (and their ranks, forked from them)
+    proc.kill()
+    proc.communicate()
+    wait_until(lambda: not processes_of(run_id), 30, "nothing left of the run on any host")
+
+
+def test_a_restart_resumes_every_host_to_the_weights_of_an_uninterrupted_run(testbed, job, tmp_path):
+    """workloads/flaky.py (40 steps, a checkpoint every 4) with launcher.max_restarts=1; rank 1 (host 1) killed at
+    step 10: both hosts restart together and resume from host 0's checkpoint, and the final weights equal those of the
+    same job uninterrupted, bit for bit."""
+    def flaky(out: Path) -> list[str]:
+        out.mkdir()
+        return [*bed_hosts(testbed, [1, 1]), "recipe=custom", "recipe.target=workloads.flaky:main",
+                f"+recipe.out_dir={out}", "+recipe.steps=40", "+recipe.every=4", "+recipe.fail_rank=-1",
+                "+recipe.fail_step=0", "+recipe.fail_attempts=0", "+recipe.step_s=0.1", "recipe.global_batch_size=2",
+                "launcher.max_restarts=1"]
+
+    straight = tmp_path / "straight"
+    ((code, said),) = finish([start(testbed, job, flaky(straight), f"j{uuid.uuid4().hex[:8]}")], timeout=200)
+    assert code == 0, said
+    run_id, out = f"k{uuid.uuid4().hex[:8]}", tmp_path / "killed"
+    proc = start(testbed, job, flaky(out), run_id)
+    wait_until(lambda: (out / "step").exists() and int((out / "step").read_text() or 0) >= 10, 120, "step 10",
+               alive=[proc])
+    os.kill(int((out / "pid1.0").read_text()), signal.SIGKILL)
+    ((code, said),) = finish([proc], timeout=200)
+    assert code == 0, said
+    for host in testbed.names:
+        assert f"[host {host}] restarting: attempt 2 of 2 (launcher.max_restarts=1)" in said, said
+    first = json.loads((out / "attempt1.json").read_text())["first_step"]
+    assert 8 <= first <= 16 and first % 4 == 0, first
+    a, b = torch.load(straight / "final.pt"), torch.load(out / "final.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not processes_of(run_id)
+
+
+@pytest.mark.unit
+def test_the_readme_quotes_what_these_tests_see():
+    """README's "A job over ssh" shows real output of these tests: each quoted line is one they assert."""
+    check_readme_quotes("### A job over ssh", SAID, "tests/e2e/test_ssh.py")
