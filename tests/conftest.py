@@ -95,8 +95,9 @@ def compose(*overrides: str) -> JobConfig:
             with open_dict(cfg):
                 del (OmegaConf.select(cfg, parent) if parent else cfg)[leaf]
         elif override.is_add() or override.is_force_add():
-            with open_dict(cfg):
-                OmegaConf.update(cfg, key, override.value(), merge=True)
+            if override.is_add() and OmegaConf.select(cfg, key, throw_on_missing=False) is not None:
+                raise ValueError(f"Could not append to config. An item is already at '{key}'")
+            OmegaConf.update(cfg, key, override.value(), merge=True, force_add=True)
         else:
             OmegaConf.update(cfg, key, override.value(), merge=True)
     return OmegaConf.to_object(cfg)
