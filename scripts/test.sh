@@ -9,7 +9,9 @@ bash scripts/system_packages.sh --dev
 export RUNNER_TESTBED=required  # the test bed is set up above: not being able to make one is a failure
 set +e
 # -P: the checkout is not on the tests' path (a user's is not either); the runner finds it installed
-.venv/bin/python -P -m pytest -p no:cacheprovider "$@"
+# -n: tests run on TEST_WORKERS workers at once (pytest-xdist; many wait on Slurm, a timeout or another host),
+# a file's tests on one worker (its module fixtures made once); the workers share one test bed
+.venv/bin/python -P -m pytest -p no:cacheprovider -n "${TEST_WORKERS:-3}" --dist loadfile "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

@@ -14,11 +14,13 @@ fails where RUNNER_TESTBED=required (scripts/test.sh, hence CI).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,20 +186,90 @@ def leftovers(description: Mapping, inodes: Mapping[int, str]) -> list[str]:
     return found
 
 
+BED_OPTIONS = ("--hosts", "2", "--slurm", "--sshd", "--decoy")
+
+
+def _bed_down_and_check(state: Path, description: Mapping, inodes: Mapping[int, str]) -> str | None:
+    """Take the bed down; what it left behind (None: nothing)."""
+    done = bed_down(state)
+    left = leftovers(description, inodes)
+    if done.returncode != 0 or left:
+        return f"testbed.py down (exit {done.returncode}) left: {left}\n{done.stderr}"
+    return None
+
+
 @pytest.fixture(scope="session")
-def testbed(tmp_path_factory: pytest.TempPathFactory):
+def testbed(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     """Two namespace hosts (decoy interfaces, Slurm cluster, an sshd each) for the whole session; torn down and
-    checked after."""
+    checked after. Under pytest-xdist the workers share one bed: the first worker that needs it brings it up in
+    the folder the controller named (:func:`pytest_configure_node`), the others use it, and the controller takes it
+    down at the end of the session (:func:`pytest_sessionfinish`)."""
     reason = missing_requirements(slurm=True, sshd=True)
     if reason:
         unavailable(reason)
+    shared = getattr(request.config, "workerinput", {}).get(SHARED_BED)
+    if shared is not None:
+        yield Bed.from_description(_shared_bed(Path(shared)))
+        return
     state = tmp_path_factory.mktemp("testbed")
-    description = bed_up(state, "--hosts", "2", "--slurm", "--sshd", "--decoy")
+    description = bed_up(state, *BED_OPTIONS)
     inodes = namespace_inodes(description)
     try:
         yield Bed.from_description(description)
     finally:
-        done = bed_down(state)
-        left = leftovers(description, inodes)
-        if done.returncode != 0 or left:
-            pytest.fail(f"testbed.py down (exit {done.returncode}) left: {left}\n{done.stderr}", pytrace=False)
+        left = _bed_down_and_check(state, description, inodes)
+        if left:
+            pytest.fail(left, pytrace=False)
+
+
+# --------------------------------------------------------------------------- one bed for all of xdist's workers
+
+SHARED_BED = "runner_shared_bed"  # the key of the shared bed's folder in each worker's workerinput
+
+
+def _shared_bed(folder: Path) -> dict:
+    """The description of the bed in ``folder``, brought up by whichever worker asks first (under a lock)."""
+    state = folder / "bed"
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            described = folder / "description.json"
+            if described.exists():
+                return json.loads(described.read_text())
+            state.mkdir(exist_ok=True)
+            description = bed_up(state, *BED_OPTIONS)
+            described.write_text(json.dumps({**description, "inodes": namespace_inodes(description)}))
+            return description
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config, "workerinput", None) is None and config.pluginmanager.hasplugin("xdist"):
+        config.stash[_SHARED_KEY] = Path(tempfile.mkdtemp(prefix="runner-shared-bed-"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # pytest-xdist's hook, on the controller: what each worker gets
+    node.workerinput[SHARED_BED] = str(node.config.stash[_SHARED_KEY])
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The controller takes the workers' shared bed down, if one was brought up, and fails the session if the bed
+    left anything behind."""
+    folder = session.config.stash.get(_SHARED_KEY, None)
+    if folder is None:
+        return
+    described = folder / "description.json"
+    if described.exists():
+        description = json.loads(described.read_text())
+        inodes = {int(k): v for k, v in description.pop("inodes").items()}
+        left = _bed_down_and_check(folder / "bed", description, inodes)
+        if left:
+            session.config.get_terminal_writer().line(f"\nthe shared test bed: {left}", red=True)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+_SHARED_KEY = pytest.StashKey[Path]()
