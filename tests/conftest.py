@@ -16,8 +16,6 @@ import copy
 import functools
 import importlib.resources
 import os
-import shutil
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +46,7 @@ from runner.spec.schema import (
     TopologyConfig,
 )
 from runner.launchers import check
+from runs import RUN, user_env
 
 pytest_plugins = ["pytester", "testbed_fixtures"]
 
@@ -238,14 +237,11 @@ def validate(spec: JobConfig | Iterable[str], probe: FixedProbe | None = None, *
 
 
 def run_script() -> str:
-    """The `run` console script of the interpreter running the tests (the venv's)."""
-    candidate = Path(sys.executable).parent / "run"
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which("run")
-    if found is None:
+    """The `run` console script of the interpreter running the tests (runs.RUN, the venv's; test_bad_input.py's
+    name for it)."""
+    if not Path(RUN).exists():
         pytest.fail("the `run` console script is not installed: run scripts/setup.sh (pip install -e .)")
-    return found
+    return RUN
 
 
 def environment(**variables: str) -> ProcessEnvironment:
@@ -255,11 +251,8 @@ def environment(**variables: str) -> ProcessEnvironment:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """The test process's environment without anything that changes what `run` does (Slurm, Hydra)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "OMPI_", "PMI_", "HYDRA_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env.update(extra)
-    return env
+    """runs.user_env(extra): a user's shell, as `run` is started in every test (test_bad_input.py's name for it)."""
+    return user_env(extra)
 
 
 # --------------------------------------------------------------------------- hooks

@@ -9,15 +9,13 @@ import json
 import re
 import shutil
 import signal
-import subprocess
-import threading
 import time
 import uuid
 
 import pytest
 
-from runs import (RUN, TESTS, bed_hosts, finish, mpi_options, processes_of, run, run_folder, start_manual_hosts,
-                  user_env, wait_until)
+from runs import (QUIT_SAID, TESTS, bed_hosts, mpi_options, on_each_host, processes_of, run, run_folder, running,
+                  wait_until)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -114,27 +112,17 @@ def test_a_stall_ends_the_job_long_before_the_collective_timeout(tmp_path):
 def test_ctrl_backslash_says_where_the_ranks_are_and_the_job_goes_on(tmp_path):
     run_id = f"q{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"
-    proc = subprocess.Popen([RUN, "topology=1x3", *hang(f"+recipe.marker={marker}"), "recipe.global_batch_size=3",
-                             "init.timeout_s=300", f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with running("topology=1x3", *hang(f"+recipe.marker={marker}"), "recipe.global_batch_size=3",
+                 "init.timeout_s=300", run_id=run_id, cwd=tmp_path) as proc:
         wait_until(marker.exists, 60, "rank 1 stuck", alive=[proc])
-        said: list[str] = []
-        reader = threading.Thread(target=lambda: said.extend(proc.stderr), daemon=True)
-        reader.start()
         proc.send_signal(signal.SIGQUIT)
-        wait_until(lambda: any("(stacks: logs/rank*.log; the job goes on)" in line for line in said), 30,
-                   "told where the ranks are", alive=[proc])
+        wait_until(lambda: proc.said(QUIT_SAID + "the job goes on)"), 30, "told where the ranks are", alive=[proc])
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-        reader.join(timeout=10)
-        err = "".join(said)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        done = proc.wait(60)
+    err = done.stderr
     assert re.search(r"where the ranks are: ranks 0,2 wait in all_reduce #4 \(process group 0\) " + SINCE +
                      r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:16 in main", err), err
-    assert proc.returncode == 143
+    assert done.code == 143, done.output
     assert not processes_of(run_id)
 
 
@@ -192,7 +180,7 @@ def test_console_across_namespace_hosts(testbed, tmp_path):
     run_id = f"c{uuid.uuid4().hex[:8]}"
     args = [*bed_hosts(testbed, [2, 1]), "launcher=manual", "log.console=all", "recipe.epochs=1",
             "recipe.global_batch_size=63"]
-    results = finish(start_manual_hosts(testbed, tmp_path, args, run_id))
+    results = on_each_host(testbed, tmp_path, args, run_id)
     assert [code for code, _ in results] == [0, 0], results
     names = [h.name for h in testbed.hosts]
     host0 = {int(m.group(1)) for m in re.finditer(rf"^\[rank (\d) {names[0]}\] ", results[0][1], re.M)}
@@ -233,17 +221,13 @@ def test_a_stop_that_the_ranks_cannot_honour_says_where_they_were(tmp_path):
     launcher.grace_s the runner says where they are, then stops them."""
     run_id = f"t{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"
-    proc = subprocess.Popen([RUN, "topology=1x3", *hang(f"+recipe.marker={marker}"), "recipe.global_batch_size=3",
-                             "init.timeout_s=300", "launcher.grace_s=2", f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with running("topology=1x3", *hang(f"+recipe.marker={marker}"), "recipe.global_batch_size=3",
+                 "init.timeout_s=300", "launcher.grace_s=2", run_id=run_id, cwd=tmp_path) as proc:
         wait_until(marker.exists, 60, "rank 1 stuck", alive=[proc])
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143, err
+        done = proc.wait(60)
+    err = done.stderr
+    assert done.code == 143, err
     assert re.search(r"SIGTERM: rank\(s\) 0, 1, 2 still running launcher.grace_s=2 s after it; killing them: ranks "
                      r"0,2 wait in all_reduce #4 \(process group 0\) " + SINCE + r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:16 "
                      r"in main", err), err
