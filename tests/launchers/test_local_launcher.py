@@ -248,7 +248,7 @@ def test_manual_launch_on_two_hosts_of_this_machine(tmp_path):
     assert [found[r]["env"]["GROUP_RANK"] for r in range(3)] == ["0", "0", "1"]
     assert [found[r]["local_rank"] for r in range(3)] == [0, 1, 0]
     assert all(rec["sum"] == 6.0 for rec in found.values())
-    assert not processes_of("manual1")
+    assert not processes_of(dry.run_id)  # the commands carry the dry run's id
 
 
 def test_default_job_trains_digits(tmp_path):

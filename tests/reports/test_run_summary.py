@@ -239,7 +239,8 @@ def test_metrics_are_the_numbers_of_the_last_row_and_the_folder_is_shown_where_i
     screen = summary.render(tmp_path).splitlines()
     assert field(screen, "metrics") == "step 9: acc=0.9688 steps=9"
     assert field(screen, "outputs") == "outputs/run/"
-    assert "checkpoints/last.pt" in screen[-1] or "checkpoints/last.pt" in screen[-2]
+    assert screen[-2:] == ["  outputs   outputs/run/",
+                           "            metrics.jsonl · checkpoints/last.pt · run_summary.json"]
     elsewhere = summary.render(tmp_path / "other").splitlines()  # not under the cwd: the absolute path
     assert field(elsewhere, "outputs") == f"{paths.root}/"
 
