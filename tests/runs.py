@@ -203,8 +203,8 @@ class Started:
 def started(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, run_id: str = "",
             merged: bool = False, newline: str | None = None) -> Started:
     """Start ``argv`` in ``cwd`` with ``env`` (default: :func:`user_env`); use it as ``with started(...) as proc``.
-    ``merged``: stderr into stdout (one stream, in the order written); ``newline=""``: its output untranslated (\r
-    kept)."""
+    ``merged``: stderr into stdout (one stream, in the order written); ``newline=""``: its output untranslated (carriage
+    returns kept)."""
     return Started(argv, cwd=cwd, env=env, run_id=run_id, merged=merged, newline=newline)
 
 
