@@ -16,8 +16,6 @@ import copy
 import functools
 import importlib.resources
 import os
-import shutil
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,29 +236,10 @@ def validate(spec: JobConfig | Iterable[str], probe: FixedProbe | None = None, *
 # --------------------------------------------------------------------------- subprocess helpers
 
 
-def run_script() -> str:
-    """The `run` console script of the interpreter running the tests (the venv's)."""
-    candidate = Path(sys.executable).parent / "run"
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which("run")
-    if found is None:
-        pytest.fail("the `run` console script is not installed: run scripts/setup.sh (pip install -e .)")
-    return found
-
-
 def environment(**variables: str) -> ProcessEnvironment:
     """A process environment with exactly these variables (runner.environments.process), e.g. SLURM_JOB_ID
     for `run` inside an allocation."""
     return ProcessEnvironment.read(variables)
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """The test process's environment without anything that changes what `run` does (Slurm, Hydra)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "OMPI_", "PMI_", "HYDRA_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env.update(extra)
-    return env
 
 
 # --------------------------------------------------------------------------- hooks

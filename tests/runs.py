@@ -1,17 +1,31 @@
-"""Running the real `run` command in a test, and checking what it leaves behind."""
+"""Running the real `run` command in a test, and checking what it leaves behind.
+
+* :func:`user_env`: the environment of every command a test starts, a user's shell; :func:`stage_workloads` puts the
+  tests' recipes in the folder `run` starts in.
+* :func:`started` (any command) and :func:`running` (`run`): the one way a test starts a process, in a ``with``
+  block that always reaps it; :meth:`Started.wait` or :func:`finish` give how it ended, and one that does not end in
+  time is asked where its ranks are (SIGQUIT) before it is killed. :func:`run` is `run`, waited for.
+* :func:`wait_until`: the one way a test waits for something.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import psutil
 from omegaconf import OmegaConf
@@ -32,66 +46,245 @@ class Finished:
         return self.stdout + self.stderr
 
 
-def plain_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default: this environment) as a user's shell has it: no PYTHONPATH pointing at anything."""
-    return {k: v for k, v in (os.environ if base is None else base).items() if k != "PYTHONPATH"}
+# ------------------------------------------------------------------------------ the user's shell
+
+# What a user's shell does not have when they type `run`: another job's scheduler and launcher variables (Slurm's,
+# Open MPI's, PMI's, Hydra's, torchrun's), and a PYTHONPATH to this checkout (the runner must find a user's modules
+# from the folder `run` starts in, as it does for them).
+FOREIGN_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "HYDRA_", "TORCHELASTIC_")
+FOREIGN_NAMES = frozenset({"PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                           "MASTER_ADDR", "MASTER_PORT"})
 
 
-def user_env(cwd: Path, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Make ``cwd`` a user's folder that holds the tests' recipes (the ``workloads`` package), as a user's
-    repository holds theirs, and return :func:`plain_env`: the runner must find them as it finds a user's
-    modules, from the folder `run` is started in."""
+def user_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment as a user's shell has it when they type `run` (none of :data:`FOREIGN_PREFIXES`
+    and :data:`FOREIGN_NAMES`), plus ``extra`` (a bed's SLURM_CONF, a test's own variables)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_PREFIXES) and k not in FOREIGN_NAMES}
+    env.update(extra or {})
+    return env
+
+
+def stage_workloads(cwd: Path) -> Path:
+    """Make ``cwd`` a user's folder that holds the tests' recipes (the ``workloads`` package), as a user's repository
+    holds theirs: the runner must find them as it finds a user's modules. ``cwd``."""
     staged = cwd / "workloads"
     if not staged.exists():
         shutil.copytree(TESTS / "workloads", staged, ignore=shutil.ignore_patterns("__pycache__"))
-    return plain_env(base)
+    return cwd
 
 
-def run(*overrides: str, cwd: Path, timeout: float = 180, run_id: str | None = None,
-        env: dict[str, str] | None = None, prefix: tuple[str, ...] = (), workloads: bool = True) -> Finished:
-    """`run` with these arguments in ``cwd``, which holds the tests' workloads (:func:`user_env`; not with
-    ``workloads=False``), and a unique run id (before a ``--``). ``env``: the environment (default: this
-    one), without PYTHONPATH; ``prefix``: a command that starts `run` (salloc ...)."""
-    run_id = run_id or f"t{uuid.uuid4().hex[:10]}"
-    env = user_env(cwd, env) if workloads else plain_env(env)
-    args = [*prefix, RUN, *overrides]
-    if not any(o.startswith("run_id=") for o in overrides):
-        args.insert(args.index("--") if "--" in args else len(args), f"run_id={run_id}")
-    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    return Finished(proc.returncode, proc.stdout, proc.stderr, run_id)
+# ------------------------------------------------------------------------------ waiting
 
 
-def signal_when_ready(args: list[str], cwd: Path, sig: int, ready: str, count: int = 1, timeout: float = 60,
-                      env: dict[str, str] | None = None) -> Finished:
-    """Start `run` with ``args`` (one of them ``run_id=...``); once ``count`` files under ``cwd`` match the
-    glob ``ready``, send it ``sig``, and wait for it to end."""
-    run_id = next(a.split("=", 1)[1] for a in args if a.startswith("run_id="))
-    proc = subprocess.Popen([RUN, *args], cwd=cwd, env=user_env(cwd, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + timeout
-        while len(list(cwd.glob(ready))) < count:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return Finished(proc.returncode, out, err, run_id)
-
-
-def wait_until(predicate, timeout: float, what: str, alive: list[subprocess.Popen] = ()) -> None:
+def wait_until(predicate: Callable[[], object], timeout: float, what: str,
+               alive: Sequence[Started | subprocess.Popen] = ()) -> None:
     """Return once ``predicate()`` is true; fail naming ``what`` after ``timeout`` seconds, or as soon as one of
-    ``alive`` (processes that must still run meanwhile) has ended, with its output."""
+    ``alive`` (processes that must still run meanwhile) has ended, with its output. The one place a test polls."""
     deadline = time.monotonic() + timeout
     while not predicate():
         ended = [p for p in alive if p.poll() is not None]
         if ended:
-            out = ended[0].communicate()[0] or ""
-            raise AssertionError(f"ended (exit {ended[0].returncode}) before {what}:\n{out[-4000:]}")
+            p = ended[0]
+            said = p.ended_tail() if isinstance(p, Started) else (p.communicate()[0] or "")[-TAIL:]
+            raise AssertionError(f"ended (exit {p.returncode}) before {what}:\n{said}")
         if time.monotonic() >= deadline:
             raise AssertionError(f"not {what} within {timeout:g} s")
         time.sleep(0.05)
+
+
+# ------------------------------------------------------------------------------ starting `run` (or any command)
+
+TAIL = 4000  # characters of each stream a failure shows
+QUIT_SAID = "    (stacks: logs/rank*.log; "  # the last line of `run`'s answer to SIGQUIT (runner/reports/where.py)
+QUIT_WAIT_S = 20.0  # where.py waits 3 s for the ranks' dumps; across hosts and schedulers the answer takes longer
+READERS_WAIT_S = 30.0  # after the end, for what is left in its pipes
+
+
+class Started:
+    """A command started by :func:`started` (`run`, or `run` in a namespace host, or any other): its output read as
+    it comes, by a thread per stream (no full pipe stops it while a test waits for a marker), and always reaped when
+    the ``with`` block ends. :meth:`wait` gives its :class:`Finished`; one that does not end in time is asked where
+    its ranks are (SIGQUIT: runner/reports/where.py), then killed, and the failure shows the tail of its output."""
+
+    def __init__(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, run_id: str = "",
+                 merged: bool = False, newline: str | None = None) -> None:
+        self.argv, self.run_id = list(argv), run_id
+        self.proc = subprocess.Popen(self.argv, cwd=cwd, env=user_env() if env is None else dict(env),
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merged else subprocess.PIPE)
+        self._lines: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        pipes = {"stdout": self.proc.stdout} if merged else {"stdout": self.proc.stdout, "stderr": self.proc.stderr}
+        self._readers = [threading.Thread(target=self._read, args=(pipe, self._lines[name], newline), daemon=True,
+                                          name=f"{name} of {Path(self.argv[0]).name} {self.proc.pid}")
+                         for name, pipe in pipes.items()]
+        for reader in self._readers:
+            reader.start()
+
+    @staticmethod
+    def _read(pipe: IO[bytes], into: list[str], newline: str | None) -> None:
+        # newline=None: as text=True reads (\r\n and \r become \n); "": as written
+        with io.TextIOWrapper(pipe, encoding="utf-8", errors="replace", newline=newline) as text:
+            for line in text:
+                into.append(line)
+
+    def __enter__(self) -> Started:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: object) -> None:
+        if error is not None and self.poll() is None:  # the test failed while it ran: say where it was
+            error.add_note(stop_and_explain([self], "it was still running"))
+        self.reap()
+
+    # -- the process
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def send_signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def reap(self) -> None:
+        """Kill it if it still runs, and wait for it (nothing of it is left running or a zombie)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for reader in self._readers:
+            reader.join(timeout=5)
+
+    # -- its output
+    @property
+    def stdout(self) -> str:
+        return "".join(self._lines["stdout"])
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._lines["stderr"])
+
+    def said(self, text: str) -> bool:
+        """Whether a line it wrote so far (either stream) holds ``text``."""
+        return any(text in line for lines in self._lines.values() for line in list(lines))
+
+    def tail(self) -> str:
+        """The last :data:`TAIL` characters of each stream, as a failure shows them."""
+        shown = [f"--- {' '.join(self.argv)[:300]} (pid {self.pid}, exit {self.proc.returncode})"]
+        for name, lines in self._lines.items():
+            if lines or name == "stdout":
+                shown.append(f"--- {name}, the last {TAIL} characters:\n{''.join(lines)[-TAIL:]}")
+        return "\n".join(shown)
+
+    def ended_tail(self) -> str:
+        """:meth:`tail` once it has ended, its pipes read to the end."""
+        self._join_readers()
+        return self.tail()
+
+    def _join_readers(self) -> None:
+        for reader in self._readers:
+            reader.join(timeout=READERS_WAIT_S)
+        if any(reader.is_alive() for reader in self._readers):
+            raise AssertionError(f"it ended, but {READERS_WAIT_S:g} s later something it started still holds its "
+                                 f"output open:\n{self.tail()}")
+
+    def wait(self, timeout: float) -> Finished:
+        """Wait for its end: its exit status and output. Not ended within ``timeout`` s: an AssertionError that says
+        where its ranks were (:func:`stop_and_explain`)."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(stop_and_explain([self], f"not ended within {timeout:g} s")) from None
+        self._join_readers()
+        return Finished(self.proc.returncode, self.stdout, self.stderr, self.run_id)
+
+
+def started(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str] | None = None, run_id: str = "",
+            merged: bool = False, newline: str | None = None) -> Started:
+    """Start ``argv`` in ``cwd`` with ``env`` (default: :func:`user_env`); use it as ``with started(...) as proc``.
+    ``merged``: stderr into stdout (one stream, in the order written); ``newline=""``: its output untranslated (carriage
+    returns kept)."""
+    return Started(argv, cwd=cwd, env=env, run_id=run_id, merged=merged, newline=newline)
+
+
+def stop_and_explain(procs: Sequence[Started], why: str) -> str:
+    """Ask those of ``procs`` still running where their ranks are (SIGQUIT: `run` prints where every rank is), wait
+    for that answer (or their end) for :data:`QUIT_WAIT_S`, kill them, and say ``why`` with the tail of every one's
+    output."""
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        p.send_signal(signal.SIGQUIT)
+    try:
+        wait_until(lambda: all(p.poll() is not None or p.said(QUIT_SAID) for p in running), QUIT_WAIT_S,
+                   "answered SIGQUIT")
+        answered = "asked where its ranks are (SIGQUIT), then killed"
+    except AssertionError:
+        answered = f"asked where its ranks are (SIGQUIT; no answer within {QUIT_WAIT_S:g} s), then killed"
+    for p in running:
+        p.reap()
+    return f"{why}: {answered}:\n" + "\n".join(p.tail() for p in procs)
+
+
+def finish(procs: Sequence[Started], timeout: float = 120) -> list[tuple[int, str]]:
+    """Wait for all of ``procs`` (started ``merged``), together within ``timeout``: each one's exit status and output.
+    Not all ended in time: an AssertionError that says where the ranks of each were (:func:`stop_and_explain`)."""
+    try:
+        wait_until(lambda: all(p.poll() is not None for p in procs), timeout, "all done")
+    except AssertionError:
+        raise AssertionError(stop_and_explain(procs, f"not all done within {timeout:g} s")) from None
+    return [(done.code, done.output) for done in (p.wait(READERS_WAIT_S) for p in procs)]
+
+
+def run_args(overrides: Sequence[str], run_id: str) -> list[str]:
+    """`run OVERRIDES`, with ``run_id=...`` before a ``--`` unless one is there."""
+    args = list(overrides)
+    if not any(o.startswith("run_id=") for o in overrides):
+        args.insert(args.index("--") if "--" in args else len(args), f"run_id={run_id}")
+    return [RUN, *args]
+
+
+def running(*overrides: str, cwd: Path, run_id: str | None = None, env: Mapping[str, str] | None = None,
+            prefix: Sequence[str] = (), workloads: bool = True, merged: bool = False, newline: str | None = None,
+            ) -> Started:
+    """`run` with these arguments, :func:`started` in ``cwd``, which holds the tests' workloads
+    (:func:`stage_workloads`; not with ``workloads=False``), with a unique run id (before a ``--``) unless one is
+    among them. ``env``: default :func:`user_env`; ``prefix``: a command that starts `run` (salloc ...)."""
+    given = next((o.split("=", 1)[1] for o in overrides if o.startswith("run_id=")), None)
+    run_id = given or run_id or f"t{uuid.uuid4().hex[:10]}"
+    if workloads:
+        stage_workloads(cwd)
+    return started([*prefix, *run_args(overrides, run_id)], cwd=cwd, env=env, run_id=run_id, merged=merged,
+                   newline=newline)
+
+
+def run(*overrides: str, cwd: Path, timeout: float = 180, **how) -> Finished:
+    """`run` with these arguments (:func:`running`, ``how`` its options), waited for."""
+    with running(*overrides, cwd=cwd, **how) as proc:
+        return proc.wait(timeout)
+
+
+def signal_when_ready(args: list[str], cwd: Path, sig: int, ready: str, count: int = 1, timeout: float = 60,
+                      env: Mapping[str, str] | None = None) -> Finished:
+    """Start `run` with ``args`` (one of them ``run_id=...``); once ``count`` files under ``cwd`` match the
+    glob ``ready``, send it ``sig``, and wait for it to end."""
+    with running(*args, cwd=cwd, env=env) as proc:
+        wait_until(lambda: len(list(cwd.glob(ready))) >= count, timeout, f"{count} file(s) {ready} under {cwd}",
+                   alive=[proc])
+        proc.send_signal(sig)
+        return proc.wait(120)
+
+
+def wait_for_pids(proc: Started, folder: Path, ranks: int, timeout: float = 60) -> dict[int, int]:
+    """Wait until each of ``ranks`` ranks of ``proc`` has written its pid to ``folder/pid<rank>`` (as
+    workloads.failing does, once in its recipe): the pids by rank."""
+    def written() -> dict[int, int]:
+        found = {int(f.name[3:]): f.read_text().strip() for f in folder.glob("pid*")}
+        return {r: int(pid) for r, pid in found.items() if pid}  # written, not just created
+
+    wait_until(lambda: len(written()) >= ranks, timeout, f"{ranks} rank(s) in their recipe", alive=[proc])
+    return written()
 
 
 def processes_of(run_id: str) -> list[psutil.Process]:
@@ -163,39 +356,27 @@ def mpi_options(testbed) -> list[str]:
     return ["launcher=mpi", f"launcher.mpi.extra=[{extra}]"]
 
 
-def start_manual_hosts(testbed, cwd: Path, args: list[str], run_id: str, env: dict[str, str] | None = None,
-                       script: tuple[str, ...] = ()) -> list[subprocess.Popen]:
-    """`run ARGS launcher.manual.host=i run_id=... [-- SCRIPT...]` inside each host's namespace, all at once,
-    in ``cwd`` (``env``: default the tests' workloads staged in ``cwd``, :func:`user_env`)."""
-    env = user_env(cwd, testbed.env()) if env is None else env
+@contextmanager
+def manual_hosts(testbed, cwd: Path, args: Sequence[str], run_id: str, script: Sequence[str] = (),
+                 workloads: bool = True) -> Iterator[list[Started]]:
+    """`run ARGS launcher.manual.host=i run_id=... [-- SCRIPT...]` inside each host's namespace, all at once, in
+    ``cwd`` (which holds the tests' workloads: :func:`stage_workloads`; not with ``workloads=False``), each
+    :func:`started` with its output merged; all reaped at the end of the ``with`` block."""
+    if workloads:
+        stage_workloads(cwd)
     tail = ("--", *script) if script else ()
-    return [subprocess.Popen(testbed.exec_argv(h, [RUN, *args, f"launcher.manual.host={i}", f"run_id={run_id}", *tail]),
-                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for i, h in enumerate(testbed.hosts)]
+    with ExitStack() as stack:
+        yield [stack.enter_context(started(testbed.exec_argv(h, [RUN, *args, f"launcher.manual.host={i}",
+                                                                 f"run_id={run_id}", *tail]),
+                                           cwd=cwd, env=testbed.env(), run_id=run_id, merged=True))
+               for i, h in enumerate(testbed.hosts)]
 
 
-def finish(procs: list[subprocess.Popen], timeout: float = 120) -> list[tuple[int, str]]:
-    """Each process's exit status and output; none is left running."""
-    deadline = time.monotonic() + timeout
-    results = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            results.append((p.returncode, out))
-    except subprocess.TimeoutExpired:
-        said = []
-        for i, p in enumerate(procs):
-            if p.poll() is None:
-                p.kill()
-            out, _ = p.communicate()
-            said.append(f"--- process {i} (exit {p.returncode}):\n{(out or '')[-4000:]}")
-        raise AssertionError(f"not done within {timeout:g} s:\n" + "\n".join(said)) from None
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return results
+def on_each_host(testbed, cwd: Path, args: Sequence[str], run_id: str, timeout: float = 120,
+                 script: Sequence[str] = (), workloads: bool = True) -> list[tuple[int, str]]:
+    """:func:`manual_hosts`, waited for (:func:`finish`): each host's exit status and output."""
+    with manual_hosts(testbed, cwd, args, run_id, script=script, workloads=workloads) as hosts:
+        return finish(hosts, timeout)
 
 
 # --------------------------------------------------------------------------- what the README quotes of a test's output

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from conftest import GOLDEN, REPO, clean_env
+from runs import user_env
+from conftest import GOLDEN, REPO
 
 SNAPSHOT = GOLDEN / "api" / "runner_api.txt"  # beside the launchers' golden/*.txt, not among them
 
@@ -84,6 +85,6 @@ def test_the_readmes_one_process_example_runs_as_a_users_test(tmp_path) -> None:
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_digits.py").write_text(_readme_example())
     done = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_digits.py"],
-                          cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout

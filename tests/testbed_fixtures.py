@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from runs import user_env
+
 TESTBED = Path(__file__).resolve().parents[1] / "scripts" / "testbed.py"
 NETNS_DIR = Path("/var/run/netns")
 HOSTS_FILE = Path("/etc/hosts")
@@ -34,9 +36,6 @@ HOSTS_FILE = Path("/etc/hosts")
 NETWORK_TOOLS = ("ip", "nsenter", "unshare")
 SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sinfo", "srun", "sbatch", "scancel")
 SSH_TOOLS = ("sshd", "ssh", "ssh-keygen")
-
-# variables that would make srun/mpirun think they run inside some other job
-_FOREIGN_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_")
 
 
 @dataclass(frozen=True)
@@ -103,11 +102,9 @@ class Bed:
         return next(h for h in self.hosts if h.name == name)
 
     def env(self, **extra: str) -> dict[str, str]:
-        """os.environ without other jobs' Slurm/MPI variables, plus this bed's SLURM_CONF and ``extra``."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
-        env.update(self.slurm_env)
-        env.update(extra)
-        return env
+        """A user's shell on the bed (runs.user_env: no other job's Slurm/MPI variables) with its SLURM_CONF, and
+        ``extra``."""
+        return user_env({**self.slurm_env, **extra})
 
     def exec_argv(self, host: str | BedHost, argv: Sequence[str]) -> list[str]:
         """The command line that runs ``argv`` inside ``host``'s network namespace."""

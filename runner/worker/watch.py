@@ -11,6 +11,7 @@ the torch.distributed calls the recipe makes (:class:`_Counter`, which does not 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import sys
@@ -73,6 +74,16 @@ def _groups_from_fr(doc: dict[str, Any]) -> tuple[GroupRecord, ...]:
     return tuple(groups)
 
 
+def group_key(group: Any) -> str:
+    """A process group as every rank names it, as the flight recorder does: torch's name of the group ("0" the
+    default one, then "1", "2", ... in the order the ranks made them, which is the same on every rank)."""
+    if group is None:
+        return "0"
+    from torch.distributed.distributed_c10d import _get_process_group_name
+
+    return _get_process_group_name(group)
+
+
 class _Counter:
     """The runner's own record where torch has no flight recorder: the torch.distributed collectives the
     recipe calls, numbered per process group."""
@@ -93,17 +104,25 @@ class _Counter:
                 setattr(dist, name, self._wrap(name, original))
 
     def _wrap(self, name: str, original: Any) -> Any:
+        try:
+            signature: inspect.Signature | None = inspect.signature(original)
+        except (TypeError, ValueError):
+            signature = None
+
         @functools.wraps(original)
         def counted(*args: Any, **kwargs: Any) -> Any:
-            group = str(id(kwargs.get("group"))) if kwargs.get("group") is not None else "0"
-            seen = self.entered.setdefault(group, [])
+            try:
+                group = signature.bind(*args, **kwargs).arguments.get("group") if signature else kwargs.get("group")
+            except TypeError:  # the call itself is wrong: torch says so below
+                group = None
+            seen = self.entered.setdefault(group_key(group), [])
             tensor = next((a for a in args if hasattr(a, "shape")), None)
             seq = len(seen) + 1
             seen.append(Collective(seq, name, (tuple(tensor.shape),) if tensor is not None else (),
                                    (str(tensor.dtype).removeprefix("torch."),) if tensor is not None else (), time.time()))
             del seen[:-ENTRIES]
             result = original(*args, **kwargs)
-            self.completed[group] = seq
+            self.completed[group_key(group)] = seq
             return result
 
         return counted

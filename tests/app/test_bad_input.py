@@ -22,12 +22,12 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 import runner.recipes.digits  # noqa: F401  (validation tries the default recipe in a forked child: imported once here)
-from conftest import REPO, clean_env, hydra_compose, run_script
+from conftest import REPO, hydra_compose
 from runner.app.cli import input_problems, typed_spec
 from runner.launchers import check
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
-from runs import processes_of
+from runs import RUN, processes_of, user_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -165,7 +165,7 @@ def outcomes(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, P
     def one(c: Case):
         folder = folders[c.id]
         run_id = f"bad-{uuid.uuid4().hex[:10]}"
-        args = [run_script()]
+        args = [RUN]
         if c.files:
             conf = folder / "conf"
             conf.mkdir()
@@ -175,7 +175,7 @@ def outcomes(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, P
         args += [*c.args, "device=cpu"]  # the default recipe (digits) unless the case says
         if not any(a.startswith("run_id=") for a in c.args):
             args.append(f"run_id={run_id}")
-        result = subprocess.run(args, cwd=folder, env=clean_env(), capture_output=True, text=True, timeout=120)
+        result = subprocess.run(args, cwd=folder, env=user_env(), capture_output=True, text=True, timeout=120)
         return c.id, (result, folder, run_id)
 
     with ThreadPoolExecutor(max_workers=4) as pool:

@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import REPO, TARGET, clean_env, run_script
+from conftest import REPO, TARGET
+from runs import RUN, Finished, started, user_env
 
 EXAMPLES = REPO / "examples" / "jobs"
 WRITTEN = ("spec.yaml", "plan.json", "launch.txt")
 
 
-def run_cli(cwd: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([run_script(), *args], cwd=cwd, env=clean_env(**(env or {})), capture_output=True, text=True,
-                          timeout=timeout)
+def run_cli(cwd: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> Finished:
+    """`run ARGS` as typed (no run id added), in a user's shell with ``env`` added."""
+    with started([RUN, *args], cwd=cwd, env=user_env(env)) as proc:
+        return proc.wait(timeout)
 
 
 def run_folders(cwd: Path) -> list[Path]:
@@ -36,8 +37,8 @@ def only_run_folder(cwd: Path) -> Path:
     return folders[0]
 
 
-def explain(r: subprocess.CompletedProcess) -> str:
-    return f"exit {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
+def explain(r: Finished) -> str:
+    return f"exit {r.code}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
 
 
 # ------------------------------------------------------------------------------ a valid dry run
@@ -46,7 +47,7 @@ def explain(r: subprocess.CompletedProcess) -> str:
 def test_dry_run_slurm_writes_spec_plan_and_script(tmp_path: Path) -> None:
     r = run_cli(tmp_path, "dry_run=true", f"recipe.target={TARGET}", "topology=2x2", "init=file", "launcher=slurm",
                 "device=cpu")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     out = r.stdout
     for section in ("== spec ==", "== verdict ==", "== plan ==", "== launch (slurm) =="):
         assert section in out
@@ -75,14 +76,14 @@ def test_dry_run_slurm_writes_spec_plan_and_script(tmp_path: Path) -> None:
     launch = (folder / "launch.txt").read_text()
     assert launch.rstrip() in out  # the dry run prints exactly what the folder keeps
     script = (folder / "job.sbatch").read_text()
-    assert launch.endswith(script) or script.rstrip() in launch
+    assert launch.endswith(f"# --- job.sbatch ---\n{script}")  # the batch script, last and whole
     assert f"runner.app.task {folder}/spec.yaml" in script
 
 
 def test_dry_run_inside_an_allocation_is_an_srun_step(tmp_path: Path) -> None:
     r = run_cli(tmp_path, "dry_run=true", f"recipe.target={TARGET}", "topology=2x2", "launcher=slurm",
                 "launcher.tasks=per_device", "device=cpu", env={"SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2"})
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     assert "# this allocation: an srun step inside the current allocation" in r.stdout
     assert "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=4 --ntasks-per-node=2" in r.stdout
     folder = only_run_folder(tmp_path)
@@ -91,7 +92,7 @@ def test_dry_run_inside_an_allocation_is_an_srun_step(tmp_path: Path) -> None:
 
 def test_dry_run_local_has_no_batch_script(tmp_path: Path) -> None:
     r = run_cli(tmp_path, "dry_run=true", f"recipe.target={TARGET}", "topology=1x2", "device=cpu")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     assert "== launch (local) ==" in r.stdout and "forks 2 process(es)" in r.stdout
     folder = only_run_folder(tmp_path)
     assert all((folder / n).is_file() for n in WRITTEN)
@@ -125,7 +126,7 @@ def _real(params):
 @pytest.mark.parametrize("dry_run, overrides, fragments", _dry(INVALID) + _real(REAL_LAUNCH))
 def test_invalid_spec_exits_2(tmp_path: Path, dry_run, overrides, fragments) -> None:
     r = run_cli(tmp_path, dry_run, f"recipe.target={TARGET}", "device=cpu", *overrides)
-    assert r.returncode == 2, explain(r)
+    assert r.code == 2, explain(r)
     for fragment in fragments:
         assert fragment in r.stderr, explain(r)
     assert "Traceback" not in r.stdout + r.stderr
@@ -189,7 +190,7 @@ def user_dir(tmp_path: Path) -> Path:
 
 def test_user_config_name(user_dir: Path) -> None:
     r = run_cli(user_dir, "--config-dir", "jobs", "--config-name", "myjob", "dry_run=true")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     assert "valid: 16 process(es) on 2 host(s) (8+8); device cuda, backend nccl" in r.stdout
     script = (only_run_folder(user_dir) / "job.sbatch").read_text()
     assert "#SBATCH --partition=gpu" in script and "#SBATCH --time=04:00:00" in script
@@ -199,7 +200,7 @@ def test_user_config_name(user_dir: Path) -> None:
 def test_user_group_option_with_builtin_job(user_dir: Path) -> None:
     r = run_cli(user_dir, "--config-dir", "jobs", "topology=mycluster", "launcher=manual", "device=cpu",
                 f"recipe.target={TARGET}", "recipe.global_batch_size=3", "dry_run=true")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     assert "valid: 3 process(es) on 2 host(s) (2+1)" in r.stdout
     assert "MASTER_ADDR=10.0.0.1" in r.stdout
     launch = (only_run_folder(user_dir) / "launch.txt").read_text()
@@ -210,7 +211,7 @@ def test_user_group_option_with_builtin_job(user_dir: Path) -> None:
 def test_user_config_and_group_option_together(user_dir: Path) -> None:
     r = run_cli(user_dir, "--config-dir", "jobs", "--config-name", "myjob", "topology=mycluster", "launcher=mpi",
                 "recipe.global_batch_size=3", "dry_run=true")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     assert "-np 3 -H 10.0.0.1:2,10.0.0.2:1" in r.stdout
 
 
@@ -230,7 +231,7 @@ def asr_script(cwd: Path) -> None:
 def test_example_asr_2x8(tmp_path: Path) -> None:
     asr_script(tmp_path)
     r = run_cli(tmp_path, "--config-dir", str(EXAMPLES), "--config-name", "asr-2x8", "dry_run=true")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     assert "valid: 16 process(es) on 2 host(s) (8+8); device cuda, backend nccl" in r.stdout
     assert "launcher slurm (per_device)" in r.stdout
     folder = only_run_folder(tmp_path)
@@ -247,7 +248,7 @@ def test_example_asr_2x8(tmp_path: Path) -> None:
 def test_example_mycluster_manual(tmp_path: Path) -> None:
     r = run_cli(tmp_path, "--config-dir", str(EXAMPLES), "topology=mycluster", "launcher=manual", "device=cuda",
                 f"recipe.target={TARGET}", "recipe.global_batch_size=3", "dry_run=true")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     plan = json.loads((only_run_folder(tmp_path) / "plan.json").read_text())
     assert [h["host"] for h in plan["hosts"]] == ["gpu-a", "gpu-b"]
     assert [p["env"]["CUDA_VISIBLE_DEVICES"] for p in plan["processes"]] == ["0,1", "0,1", "3"]
@@ -258,7 +259,7 @@ def test_example_mycluster_manual(tmp_path: Path) -> None:
 def test_example_any_shape_on_top(tmp_path: Path) -> None:
     asr_script(tmp_path)
     r = run_cli(tmp_path, "--config-dir", str(EXAMPLES), "--config-name", "asr-2x8", "topology=3x4", "dry_run=true")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     assert "valid: 12 process(es) on 3 host(s) (4+4+4)" in r.stdout
 
 
@@ -267,7 +268,7 @@ def test_example_any_shape_on_top(tmp_path: Path) -> None:
 
 def test_multirun_two_topologies(tmp_path: Path) -> None:
     r = run_cli(tmp_path, "-m", "topology=1x1,1x2", "dry_run=true", f"recipe.target={TARGET}", "device=cpu")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     folders = [f for f in run_folders(tmp_path) if (f / "spec.yaml").exists()]
     assert len(folders) == 2, folders
     specs = [OmegaConf.load(f / "spec.yaml") for f in folders]
@@ -313,18 +314,17 @@ def test_shapes_from_a_job_files_defaults_and_a_users_own_shape_file(tmp_path: P
 
 def test_help_lists_groups(tmp_path: Path) -> None:
     r = run_cli(tmp_path, "--help")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     for group in ("topology", "launcher", "init", "backend", "parallel", "sharding", "recipe"):
         assert group in r.stdout
 
 
 def test_cfg_job_prints_composed_spec(tmp_path: Path) -> None:
     r = run_cli(tmp_path, "--cfg", "job", "topology=2x2", "launcher=slurm")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     cfg = OmegaConf.create(r.stdout)
     assert cfg.topology.nodes == 2 and cfg.launcher.kind == "slurm"
-    assert not (tmp_path / "outputs").exists() or not any(
-        (f / "spec.yaml").exists() for f in run_folders(tmp_path))
+    assert list(tmp_path.iterdir()) == []  # printed, nothing composed into a run folder
 
 
 # ------------------------------------------------------------------------------ extending the built-in job
@@ -348,7 +348,7 @@ def test_user_config_can_build_on_the_builtin_job(tmp_path: Path) -> None:
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "inherit.yaml").write_text(INHERIT)
     r = run_cli(tmp_path, "--config-dir", "jobs", "--config-name", "inherit", "dry_run=true")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     assert "valid: 4 process(es) on 2 host(s)" in r.stdout
     assert "#SBATCH --nodes=2" in (only_run_folder(tmp_path) / "job.sbatch").read_text()
 
@@ -361,7 +361,7 @@ def test_manual_commands_keep_the_config_name(user_dir: Path) -> None:
     the built-in `job`, a different spec from the one validated here."""
     r = run_cli(user_dir, "--config-dir", "jobs", "--config-name", "myjob", "topology=mycluster", "launcher=manual",
                 "device=cpu", "recipe.global_batch_size=3", "dry_run=true")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     launch = (only_run_folder(user_dir) / "launch.txt").read_text()
     commands = [l for l in launch.splitlines() if l.startswith("cd ")]
     assert len(commands) == 2
@@ -379,7 +379,6 @@ def test_run_version_says_the_runner_and_torch_and_starts_nothing(tmp_path: Path
 
 
 def test_run_ssh_host_without_the_spec_on_stdin_says_what_it_is(tmp_path: Path) -> None:
-    r = subprocess.run([run_script(), "--ssh-host", "0", str(tmp_path / "runs" / "x")], cwd=tmp_path, env=clean_env(),
-                       input="", capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "`run --ssh-host` is started by launcher=ssh" in r.stderr, explain(r)
+    r = run_cli(tmp_path, "--ssh-host", "0", str(tmp_path / "runs" / "x"), timeout=60)  # stdin: empty
+    assert r.code == 2 and "`run --ssh-host` is started by launcher=ssh" in r.stderr, explain(r)
     assert not (tmp_path / "runs").exists()

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
+from contextlib import ExitStack
 
 import pytest
 
-from runs import artifacts, processes_of, run, run_folder, user_env
+from runs import Finished, artifacts, processes_of, run, run_folder, started, user_env
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -24,13 +24,13 @@ def _dry_run(tmp_path, *overrides: str):
     return run_folder(tmp_path) / "spec.yaml", art, done.run_id
 
 
-def _start_tasks(spec, variables: list[dict[str, str]]) -> list[subprocess.CompletedProcess]:
+def _start_tasks(spec, variables: list[dict[str, str]]) -> list[Finished]:
     """The tasks, started as the launch starts them (``-P``: the folder they start in is not on their path)
     in the run's folder (the spec's workdir, where the workloads are, is found from the spec)."""
-    base = {k: v for k, v in user_env(spec.parents[3]).items() if not k.startswith(("SLURM_", "OMPI_", "PMI_"))}
-    procs = [subprocess.Popen([sys.executable, "-P", "-m", "runner.app.task", str(spec)], env={**base, **v}, cwd=spec.parent,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for v in variables]
-    return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), *p.communicate()) for p in procs]
+    with ExitStack() as stack:
+        tasks = [stack.enter_context(started([sys.executable, "-P", "-m", "runner.app.task", str(spec)],
+                                             cwd=spec.parent, env=user_env(v))) for v in variables]
+        return [task.wait(120) for task in tasks]
 
 
 def _ompi(rank: int, size: int, local: int, local_size: int) -> dict[str, str]:
@@ -41,7 +41,7 @@ def _ompi(rank: int, size: int, local: int, local_size: int) -> dict[str, str]:
 def test_mpi_tasks_one_per_process(tmp_path):
     spec, art, run_id = _dry_run(tmp_path, "topology=1x3", "launcher=mpi", "recipe.global_batch_size=3")
     results = _start_tasks(spec, [_ompi(r, 3, r, 3) for r in range(3)])
-    assert [r.returncode for r in results] == [0, 0, 0], [r.stderr for r in results]
+    assert [r.code for r in results] == [0, 0, 0], [r.stderr for r in results]
     found = artifacts(art)
     assert sorted(found) == [0, 1, 2] and {rec["sum"] for rec in found.values()} == {6.0}
     assert {rec["env"]["TORCHELASTIC_RUN_ID"] for rec in found.values()} == {run_id}
@@ -53,7 +53,7 @@ def test_mpi_tasks_one_per_host_fork_their_devices(tmp_path):
     spec, art, run_id = _dry_run(tmp_path, "topology=custom", hosts, "launcher=mpi", "launcher.tasks=per_host",
                                  "recipe.global_batch_size=3")
     results = _start_tasks(spec, [_ompi(0, 2, 0, 1), _ompi(1, 2, 0, 1)])
-    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    assert [r.code for r in results] == [0, 0], [r.stderr for r in results]
     found = artifacts(art)
     assert sorted(found) == [0, 1, 2]
     assert [found[r]["env"]["GROUP_RANK"] for r in range(3)] == ["0", "0", "1"]
@@ -75,7 +75,7 @@ def test_slurm_tasks_one_per_process(tmp_path):
     slurm = [{"SLURM_JOB_ID": job_id, "SLURM_STEP_ID": "0", "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r),
               "SLURM_NODEID": "0", "SLURM_NTASKS": "2", "SLURM_STEP_NODELIST": "localhost"} for r in range(2)]
     results = _start_tasks(spec, slurm)
-    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    assert [r.code for r in results] == [0, 0], [r.stderr for r in results]
     found = artifacts(art)
     assert sorted(found) == [0, 1] and {rec["env"]["MASTER_PORT"] for rec in found.values()} == {str(port)}
 
@@ -83,7 +83,7 @@ def test_slurm_tasks_one_per_process(tmp_path):
 def test_a_place_that_contradicts_the_plan_is_refused(tmp_path):
     spec, art, _ = _dry_run(tmp_path, "topology=1x3", "launcher=mpi", "recipe.global_batch_size=3")
     results = _start_tasks(spec, [_ompi(r, 2, r, 2) for r in range(2)])
-    assert [r.returncode for r in results] == [2, 2]
+    assert [r.code for r in results] == [2, 2]
     assert "Open MPI started 2 task(s), but the spec needs 3" in results[0].stderr
     assert "Traceback" not in results[0].stderr
     assert not artifacts(art)
@@ -92,4 +92,4 @@ def test_a_place_that_contradicts_the_plan_is_refused(tmp_path):
 def test_a_task_outside_any_scheduler_says_so(tmp_path):
     spec, _, _ = _dry_run(tmp_path, "topology=1x2", "launcher=mpi")
     (result,) = _start_tasks(spec, [{}])
-    assert result.returncode == 2 and "no MPI rank variables are set" in result.stderr
+    assert result.code == 2 and "no MPI rank variables are set" in result.stderr

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, clean_env, run_script
+from runs import RUN, user_env
+from conftest import REPO
 from runner.common import extras
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
@@ -65,11 +66,11 @@ def _without(tmp_path: Path, *modules: str) -> dict[str, str]:
     site = tmp_path / "hide"
     site.mkdir()
     (site / "sitecustomize.py").write_text(f"import sys\nfor m in {modules!r}:\n    sys.modules[m] = None\n")
-    return clean_env(PYTHONPATH=str(site))
+    return user_env({"PYTHONPATH": str(site)})
 
 
 def test_a_fairscale_mode_without_fairscale_is_refused_before_anything_starts(tmp_path) -> None:
-    done = subprocess.run([run_script(), "sharding=oss", "topology=1x2", "device=cpu"], cwd=tmp_path,
+    done = subprocess.run([RUN, "sharding=oss", "topology=1x2", "device=cpu"], cwd=tmp_path,
                           env=_without(tmp_path, "fairscale"), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert ("error: sharding.mode: oss: sharding=oss and sharding=sdp (fairscale's OSS and ShardedDDP) needs fairscale, "
@@ -80,7 +81,7 @@ def test_a_fairscale_mode_without_fairscale_is_refused_before_anything_starts(tm
 
 def test_the_digits_recipe_without_scikit_learn_is_refused_before_anything_starts(tmp_path) -> None:
     """The default job, as the README's first command runs it, in an install without the extra ``examples``."""
-    done = subprocess.run([run_script(), "device=cpu"], cwd=tmp_path, env=_without(tmp_path, "sklearn"),
+    done = subprocess.run([RUN, "device=cpu"], cwd=tmp_path, env=_without(tmp_path, "sklearn"),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert ("error: recipe.target: runner.recipes.digits:main: the bundled digits recipe (scikit-learn's digits data) "

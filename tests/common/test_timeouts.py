@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch.distributed as dist
 
-from runner.common.timeouts import is_collective_timeout
+from runner.common.timeouts import is_collective_timeout, is_timeout_text
 
 GLOO_RECV = "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 2000ms " \
             "for recv operation to complete"
@@ -49,10 +49,21 @@ def test_a_timeout_is_one_torch_distributed_raised(exc, timeout) -> None:
     assert is_collective_timeout(exc) is timeout
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("text, timeout", [
+    ("RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv", True),
+    ("DistStoreError: Timed out after 301 seconds waiting for clients", True),
+    ("torch.distributed.DistBackendError: NCCL watchdog: Timeout(ms)=600000", True),
+    ("RuntimeError: Connection reset by peer", False),
+])
+def test_timeouts_as_backends_word_them(text, timeout) -> None:
+    assert is_timeout_text(text) is timeout
+
+
 RANK = r'''
 import datetime, json, os, sys
 import torch, torch.distributed as dist
-from runner.common.timeouts import is_collective_timeout
+from runner.common.timeouts import is_collective_timeout, is_timeout_text
 
 rank, folder = int(sys.argv[1]), sys.argv[2]
 verdicts = os.path.join(folder, "verdicts.json")

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from runs import RUN, run, run_folder, user_env
+from runs import run, run_folder, running, stage_workloads, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -25,8 +24,7 @@ def git(folder: Path, *args: str) -> str:
 def user_repository(tmp_path: Path) -> Path:
     """A user's repository holding the tests' workloads, committed."""
     repo = tmp_path / "repo"
-    repo.mkdir()
-    user_env(repo)
+    stage_workloads(repo)
     (repo / ".gitignore").write_text("outputs/\n__pycache__/\n")
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", ".")
@@ -87,23 +85,16 @@ def test_a_requeued_slurm_job_runs_the_submitted_code(testbed, tmp_path, snapsho
     out.mkdir()
     run_id = f"sq{uuid.uuid4().hex[:8]}"
     chosen = [] if snapshot == "default" else [f"launcher.snapshot_code={snapshot}"]
-    proc = subprocess.Popen([RUN, "topology=2x1", "launcher=slurm", "launcher.slurm.requeue=true", *chosen,
-                             *versioned(out, "+recipe.hold=120"), f"run_id={run_id}"], cwd=repo,
-                            env=user_env(repo, testbed.env()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (out / "ran0").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.2)
+    with running("topology=2x1", "launcher=slurm", "launcher.slurm.requeue=true", *chosen,
+                 *versioned(out, "+recipe.hold=120"), run_id=run_id, cwd=repo, env=testbed.env(), merged=True) as proc:
+        wait_until((out / "ran0").exists, 120, "the first attempt ran", alive=[proc])
         source = repo / "workloads" / "versioned.py"
         source.write_text(source.read_text().replace("VERSION = 1", "VERSION = 2"))
         job_id = (run_folder(repo) / "slurm_job_id").read_text().strip()
         subprocess.run(["scontrol", "requeue", job_id], env=testbed.env(), check=True, capture_output=True)
-        output, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output
+        done = proc.wait(240)
+    output = done.output
+    assert done.code == 0, output
     folder = run_folder(repo)
     copy = json.loads((folder / "provenance.json").read_text())["code_snapshot"]
     if snapshot == "default":

@@ -11,33 +11,44 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 
-from runs import (RUN, TESTS, bed_hosts, check_readme_quotes, finish, mpi_options, processes_of, seen_in, user_env,
+from runs import (RUN, TESTS, Started, bed_hosts, check_readme_quotes, finish, mpi_options, processes_of, running, seen_in,
+                  stage_workloads, started,
                   wait_until)
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def apart(testbed, tmp_path: Path, args: list[str], run_id: str, script: tuple[str, ...] = ()) -> list[subprocess.Popen]:
+@contextmanager
+def apart(testbed, tmp_path: Path, args: list[str], run_id: str, script: tuple[str, ...] = (),
+          ) -> Iterator[list[Started]]:
     """`run ARGS launcher=manual launcher.manual.host=i run_id=...` inside each host's namespace, each in its own
     folder ``tmp_path/host<i>`` (with the tests' workloads and scripts, as a user's checkout on each machine)."""
-    procs = []
-    for i, host in enumerate(testbed.hosts):
-        folder = tmp_path / f"host{i}"
-        folder.mkdir(exist_ok=True)
-        for name in ("slow_backward.py", "hang_script.py"):
-            shutil.copy(TESTS / "scripts" / name, folder)
-        tail = ("--", *script) if script else ()
-        argv = [RUN, *args, "launcher=manual", f"launcher.manual.host={i}", f"run_id={run_id}", *tail]
-        procs.append(subprocess.Popen(testbed.exec_argv(host, argv), cwd=folder, env=user_env(folder, testbed.env()),
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    return procs
+    with ExitStack() as stack:
+        procs = []
+        for i, host in enumerate(testbed.hosts):
+            folder = stage_workloads(tmp_path / f"host{i}")
+            for name in ("slow_backward.py", "hang_script.py"):
+                shutil.copy(TESTS / "scripts" / name, folder)
+            tail = ("--", *script) if script else ()
+            argv = [RUN, *args, "launcher=manual", f"launcher.manual.host={i}", f"run_id={run_id}", *tail]
+            procs.append(stack.enter_context(started(testbed.exec_argv(host, argv), cwd=folder, env=testbed.env(),
+                                                     run_id=run_id, merged=True)))
+        yield procs
+
+
+def apart_finished(testbed, tmp_path: Path, args: list[str], run_id: str, timeout: float, script: tuple[str, ...] = (),
+                   ) -> list[tuple[int, str]]:
+    """:func:`apart`, waited for (runs.finish): each host's exit status and output."""
+    with apart(testbed, tmp_path, args, run_id, script) as procs:
+        return finish(procs, timeout)
 
 
 def run_folder_of(folder: Path, run_id: str) -> Path:
@@ -81,11 +92,11 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host_with_the_true_cause(te
     out = tmp_path / "out"
     out.mkdir()
     run_id = f"f{uuid.uuid4().hex[:8]}"
-    procs = apart(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "init.timeout_s=10"], run_id,
-                  ("slow_backward.py", "--slow-rank", "1", "--slow-step", "5", "--out", str(out)))
-    started = time.monotonic()
-    (code0, said0), (code1, said1) = finish(procs, timeout=90)
-    took = time.monotonic() - started
+    began = time.monotonic()
+    (code0, said0), (code1, said1) = apart_finished(
+        testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "init.timeout_s=10"], run_id, 90,
+        ("slow_backward.py", "--slow-rank", "1", "--slow-step", "5", "--out", str(out)))
+    took = time.monotonic() - began
     assert (code0, code1) == (1, 1), (said0, said1)
     assert "did not form" not in said0 + said1
     assert re.search(seen("hang"), said0), said0
@@ -96,21 +107,19 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host_with_the_true_cause(te
     assert not processes_of(run_id)
 
 
-def _only_rank_of(host_run: subprocess.Popen, deadline_s: float = 60) -> int:
+def _only_rank_of(host_run: Started, deadline_s: float = 60) -> int:
     """The pid of the one rank a host's `run` started: the child of its launch agent, its own child (ranks are forked,
     so their environment in /proc is their parent's)."""
     import psutil
 
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
+    def ranks() -> list[psutil.Process]:
         try:
-            ranks = [c for agent in psutil.Process(host_run.pid).children() for c in agent.children()]
+            return [c for agent in psutil.Process(host_run.pid).children() for c in agent.children()]
         except psutil.Error:
-            ranks = []
-        if len(ranks) == 1:
-            return ranks[0].pid
-        time.sleep(0.05)
-    raise AssertionError("the host's rank never ran")
+            return []
+
+    wait_until(lambda: len(ranks()) == 1, deadline_s, "the host's rank running", alive=[host_run])
+    return ranks()[0].pid
 
 
 def test_the_bundled_recipe_restarts_across_hosts_from_host_0s_checkpoint(testbed, tmp_path):
@@ -118,15 +127,12 @@ def test_the_bundled_recipe_restarts_across_hosts_from_host_0s_checkpoint(testbe
     host 0 has written a checkpoint: every rank resumes from that checkpoint (host 1's folder has none: the decision
     is rank 0's), the job ends on both hosts with exit 0, and host 0's summary counts both ranks."""
     run_id = f"r{uuid.uuid4().hex[:8]}"
-    procs = apart(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "launcher.max_restarts=1",
-                                      "recipe.epochs=20", "recipe.global_batch_size=64"], run_id)
     checkpoint = run_folder_of(tmp_path / "host0", run_id) / "checkpoints" / "last.pt"
-    deadline = time.monotonic() + 120
-    while not checkpoint.exists():
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), [p.poll() for p in procs]
-        time.sleep(0.05)
-    os.kill(_only_rank_of(procs[1]), signal.SIGKILL)
-    (code0, said0), (code1, said1) = finish(procs, timeout=240)
+    with apart(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "launcher.max_restarts=1",
+                                   "recipe.epochs=20", "recipe.global_batch_size=64"], run_id) as procs:
+        wait_until(checkpoint.exists, 120, "host 0's first checkpoint", alive=procs)
+        os.kill(_only_rank_of(procs[1]), signal.SIGKILL)
+        (code0, said0), (code1, said1) = finish(procs, timeout=240)
     assert (code0, code1) == (0, 0), (said0, said1)
     assert re.search(seen("resumed"), said0) and f"/outputs/runs/{run_id}/checkpoints/" in said0, said0
     assert re.search(seen("restarting"), said0) and re.search(seen("restarting"), said1), (said0, said1)
@@ -146,12 +152,12 @@ def test_the_same_run_id_names_the_same_run_folder_and_a_relaunch_continues_it(t
     the job continues from host 0's checkpoint (the recipe resumes) instead of starting over in a new folder."""
     run_id = f"s{uuid.uuid4().hex[:8]}"
     args = [*bed_hosts(testbed, [1, 1]), "init=tcp", "recipe.epochs=5", "recipe.global_batch_size=64"]
-    first = finish(apart(testbed, tmp_path, args, run_id), timeout=120)
+    first = apart_finished(testbed, tmp_path, args, run_id, 120)
     assert [c for c, _ in first] == [0, 0], first
     folders = [run_folder_of(tmp_path / f"host{i}", run_id) for i in (0, 1)]
     assert all((f / "spec.yaml").exists() for f in folders)
-    again = finish(apart(testbed, tmp_path, [*args[:-2], "recipe.epochs=10", "recipe.global_batch_size=64"], run_id),
-                   timeout=120)
+    again = apart_finished(testbed, tmp_path, [*args[:-2], "recipe.epochs=10", "recipe.global_batch_size=64"], run_id,
+                           120)
     assert [c for c, _ in again] == [0, 0], again
     said0 = again[0][1]
     assert f"notice: run_id={run_id}: " in said0 and "this launch continues it" in said0
@@ -172,11 +178,11 @@ def test_sigterm_on_one_host_stops_every_host_and_host_0_says_where_every_rank_w
     on the other host. Both hosts end with 128 + SIGTERM, nothing left running."""
     run_id = f"t{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"
-    procs = apart(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "init.timeout_s=300",
-                                      "launcher.grace_s=2", *_hang_rank_1(marker)], run_id)
-    wait_until(marker.exists, 90, "rank 1 stuck", alive=procs)
-    procs[0].send_signal(signal.SIGTERM)
-    (code0, said0), (code1, said1) = finish(procs, timeout=60)
+    with apart(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "init.timeout_s=300",
+                                   "launcher.grace_s=2", *_hang_rank_1(marker)], run_id) as procs:
+        wait_until(marker.exists, 90, "rank 1 stuck", alive=procs)
+        procs[0].send_signal(signal.SIGTERM)
+        (code0, said0), (code1, said1) = finish(procs, timeout=60)
     assert (code0, code1) == (143, 143), (said0, said1)
     assert re.search(seen("stop on host 0"), said0), said0
     assert re.search(seen("stop reached host 1", testbed), said1), said1
@@ -194,12 +200,11 @@ def test_a_stop_under_a_scheduler_says_where_every_rank_was_once(testbed, tmp_pa
     marker = tmp_path / "rank1.stuck"
     where = (["launcher=slurm", "topology=2x1", f"launcher.slurm.partition={testbed.partition}"] if launcher == "slurm"
              else [*bed_hosts(testbed, [1, 1]), *mpi_options(testbed), "launcher.tasks=per_device"])
-    proc = subprocess.Popen([RUN, *where, "init.timeout_s=300", "launcher.grace_s=2", *_hang_rank_1(marker),
-                             f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path, testbed.env()),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
-    proc.send_signal(signal.SIGTERM)
-    ((code, said),) = finish([proc], timeout=90)
+    with running(*where, "init.timeout_s=300", "launcher.grace_s=2", *_hang_rank_1(marker), run_id=run_id,
+                 cwd=tmp_path, env=testbed.env(), merged=True) as proc:
+        wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+        proc.send_signal(signal.SIGTERM)
+        ((code, said),) = finish([proc], timeout=90)
     assert code == 143, said
     if launcher == "slurm":
         found = re.findall(r"where the ranks are: (.*)", said)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from runs import finish, mpi_options, plain_env, processes_of, run, start_manual_hosts
+from runs import mpi_options, on_each_host, processes_of, run
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -80,8 +80,7 @@ def test_torchrun(folder) -> None:
 @pytest.mark.parametrize("name", ["launch", "imagenet", "spawn-8-2"])
 def test_by_hand_on_each_host(testbed, folder, name) -> None:
     run_id = f"mig{uuid.uuid4().hex[:8]}"
-    results = finish(start_manual_hosts(testbed, folder, job(name, *bed_names(testbed)), run_id,
-                                        env=plain_env(testbed.env())), timeout=240)
+    results = on_each_host(testbed, folder, job(name, *bed_names(testbed)), run_id, timeout=240, workloads=False)
     assert [code for code, _ in results] == [0, 0], results
     found = trained(folder, name, testbed)
     if name == "launch":

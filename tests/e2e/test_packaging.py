@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, clean_env
+from conftest import REPO
+from runs import started, user_env
 
 BUILD_INPUTS = ("pyproject.toml", "README.md", "runner", "conf", "recipes", "hydra_plugins")
 
@@ -37,7 +38,7 @@ def wheel(tmp_path_factory) -> Path:
     r = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
          "-w", str(out), str(src)],
-        env=clean_env(PIP_DISABLE_PIP_VERSION_CHECK="1"), capture_output=True, text=True, timeout=120)
+        env=user_env({"PIP_DISABLE_PIP_VERSION_CHECK": "1"}), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     (whl,) = out.glob("torch_jobspec-*.whl")
     return whl
@@ -48,7 +49,7 @@ def site(wheel: Path, tmp_path_factory) -> Path:
     target = tmp_path_factory.mktemp("site")
     r = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target), str(wheel)],
-        env=clean_env(PIP_DISABLE_PIP_VERSION_CHECK="1"), capture_output=True, text=True, timeout=120)
+        env=user_env({"PIP_DISABLE_PIP_VERSION_CHECK": "1"}), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     return target
 
@@ -104,7 +105,7 @@ def _env_for(site: Path) -> dict[str, str]:
     Used with ``python -S``: the venv's .pth files are not run, so the editable install's finder
     (which maps `runner` to the checkout) is not there; the checkout is not importable at all.
     """
-    env = clean_env()
+    env = user_env()
     env["PYTHONPATH"] = os.pathsep.join([str(site), sysconfig.get_paths()["purelib"]])
     env.pop("PYTHONSAFEPATH", None)
     return env
@@ -125,9 +126,9 @@ def test_installed_wheel_composes_without_the_checkout(site: Path, tmp_path: Pat
 def test_installed_wheel_dry_run(site: Path, tmp_path: Path) -> None:
     """`run` itself (its entry point) from the installed wheel: a full dry run, in a folder of its own."""
     code = "import sys; from runner.app.cli import main; sys.argv = ['run', *sys.argv[1:]]; main()"
-    r = subprocess.run([sys.executable, "-S", "-c", code, "dry_run=true", "topology=2x2", "launcher=slurm", "device=cpu",
-                        "recipe.target=runner.recipes.digits"], cwd=tmp_path, env=_env_for(site), capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
+    with started([sys.executable, "-S", "-c", code, "dry_run=true", "topology=2x2", "launcher=slurm", "device=cpu",
+                  "recipe.target=runner.recipes.digits"], cwd=tmp_path, env=_env_for(site)) as proc:
+        r = proc.wait(60)
+    assert r.code == 0, r.output
     assert "valid: 4 process(es) on 2 host(s)" in r.stdout
     assert any((f / "job.sbatch").is_file() for f in (tmp_path / "outputs").rglob("*") if f.is_dir())

@@ -10,15 +10,14 @@ import json
 import os
 import random
 import signal
-import subprocess
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 import torch
 
-from runs import RUN, bed_hosts, finish, mpi_options, processes_of, run, start_manual_hosts, user_env
+from runs import (RUN, Started, bed_hosts, finish, manual_hosts, mpi_options, on_each_host, processes_of, run,
+                  running, started, wait_until)
 
 pytestmark = pytest.mark.timeout(300)
 STEPS = 40
@@ -39,14 +38,11 @@ def same_weights(a: Path, b: Path) -> None:
         torch.testing.assert_close(x[key], y[key], rtol=0, atol=0)
 
 
-def kill_at_a_random_step(out: Path, rank: int, deadline_s: float = 120) -> int:
-    """SIGKILL ``rank`` of the first attempt once rank 0 has reached a random step; the step. (The kill lands
-    within a step of it: the ranks may complete that step, and its checkpoint, first.)"""
+def kill_at_a_random_step(out: Path, rank: int, alive: list[Started], deadline_s: float = 120) -> int:
+    """SIGKILL ``rank`` of the first attempt once rank 0 has reached a random step (while ``alive`` run); the step.
+    (The kill lands within a step of it: the ranks may complete that step, and its checkpoint, first.)"""
     at = random.randint(6, STEPS - 8)
-    deadline = time.monotonic() + deadline_s
-    while reached(out) < at:
-        assert time.monotonic() < deadline, "the job never got there"
-        time.sleep(0.05)
+    wait_until(lambda: reached(out) >= at, deadline_s, f"rank 0 at step {at}", alive=alive)
     os.kill(int((out / f"pid{rank}.0").read_text()), signal.SIGKILL)
     return at
 
@@ -70,8 +66,7 @@ def straight(testbed, tmp_path_factory) -> Path:
     out = tmp_path / "straight"
     out.mkdir()
     run_id = f"s{uuid.uuid4().hex[:8]}"
-    results = finish(start_manual_hosts(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "launcher=manual", *flaky(out)],
-                                        run_id))
+    results = on_each_host(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "launcher=manual", *flaky(out)], run_id)
     assert [c for c, _ in results] == [0, 0], results
     return out
 
@@ -81,9 +76,9 @@ def test_manual_hosts_restart_together_after_a_rank_is_killed(testbed, tmp_path,
     out.mkdir()
     run_id = f"k{uuid.uuid4().hex[:8]}"
     args = [*bed_hosts(testbed, [1, 1]), "launcher=manual", "launcher.max_restarts=2", *flaky(out)]
-    procs = start_manual_hosts(testbed, tmp_path, args, run_id)
-    at = kill_at_a_random_step(out, rank=1)  # host 1's rank
-    results = finish(procs, timeout=240)
+    with manual_hosts(testbed, tmp_path, args, run_id) as hosts:
+        at = kill_at_a_random_step(out, rank=1, alive=hosts)  # host 1's rank
+        results = finish(hosts, timeout=240)
     assert [c for c, _ in results] == [0, 0], (at, results)
     assert "restarting: attempt 2 of 3 (launcher.max_restarts=2)" in results[0][1] + results[1][1]
     firsts = attempts(out)
@@ -97,18 +92,13 @@ def test_a_host_whose_run_died_joins_the_next_attempt(testbed, tmp_path, straigh
     out.mkdir()
     run_id = f"j{uuid.uuid4().hex[:8]}"
     args = [*bed_hosts(testbed, [1, 1]), "launcher=manual", "launcher.max_restarts=2", *flaky(out)]
-    host0, host1 = start_manual_hosts(testbed, tmp_path, args, run_id)
-    deadline = time.monotonic() + 120
-    while reached(out) < 10:
-        assert time.monotonic() < deadline and host0.poll() is None
-        time.sleep(0.05)
-    host1.kill()  # host 1's `run` dies; its rank follows it (it dies with its parent)
-    host1.wait()
-    again = subprocess.Popen(testbed.exec_argv(testbed.hosts[1], [RUN, *args, "launcher.manual.host=1",
-                                                                   f"run_id={run_id}"]),
-                             cwd=tmp_path, env=user_env(tmp_path, testbed.env()), stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-    results = finish([host0, again], timeout=240)
+    with manual_hosts(testbed, tmp_path, args, run_id) as (host0, host1):
+        wait_until(lambda: reached(out) >= 10, 120, "rank 0 at step 10", alive=[host0, host1])
+        host1.send_signal(signal.SIGKILL)  # host 1's `run` dies; its rank follows it (it dies with its parent)
+        host1.wait(10)
+        with started(testbed.exec_argv(testbed.hosts[1], [RUN, *args, "launcher.manual.host=1", f"run_id={run_id}"]),
+                     cwd=tmp_path, env=testbed.env(), run_id=run_id, merged=True) as again:
+            results = finish([host0, again], timeout=240)
     assert [c for c, _ in results] == [0, 0], results
     assert sorted(attempts(out)) == [0, 1]
     same_weights(straight, out)
@@ -118,17 +108,12 @@ def test_a_host_whose_run_died_joins_the_next_attempt(testbed, tmp_path, straigh
 def test_mpirun_is_started_again_after_a_rank_is_killed(testbed, tmp_path, straight):
     out = tmp_path / "mpi"
     out.mkdir()
-    proc = subprocess.Popen([RUN, *bed_hosts(testbed, [1, 1]), *mpi_options(testbed), "launcher.tasks=per_device",
-                             "launcher.max_restarts=2", *flaky(out), f"run_id=m{uuid.uuid4().hex[:8]}"], cwd=tmp_path,
-                            env=user_env(tmp_path, testbed.env()), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        at = kill_at_a_random_step(out, rank=1)
-        _, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
+    with running(*bed_hosts(testbed, [1, 1]), *mpi_options(testbed), "launcher.tasks=per_device",
+                 "launcher.max_restarts=2", *flaky(out), cwd=tmp_path, env=testbed.env()) as proc:
+        at = kill_at_a_random_step(out, rank=1, alive=[proc])
+        done = proc.wait(240)
+    err = done.stderr
+    assert done.code == 0, err
     assert "restarting: attempt 2 of 3 (launcher.max_restarts=2): mpirun again" in err
     assert err.count("-x RUNNER_ATTEMPT") == 2  # the same mpirun line, twice
     firsts = attempts(out)

@@ -26,8 +26,8 @@ import psutil
 import pytest
 import torch
 
-from runs import (RUN, TESTS, artifacts, bed_hosts, check_readme_quotes, check_views, finish, processes_of, seen_in,
-                  user_env, wait_until)
+from runs import (RUN, TESTS, Started, artifacts, bed_hosts, check_readme_quotes, check_views, finish, processes_of,
+                  seen_in, stage_workloads, started, wait_until)
 from runner.environments.versions import installed
 
 pytestmark = pytest.mark.timeout(240)
@@ -54,7 +54,7 @@ def job(testbed, tmp_path) -> Job:
     for host in (None, *testbed.names):
         folder = testbed.home_of(host) / name
         folder.mkdir()
-        user_env(folder)  # the workloads, as a user's checkout on each machine
+        stage_workloads(folder)  # the workloads, as a user's checkout on each machine
         for script in ("train_torchrun.py", "common.py"):
             shutil.copy(REPO / "examples" / "migrate" / script, folder)
         views[host] = folder
@@ -65,9 +65,11 @@ def ssh_options(testbed) -> list[str]:
     return ["launcher=ssh", f"launcher.ssh.config_file={testbed.ssh_config}", "init=tcp"]
 
 
-def start(testbed, job: Job, args: list[str], run_id: str, on_host_0: bool = False) -> subprocess.Popen:
-    """`run ARGS launcher=ssh ... run_id=...` in the job's folder: in the root namespace, or (``on_host_0``) on host
-    0, in its network and mount namespaces, where its run folder is host 0's."""
+def start(testbed, job: Job, args: list[str], run_id: str, on_host_0: bool = False,
+          env: dict[str, str] | None = None) -> Started:
+    """`run ARGS launcher=ssh ... run_id=...` in the job's folder (``with start(...) as proc``: reaped whatever
+    happens): in the root namespace, or (``on_host_0``) on host 0, in its network and mount namespaces, where its
+    run folder is host 0's."""
     cut = args.index("--") if "--" in args else len(args)  # a script's own arguments follow `--`
     argv = [RUN, *ssh_options(testbed), *args[:cut], f"run_id={run_id}", *args[cut:]]
     if on_host_0:
@@ -75,8 +77,7 @@ def start(testbed, job: Job, args: list[str], run_id: str, on_host_0: bool = Fal
         # (nsenter --wd would open the folder before entering the mount namespace: the root namespace's)
         argv = ["nsenter", f"--net={h.netns_path}", f"--mount={testbed.mount_ns(h.name)}", "--", "/bin/sh", "-c",
                 'cd "$0" && exec "$@"', str(job.path), *argv]
-    return subprocess.Popen(argv, cwd=job.views[None], env=user_env(job.views[None], testbed.env()),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return started(argv, cwd=job.views[None], env={**testbed.env(), **(env or {})}, run_id=run_id, merged=True)
 
 
 def check_argv(testbed, job: Job, host: str) -> str:
@@ -130,8 +131,9 @@ def test_a_2x2_digits_job_from_host_0_is_one_terminal_one_summary_one_status(tes
     """`run` on host 0: its run folder is host 0's, host 1's ranks' logs are taken back into it, and its one summary
     counts all four ranks; host 1 kept the run in its own folder too."""
     run_id = f"a{uuid.uuid4().hex[:8]}"
-    ((code, said),) = finish([start(testbed, job, [*bed_hosts(testbed, [2, 2]), *digits(2, 64)], run_id,
-                                    on_host_0=True)], timeout=200)
+    with start(testbed, job, [*bed_hosts(testbed, [2, 2]), *digits(2, 64)], run_id,
+                                    on_host_0=True) as proc:
+        ((code, said),) = finish([proc], timeout=200)
     assert code == 0, said
     assert re.search(ready(testbed), said) and re.search(seen("done"), said), said
     assert said.count("\n== run ") == 1  # one summary: the hosts' own `run`s print none
@@ -150,7 +152,8 @@ def test_a_2_plus_1_digits_job_from_a_machine_that_is_no_host(testbed, job):
     """`run` in the root namespace, whose folder is neither host's: host 0's records (how every rank ended, the
     metrics) and each host's logs come back over ssh, and the summary is the whole job's."""
     run_id = f"b{uuid.uuid4().hex[:8]}"
-    ((code, said),) = finish([start(testbed, job, [*bed_hosts(testbed, [2, 1]), *digits(2, 60)], run_id)], timeout=200)
+    with start(testbed, job, [*bed_hosts(testbed, [2, 1]), *digits(2, 60)], run_id) as proc:
+        ((code, said),) = finish([proc], timeout=200)
     assert code == 0, said
     assert re.search(seen("done"), said) and said.count("\n== run ") == 1, said
     done = summary(job, None, run_id)
@@ -170,13 +173,11 @@ def test_every_rank_runs_on_its_host_sees_one_job_and_gets_the_exported_values(t
     art = tmp_path / "art"  # outside the bed's home: one folder for every host
     art.mkdir()
     value = "a b; $(echo no) 'quoted' \\n"
-    env = {**user_env(job.views[None], testbed.env()), "RUNNER_SSH_PROBE": value}
-    proc = subprocess.Popen([RUN, *ssh_options(testbed), *bed_hosts(testbed, [2, 1]), "recipe=custom",
-                             "recipe.target=workloads.placement:main", f"+recipe.out_dir={art}",
-                             "+recipe.env=[RUNNER_SSH_PROBE]", "launcher.ssh.export=[RUNNER_SSH_PROBE]",
-                             "recipe.global_batch_size=30", f"run_id={run_id}"], cwd=job.views[None], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    ((code, said),) = finish([proc], timeout=200)
+    with start(testbed, job, [*bed_hosts(testbed, [2, 1]), "recipe=custom", "recipe.target=workloads.placement:main",
+                              f"+recipe.out_dir={art}", "+recipe.env=[RUNNER_SSH_PROBE]",
+                              "launcher.ssh.export=[RUNNER_SSH_PROBE]", "recipe.global_batch_size=30"], run_id,
+               env={"RUNNER_SSH_PROBE": value}) as proc:
+        ((code, said),) = finish([proc], timeout=200)
     assert code == 0, said
     found = artifacts(art)
     hosts = [testbed.hosts[0]] * 2 + [testbed.hosts[1]]
@@ -192,8 +193,9 @@ def test_a_torchrun_script_runs_unchanged_with_every_ranks_output_prefixed(testb
     """examples/migrate/train_torchrun.py on 2x1, log.console=all: each rank writes its record in its own host's
     folder, and each line it prints reaches this terminal whole, prefixed with its rank and host."""
     run_id = f"c{uuid.uuid4().hex[:8]}"
-    ((code, said),) = finish([start(testbed, job, [*bed_hosts(testbed, [1, 1]), "log.console=all", "--",
-                                                   "train_torchrun.py", "--epochs", "2"], run_id)], timeout=200)
+    with start(testbed, job, [*bed_hosts(testbed, [1, 1]), "log.console=all", "--",
+                                                   "train_torchrun.py", "--epochs", "2"], run_id) as proc:
+        ((code, said),) = finish([proc], timeout=200)
     assert code == 0, said
     for rank, host in enumerate(testbed.names):
         assert f"[rank {rank} {host}] train_torchrun: rank {rank} of 2 done on cpu\n" in said, said
@@ -209,7 +211,8 @@ def test_a_torchrun_script_runs_unchanged_with_every_ranks_output_prefixed(testb
 
 def refused(testbed, job: Job, run_id: str, key: str) -> str:
     started = time.monotonic()
-    ((code, said),) = finish([start(testbed, job, [*bed_hosts(testbed, [1, 1])], run_id)], timeout=60)
+    with start(testbed, job, [*bed_hosts(testbed, [1, 1])], run_id) as proc:
+        ((code, said),) = finish([proc], timeout=60)
     assert code == 2, said
     assert time.monotonic() - started < 30
     assert re.search(seen(key, testbed), said), said
@@ -289,11 +292,11 @@ def kill_host(testbed, host: str) -> int:
 def test_a_host_killed_mid_run_ends_the_job_on_every_host_within_seconds(testbed, job, tmp_path):
     run_id = f"g{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"  # outside the bed's home: every host writes the same folder here
-    proc = start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker)], run_id)
-    wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
-    assert kill_host(testbed, testbed.names[1]) >= 2  # its `run` and its rank, at least
-    killed = time.monotonic()
-    ((code, said),) = finish([proc], timeout=60)
+    with start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker)], run_id) as proc:
+        wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+        assert kill_host(testbed, testbed.names[1]) >= 2  # its `run` and its rank, at least
+        killed = time.monotonic()
+        ((code, said),) = finish([proc], timeout=60)
     assert code == 1, said
     assert time.monotonic() - killed < 15, said  # host 0's rank waits in an all-reduce: the driver ends it
     for key in ("lost", "lost on host 0", "lost status"):
@@ -308,12 +311,12 @@ def test_a_signal_to_run_reaches_every_rank_on_every_host(testbed, job, tmp_path
     what still runs (rank 1 sleeps, rank 0 waits for it), host 0 saying where every rank was. Exit 128 + n."""
     run_id = f"h{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"
-    proc = start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker, grace_s=10 if signum == signal.SIGINT
-                                                                   else 2)], run_id)
-    wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
-    proc.send_signal(signum)
-    asked = time.monotonic()
-    ((code, said),) = finish([proc], timeout=60)
+    with start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker, grace_s=10 if signum == signal.SIGINT
+                                                                   else 2)], run_id) as proc:
+        wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+        proc.send_signal(signum)
+        asked = time.monotonic()
+        ((code, said),) = finish([proc], timeout=60)
     assert code == 128 + signum, said
     if signum == signal.SIGINT:
         assert time.monotonic() - asked < 10, said  # at once, not after launcher.grace_s=10
@@ -331,12 +334,12 @@ def test_a_signal_to_run_reaches_every_rank_on_every_host(testbed, job, tmp_path
 def test_the_stop_signal_makes_every_rank_checkpoint_and_return(testbed, job):
     """kill -USR1 <run>: the digits recipe on both hosts agrees to stop, checkpoints and returns: exit 0."""
     run_id = f"l{uuid.uuid4().hex[:8]}"
-    proc = start(testbed, job, [*bed_hosts(testbed, [1, 1]), *digits(20, 64)], run_id)
-    log = job.run_folder(testbed.names[1], run_id) / "logs" / "rank00001.log"
-    wait_until(lambda: log.exists() and "progress: train step" in log.read_text(), 120, "rank 1 training",
-               alive=[proc])
-    proc.send_signal(signal.SIGUSR1)
-    ((code, said),) = finish([proc], timeout=120)
+    with start(testbed, job, [*bed_hosts(testbed, [1, 1]), *digits(20, 64)], run_id) as proc:
+        log = job.run_folder(testbed.names[1], run_id) / "logs" / "rank00001.log"
+        wait_until(lambda: log.exists() and "progress: train step" in log.read_text(), 120, "rank 1 training",
+                   alive=[proc])
+        proc.send_signal(signal.SIGUSR1)
+        ((code, said),) = finish([proc], timeout=120)
     assert code == 0, said
     for host in testbed.names:
         assert f"[host {host}] SIGUSR1: asking 1 process(es) to checkpoint and stop" in said, said
@@ -351,13 +354,14 @@ def test_a_host_cut_off_the_network_is_lost_after_its_keepalives_and_stops_by_it
     stops its share by itself: nothing is left there either."""
     run_id = f"m{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"
-    proc = start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker), "launcher.ssh.keepalive_s=1"], run_id)
-    wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
     veth = testbed.description["hosts"][1]["veth"]
-    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
     try:
-        cut = time.monotonic()
-        ((code, said),) = finish([proc], timeout=60)
+        with start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker), "launcher.ssh.keepalive_s=1"],
+                   run_id) as proc:
+            wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+            subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+            cut = time.monotonic()
+            ((code, said),) = finish([proc], timeout=60)
         assert code == 1, said
         assert time.monotonic() - cut < 20, said
         host1 = re.escape(testbed.names[1])
@@ -374,12 +378,11 @@ def test_nothing_outlives_run_when_it_is_killed(testbed, job, tmp_path):
     host after launcher.grace_s."""
     run_id = f"i{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"
-    proc = start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker)], run_id)
-    wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
-    hosts = {c[c.index("--ssh-host") + 1] for p in processes_of(run_id) if "--ssh-host" in (c := p.cmdline())}
-    assert hosts == {"0", "1"}  # both hosts' `run`s (and their ranks, forked from them)
-    proc.kill()
-    proc.communicate()
+    with start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker)], run_id) as proc:
+        wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+        hosts = {c[c.index("--ssh-host") + 1] for p in processes_of(run_id) if "--ssh-host" in (c := p.cmdline())}
+        assert hosts == {"0", "1"}  # both hosts' `run`s (and their ranks, forked from them)
+        proc.reap()
     wait_until(lambda: not processes_of(run_id), 30, "nothing left of the run on any host")
 
 
@@ -395,14 +398,15 @@ def test_a_restart_resumes_every_host_to_the_weights_of_an_uninterrupted_run(tes
                 "launcher.max_restarts=1"]
 
     straight = tmp_path / "straight"
-    ((code, said),) = finish([start(testbed, job, flaky(straight), f"j{uuid.uuid4().hex[:8]}")], timeout=200)
+    with start(testbed, job, flaky(straight), f"j{uuid.uuid4().hex[:8]}") as proc:
+        ((code, said),) = finish([proc], timeout=200)
     assert code == 0, said
     run_id, out = f"k{uuid.uuid4().hex[:8]}", tmp_path / "killed"
-    proc = start(testbed, job, flaky(out), run_id)
-    wait_until(lambda: (out / "step").exists() and int((out / "step").read_text() or 0) >= 10, 120, "step 10",
-               alive=[proc])
-    os.kill(int((out / "pid1.0").read_text()), signal.SIGKILL)
-    ((code, said),) = finish([proc], timeout=200)
+    with start(testbed, job, flaky(out), run_id) as proc:
+        wait_until(lambda: (out / "step").exists() and int((out / "step").read_text() or 0) >= 10, 120, "step 10",
+                   alive=[proc])
+        os.kill(int((out / "pid1.0").read_text()), signal.SIGKILL)
+        ((code, said),) = finish([proc], timeout=200)
     assert code == 0, said
     for host in testbed.names:
         assert f"[host {host}] restarting: attempt 2 of 2 (launcher.max_restarts=1)" in said, said

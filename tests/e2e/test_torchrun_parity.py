@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -19,7 +18,7 @@ import pytest
 
 from conftest import REPO
 from runner.environments.process import usable_cpus
-from runs import RUN, TESTS, plain_env, processes_of
+from runs import RUN, TESTS, Finished, processes_of, started, wait_until
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 SCRIPTS = TESTS / "scripts"
@@ -45,15 +44,18 @@ def readme_variables() -> dict[str, tuple[str, str]]:
             if (m := re.fullmatch(r"`([A-Z][A-Z0-9_]*)`", key))}
 
 
-def launch(launcher: str, args: list[str], cwd: Path, prefix: tuple[str, ...] = (), timeout: float = 120,
-           ) -> subprocess.CompletedProcess:
-    """Start the script ``args`` on 2 processes of this machine, by torchrun or by `run`, as a user would type it."""
-    run_id = f"p{uuid.uuid4().hex[:8]}"
+def launcher_argv(launcher: str, args: list[str], run_id: str) -> list[str]:
+    """The script ``args`` on 2 processes of this machine, by torchrun or by `run`, as a user would type it."""
     if launcher == "torchrun":
-        argv = [*prefix, TORCHRUN, "--standalone", "--nproc_per_node=2", *args]
-    else:
-        argv = [*prefix, RUN, "topology=1x2", f"run_id={run_id}", "--", *args]
-    done = subprocess.run(argv, cwd=cwd, env=plain_env(), capture_output=True, text=True, timeout=timeout)
+        return [TORCHRUN, "--standalone", "--nproc_per_node=2", *args]
+    return [RUN, "topology=1x2", f"run_id={run_id}", "--", *args]
+
+
+def launch(launcher: str, args: list[str], cwd: Path, prefix: tuple[str, ...] = (), timeout: float = 120) -> Finished:
+    """Run the script ``args`` on 2 processes of this machine by ``launcher`` (:func:`launcher_argv`)."""
+    run_id = f"p{uuid.uuid4().hex[:8]}"
+    with started([*prefix, *launcher_argv(launcher, args, run_id)], cwd=cwd, run_id=run_id) as proc:
+        done = proc.wait(timeout)
     assert not processes_of(run_id)  # nothing of a `run` is left behind, whatever the script did
     return done
 
@@ -74,7 +76,7 @@ def probed(folder: Path, launcher: str, script: list[str], tag: str, prefix: tup
     out = folder / f"{tag}-{launcher}"
     out.mkdir()
     done = launch(launcher, [*script, str(out)], folder, prefix)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.code == 0, done.output
     return done, {r: json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)}
 
 
@@ -145,8 +147,8 @@ def test_how_a_script_ends_is_how_the_launcher_ends(folder, how, code):
     for at once by its exit status: `run` waited forever for it before)."""
     theirs = launch("torchrun", ["parity_exit.py", how], folder)
     ours = launch("run", ["parity_exit.py", how], folder, timeout=60)
-    assert theirs.returncode == code, theirs.stderr[-2000:]
-    assert ours.returncode == code, ours.stderr[-2000:]
+    assert theirs.code == code, theirs.stderr[-2000:]
+    assert ours.code == code, ours.stderr[-2000:]
     if how == "raise":
         assert "ValueError: rank 1 gives up" in ours.stderr and 'File "' + str(folder / "parity_exit.py") in ours.stderr
         assert "runner/" not in ours.stderr.split("Traceback (most recent call last):")[1].split("ValueError")[0]
@@ -159,25 +161,15 @@ def _time_to_stop(launcher: str, folder: Path) -> tuple[float, int, str]:
     exited, its status, its output."""
     marks = folder / f"trap-{launcher}"
     marks.mkdir()
-    args = [TORCHRUN, "--standalone", "--nproc_per_node=2", "parity_trap.py", str(marks)] if launcher == "torchrun" \
-        else [RUN, "topology=1x2", f"run_id=p{uuid.uuid4().hex[:8]}", "--", "parity_trap.py", str(marks)]
-    proc = subprocess.Popen(args, cwd=folder, env=plain_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not all((marks / f"ready{r}").exists() for r in (0, 1)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.02)
+    with started(launcher_argv(launcher, ["parity_trap.py", str(marks)], f"p{uuid.uuid4().hex[:8]}"), cwd=folder,
+                 merged=True) as proc:
+        wait_until(lambda: all((marks / f"ready{r}").exists() for r in (0, 1)), 60, "every rank ready", alive=[proc])
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
+        done = proc.wait(60)
         took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert all((marks / f"stopped{r}").exists() for r in (0, 1)), out  # each rank's own handler ran
-    return took, proc.returncode, out
+    assert all((marks / f"stopped{r}").exists() for r in (0, 1)), done.output  # each rank's own handler ran
+    return took, done.code, done.output
 
 
 def test_sigterm_reaches_a_script_that_traps_it_at_once(folder):

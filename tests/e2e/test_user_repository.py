@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runs import bed_hosts, finish, mpi_options, plain_env, processes_of, run, start_manual_hosts
+from runs import bed_hosts, mpi_options, on_each_host, processes_of, run, user_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -206,9 +206,8 @@ def test_a_target_that_would_not_import_in_the_ranks_is_refused_before_launch(re
 
 def test_manual_on_two_namespace_hosts(testbed, repo):
     run_id = f"u{uuid.uuid4().hex[:8]}"
-    env = plain_env(testbed.env())
     args = job(repo, *bed_hosts(testbed, [2, 1]), "launcher=manual", "recipe.global_batch_size=6")
-    results = finish(start_manual_hosts(testbed, repo, args, run_id, env=env))
+    results = on_each_host(testbed, repo, args, run_id, workloads=False)
     assert [code for code, _ in results] == [0, 0], results
     found(repo, "job", 3, [2, 1], testbed)
     assert not processes_of(run_id)
@@ -217,9 +216,7 @@ def test_manual_on_two_namespace_hosts(testbed, repo):
         f.unlink()
     run_id = f"u{uuid.uuid4().hex[:8]}"
     overrides = [*bed_hosts(testbed, [1, 2]), "launcher=manual", "recipe.local_rank_arg=--local_rank"]
-    procs = start_manual_hosts(testbed, repo, overrides, run_id, env=env,
-                               script=script(repo))
-    results = finish(procs)
+    results = on_each_host(testbed, repo, overrides, run_id, script=script(repo), workloads=False)
     assert [code for code, _ in results] == [0, 0], results
     records = found(repo, "legacy", 3, [1, 2], testbed)
     assert [records[r]["local_rank"] for r in (0, 1, 2)] == [0, 0, 1]
@@ -262,9 +259,9 @@ def test_the_task_command_is_not_shadowed_by_a_users_runner_py(repo):
     `python -m runner.app.task` would import the user's runner.py and fail."""
     import subprocess
 
-    shadowed = subprocess.run([sys.executable, "-m", "runner.app.task"], cwd=repo, env=plain_env(), capture_output=True,
+    shadowed = subprocess.run([sys.executable, "-m", "runner.app.task"], cwd=repo, env=user_env(), capture_output=True,
                               text=True, timeout=60)
     assert "the user's runner.py was imported" in shadowed.stderr
-    ours = subprocess.run([sys.executable, "-P", "-m", "runner.app.task"], cwd=repo, env=plain_env(), capture_output=True,
-                          text=True, timeout=60)
+    ours = subprocess.run([sys.executable, "-P", "-m", "runner.app.task"], cwd=repo, env=user_env(),
+                          capture_output=True, text=True, timeout=60)
     assert ours.returncode == 2 and "usage: python -P -m runner.app.task" in ours.stderr, ours.stderr

@@ -76,25 +76,6 @@ def test_threads_are_a_share_of_the_cpus_this_process_may_use(tmp_path, monkeypa
     assert env["OMP_NUM_THREADS"] == "1"  # 3 usable CPUs over 2 processes
 
 
-def test_the_cgroup_cpu_quota_of_cgroup_v2_and_v1(tmp_path) -> None:
-    from runner.environments.process import _cgroup_cpu_quota
-
-    own = tmp_path / "self_cgroup"
-    (tmp_path / "fs" / "job7").mkdir(parents=True)
-    (tmp_path / "fs" / "job7" / "cpu.max").write_text("150000 100000\n")
-    own.write_text("0::/job7\n")
-    assert _cgroup_cpu_quota(tmp_path / "fs", own) == 1.5
-    (tmp_path / "fs" / "job7" / "cpu.max").write_text("max 100000\n")
-    assert _cgroup_cpu_quota(tmp_path / "fs", own) is None
-    (tmp_path / "fs" / "cpu" / "slurm").mkdir(parents=True)
-    (tmp_path / "fs" / "cpu" / "slurm" / "cpu.cfs_quota_us").write_text("400000\n")
-    (tmp_path / "fs" / "cpu" / "slurm" / "cpu.cfs_period_us").write_text("100000\n")
-    own.write_text("4:memory:/x\n1:cpu,cpuacct:/slurm\n")
-    assert _cgroup_cpu_quota(tmp_path / "fs", own) == 4.0
-    own.write_text("")
-    assert _cgroup_cpu_quota(tmp_path / "fs", own) is None
-
-
 def test_the_users_threads_win_and_no_agent_store_for_a_task(tmp_path) -> None:
     plan, paths = _plan(tmp_path, "topology=1x2")
     parent = ProcessEnvironment.read({"OMP_NUM_THREADS": "5"})

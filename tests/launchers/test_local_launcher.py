@@ -6,14 +6,14 @@ import json
 import os
 import shlex
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 import torch
-from runs import RUN, SNAPSHOT, artifacts, check_views, processes_of, run, run_folder, user_env
+from runs import (SNAPSHOT, artifacts, check_views, finish, processes_of, run, run_folder, running, started,
+                  wait_for_pids)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -24,6 +24,11 @@ EPHEMERAL_PORTS = range(_low, _high + 1)  # where a port bound as 0 comes from
 
 def custom(target: str, out_dir, *extra: str) -> list[str]:
     return ["recipe=custom", f"recipe.target={target}", f"+recipe.out_dir={out_dir}", *extra]
+
+
+def until_stopped(out_dir) -> list[str]:
+    """Ranks that write their pid (runs.wait_for_pids) and all-reduce until stopped."""
+    return custom("workloads.failing:main", out_dir, "+recipe.fail_rank=-1", "+recipe.fail_step=0")
 
 
 @pytest.mark.parametrize("shape,world", [("1x1", 1), ("1x2", 2), ("1x4", 4)])
@@ -81,14 +86,12 @@ def test_the_init_file_lives_in_a_folder_only_the_user_can_enter(tmp_path):
 
 def test_two_runs_get_their_own_ports(tmp_path):
     arts = [tmp_path / "a", tmp_path / "b"]
-    procs = []
     for art in arts:
         art.mkdir()
-        procs.append(subprocess.Popen([RUN, "topology=1x2", *custom("workloads.artifact:main", art)],
-                                      cwd=tmp_path, env=user_env(tmp_path),
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    with running("topology=1x2", *custom("workloads.artifact:main", arts[0]), cwd=tmp_path) as a, \
+            running("topology=1x2", *custom("workloads.artifact:main", arts[1]), cwd=tmp_path) as b:
+        done = [a.wait(120), b.wait(120)]
+    assert [d.code for d in done] == [0, 0], [d.output for d in done]
     ports = {artifacts(a)[0]["env"]["MASTER_PORT"] for a in arts}
     assert len(ports) == 2
 
@@ -200,18 +203,11 @@ def test_signal_stops_every_rank(tmp_path, sig):
     art = tmp_path / "art"
     art.mkdir()
     run_id = f"sig{sig.value}{tmp_path.name[-6:]}"
-    proc = subprocess.Popen([RUN, "topology=1x2", f"run_id={run_id}", "launcher.grace_s=2",
-                             *custom("workloads.failing:main", art, "+recipe.fail_rank=-1", "+recipe.fail_step=0")],
-                            cwd=tmp_path, env=user_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while sum(1 for f in art.glob("pid*") if f.read_text().strip()) < 2:  # written, not just created
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 128 + sig.value, err
+    with running("topology=1x2", "launcher.grace_s=2", *until_stopped(art), run_id=run_id, cwd=tmp_path) as proc:
+        wait_for_pids(proc, art, 2)
+        proc.send_signal(sig)
+        done = proc.wait(30)
+    assert done.code == 128 + sig.value, done.stderr
     assert not processes_of(run_id)
 
 
@@ -221,19 +217,12 @@ def test_killing_run_takes_its_processes_with_it(tmp_path):
     art = tmp_path / "art"
     art.mkdir()
     run_id = f"kill{tmp_path.name[-6:]}"
-    proc = subprocess.Popen([RUN, "topology=1x2", f"run_id={run_id}", "launcher.grace_s=2",
-                             *custom("workloads.failing:main", art, "+recipe.fail_rank=-1", "+recipe.fail_step=0")],
-                            cwd=tmp_path, env=user_env(tmp_path),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while sum(1 for f in art.glob("pid*") if f.read_text().strip()) < 2:  # written, not just created
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.1)
-    ranks = [psutil.Process(int(p.read_text())) for p in art.glob("pid*")]
-    agent = ranks[0].parent()
-    assert agent.pid != proc.pid and agent.parent().pid == proc.pid  # ranks are forked by the launch agent
-    proc.kill()
-    proc.wait(timeout=10)
+    with running("topology=1x2", "launcher.grace_s=2", *until_stopped(art), run_id=run_id, cwd=tmp_path) as proc:
+        ranks = [psutil.Process(pid) for pid in wait_for_pids(proc, art, 2).values()]
+        agent = ranks[0].parent()
+        assert agent.pid != proc.pid and agent.parent().pid == proc.pid  # ranks are forked by the launch agent
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
     gone, alive = psutil.wait_procs([agent, *ranks], timeout=10)
     assert not alive, alive
     assert not processes_of(run_id)
@@ -250,17 +239,16 @@ def test_manual_launch_on_two_hosts_of_this_machine(tmp_path):
     launch = (run_folder(tmp_path) / "launch.txt").read_text()
     commands = [line.split(" && ", 1)[1] for line in launch.splitlines() if line.startswith("cd ")]
     assert len(commands) == 2
-    env = user_env(tmp_path)
-    procs = [subprocess.Popen(shlex.split(c), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for c in reversed(commands)]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
+    with started(shlex.split(commands[1]), cwd=tmp_path, merged=True) as host1, \
+            started(shlex.split(commands[0]), cwd=tmp_path, merged=True) as host0:
+        results = finish([host1, host0])
+    assert [code for code, _ in results] == [0, 0], results
     found = artifacts(art)
     assert sorted(found) == [0, 1, 2]
     assert [found[r]["env"]["GROUP_RANK"] for r in range(3)] == ["0", "0", "1"]
     assert [found[r]["local_rank"] for r in range(3)] == [0, 1, 0]
     assert all(rec["sum"] == 6.0 for rec in found.values())
-    assert not processes_of("manual1")
+    assert not processes_of(dry.run_id)  # the commands carry the dry run's id
 
 
 def test_default_job_trains_digits(tmp_path):

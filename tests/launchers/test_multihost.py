@@ -17,12 +17,11 @@ from runs import (
     artifacts,
     bed_hosts,
     check_views,
-    finish,
     mpi_options,
+    on_each_host,
     processes_of,
     run,
     run_folder,
-    start_manual_hosts,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -57,7 +56,7 @@ def test_manual_launch_on_each_host(testbed, tmp_path, init):
     overrides = [*bed_hosts(testbed, [2, 2]), "launcher=manual", f"init={init}", *placement(art)]
     if init == "file":
         overrides.append(f"init.dir={shared}")
-    results = finish(start_manual_hosts(testbed, tmp_path, overrides, run_id))
+    results = on_each_host(testbed, tmp_path, overrides, run_id)
     assert [code for code, _ in results] == [0, 0], results
     check_hosts(testbed, art, [2, 2])
     check_views(art, run_folder(tmp_path) / "spec.yaml", 4)  # both hosts' `run`s share this folder here

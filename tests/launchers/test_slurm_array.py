@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import signal
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import torch
 from runner.launchers.slurm_array import ArrayFollower, ArrayMember, group
 from runner.launchers.slurm_job import SlurmStates, ask_to_stop, task_ids
 from runner.plan.paths import RunPaths
-from runs import processes_of, run, signal_when_ready
+from runs import processes_of, run, signal_when_ready, wait_until
 from slurm_fakes import Clock, Slurm, ok
 
 pytestmark = pytest.mark.timeout(300)
@@ -199,14 +198,11 @@ def test_follow_false_leaves_the_arrays_to_slurm(testbed, tmp_path):
     assert "#SBATCH --array=0%1" in (sweep / "array0.sbatch").read_text()
     assert "not following array" in done.stderr
     # Slurm runs them on its own; wait for them, so that the test leaves nothing behind
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if all("final test accuracy" in _read(sweep / str(n) / f"slurm-{i}.out") for n, i in enumerate(ids)):
-            break
-        time.sleep(1)
-    else:
+    try:
+        wait_until(lambda: all("final test accuracy" in _read(sweep / str(n) / f"slurm-{i}.out")
+                               for n, i in enumerate(ids)), 120, "the unfollowed arrays finished")
+    finally:
         subprocess.run(["scancel", *(i.split("_")[0] for i in ids)], env=testbed.env())
-        pytest.fail("the unfollowed arrays did not finish within 120 s")
 
 
 def _read(path: Path) -> str:
@@ -236,11 +232,9 @@ def test_ctrl_c_cancels_every_array_and_leaves_nothing_running(testbed, tmp_path
                            capture_output=True, text=True).stdout.split()
     assert not queue, queue  # cancelled, not left running
     assert [r["status"] for r in _summary(sweep)] == ["stopped (SIGINT)", "stopped (SIGINT)"]
-    deadline = time.monotonic() + 30  # the ranks on the nodes end once Slurm has cancelled their steps
     ids = [run_id, f"{run_id}-0", f"{run_id}-1"]  # `run`, and each job's ranks (a sweep's jobs get -<num>)
-    while any(processes_of(i) for i in ids) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not any(processes_of(i) for i in ids)
+    # the ranks on the nodes end once Slurm has cancelled their steps
+    wait_until(lambda: not any(processes_of(i) for i in ids), 30, "every rank of the sweep gone")
 
 
 def test_the_stop_signal_checkpoints_every_running_job_and_cancels_those_not_started(testbed, tmp_path):

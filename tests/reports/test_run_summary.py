@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from runner.plan.paths import RunPaths
 from runner.launchers import plan as plan_for
 from runner.reports.run_summary import summarize
 from runner.worker.failures import agent_seen_error
-from runs import RUN, TESTS, processes_of, run, run_folder, signal_when_ready, user_env
+from runs import TESTS, processes_of, run, run_folder, running, signal_when_ready, wait_for_pids
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -45,19 +44,6 @@ def failing(out_dir: Path, fail_rank: int, fail_step: int, ranks: int = 2) -> li
     """Ranks that all-reduce until rank ``fail_rank`` raises at ``fail_step`` (-1: none does)."""
     return [f"topology=1x{ranks}", "recipe=custom", "recipe.target=workloads.failing:main", f"+recipe.out_dir={out_dir}",
             f"+recipe.fail_rank={fail_rank}", f"+recipe.fail_step={fail_step}", f"recipe.global_batch_size={ranks}"]
-
-
-def started(tmp_path: Path, art: Path, run_id: str, ranks: int) -> subprocess.Popen:
-    """`run` with ranks that do collectives until stopped, once each of them is in its recipe."""
-    proc = subprocess.Popen([RUN, f"run_id={run_id}", *failing(art, -1, 0, ranks)], cwd=tmp_path,
-                            env=user_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while sum(1 for f in art.glob("pid*") if f.read_text().strip()) < ranks:  # written, not just created
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    return proc
 
 
 # ------------------------------------------------------------------------------ real runs
@@ -113,10 +99,12 @@ def test_a_run_stopped_by_sigint_says_so(tmp_path):
     art = tmp_path / "art"
     art.mkdir()
     run_id = f"int{tmp_path.name[-6:]}"
-    proc = started(tmp_path, art, run_id, 2)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    with running(*failing(art, -1, 0, 2), run_id=run_id, cwd=tmp_path) as proc:  # collectives until stopped
+        wait_for_pids(proc, art, 2)
+        proc.send_signal(signal.SIGINT)
+        done = proc.wait(60)
+    err = done.stderr
+    assert done.code == 130, err
     lines = summary_of(err, run_id)
     assert re.fullmatch(rf"== run {run_id}: stopped after \d+\.\d s ==", lines[0])
     assert field(lines, "status") == "stopped by SIGINT (exit 130)"
@@ -147,14 +135,11 @@ def test_a_rank_killed_by_a_signal_is_named_first_not_the_peers_that_lost_it(tmp
     art = tmp_path / "art"
     art.mkdir()
     run_id = f"kill{tmp_path.name[-6:]}"
-    proc = started(tmp_path, art, run_id, 3)
-    try:
-        os.kill(int((art / "pid1").read_text()), signal.SIGKILL)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, err
+    with running(*failing(art, -1, 0, 3), run_id=run_id, cwd=tmp_path) as proc:  # collectives until stopped
+        os.kill(wait_for_pids(proc, art, 3)[1], signal.SIGKILL)
+        done = proc.wait(60)
+    err = done.stderr
+    assert done.code == 1, err
     lines = summary_of(err, run_id)
     assert field(lines, "status").startswith(
         "failed (exit 1): rank 1 on host node0 ended: killed by SIGKILL (no Python exception)")
@@ -269,7 +254,8 @@ def test_metrics_are_the_numbers_of_the_last_row_and_the_folder_is_shown_where_i
     screen = summary.render(tmp_path).splitlines()
     assert field(screen, "metrics") == "step 9: acc=0.9688 steps=9"
     assert field(screen, "outputs") == "outputs/run/"
-    assert "checkpoints/last.pt" in screen[-1] or "checkpoints/last.pt" in screen[-2]
+    assert screen[-2:] == ["  outputs   outputs/run/",
+                           "            metrics.jsonl · checkpoints/last.pt · run_summary.json"]
     elsewhere = summary.render(tmp_path / "other").splitlines()  # not under the cwd: the absolute path
     assert field(elsewhere, "outputs") == f"{paths.root}/"
 

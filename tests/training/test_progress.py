@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 
 from runner.common.formatting import duration
 from runner.training.progress import Progress
-from runs import RUN, run, run_folder, user_env
+from runs import run, run_folder
 
 LINE = re.compile(r"^progress: (?:(\w+) )?step (\d+)(?:/(\d+) \((\d+)%\))?")
 
@@ -146,13 +145,16 @@ def test_the_bars_state_goes_to_its_sink_at_most_every_tenth_of_a_second_and_at_
     assert steps_of(progress_lines(log.getvalue())) == [2, 4, 6, 8, 10, 12, 14, 16, 18, 20]
 
 
+# the pseudo-terminal's side of `run`: it passes on Ctrl-\ (runs.Started asks so where the ranks are) and `run` dies
+# with it (PR_SET_PDEATHSIG), and it copies what the terminal shows as it comes
 PTY_RUN = r"""
-import os, subprocess, sys, fcntl, struct, termios
+import ctypes, os, signal, subprocess, sys, fcntl, struct, termios
 master, slave = os.openpty()
 fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, int(sys.argv[1]), 0, 0))
-proc = subprocess.Popen(sys.argv[2:], stdout=slave, stderr=slave, stdin=subprocess.DEVNULL)
+proc = subprocess.Popen(sys.argv[2:], stdout=slave, stderr=slave, stdin=subprocess.DEVNULL,
+                        preexec_fn=lambda: ctypes.CDLL(None).prctl(1, signal.SIGKILL))
+signal.signal(signal.SIGQUIT, lambda sig, _frame: proc.send_signal(sig))
 os.close(slave)
-chunks = []
 while True:
     try:
         chunk = os.read(master, 1 << 16)
@@ -160,8 +162,8 @@ while True:
         break
     if not chunk:
         break
-    chunks.append(chunk)
-sys.stdout.buffer.write(b"".join(chunks))
+    sys.stdout.buffer.write(chunk)
+    sys.stdout.buffer.flush()
 sys.exit(proc.wait())
 """
 
@@ -169,10 +171,9 @@ sys.exit(proc.wait())
 def on_a_pseudo_terminal(tmp_path: Path, columns: int, *overrides: str) -> tuple[int, str]:
     """`run` with its stdout and stderr on a pseudo-terminal (as in a terminal), ``columns`` wide (0: it does not
     say): its exit status and what the terminal showed."""
-    env = user_env(tmp_path)
-    proc = subprocess.run([sys.executable, "-c", PTY_RUN, str(columns), RUN, *overrides, f"run_id=t{columns}"],
-                          cwd=tmp_path, env=env, capture_output=True, timeout=180)
-    return proc.returncode, proc.stdout.decode().replace("\r\n", "\n")
+    done = run(*overrides, run_id=f"t{columns}", cwd=tmp_path, prefix=(sys.executable, "-c", PTY_RUN, str(columns)),
+               newline="")
+    return done.code, done.stdout.replace("\r\n", "\n")
 
 
 @pytest.mark.parametrize("columns", [100, 0])

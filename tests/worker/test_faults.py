@@ -9,14 +9,13 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import time
 import uuid
 
 import pytest
 import torch
 
-from runs import RUN, processes_of, run, signal_when_ready, user_env
+from runs import processes_of, run, running, signal_when_ready, wait_for_pids
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -105,22 +104,14 @@ def test_a_rank_killed_with_sigkill_ends_the_job(tmp_path):
     art = tmp_path / "art"
     art.mkdir()
     run_id = f"kill-{uuid.uuid4().hex[:8]}"
-    proc = subprocess.Popen([RUN, "topology=1x3", "recipe.global_batch_size=3", f"run_id={run_id}", "recipe=custom",
-                             "recipe.target=workloads.failing:main", f"+recipe.out_dir={art}", "+recipe.fail_rank=-1",
-                             "+recipe.fail_step=0"], cwd=tmp_path, env=user_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while sum(1 for f in art.glob("pid*") if f.read_text().strip()) < 3:  # written, not just created
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.1)
-        os.kill(int((art / "pid1").read_text()), signal.SIGKILL)
+    with running("topology=1x3", "recipe.global_batch_size=3", "recipe=custom", "recipe.target=workloads.failing:main",
+                 f"+recipe.out_dir={art}", "+recipe.fail_rank=-1", "+recipe.fail_step=0", run_id=run_id,
+                 cwd=tmp_path) as proc:
+        os.kill(wait_for_pids(proc, art, 3)[1], signal.SIGKILL)
         started = time.monotonic()
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, err
+        done = proc.wait(30)
+    err = done.stderr
+    assert done.code == 1, err
     assert "rank 1 (host node0) failed first: killed by SIGKILL (no Python exception: killed from outside" in err
     # the others either noticed the lost peer (listed after it) or were stopped first: each is said once
     after = err.split("failed first", 1)[1]

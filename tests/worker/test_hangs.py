@@ -9,15 +9,12 @@ import json
 import re
 import shutil
 import signal
-import subprocess
-import threading
-import time
 import uuid
 
 import pytest
 
-from runs import (RUN, TESTS, bed_hosts, finish, mpi_options, processes_of, run, run_folder, start_manual_hosts,
-                  user_env, wait_until)
+from runs import (QUIT_SAID, TESTS, bed_hosts, mpi_options, on_each_host, processes_of, run, run_folder, running,
+                  wait_until)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -35,7 +32,6 @@ SINCE = r"since \d+\.\d s"
 
 
 def test_a_rank_that_never_enters_a_collective_is_named_at_the_timeout(tmp_path):
-    started = time.monotonic()
     done = run("topology=1x3", *hang(), "recipe.global_batch_size=3", "init.timeout_s=6", cwd=tmp_path)
     assert done.code == 1, done.output
     said = (r"timeout: a collective waited init\.timeout_s=6 s: ranks 0,2 wait in all_reduce #4 \(process group 0\) "
@@ -45,7 +41,6 @@ def test_a_rank_that_never_enters_a_collective_is_named_at_the_timeout(tmp_path)
     hang_facts = summary(run_folder(tmp_path))["hang"]
     assert (hang_facts["kind"], hang_facts["collective"], hang_facts["waiting"], hang_facts["absent"]) == \
         ("timeout", 4, [0, 2], [1])
-    assert time.monotonic() - started < 6 + 25
     assert not processes_of(done.run_id)
 
 
@@ -96,62 +91,55 @@ def test_ranks_that_enter_different_collectives_are_told_apart(tmp_path):
 
 
 def test_a_stall_ends_the_job_long_before_the_collective_timeout(tmp_path):
-    started = time.monotonic()
     done = run("topology=1x3", *hang(), "recipe.global_batch_size=3", "init.timeout_s=300",
                "launcher.stall_timeout_s=4", cwd=tmp_path)
-    elapsed = time.monotonic() - started
     assert done.code == 1, done.output
     said = (r"StallError: stall: no rank completed a collective or a progress step for \d+ s "
             r"\(launcher\.stall_timeout_s=4\): ranks 0,2 wait in all_reduce #4 \(process group 0\) " + SINCE +
             r" \(Float\[1\]\); rank 1 never entered it: its last collective was all_reduce #3, and it is at "
             r"workloads/hang\.py:16 in main")
     assert re.search(said, done.stderr), done.stderr
-    assert summary(run_folder(tmp_path))["hang"]["kind"] == "stall"
-    assert elapsed < 40  # not init.timeout_s=300
+    # ended by the stall, not init.timeout_s=300: no collective timed out, and no rank's error says one did
+    assert summary(run_folder(tmp_path))["hang"]["kind"] == "stall" and "timeout:" not in done.stderr
+    errors = [json.loads(p.read_text()) for p in (run_folder(tmp_path) / "logs").glob("rank*.error.json")]
+    assert not any(e["timeout"] for e in errors), errors
     assert not processes_of(done.run_id)
 
 
 def test_ctrl_backslash_says_where_the_ranks_are_and_the_job_goes_on(tmp_path):
     run_id = f"q{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"
-    proc = subprocess.Popen([RUN, "topology=1x3", *hang(f"+recipe.marker={marker}"), "recipe.global_batch_size=3",
-                             "init.timeout_s=300", f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with running("topology=1x3", *hang(f"+recipe.marker={marker}"), "recipe.global_batch_size=3",
+                 "init.timeout_s=300", run_id=run_id, cwd=tmp_path) as proc:
         wait_until(marker.exists, 60, "rank 1 stuck", alive=[proc])
-        said: list[str] = []
-        reader = threading.Thread(target=lambda: said.extend(proc.stderr), daemon=True)
-        reader.start()
         proc.send_signal(signal.SIGQUIT)
-        wait_until(lambda: any("(stacks: logs/rank*.log; the job goes on)" in line for line in said), 30,
-                   "told where the ranks are", alive=[proc])
+        wait_until(lambda: proc.said(QUIT_SAID + "the job goes on)"), 30, "told where the ranks are", alive=[proc])
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-        reader.join(timeout=10)
-        err = "".join(said)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+        done = proc.wait(60)
+    err = done.stderr
     assert re.search(r"where the ranks are: ranks 0,2 wait in all_reduce #4 \(process group 0\) " + SINCE +
                      r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:16 in main", err), err
-    assert proc.returncode == 143
+    assert done.code == 143, done.output
     assert not processes_of(run_id)
 
 
 def test_the_slow_rank_is_named_in_the_summary(tmp_path):
-    done = run("topology=1x4", "recipe=custom", "recipe.target=workloads.slow:main", "+recipe.steps=40",
+    """Rank 2 sleeps 0.03 s more before each of 60 all-reduces (1.8 s in all): it is the one named, and the others'
+    wait is one the runner counts (1 s or more: runner.plan.diagnostics.straggler). How long they waited beyond that
+    depends on the machine's load: test_no_rank_is_named_when_none_is_slow is the control."""
+    done = run("topology=1x4", "recipe=custom", "recipe.target=workloads.slow:main", "+recipe.steps=60",
                "+recipe.slow_rank=2", "+recipe.extra_s=0.03", "recipe.global_batch_size=4", cwd=tmp_path)
     assert done.code == 0, done.output
     line = next(line for line in done.stderr.splitlines() if line.startswith("  slowest"))
     found = re.fullmatch(r"  slowest   rank 2 on node0: (\d+\.\d\d)x the median step time; the others waited "
                          r"(\d+\.\d) s for it over the last (\d+) collectives", line)
     assert found, line
-    assert float(found.group(1)) >= 1.5 and 0.6 <= float(found.group(2)) <= 2.5 and int(found.group(3)) >= 30
+    assert float(found.group(1)) >= 1.5 and float(found.group(2)) >= 1.0 and int(found.group(3)) >= 30
     assert summary(run_folder(tmp_path))["straggler"].startswith("rank 2 on node0:")
 
 
 def test_no_rank_is_named_when_none_is_slow(tmp_path):
-    done = run("topology=1x4", "recipe=custom", "recipe.target=workloads.slow:main", "+recipe.steps=40",
+    done = run("topology=1x4", "recipe=custom", "recipe.target=workloads.slow:main", "+recipe.steps=60",
                "+recipe.slow_rank=-1", "+recipe.extra_s=0", "recipe.global_batch_size=4", cwd=tmp_path)
     assert done.code == 0, done.output
     assert "slowest" not in done.stderr and summary(run_folder(tmp_path))["straggler"] is None
@@ -192,7 +180,7 @@ def test_console_across_namespace_hosts(testbed, tmp_path):
     run_id = f"c{uuid.uuid4().hex[:8]}"
     args = [*bed_hosts(testbed, [2, 1]), "launcher=manual", "log.console=all", "recipe.epochs=1",
             "recipe.global_batch_size=63"]
-    results = finish(start_manual_hosts(testbed, tmp_path, args, run_id))
+    results = on_each_host(testbed, tmp_path, args, run_id)
     assert [code for code, _ in results] == [0, 0], results
     names = [h.name for h in testbed.hosts]
     host0 = {int(m.group(1)) for m in re.finditer(rf"^\[rank (\d) {names[0]}\] ", results[0][1], re.M)}
@@ -233,17 +221,13 @@ def test_a_stop_that_the_ranks_cannot_honour_says_where_they_were(tmp_path):
     launcher.grace_s the runner says where they are, then stops them."""
     run_id = f"t{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"
-    proc = subprocess.Popen([RUN, "topology=1x3", *hang(f"+recipe.marker={marker}"), "recipe.global_batch_size=3",
-                             "init.timeout_s=300", "launcher.grace_s=2", f"run_id={run_id}"], cwd=tmp_path, env=user_env(tmp_path),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with running("topology=1x3", *hang(f"+recipe.marker={marker}"), "recipe.global_batch_size=3",
+                 "init.timeout_s=300", "launcher.grace_s=2", run_id=run_id, cwd=tmp_path) as proc:
         wait_until(marker.exists, 60, "rank 1 stuck", alive=[proc])
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 143, err
+        done = proc.wait(60)
+    err = done.stderr
+    assert done.code == 143, err
     assert re.search(r"SIGTERM: rank\(s\) 0, 1, 2 still running launcher.grace_s=2 s after it; killing them: ranks "
                      r"0,2 wait in all_reduce #4 \(process group 0\) " + SINCE + r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:16 "
                      r"in main", err), err

@@ -11,13 +11,14 @@ import signal
 import subprocess
 import sys
 import threading
-import time
+import traceback
 
 import psutil
 import pytest
 
 from runner.worker.rank_process import start_rank
 from runner.worker.relay import Echo, OutputRelay
+from runs import wait_until
 
 STREAM_FACTS = ("import sys, json; print(json.dumps([[getattr(s, 'encoding'), s.errors, s.line_buffering, "
                 "s.write_through, s.name, s.mode, type(s.buffer).__name__, s.fileno()] for s in (sys.stdout, sys.stderr)]))")
@@ -85,10 +86,14 @@ def test_what_a_rank_started_in_its_session_does_not_outlive_it(tmp_path):
 
     assert forked(tmp_path, body)[0] == 0
     pid = int(marker.read_text())
-    deadline = time.monotonic() + 10
-    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "the rank's child is still running"
-        time.sleep(0.05)
+    wait_until(lambda: not alive(pid), 10, "the rank's child gone")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_the_end_waits_for_non_daemon_threads_and_runs_atexit_functions(tmp_path):
@@ -97,7 +102,14 @@ def test_the_end_waits_for_non_daemon_threads_and_runs_atexit_functions(tmp_path
     done = tmp_path / "done"
 
     def body(_events: int) -> int:
-        threading.Thread(target=lambda: (time.sleep(0.3), (tmp_path / "thread").write_text("ran"))).start()
+        main = threading.main_thread().ident
+
+        def late() -> None:  # writes once body has returned: only an end that waits for it sees the file
+            wait_until(lambda: not any(f.name == "body" for f in traceback.extract_stack(sys._current_frames()[main])),
+                       30, "body returned")
+            (tmp_path / "thread").write_text("ran")
+
+        threading.Thread(target=late).start()
         atexit.register(lambda: done.write_text((tmp_path / "thread").read_text() + " then atexit"))
         return 0
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
 from runner.worker.relay import Echo, OutputRelay, pipes_for
+from runs import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -56,10 +56,7 @@ def start(tmp_path, terminal: Terminal, echoes: dict[int, Echo], bar_ok: bool = 
 
 def logged(path, data: bytes, timeout: float = 10.0) -> None:
     """Wait until the relay has written ``data`` to the log at ``path`` (the next write then comes after it)."""
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and path.read_bytes().endswith(data)):
-        assert time.monotonic() < deadline, f"{data!r} never reached {path}"
-        time.sleep(0.01)
+    wait_until(lambda: path.exists() and path.read_bytes().endswith(data), timeout, f"{data!r} in {path}")
 
 
 def event(fd: int, **fields) -> None:

@@ -3,12 +3,15 @@ where there is none, and where the main thread is."""
 
 from __future__ import annotations
 
+import inspect
+import sys
 import threading
-import time
+import traceback
 
 import pytest
 
-from runner.worker.watch import _Counter, _groups_from_fr, main_thread_at
+from runner.worker.watch import _Counter, _groups_from_fr, group_key, main_thread_at
+from runs import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -42,10 +45,50 @@ def test_the_runners_own_counter() -> None:
     assert calls == [torch.Size([3]), torch.Size([2, 2])]
 
 
+@pytest.fixture
+def gloo_world():
+    """A real gloo process group of this one process (an in-memory store: no port, no file), destroyed after."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield dist
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_counter_names_a_process_group_as_every_rank_does(gloo_world) -> None:
+    """A group is keyed by torch's name for it ("1": the first group the ranks made, the same on every rank, as the
+    flight recorder keys it), not by anything of this process (an object's id differs on each rank), and however
+    the group is passed."""
+    import torch
+
+    dist = gloo_world
+    counter = _Counter()
+    all_reduce = counter._wrap("all_reduce", dist.all_reduce)
+    sub = dist.new_group([0])
+    all_reduce(torch.ones(1))
+    all_reduce(torch.ones(2), group=sub)
+    all_reduce(torch.ones(3), dist.ReduceOp.SUM, sub)  # dist.all_reduce(t, op, group): positionally
+    all_reduce(torch.ones(4), group=dist.group.WORLD)
+    groups = {g.group: g for g in counter.groups()}
+    assert sorted(groups) == ["0", "1"] and group_key(sub) == "1" and group_key(None) == "0"
+    assert [(e.seq, e.sizes) for e in groups["1"].entries] == [(1, ((2,),)), (2, ((3,),))]
+    assert [(e.seq, e.sizes) for e in groups["0"].entries] == [(1, ((1,),)), (2, ((4,),))]
+    assert (groups["1"].completed, groups["0"].completed) == (2, 2)
+
+
 def test_where_the_main_thread_is_from_another_thread(tmp_path) -> None:
     seen = []
-    thread = threading.Thread(target=lambda: (time.sleep(0.2), seen.append(main_thread_at(None))))
+    main = threading.main_thread().ident
+
+    def look() -> None:  # once the main thread waits in join() below: where it is then
+        wait_until(lambda: any(f.name == "join" for f in traceback.extract_stack(sys._current_frames()[main])), 10,
+                   "the main thread in join()")
+        seen.append(main_thread_at(None))
+
+    thread = threading.Thread(target=look)
     thread.start()
     thread.join()  # the main thread waits here, in this test's own function
-    assert len(seen) == 1 and seen[0].startswith("test_watch.py:") and seen[0].endswith(
-        " in test_where_the_main_thread_is_from_another_thread")
+    line = inspect.currentframe().f_lineno - 1
+    assert seen == [f"test_watch.py:{line} in test_where_the_main_thread_is_from_another_thread"]

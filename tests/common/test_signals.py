@@ -1,0 +1,39 @@
+"""runner.common.signals: signals named as specs name them, and handlers that are put back."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from runner.common.signals import handling, is_signal_name, parse_signal
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("text, sig", [("USR1", signal.SIGUSR1), ("SIGUSR2", signal.SIGUSR2), ("B:USR1@90", signal.SIGUSR1),
+                                        ("R:SIGTERM@30", signal.SIGTERM), ("10", signal.Signals(10)), (None, signal.SIGUSR1)])
+def test_signal_names_as_specs_give_them(text, sig) -> None:
+    assert parse_signal(text) == sig
+
+
+def test_what_is_not_a_signal() -> None:
+    assert is_signal_name("USR1") and not is_signal_name("NOPE") and not is_signal_name("999")
+
+
+def test_handlers_are_put_back_after_the_block() -> None:
+    seen = []
+    before = signal.getsignal(signal.SIGUSR2)
+    with handling((signal.SIGUSR2, signal.SIGUSR2), lambda s, f: seen.append(s)):  # a signal twice: once
+        os.kill(os.getpid(), signal.SIGUSR2)
+    assert seen == [signal.SIGUSR2]
+    assert signal.getsignal(signal.SIGUSR2) is before
+
+
+def test_handlers_are_put_back_when_the_block_raises() -> None:
+    before = signal.getsignal(signal.SIGUSR2)
+    with pytest.raises(RuntimeError):
+        with handling((signal.SIGUSR2,), signal.SIG_IGN):
+            raise RuntimeError("inside")
+    assert signal.getsignal(signal.SIGUSR2) is before

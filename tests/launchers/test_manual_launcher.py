@@ -1,0 +1,102 @@
+"""runner.launchers.manual, without processes: its rules, the command it gives each host (request) and which host
+this machine is (this_host). The commands as text are golden files (test_golden_commands.py); two hosts launched by
+hand for real are in test_multihost.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import TARGET, compose, environment, hosts_override, validate
+from runner.launchers import Invocation, plan as plan_for
+from runner.launchers.manual import ManualLauncher
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Deferred, port_for
+from runner.spec.pins import pinned
+
+pytestmark = pytest.mark.unit
+
+PATHS = RunPaths(Path("/runs/R1"), "R1")
+NAMED = hosts_override({"name": "gpu-a", "addr": "10.0.0.1", "devices": 2}, {"name": "gpu-b", "addr": "10.0.0.2",
+                                                                             "devices": 1})
+
+
+def launcher(*overrides: str, invocation: Invocation | None = None) -> ManualLauncher:
+    """launcher=manual on ``overrides``, pinned and planned as the launch does it."""
+    got = validate(("launcher=manual", "device=cpu", "recipe.global_batch_size=6", *overrides))
+    assert got.valid, got.rendered()
+    job = pinned(got.job, ManualLauncher.pins(got.job, PATHS))
+    return ManualLauncher(plan_for(job, PATHS), PATHS, invocation or Invocation("/venv/bin/python", "/work/proj"),
+                          environment())
+
+
+def test_each_host_gets_the_users_command_with_the_run_pinned_and_its_own_index() -> None:
+    typed = ("--x", "run_id=old", "launcher.manual.host=1", "init.master_port=7", "dry_run=true", "recipe.epochs=3")
+    chosen = launcher(*NAMED, "recipe.epochs=3", "init.master_port=29400",
+                      invocation=Invocation("/venv/bin/python", "/work/proj", overrides=typed, config_dir="/cfg",
+                                            config_name="myjob", run_command="/venv/bin/run"))
+    request = chosen.request()
+    assert request.launcher == "manual" and request.files == {}
+    assert [(c.host, c.note, c.cwd) for c in request.commands] == [
+        ("host 0 (10.0.0.1)", "starts 2 process(es)", "/work/proj"), ("host 1 (10.0.0.2)", "starts 1 process(es)",
+                                                                      "/work/proj")]
+    for i, command in enumerate(request.commands):  # the pinned keys typed are replaced, the rest repeated in order
+        assert command.argv == ("/venv/bin/run", "--config-dir", "/cfg", "--config-name", "myjob", "--x",
+                                "recipe.epochs=3", "run_id=R1", "init.master_port=29400", f"launcher.manual.host={i}")
+
+
+def test_without_a_port_in_the_spec_the_hosts_agree_on_the_run_ids() -> None:
+    several = launcher(*NAMED)
+    assert several.plan.job.spec.init.master_port == port_for("R1")  # pinned: every host's command carries it
+    assert [c.argv[-2:] for c in several.request().commands] == [
+        (f"init.master_port={port_for('R1')}", f"launcher.manual.host={i}") for i in range(2)]
+    job = several.plan.job
+    assert ManualLauncher.master_port(job, PATHS) == str(port_for("R1"))
+    assert ManualLauncher.master_port(job, None) == Deferred.of("port derived from the run id")
+    one = launcher("topology=1x2").plan.job  # one host: a free port, chosen when it starts
+    assert ManualLauncher.master_port(one, PATHS) == Deferred.of("free port chosen at launch")
+
+
+@pytest.mark.parametrize("chosen, node", [("1", 1), ("gpu-b", 1), ("10.0.0.1", 0), ("0", 0)])
+def test_the_host_named_on_the_command_line_wins(chosen, node) -> None:
+    assert launcher(*NAMED, f"launcher.manual.host={chosen}").this_host(frozenset({"gpu-a", "10.0.0.1"})) == node
+
+
+def test_this_host_is_the_one_whose_name_or_address_is_this_machines() -> None:
+    hosts = launcher(*NAMED)
+    assert hosts.this_host(frozenset({"gpu-b", "192.168.1.9"})) == 1
+    assert hosts.this_host(frozenset({"other", "10.0.0.1"})) == 0  # by address
+    assert launcher("topology=1x2").this_host(frozenset()) == 0  # one host: this one, whatever its names
+
+
+def test_no_host_or_several_hosts_of_this_machine_is_said_with_the_way_out() -> None:
+    none = launcher(*NAMED).this_host(frozenset({"laptop", "127.0.0.1", "192.168.1.9"}))
+    assert none == ("no host matches this machine (192.168.1.9, laptop); hint: add launcher.manual.host=<index> (the "
+                    "dry run prints each host's command)")
+    both = launcher(*NAMED).this_host(frozenset({"gpu-a", "gpu-b"}))
+    assert both.startswith("several hosts match this machine (gpu-a, gpu-b); hint: add launcher.manual.host=<index>")
+    # loopback names are every machine's: they never tell which host this is
+    loopback = launcher(*hosts_override({"name": "localhost", "devices": 1}, {"name": "127.0.0.2", "devices": 1}),
+                        "init=file", "init.dir=/shared", "recipe.global_batch_size=2")
+    assert loopback.this_host(frozenset({"localhost", "127.0.0.2"})).startswith("no host matches this machine ()")
+
+
+def test_a_chosen_host_that_is_no_host_is_refused() -> None:
+    past = validate(("launcher=manual", *NAMED, "launcher.manual.host=2", "recipe.global_batch_size=6"))
+    assert past.find("launcher.manual.host", "index 2 is past the last host (the topology has 2: 0..1)")
+    unknown = validate(("launcher=manual", *NAMED, "launcher.manual.host=gpu-c", "recipe.global_batch_size=6"))
+    assert unknown.find("launcher.manual.host", "'gpu-c' is none of the hosts ['10.0.0.1', '10.0.0.2']")
+
+
+def test_a_non_ascii_digit_as_the_host_is_a_problem_not_a_crash() -> None:
+    """``'²'.isdigit()`` is True, and ``int('²')`` raises: `run` ended in a traceback (exit 1) instead of exit 2 with
+    a message. The host is an index only in ASCII digits (this_host reads it so too)."""
+    spec = compose(f"recipe.target={TARGET}", *hosts_override({"name": "a", "devices": 1}, {"name": "b", "devices": 1}),
+                   "launcher=manual", "launcher.manual.host='²'")
+    assert validate(spec).find("launcher.manual.host", "'²' is none of the hosts")
+
+
+def test_several_hosts_need_names_and_a_master() -> None:
+    unnamed = validate(("launcher=manual", "topology=2x1", "recipe.global_batch_size=2"))
+    assert unnamed.find("topology.hosts", "launcher=manual must know every host, but host(s) [0, 1] have no name")

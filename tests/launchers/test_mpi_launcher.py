@@ -1,0 +1,99 @@
+"""runner.launchers.mpi, without processes: its rules, the mpirun line it builds (request), where a task finds its
+place, and a launch without mpirun. The lines as text are golden files (test_golden_commands.py); mpirun across the
+namespace hosts for real is in test_multihost.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import environment, hosts_override, make_spec, validate
+from runner.common import exits
+from runner.launchers import Invocation, plan as plan_for
+from runner.launchers.base import TaskError
+from runner.launchers.mpi import ATTEMPT, MpiLauncher
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Deferred, port_for
+from runner.spec.pins import pinned
+from runner.spec.schema import TaskMode
+
+pytestmark = pytest.mark.unit
+
+PATHS = RunPaths(Path("/runs/R1"), "R1")
+AB = hosts_override({"name": "a", "devices": 2}, {"name": "b", "devices": 1})
+TASK = ("/venv/bin/python", "-P", "-m", "runner.app.task", "/runs/R1/spec.yaml")
+
+
+def launcher(*overrides: str) -> MpiLauncher:
+    """launcher=mpi on ``overrides``, pinned and planned as the launch does it."""
+    got = validate(("launcher=mpi", "device=cpu", "recipe.global_batch_size=6", *overrides))
+    assert got.valid, got.rendered()
+    job = pinned(got.job, MpiLauncher.pins(got.job, PATHS))
+    return MpiLauncher(plan_for(job, PATHS), PATHS, Invocation("/venv/bin/python", "/work/proj"), environment())
+
+
+def argv(*overrides: str) -> tuple[str, ...]:
+    (command,) = launcher(*overrides).request().commands
+    assert command.host == "this machine" and command.cwd == "/work/proj"
+    return command.argv
+
+
+def test_one_rank_per_process_in_the_plans_blocks() -> None:
+    assert argv(*AB) == ("mpirun", "-np", "3", "-H", "a:2,b:1", "--map-by", "slot", "--bind-to", "none", "--mca",
+                         "odls_base_sigkill_timeout", "20", *TASK)  # grace_s 10 + 10
+    assert launcher(*AB).request().commands[0].note == "one MPI rank per process"
+
+
+def test_one_task_per_host_that_forks_its_processes() -> None:
+    assert argv(*AB, "launcher.tasks=per_host")[:5] == ("mpirun", "-np", "2", "-H", "a:1,b:1")
+    assert launcher(*AB, "launcher.tasks=per_host").request().commands[0].note == \
+        "one task per host, each forks its processes"
+    assert argv("topology=1x4", "recipe.global_batch_size=4")[1:5] == ("-np", "4", "-H", "localhost:4")  # unnamed
+
+
+def test_options_exports_restarts_and_the_stop_time() -> None:
+    line = argv(*AB, "launcher.mpi.mpirun=/opt/ompi/bin/mpirun", "launcher.mpi.allow_run_as_root=true",
+                "launcher.mpi.oversubscribe=true", "launcher.mpi.export=[HF_HOME,WANDB_API_KEY]",
+                "launcher.max_restarts=2", "init=tcp", "launcher.grace_s=2.5", "launcher.mpi.extra=[--tag-output]")
+    assert line == ("/opt/ompi/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "-H", "a:2,b:1",
+                    "--map-by", "slot", "--bind-to", "none", "--mca", "odls_base_sigkill_timeout", "13",  # 2.5 s + 10
+                    "-x", "HF_HOME", "-x", "WANDB_API_KEY", "-x", ATTEMPT, "--tag-output", *TASK)
+
+
+def test_an_export_that_is_no_variable_name_is_refused() -> None:
+    got = validate(("launcher=mpi", *AB, "launcher.mpi.export=[HF_HOME,'A-B']", "recipe.global_batch_size=6"))
+    assert got.find("launcher.mpi.export[1]", "'A-B' is not a variable name")
+    assert not got.find("launcher.mpi.export[0]")
+
+
+def test_mpi_refuses_ipv6_literals() -> None:
+    """mpirun -H host:slots cannot take an IPv6 literal: refused with a reason, not an ambiguous command."""
+    spec = make_spec(devices=[1, 1], names=["a", "b"], addrs=["fd00::1", "fd00::2"], launcher="mpi",
+                     tasks=TaskMode.per_device)
+    assert validate(spec).find("topology.hosts[0].addr", "mpirun -H cannot take IPv6 literals")
+
+
+def test_the_hosts_agree_on_the_port_of_the_run() -> None:
+    job = launcher(*AB).plan.job
+    assert job.spec.init.master_port == port_for("R1")
+    assert MpiLauncher.master_port(job, PATHS) == str(port_for("R1"))
+    assert MpiLauncher.master_port(job, None) == Deferred.of("port derived from the run id")
+
+
+def test_a_task_finds_its_place_and_attempt_from_mpiruns_variables() -> None:
+    place = MpiLauncher.task_place(environment(OMPI_COMM_WORLD_RANK="2", OMPI_COMM_WORLD_SIZE="3",
+                                               OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_LOCAL_SIZE="1",
+                                               RUNNER_ATTEMPT="1"))
+    assert (place.index, place.count, place.local_index, place.source, place.attempt) == (2, 3, 0, "Open MPI", 1)
+    with pytest.raises(TaskError, match=r"launcher=mpi, but no MPI rank variables are set \(OMPI_COMM_WORLD_RANK"):
+        MpiLauncher.task_place(environment())
+
+
+def test_a_launch_without_mpirun_says_how_to_get_it(capsys) -> None:
+    chosen = launcher(*AB, "launcher.mpi.mpirun=/nonexistent/mpirun")
+    assert chosen.launch(chosen.request()) == exits.INVALID
+    err = capsys.readouterr().err
+    assert err.startswith("mpi: /nonexistent/mpirun -np 3 ")
+    assert ("error: launcher=mpi: '/nonexistent/mpirun' is not on PATH; hint: install Open MPI, or give its path: "
+            "launcher.mpi.mpirun=/path/to/mpirun") in err

@@ -1,0 +1,56 @@
+"""runner.reports.where: Ctrl-\\ to `run` asks every rank where it is and says it in one paragraph. Here the ranks'
+side is a thread that answers the request as a rank's watch does (runner.worker.watch, with real ranks:
+test_hangs.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from conftest import validate
+from runner.launchers import plan as plan_for
+from runner.plan.diagnostics import Collective, GroupRecord, RankDump, RankFiles, last_request
+from runner.plan.paths import RunPaths
+from runner.reports import where
+from runs import QUIT_SAID, wait_until
+
+pytestmark = pytest.mark.unit
+
+
+def answering(paths: RunPaths, dumps: dict[int, tuple[int, str]]) -> threading.Thread:
+    """Ranks that, once asked, write where they are: rank -> (the all-reduce it entered last, where it is)."""
+    def answer() -> None:
+        wait_until(lambda: last_request(paths) is not None, 10, "the ranks asked")
+        for rank, (enqueued, at) in dumps.items():
+            entries = tuple(Collective(s, "all_reduce", ((1,),), ("Float",), time.time() - 2) for s in range(1, enqueued + 1))
+            RankFiles(paths, rank).write_dump(RankDump(rank, "node0", time.time(), "request", "runner counter",
+                                                       (GroupRecord("0", enqueued, enqueued - 1, entries),), at))
+
+    return threading.Thread(target=answer, daemon=True)
+
+
+def test_where_the_ranks_are_in_one_paragraph(tmp_path, capsys) -> None:
+    paths = RunPaths(tmp_path, "R1")
+    paths.make()
+    plan = plan_for(validate(("topology=1x3", "device=cpu", "recipe.global_batch_size=3")).job, paths)
+    ranks = answering(paths, {0: (4, "train.py:20 in main"), 1: (3, "train.py:16 in main"), 2: (4, "train.py:20 in main")})
+    ranks.start()
+    where.where_the_ranks_are(plan, paths)
+    ranks.join()
+    err = capsys.readouterr().err
+    assert err.startswith("\nwhere the ranks are: ranks 0,2 wait in all_reduce #4 (process group 0) since "), err
+    assert "rank 1 never entered it: its last collective was all_reduce #3, and it is at train.py:16 in main" in err
+    assert err.endswith("\n    (stacks: logs/rank*.log; the job goes on)\n") and QUIT_SAID in err  # what runs.py waits for
+
+
+def test_ranks_that_do_not_answer_are_counted(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(where, "DUMP_WAIT_S", 0.2)
+    paths = RunPaths(tmp_path, "R1")
+    paths.make()
+    plan = plan_for(validate(("topology=1x2", "device=cpu", "recipe.global_batch_size=2")).job, paths)
+    where.where_the_ranks_are(plan, paths, then="stopping them")
+    assert capsys.readouterr().err == ("\nwhere the ranks are: 0 of 2 rank(s) answered, none in a collective yet\n"
+                                       "    (stacks: logs/rank*.log; stopping them)\n")
+    assert last_request(paths) is not None  # they were asked

@@ -1,0 +1,37 @@
+"""runner.spec.probe: what validation asks of a machine, answered by values (FixedProbe) or by this machine
+(LocalProbe), which asks only what a rule needs."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from runner.spec import probe as probes
+from runner.spec.probe import FixedProbe, LocalProbe
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_fixed_probe_answers_its_values_and_records_what_it_was_asked() -> None:
+    fixed = FixedProbe(cuda_devices=2, paths=frozenset({"/data/train.py"}), names=frozenset({"gpu-a"}))
+    assert (fixed.cuda_device_count(), fixed.mpi_backend_available(), fixed.fairscale_available()) == (2, False, True)
+    assert fixed.asked == ["cuda", "mpi", "fairscale"]
+    assert fixed.exists("/data/train.py") and fixed.exists("/tmp") and not fixed.exists("/nope")
+    assert fixed.is_dir("/shared") and not fixed.is_dir("/data/train.py")
+    assert fixed.host_names() == frozenset({"gpu-a"})
+
+
+def test_this_machine_is_asked_only_what_a_rule_needs(tmp_path, monkeypatch) -> None:
+    local = LocalProbe(check_target=lambda target, workdir: f"tried {target} in {workdir}",
+                       check_module=lambda module, workdir: f"found {module}")
+    assert local.target_problem("pkg.train:main", "/work") == "tried pkg.train:main in /work"
+    assert local.module_problem("pkg", None) == "found pkg"
+    (tmp_path / "f").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    assert local.exists(str(tmp_path / "f")) and local.exists(str(tmp_path / "link"))  # a dangling link exists
+    assert local.is_dir(str(tmp_path)) and not local.is_dir(str(tmp_path / "f"))
+    names = local.host_names()
+    assert socket.gethostname() in names and "127.0.0.1" in names
+    monkeypatch.setattr(probes, "_nvidia_driver_present", lambda: False)
+    assert LocalProbe().cuda_device_count() == 0  # no driver: no GPU, and torch is not imported to say so
