@@ -42,6 +42,9 @@ SKIPPED = {
     "run ... preflight=true": "`...` stands for any job's overrides",
     "run -m hydra/launcher=submitit_slurm ...": "refused on purpose (tests/app/test_sweep_launchers.py)",
     "run --help": "Hydra's help: no job",
+    "run --version": "prints the versions: no job (tests/app/test_cli.py checks what it prints)",
+    "run 0.1.0 (torch-jobspec), torch 2.13.0+cpu, Python 3.11.7 (<interpreter>)": "what `run --version` prints",
+    "run ... launcher=ssh": "`...` stands for any job's overrides",
     "run --config-dir jobs topology=mycluster": "shows how a user's option is picked, not a whole job (mycluster's "
                                                 "2+1 hosts need a launcher of several hosts, and a batch that divides 3)",
     "run topology=1x4 sharding=fsdp recipe.resume=outputs/.../checkpoints/last.pt":
@@ -51,7 +54,8 @@ SKIPPED = {
 # Scripts and modules of the user's own repository that the README's commands name: assumed to be there.
 USERS_SCRIPTS = {"train.py", "old_train.py", "tiny.py", "asr/train.py"}
 # Where a section's commands run (README: "Run them from `examples/migrate/`"); the tests' scripts elsewhere.
-FOLDERS = {"Moving an existing launch to a job file": REPO / "examples" / "migrate"}
+FOLDERS = {"Moving an existing launch to a job file": REPO / "examples" / "migrate",
+           "A job over ssh": REPO / "examples" / "ssh"}
 TESTS_SCRIPTS = REPO / "tests" / "scripts"
 
 _PLACEHOLDER = re.compile(r"\.\.\.|…|<[^>]*>")
@@ -231,6 +235,12 @@ def test_the_readmes_job_file_composes_as_a_users_job_file(tmp_path) -> None:
     assert (spec.recipe.path, spec.launcher.slurm.time) == ("asr/train.py", "12:00:00")
 
 
+def test_the_ssh_sections_topology_is_the_example_shipped() -> None:
+    """"A job over ssh" shows examples/ssh/jobs/topology/boxes.yaml, which its commands run with."""
+    [block] = [b for b in readme().blocks if b.language == "yaml" and b.lines[0].startswith("# jobs/topology/boxes")]
+    assert "\n".join(block.lines) + "\n" == (REPO / "examples" / "ssh" / "jobs" / "topology" / "boxes.yaml").read_text()
+
+
 def test_the_script_shorthand_means_what_the_readme_says() -> None:
     """`run topology=1x4 -- train.py --lr=0.1 --out=/tmp/x` "means" the overrides the README spells out."""
     section = readme().section("Unchanged torchrun-style scripts")
@@ -269,13 +279,15 @@ OTHERS = other_commands()
 
 @pytest.mark.parametrize("where, words", OTHERS, ids=[f"{w.split()[0]} {' '.join(ws)}" for w, ws in OTHERS])
 def test_every_other_command_runs_a_script_of_this_checkout_with_options_it_has(where: str, words: list[str]) -> None:
-    if words[0] in ("sinfo", "salloc"):
-        return  # Slurm's own (the `run` after && or salloc is checked above)
+    if words[0] in ("sinfo", "salloc", "ssh"):
+        return  # Slurm's own (the `run` after && or salloc is checked above), the system's ssh client
     found = _script_path(words)
     assert found is not None, f"{where}: `{' '.join(words)}` runs nothing of this checkout"
     script, args = found
     assert script.is_file(), f"{where}: {script.relative_to(REPO)} does not exist"
     source = script.read_text()
+    if script == REPO / "scripts" / "testbed.py":  # the command; its options are its package's (scripts/bed/)
+        source += "".join(p.read_text() for p in sorted((REPO / "scripts" / "bed").glob("*.py")))
     for option in (a.split("=")[0] for a in args if a.startswith("--")):
         assert f'"{option}"' in source or f"{option})" in source or f"{option}=" in source or \
             f"{option} " in source, f"{where}: {script.relative_to(REPO)} has no option {option}"

@@ -101,7 +101,7 @@ CLAIMS = [
     # the default job
     Claim(r"the default job: digits, (\d+) host x (\d+) CPU processes", lambda: _default_job()[:2]),
     Claim(r"with (\d+) gloo processes, shows a progress bar", lambda: _default_job()[2]),
-    Claim(r"global batch (\d+) \((\d+) per process\), (\d+) epochs",
+    Claim(r"2 process\(es\), global batch (\d+) \((\d+) per process\), (\d+) epochs",
           lambda: (default(DigitsRecipeConfig, "global_batch_size"),
                    default(DigitsRecipeConfig, "global_batch_size") // _default_job()[2],
                    default(DigitsRecipeConfig, "epochs"))),
