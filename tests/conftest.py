@@ -93,9 +93,11 @@ def compose(*overrides: str) -> JobConfig:
             with open_dict(cfg):
                 del (OmegaConf.select(cfg, parent) if parent else cfg)[leaf]
         elif override.is_add() or override.is_force_add():
-            if override.is_add() and OmegaConf.select(cfg, key, throw_on_missing=False) is not None:
+            value = override.value()
+            taken = OmegaConf.select(cfg, key, throw_on_missing=False) is not None
+            if override.is_add() and taken and not isinstance(value, (dict, list)):
                 raise ValueError(f"Could not append to config. An item is already at '{key}'")
-            OmegaConf.update(cfg, key, override.value(), merge=True, force_add=True)
+            OmegaConf.update(cfg, key, value, merge=True, force_add=True)
         else:
             OmegaConf.update(cfg, key, override.value(), merge=True)
     return OmegaConf.to_object(cfg)

@@ -29,6 +29,7 @@ def test_compose_gives_the_typed_spec() -> None:
     ("sharding=zero", "+recipe.lr=0.1", "~recipe.lr", "launcher.mpi.export=[A, B]", "init.master_port=29500"),
     ("~recipe.epochs",),  # a schema's key cannot be deleted: both refuse
     ("+recipe.note='héllo'", "+recipe.epochs=3"),  # a key added to a schema's node; one it has: both refuse
+    ("+backend.env={NCCL_DEBUG: INFO}",),  # `+` onto a mapping that is there merges into it
 ])
 def test_compose_gives_what_hydra_composes(overrides) -> None:
     """compose() composes each combination of groups once, then sets the keys itself: the same spec as Hydra's."""

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -222,13 +223,17 @@ def test_the_common_home_is_a_different_folder_on_each_host(testbed: Bed):
     """The same path is each host's own folder (a private mount namespace per host), and the root namespace's is
     none of theirs: as on separate machines that do not share a file system."""
     home = testbed.ssh["home"]
+    tag = uuid.uuid4().hex[:8]  # other tests use the homes meanwhile (the bed is shared): only this test's files
     for h in testbed.names:
-        (testbed.home_of(h) / f"only-on-{h}").write_text(h)
-    for h in testbed.names:
-        assert ok(ssh(testbed, h, f"ls {home}")).split() == [f"only-on-{h}"]
-    assert not any(Path(home).iterdir())
-    for h in testbed.names:
-        (testbed.home_of(h) / f"only-on-{h}").unlink()
+        (testbed.home_of(h) / f"only-on-{h}-{tag}").write_text(h)
+    try:
+        for h in testbed.names:
+            mine = [f for f in ok(ssh(testbed, h, f"ls -A {home}")).split() if f.endswith(f"-{tag}")]
+            assert mine == [f"only-on-{h}-{tag}"]
+        assert not [p for p in Path(home).iterdir() if p.name.endswith(f"-{tag}")]
+    finally:
+        for h in testbed.names:
+            (testbed.home_of(h) / f"only-on-{h}-{tag}").unlink()
 
 
 def test_a_host_without_the_key_refuses_the_login(testbed: Bed):

@@ -285,7 +285,7 @@ def test_multirun_over_shapes_that_are_no_files(tmp_path: Path) -> None:
     override_dirname, what the sweep summary shows as its configuration)."""
     r = run_cli(tmp_path, "-m", "topology=1x1,3x1,1x3", "dry_run=true", f"recipe.target={TARGET}", "device=cpu",
                 "recipe.global_batch_size=3", "launcher=slurm")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     folders = [f for f in run_folders(tmp_path) if (f / "spec.yaml").exists()]
     shapes = sorted((s.topology.nodes, s.topology.devices_per_node) for s in map(OmegaConf.load,
                                                                                  (f / "spec.yaml" for f in folders)))
@@ -305,11 +305,11 @@ def test_shapes_from_a_job_files_defaults_and_a_users_own_shape_file(tmp_path: P
     (tmp_path / "jobs" / "topology" / "1x5.yaml").write_text(
         "defaults:\n  - /schema/topology/base@_here_\n  - _self_\nhosts: [{name: a, devices: 2}, {name: b, devices: 1}]\n")
     r = run_cli(tmp_path, "--config-dir", "jobs", "--config-name", "big", "recipe.global_batch_size=12", "dry_run=true")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     assert "valid: 12 process(es) on 3 host(s) (4+4+4)" in r.stdout
     r = run_cli(tmp_path, "--config-dir", "jobs", "topology=1x5", "launcher=manual", "device=cpu",
                 f"recipe.target={TARGET}", "recipe.global_batch_size=3", "dry_run=true")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     assert "valid: 3 process(es) on 2 host(s) (2+1)" in r.stdout
 
 def test_help_lists_groups(tmp_path: Path) -> None:
@@ -373,7 +373,7 @@ def test_run_version_says_the_runner_and_torch_and_starts_nothing(tmp_path: Path
     from runner.environments.versions import Versions, installed
 
     r = run_cli(tmp_path, "--version")
-    assert r.returncode == 0 and r.stderr == "", explain(r)
+    assert r.code == 0 and r.stderr == "", explain(r)
     assert r.stdout == installed().line() + "\n" and Versions.parse(r.stdout) == installed()
     assert not (tmp_path / "outputs").exists()
 

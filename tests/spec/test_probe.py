@@ -14,9 +14,12 @@ pytestmark = pytest.mark.unit
 
 
 def test_a_fixed_probe_answers_its_values_and_records_what_it_was_asked() -> None:
-    fixed = FixedProbe(cuda_devices=2, paths=frozenset({"/data/train.py"}), names=frozenset({"gpu-a"}))
-    assert (fixed.cuda_device_count(), fixed.mpi_backend_available(), fixed.fairscale_available()) == (2, False, True)
-    assert fixed.asked == ["cuda", "mpi", "fairscale"]
+    fixed = FixedProbe(cuda_devices=2, paths=frozenset({"/data/train.py"}), names=frozenset({"gpu-a"}),
+                       missing_extras=frozenset({"plots"}))
+    got = (fixed.cuda_device_count(), fixed.mpi_backend_available(), fixed.extra_installed("fairscale"),
+           fixed.extra_installed("plots"))
+    assert got == (2, False, True, False)
+    assert fixed.asked == ["cuda", "mpi", "fairscale", "plots"]
     assert fixed.exists("/data/train.py") and fixed.exists("/tmp") and not fixed.exists("/nope")
     assert fixed.is_dir("/shared") and not fixed.is_dir("/data/train.py")
     assert fixed.host_names() == frozenset({"gpu-a"})
