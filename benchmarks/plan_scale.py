@@ -116,7 +116,7 @@ def measure_extras(repeat: int) -> list[dict]:
     invocation = Invocation(python=sys.executable, cwd=str(ROOT))
     for hosts in (250, 500, 1_000, 2_000):
         plan = check_and_plan(make_spec(hosts, "grid"))
-        launcher = LAUNCHERS["slurm"](plan, paths, invocation, ProcessEnvironment.read({}))
+        launcher = LAUNCHERS["slurm"](plan=plan, paths=paths, invocation=invocation, environment=ProcessEnvironment.read({}))
         for what, fn in (("slurm request()", launcher.request), ("report.verdict()", lambda: verdict(plan))):
             seconds = best_of(fn, repeat)
             rows.append({"what": what, "hosts": hosts, "processes": plan.world_size, "seconds": seconds,

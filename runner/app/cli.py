@@ -92,8 +92,8 @@ def _app(cfg: DictConfig) -> ArrayMember | None:
     # a sweep under our Hydra launcher sends its Slurm batch jobs together, as job arrays
     in_array_sweep = hc.mode is RunMode.MULTIRUN and hc.launcher.get("_target_") == sweep.LAUNCHER
     environment = _State.environment or ProcessEnvironment.read()
-    code = run_job(spec, out, run_id, tuple(hc.overrides.task), config_dir, environment, hc.job.config_name,
-                   agent, defer_submit=in_array_sweep)
+    code = run_job(spec, out=out, run_id=run_id, overrides=tuple(hc.overrides.task), config_dir=config_dir,
+                   environment=environment, config_name=hc.job.config_name, agent=agent, defer_submit=in_array_sweep)
     if isinstance(code, ArrayMember):
         return code  # the launcher submits it with the others, and records how it ended
     if hc.mode is RunMode.MULTIRUN:  # a failed job does not stop the sweep; the summary and the exit say it

@@ -65,7 +65,7 @@ def _pins_of(launcher: type[Launcher], job: Job, paths: RunPaths, copy: Snapshot
     return dataclasses.replace(pins, code_dir=str(copy.folder), script_path=script)
 
 
-def run_job(spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...], config_dir: str | None,
+def run_job(spec: JobConfig, *, out: Path, run_id: str, overrides: tuple[str, ...], config_dir: str | None,
             environment: ProcessEnvironment, config_name: str | None = None, agent: LaunchAgent | None = None,
             defer_submit: bool = False) -> int | ArrayMember:
     """The job's exit status. ``environment``: what `run` read of its own (runner.environments.process);
@@ -101,10 +101,12 @@ def run_job(spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
     job = pinned(job, _pins_of(launcher_class, job, paths, copy))
     spec = job.spec
     plan = make_plan(job, launcher_class.plan_rules(job, paths), paths)
-    invocation = Invocation(spec.launcher.python or sys.executable, os.getcwd(), overrides, config_dir,
-                            config_name if config_name != "job" else None, _run_command())
+    invocation = Invocation(python=spec.launcher.python or sys.executable, cwd=os.getcwd(), overrides=overrides,
+                            config_dir=config_dir, config_name=config_name if config_name != "job" else None,
+                            run_command=_run_command())
     environment = environment.with_exported(launcher_class.exported_names(spec))
-    launcher = launcher_class(plan, paths, invocation, environment, agent.run_host if agent else None)
+    launcher = launcher_class(plan=plan, paths=paths, invocation=invocation, environment=environment,
+                              run_host=agent.run_host if agent else None)
     request = launcher.request()
     paths.provenance.write_text(json.dumps(
         provenance.record(paths.run_id, spec.workdir, [h.label for h in job.hosts],

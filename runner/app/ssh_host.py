@@ -145,7 +145,7 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
     if not paths.spec.exists():  # a run folder of this host's own: say what the run is, as the launching `run` did
         paths.spec.write_text(spec_yaml(spec))
     restarts = 0 if spec.preflight else spec.launcher.max_restarts
-    agent = HostAgent(plan, node, paths, environment, restarts=restarts)
+    agent = HostAgent(plan=plan, node_rank=node, paths=paths, environment=environment, restarts=restarts)
     hard_stop_s = max(0.0, spec.launcher.grace_s) + FAILURE_STOP_S + HARD_STOP_MARGIN_S
     DriverWatch(stream, agent, hard_stop_s, spec.launcher.ssh.keepalive_s).start()
     return agent.run()

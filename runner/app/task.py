@@ -98,10 +98,10 @@ def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
         return exits.INVALID
     paths.make()
     if spec.launcher.tasks is TaskMode.per_host:  # this task is its host's agent: it forks the host's processes
-        return HostAgent(plan, place.index, paths, environment, announce=True).run()
+        return HostAgent(plan=plan, node_rank=place.index, paths=paths, environment=environment, announce=True).run()
     # one task per process: this task is the agent of its one rank, which serves the store itself if rank 0
     rec = plan.records[place.index]
-    return HostAgent(plan, rec.node_rank, paths, environment, only=rec.global_rank).run()
+    return HostAgent(plan=plan, node_rank=rec.node_rank, paths=paths, environment=environment, only=rec.global_rank).run()
 
 
 def main() -> None:

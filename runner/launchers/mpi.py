@@ -58,7 +58,8 @@ class MpiLauncher(Launcher):
         mpi = environment.mpi
         if mpi is None:
             raise TaskError("launcher=mpi, but no MPI rank variables are set (OMPI_COMM_WORLD_RANK, PMI_RANK, ...)")
-        return TaskPlace(mpi.rank, mpi.size, mpi.local_rank, mpi.flavour, attempt=environment.attempt)
+        return TaskPlace(index=mpi.rank, count=mpi.size, local_index=mpi.local_rank, source=mpi.flavour,
+                         attempt=environment.attempt)
 
     def request(self) -> LaunchRequest:
         job, opts = self.plan.job, self.plan.job.spec.launcher.mpi
@@ -81,7 +82,8 @@ class MpiLauncher(Launcher):
             argv += ["-x", ATTEMPT]  # which attempt, for every task (set by launch)
         argv += [*opts.extra, *self.task_argv()]
         what = "one task per host, each forks its processes" if per_host else "one MPI rank per process"
-        return LaunchRequest(self.name, (HostCommand("this machine", tuple(argv), what, cwd=self.invocation.cwd),))
+        command = HostCommand(host="this machine", argv=tuple(argv), note=what, cwd=self.invocation.cwd)
+        return LaunchRequest(launcher=self.name, commands=(command,))
 
     def launch(self, request: LaunchRequest) -> int:
         """Run mpirun; after a failure, up to launcher.max_restarts times again, each attempt's tasks told which

@@ -67,7 +67,7 @@ def record_exit(folder: Path, code: int) -> None:
         SweepCodes.stops.append(code)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class JobRow:
     folder: Path
     config: str  # the job's overrides, as typed
@@ -117,7 +117,8 @@ def job_row(folder: Path) -> JobRow:
     final = {k: v for k, v in metrics.final.items() if k != THROUGHPUT}  # throughput has its own column
     ends = {r: d for r in range(world or 0) if (d := RankFiles(paths, r).dump()) is not None and d.reason == "end"}
     slow = straggler(ends)
-    return JobRow(folder, " ".join(shown), world, _status(folder, world), metrics.throughput, final, overrides=shown,
+    return JobRow(folder=folder, config=" ".join(shown), world_size=world, status=_status(folder, world),
+                  throughput=metrics.throughput, final=final, overrides=shown,
                   slowest=f"rank {slow.rank} on {slow.host} ({slow.ratio:.2f}x)" if slow else "",
                   train_s=_train_time(paths))
 

@@ -40,7 +40,7 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_DIR = "checkpoints"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContextSettings:
     """Everything a run context is built from (by the worker, runner.worker.rank; not by recipes)."""
 
@@ -172,8 +172,9 @@ class RunContext:
         """The sharding strategy of this job (runner.training.sharding); plain DDP/DP for sharding=none."""
         if self._strategy is None:
             settings = self._settings
-            self._strategy = strategy_for(Placement(self.rank, self.world_size, self.device, settings.device_ids,
-                                                    settings.parallel.mode, settings.sharding, self._ddp_options))
+            self._strategy = strategy_for(Placement(rank=self.rank, world_size=self.world_size, device=self.device,
+                                                    device_ids=settings.device_ids, parallel=settings.parallel.mode,
+                                                    sharding=settings.sharding, ddp_options=self._ddp_options))
         return self._strategy
 
     def setup(self, model: nn.Module, optimizer_class: OptimizerFactory | None = None, /, *,

@@ -62,6 +62,7 @@ from runner.worker.rank_process import RankProcess, preload, start_rank
 from runner.worker.relay import Echo, OutputRelay
 from runner.worker.rendezvous import Rendezvous, RendezvousError, prepare_rendezvous
 from runner.worker.setup import RankSetup
+from runner.worker.share import HostShare
 
 STOP_DUMP_WAIT_S = 2.0  # how long a stop waits for the ranks to say where they are
 ENDINGS_WAIT_S = 15.0  # how long host 0 waits for the other hosts to say how their ranks ended
@@ -117,8 +118,9 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, e
             echo = Echo(shown=shown, prefix=f"[rank {rec.global_rank} {rec.host}] " if shown else "", progress=shown)
         env = child_environment(plan, rec, paths, environment, master_port=rdzv.master_port,
                                 agent_store=rdzv.agent_store, network=network.env if network else {})
-        setups.append(RankSetup(job.spec, recipe_settings(job.spec.recipe), recipe_cfg, rec, plan.world_size,
-                                job.backend.value, job.device, rdzv.init_method, env, paths, plan.rules.stop_signal,
+        setups.append(RankSetup(spec=job.spec, recipe=recipe_settings(job.spec.recipe), recipe_cfg=recipe_cfg, record=rec,
+                                world_size=plan.world_size, backend=job.backend.value, device=job.device,
+                                init_method=rdzv.init_method, env=env, paths=paths, stop_signal=plan.rules.stop_signal,
                                 echo=echo, notes=notes, preflight=preflight if rec.local_rank == 0 else None))
     return setups
 
@@ -534,7 +536,6 @@ def _is_tty(stream: object) -> bool:
         return False
 
 
-def launch_host(plan: Plan, node_rank: int, paths: RunPaths, environment: ProcessEnvironment, announce: bool = False,
-                restarts: int = 0) -> int:
-    """Run host ``node_rank``'s share of ``plan`` with a :class:`HostAgent` in this process; its exit status."""
-    return HostAgent(plan, node_rank, paths, environment, announce=announce, restarts=restarts).run()
+def launch_host(share: HostShare) -> int:
+    """Run a host's share of a plan with a :class:`HostAgent` in this process; its exit status."""
+    return HostAgent(share.plan, share.node_rank, share.paths, share.environment, restarts=share.restarts).run()

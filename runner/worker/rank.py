@@ -206,9 +206,11 @@ def _run(setup: RankSetup, channel: JobChannel | None) -> Any:
     torch.manual_seed(setup.recipe.seed)
     paths = setup.paths
     ctx = RunContext(ContextSettings(
-        rec.global_rank, rec.local_rank, rec.node_rank, setup.world_size, rec.local_world_size, rec.host, device,
-        rec.device_ids, setup.spec.parallel, setup.spec.sharding, setup.recipe.global_batch_size, setup.recipe.seed,
-        paths.root, paths.metrics, paths.checkpoints, paths.attempt))
+        rank=rec.global_rank, local_rank=rec.local_rank, node_rank=rec.node_rank, world_size=setup.world_size,
+        local_world_size=rec.local_world_size, host=rec.host, device=device, device_ids=rec.device_ids,
+        parallel=setup.spec.parallel, sharding=setup.spec.sharding, global_batch_size=setup.recipe.global_batch_size,
+        seed=setup.recipe.seed, output_dir=paths.root, metrics_file=paths.metrics, checkpoint_dir=paths.checkpoints,
+        attempt=paths.attempt))
     try:
         result = recipe(ctx, setup.recipe_cfg)
     finally:

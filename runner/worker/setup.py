@@ -25,8 +25,10 @@ if TYPE_CHECKING:
     from runner.worker.preflight.checks import HostReport
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankSetup:
+    """What the host agent decided for one of its ranks before forking it; the rank inherits it through the fork."""
+
     spec: JobConfig
     recipe: RecipeConfig  # what the runner reads of the recipe config
     recipe_cfg: DictConfig  # what the recipe function receives

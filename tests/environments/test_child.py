@@ -32,7 +32,7 @@ def _plan(tmp_path, *overrides: str):
 def test_a_childs_environment(tmp_path) -> None:
     plan, paths = _plan(tmp_path, "topology=1x4")
     parent = ProcessEnvironment.read({})
-    parent = ProcessEnvironment(parent.slurm, parent.mpi, None, {}, cpu_count=8)
+    parent = ProcessEnvironment(slurm=parent.slurm, mpi=parent.mpi, omp_num_threads=None, socket_ifnames={}, cpu_count=8)
     env = child_environment(plan, plan.records[3], paths, parent, master_port="29511", agent_store=True,
                             network={"GLOO_SOCKET_IFNAME": "lan0"})
     assert env == {

@@ -51,7 +51,7 @@ def test_slurm_step_in_allocation_places_uneven_hosts() -> None:
     got = validate(compose(f"recipe.target={TARGET}", "topology=hetero_2_1", "launcher=slurm",
                            "launcher.tasks=per_device", "device=cpu", "recipe.global_batch_size=60"))
     plan = plan_for(got.job, PATHS)
-    launcher = LAUNCHERS["slurm"](plan, PATHS, INVOCATION, environment(SLURM_JOB_ID="42"))
+    launcher = LAUNCHERS["slurm"](plan=plan, paths=PATHS, invocation=INVOCATION, environment=environment(SLURM_JOB_ID="42"))
     text = launcher.request().materialize()
     assert "--distribution=arbitrary" in text
     assert "SLURM_HOSTFILE" in text
@@ -106,7 +106,7 @@ def test_slurm_named_hosts_are_the_allocated_ones() -> None:
     got = validate(spec)
     assert got.valid, got.rendered()
     plan = plan_for(got.job, PATHS)
-    script = LAUNCHERS["slurm"](plan, PATHS, INVOCATION, environment()).request().files["job.sbatch"]
+    script = LAUNCHERS["slurm"](plan=plan, paths=PATHS, invocation=INVOCATION, environment=environment()).request().files["job.sbatch"]
     assert "#SBATCH --nodelist=gpu01,gpu02" in script  # the named nodes are the ones Slurm gives
     assert plan.master_addr == Deferred.of("first host of SLURM_STEP_NODELIST")  # and the master is the step's first
     assert not any(p.key.startswith("topology.hosts") for p in got.problems)

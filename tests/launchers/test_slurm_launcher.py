@@ -71,7 +71,8 @@ def _launcher(*overrides: str) -> SlurmLauncher:
     checked = validate(["launcher=slurm", "device=cpu", *overrides])
     assert checked.job is not None, checked.problems
     paths = RunPaths(Path("/runs/R1"), "R1")
-    return SlurmLauncher(plan_for(checked.job, paths), paths, Invocation("/venv/bin/python", "/work/proj"), environment())
+    return SlurmLauncher(plan=plan_for(checked.job, paths), paths=paths,
+                         invocation=Invocation(python="/venv/bin/python", cwd="/work/proj"), environment=environment())
 
 
 def _allocation(**variables: str) -> SlurmEnvironment:
@@ -145,8 +146,8 @@ def test_with_requeue_the_batch_script_requeues_after_slurms_signal_but_not_afte
         (fakes / name).chmod(0o755)
     checked = validate(["launcher=slurm", "device=cpu", "topology=2x2", "launcher.slurm.requeue=true"])
     paths = RunPaths(folder, "R1")
-    launcher = SlurmLauncher(plan_for(checked.job, paths), paths, Invocation("/venv/bin/python", "/work/proj"),
-                             environment())
+    launcher = SlurmLauncher(plan=plan_for(checked.job, paths), paths=paths,
+                             invocation=Invocation(python="/venv/bin/python", cwd="/work/proj"), environment=environment())
     script = folder / "job.sbatch"
     script.write_text(launcher.script())
     env = {"PATH": f"{fakes}:/usr/bin:/bin", "FAKES": str(fakes), "SLURM_JOB_ID": "42"}

@@ -148,7 +148,7 @@ def test_master_and_launch_requests_agree_with_plan(spec) -> None:
         assert plan.master_addr == job.hosts[0].reach
     else:  # slurm: the first node of the allocation, known at launch
         assert plan.master_addr.startswith("<")
-    launcher = LAUNCHERS[kind](plan, PATHS, INVOCATION, environment())
+    launcher = LAUNCHERS[kind](plan=plan, paths=PATHS, invocation=INVOCATION, environment=environment())
     request = launcher.request()
     text = request.materialize()
     assert job.spec.run_id == "R1"
