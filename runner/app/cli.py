@@ -37,12 +37,6 @@ from runner.spec.problems import Problem, render_problems
 from runner.spec.schema import JobConfig, register_schemas, unknown_keys
 
 
-class _State:
-    entered = False  # Hydra called our task: a later exit status 1 is the job's, not a composition error
-    agent: LaunchAgent | None = None
-    environment: ProcessEnvironment | None = None  # read once, as `run` starts
-
-
 _STARTED = time.strftime("%Y%m%d-%H%M%S")
 
 
@@ -74,33 +68,48 @@ def run_dir(run_id: str | None) -> str:
     return time.strftime("%Y-%m-%d/%H-%M-%S", time.strptime(_STARTED, "%Y%m%d-%H%M%S")) + f"_{_uid()}"
 
 
-@hydra.main(version_base=None, config_path="pkg://runner.conf", config_name="job")
-def _app(cfg: DictConfig) -> ArrayMember | None:
-    _State.entered = True
-    hc = HydraConfig.get()
-    out = Path(hc.runtime.output_dir)
-    run_id = f"{_STARTED}-{_uid()}" + (f"-{hc.job.num}" if hc.mode is RunMode.MULTIRUN else "")
-    config_dir = next((s.path for s in hc.runtime.config_sources if s.provider == "command-line"), None)
-    spec = typed_spec(cfg)
-    if isinstance(spec, str):
-        print(spec, file=sys.stderr)
-        sys.exit(exits.INVALID)
-    if hc.mode is RunMode.MULTIRUN and spec.run_id:
-        # one run id for the whole sweep: each job gets its own, as its own folder and ports need
-        spec.run_id = f"{spec.run_id}-{hc.job.num}"
-    agent = _State.agent
-    # a sweep under our Hydra launcher sends its Slurm batch jobs together, as job arrays
-    in_array_sweep = hc.mode is RunMode.MULTIRUN and hc.launcher.get("_target_") == sweep.LAUNCHER
-    environment = _State.environment or ProcessEnvironment.read()
-    code = run_job(spec, out=out, run_id=run_id, overrides=tuple(hc.overrides.task), config_dir=config_dir,
-                   environment=environment, config_name=hc.job.config_name, agent=agent, defer_submit=in_array_sweep)
-    if isinstance(code, ArrayMember):
-        return code  # the launcher submits it with the others, and records how it ended
-    if hc.mode is RunMode.MULTIRUN:  # a failed job does not stop the sweep; the summary and the exit say it
-        sweep.record_exit(out, code)
-    elif code:
-        sys.exit(code)
-    return None
+class JobTask:
+    """`run`'s Hydra task: one job from its composed config (runner.app.launch.run_job), called by Hydra once, or
+    once per job of a sweep. :func:`main` makes it with what `run` read and started as it began (its environment,
+    its launch agent), and reads back what it kept once Hydra returns: whether Hydra got as far as a job
+    (``entered``), and how a sweep's jobs ended (``sweep``)."""
+
+    def __init__(self, environment: ProcessEnvironment, agent: LaunchAgent | None) -> None:
+        self.environment = environment
+        self.agent = agent
+        self.entered = False  # a later exit status 1 is then the job's, not Hydra's refusal of the config
+        self.sweep = sweep.SweepOutcome()
+
+    def __call__(self, cfg: DictConfig) -> sweep.JobExit | ArrayMember | None:
+        """The job's outcome, for a sweep's launcher (a JobReturn's value); a single run exits with its status."""
+        self.entered = True
+        hc = HydraConfig.get()
+        out = Path(hc.runtime.output_dir)
+        multirun = hc.mode is RunMode.MULTIRUN
+        run_id = f"{_STARTED}-{_uid()}" + (f"-{hc.job.num}" if multirun else "")
+        config_dir = next((s.path for s in hc.runtime.config_sources if s.provider == "command-line"), None)
+        spec = typed_spec(cfg)
+        if isinstance(spec, str):
+            print(spec, file=sys.stderr)
+            sys.exit(exits.INVALID)
+        if multirun and spec.run_id:
+            # one run id for the whole sweep: each job gets its own, as its own folder and ports need
+            spec.run_id = f"{spec.run_id}-{hc.job.num}"
+        # a sweep under our Hydra launcher sends its Slurm batch jobs together, as job arrays
+        in_array_sweep = multirun and hc.launcher.get("_target_") == sweep.LAUNCHER
+        code = run_job(spec, out=out, run_id=run_id, overrides=tuple(hc.overrides.task), config_dir=config_dir,
+                       environment=self.environment, config_name=hc.job.config_name, agent=self.agent,
+                       defer_submit=in_array_sweep)
+        if isinstance(code, ArrayMember):
+            self.sweep.deferred(code.folder)  # the launcher submits it with the others, and records how it ended
+            return code
+        if multirun:  # a failed job does not stop the sweep; the summary and the exit say it
+            ended = sweep.record_exit(out, code)
+            self.sweep.ended(ended)
+            return ended
+        if code:
+            sys.exit(code)
+        return None
 
 
 def typed_spec(cfg: DictConfig) -> JobConfig | str:
@@ -301,34 +310,34 @@ def main() -> None:
         sys.stderr.flush()
         os._exit(exits.INVALID)
     setup(sys.argv[1:])
-    _State.environment = ProcessEnvironment.read()
-    _State.agent = LaunchAgent.start_if_useful(sys.argv[1:])
+    task = JobTask(ProcessEnvironment.read(), LaunchAgent.start_if_useful(sys.argv[1:]))
     # The user's modules are imported from the job's folder by the ranks, and tried by validation in a
     # child process (runner.spec.targets); `run` itself never puts that folder on its path, so nothing there
     # (a runner.py, a hydra/ folder) can shadow what `run` imports.
     code = 0
     try:
-        _app()
+        hydra.main(version_base=None, config_path="pkg://runner.conf", config_name="job")(task)()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
-        if code == 1 and not _State.entered:
+        if code == 1 and not task.entered:
             # Hydra already printed why (unknown key, option, type); it exits 1 for that, we say 2
             print("hint: `run --help` lists every group and option; `run --cfg job` prints the composed spec",
                   file=sys.stderr)
             code = exits.INVALID
-    codes = sweep.SweepCodes.codes
-    if code == 0 and sweep.SweepCodes.stopped():
-        code = sweep.SweepCodes.stopped()
+    codes = [ended.code for ended in task.sweep.exits()]
+    stopped = task.sweep.stopped()
+    if code == 0 and stopped:
+        code = stopped
         print(f"\nthe sweep was stopped ({signal.Signals(exits.signal_of(code)).name}) after {len(codes)} job(s)",
               file=sys.stderr)
     elif code == 0 and any(codes):
         failed = sum(1 for c in codes if c)
         print(f"\n{failed} of {len(codes)} job(s) of the sweep failed (see the summary)", file=sys.stderr)
         code = exits.FAILED
-    if _State.agent is not None:
-        _State.agent.cancel()
+    if task.agent is not None:
+        task.agent.cancel()
     # Everything is written and closed: skip the interpreter's teardown (over half a second with torch
     # loaded), as the ranks do.
     logging.shutdown()

@@ -75,7 +75,9 @@ def tried_by_run(target: str, workdir: str | None) -> TargetProblem | None:
     return None
 
 
-def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
+def run_task(spec_path: Path, environment: ProcessEnvironment, early_stop: StopRequest | None = None) -> int:
+    """The task's share of the run whose spec is ``spec_path``; its exit status. ``early_stop``: the stop signal
+    caught before the host agent handles it (passed on to the ranks once they run)."""
     from runner.worker.host_agent import HostAgent
 
     spec = load_spec(spec_path)  # the run's one spec, as `run` pinned and wrote it
@@ -98,21 +100,24 @@ def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
         return exits.INVALID
     paths.make()
     if spec.launcher.tasks is TaskMode.per_host:  # this task is its host's agent: it forks the host's processes
-        return HostAgent(plan=plan, node_rank=place.index, paths=paths, environment=environment, announce=True).run()
+        return HostAgent(plan=plan, node_rank=place.index, paths=paths, environment=environment, announce=True,
+                         early_stop=early_stop).run()
     # one task per process: this task is the agent of its one rank, which serves the store itself if rank 0
     rec = plan.records[place.index]
-    return HostAgent(plan=plan, node_rank=rec.node_rank, paths=paths, environment=environment, only=rec.global_rank).run()
+    return HostAgent(plan=plan, node_rank=rec.node_rank, paths=paths, environment=environment, only=rec.global_rank,
+                     early_stop=early_stop).run()
 
 
 def main() -> None:
     # Slurm may send its stop signal early (a short time limit, a preemption): remember it rather than die of it;
     # the host agent passes it on once its ranks have started (runner.worker.host_agent)
-    StopRequest.install(signal.SIGUSR1)  # the default; the agent handles the spec's own once it is read
+    early_stop = StopRequest()
+    early_stop.install(signal.SIGUSR1)  # the default; the agent handles the spec's own once it is read
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # a task lives on; its ranks dump their stacks
     if len(sys.argv) != 2:
         print("usage: python -P -m runner.app.task <run folder>/spec.yaml", file=sys.stderr)
         raise SystemExit(exits.INVALID)
-    code = run_task(Path(sys.argv[1]).resolve(), ProcessEnvironment.read())
+    code = run_task(Path(sys.argv[1]).resolve(), ProcessEnvironment.read(), early_stop)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

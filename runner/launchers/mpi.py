@@ -9,7 +9,6 @@ import sys
 from collections.abc import Iterator
 
 from runner.common import exits
-from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError, TaskPlace, named_hosts_problems
 from runner.plan.paths import RunPaths
@@ -100,7 +99,7 @@ class MpiLauncher(Launcher):
                       f"path: launcher.mpi.mpirun=/path/to/mpirun", file=sys.stderr)
                 return exits.INVALID
             # a rank that raised (1) or was killed (mpirun's own status then), not `run` asked to stop
-            if code in (exits.OK, exits.INVALID) or self.signalled or attempt >= restarts or StopRequest.requested:
+            if code in (exits.OK, exits.INVALID) or self.signalled or attempt >= restarts:
                 return code
             attempt += 1
             print(f"\nrestarting: attempt {attempt + 1} of {restarts + 1} (launcher.max_restarts={restarts}): mpirun "

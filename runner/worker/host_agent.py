@@ -28,15 +28,14 @@ of every host was (their dumps, through the channel).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import select
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from runner.common import exits
 from runner.common.signals import StopRequest
@@ -117,12 +116,18 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, e
             shown = console == "all" or rec.global_rank in chosen
             echo = Echo(shown=shown, prefix=f"[rank {rec.global_rank} {rec.host}] " if shown else "", progress=shown)
         env = child_environment(plan, rec, paths, environment, master_port=rdzv.master_port,
-                                agent_store=rdzv.agent_store, network=network.env if network else {})
+                                agent_store=rdzv.agent_store, network=network.env if network else {},
+                                tmpdir=str(scratch_folder(paths)))
         setups.append(RankSetup(spec=job.spec, recipe=recipe_settings(job.spec.recipe), recipe_cfg=recipe_cfg, record=rec,
                                 world_size=plan.world_size, backend=job.backend.value, device=job.device,
                                 init_method=rdzv.init_method, env=env, paths=paths, stop_signal=plan.rules.stop_signal,
                                 echo=echo, notes=notes, preflight=preflight if rec.local_rank == 0 else None))
     return setups
+
+
+def scratch_folder(paths: RunPaths) -> Path:
+    """The ranks' temp folder (their TMPDIR) for an attempt: in the run folder, removed after the attempt."""
+    return paths.root / "tmp"
 
 
 def _master_unreachable(plan: Plan, node_rank: int, rdzv: Rendezvous, setups: list[RankSetup]) -> str | None:
@@ -148,7 +153,7 @@ class HostAgent:
     share ended (a Slurm or MPI task, whose `run` is elsewhere; `run` itself ends with its summary)."""
 
     def __init__(self, plan: Plan, node_rank: int, paths: RunPaths, environment: ProcessEnvironment, *, announce: bool = False, restarts: int = 0,
-                 only: int | None = None) -> None:
+                 only: int | None = None, early_stop: StopRequest | None = None) -> None:
         self.plan = plan
         self.node_rank = node_rank
         self.paths = paths
@@ -156,6 +161,7 @@ class HostAgent:
         self.announce = announce
         self.restarts = restarts
         self.only = only  # a task per process: this global rank alone, which serves the store itself if rank 0
+        self.early_stop = early_stop  # the task's stop request, caught before this agent handles the signal
         self.signalled: int | None = None  # the first SIGINT/SIGTERM that reached the agent
         self._pending: list[int] = []
         self._ends: list[dict] = []  # the job ended from outside (end_job), not yet acted on
@@ -169,11 +175,9 @@ class HostAgent:
         through the job's channel (runner.worker.channel)."""
         paths = self.paths
         stop = self.plan.rules.stop_signal
-        # the failure report says what matters; elastic's own logging (its store, its rendezvous) would bury it
-        for name in ("torch.distributed.elastic", "torch.multiprocessing"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
         previous = {s: signal.signal(s, self._on_signal) for s in dict.fromkeys((signal.SIGINT, signal.SIGTERM, stop))}
-        if StopRequest.requested:  # asked before the agent was ready (a task Slurm signalled early): passed on
+        # asked before the agent was ready (a task Slurm signalled early): passed on
+        if self.early_stop is not None and self.early_stop.requested:
             self._pending.append(stop)
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
@@ -230,9 +234,8 @@ class HostAgent:
         if isinstance(prepared, int):
             return prepared, paths
         rdzv, setups, report, channel, paths = prepared
-        scratch = paths.root / "tmp"  # the ranks' temp files: in the run folder, removed after
+        scratch = scratch_folder(paths)
         scratch.mkdir(exist_ok=True)
-        previous_tmp, tempfile.tempdir = tempfile.tempdir, str(scratch)
         started = time.perf_counter()
         relay = OutputRelay(sys.stdout.fileno(), sys.stderr.fileno(), bar_ok=_is_tty(sys.stdout))
         relay.start()
@@ -244,7 +247,6 @@ class HostAgent:
             for rank in ranks:  # whatever happened above, nothing of this attempt stays behind
                 rank.kill()
             relay.close()
-            tempfile.tempdir = previous_tmp
             shutil.rmtree(scratch, ignore_errors=True)
         try:
             return self._report(ending, setups, paths, report, channel, time.perf_counter() - started), paths

@@ -30,6 +30,7 @@ from runner.plan.diagnostics import (
     requested_since,
     write_diagnosis,
 )
+from runner.training.progress import StepCount
 from runner.worker.channel import JobChannel, ask_for_dumps, gather_dumps
 from runner.worker.setup import RankSetup
 
@@ -135,9 +136,10 @@ def main_thread_at(workdir: str | None) -> str:
 class Watch(threading.Thread):
     """The watch of one rank (see the module docstring)."""
 
-    def __init__(self, setup: RankSetup, channel: JobChannel | None = None) -> None:
+    def __init__(self, setup: RankSetup, channel: JobChannel | None = None, steps: StepCount | None = None) -> None:
         super().__init__(name="runner-watch", daemon=True)
         self.setup = setup
+        self.steps = steps if steps is not None else StepCount()  # the recipe's progress steps (none for a script)
         self.files = RankFiles(setup.paths, setup.record.global_rank)
         self.channel = channel  # the job's (runner.worker.channel): requests and dumps across hosts
         self.counter: _Counter | None = None
@@ -191,15 +193,13 @@ class Watch(threading.Thread):
                 return
 
     def _marker(self) -> object:
-        from runner.training.progress import Progress
-
         doc = _fr_dump()
         if doc is not None:
             completed = tuple(sorted((pg, s.get("last_completed_collective"), s.get("last_enqueued_collective"))
                                      for pg, s in doc.get("pg_status", {}).items()))
         else:
             completed = tuple(sorted(self.counter.completed.items())) if self.counter else ()
-        return completed, Progress.steps_taken
+        return completed, self.steps.taken
 
     def _look(self, stall_timeout_s: float | None) -> None:
         now = time.time()
