@@ -197,6 +197,7 @@ class Launcher(ABC):
         self._run_host = run_host
         self.not_followed: str | None = None  # set by a launch that submits and returns ("Slurm job 12")
         self.signalled: int | None = None  # SIGINT or SIGTERM that `run` passed on to a scheduler's command
+        self.stop_passed_on = False  # `run` passed the stop signal on to a scheduler's command (the ranks checkpoint)
         self.cause: str | None = None  # why the job failed where no rank's record can say it (a host was lost)
 
     @abstractmethod
@@ -255,6 +256,7 @@ class Launcher(ABC):
         stopped = [s for s in received if s in (signal.SIGINT, signal.SIGTERM)]
         if stopped:
             self.signalled = stopped[0]
+        self.stop_passed_on = self.plan.rules.stop_signal in received
         if code and stopped:
             return exits.from_signal(stopped[0])
         return exits.FAILED if code and self.rank_failed() else code

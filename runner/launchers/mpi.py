@@ -99,7 +99,7 @@ class MpiLauncher(Launcher):
                       f"path: launcher.mpi.mpirun=/path/to/mpirun", file=sys.stderr)
                 return exits.INVALID
             # a rank that raised (1) or was killed (mpirun's own status then), not `run` asked to stop
-            if code in (exits.OK, exits.INVALID) or self.signalled or attempt >= restarts:
+            if code in (exits.OK, exits.INVALID) or self.signalled or attempt >= restarts or self.stop_passed_on:
                 return code
             attempt += 1
             print(f"\nrestarting: attempt {attempt + 1} of {restarts + 1} (launcher.max_restarts={restarts}): mpirun "
