@@ -32,6 +32,7 @@ from runner.app.topology_shapes import register_named_shapes
 from runner.common import exits
 from runner.environments import versions
 from runner.environments.process import ProcessEnvironment
+from runner.launchers.base import Invocation
 from runner.launchers.slurm_array import ArrayMember
 from runner.spec.problems import Problem, render_problems
 from runner.spec.schema import JobConfig, register_schemas, unknown_keys
@@ -97,9 +98,12 @@ class JobTask:
             spec.run_id = f"{spec.run_id}-{hc.job.num}"
         # a sweep under our Hydra launcher sends its Slurm batch jobs together, as job arrays
         in_array_sweep = multirun and hc.launcher.get("_target_") == sweep.LAUNCHER
-        code = run_job(spec, out=out, run_id=run_id, overrides=tuple(hc.overrides.task), config_dir=config_dir,
-                       environment=self.environment, config_name=hc.job.config_name, agent=self.agent,
-                       defer_submit=in_array_sweep)
+        invocation = Invocation(python=spec.launcher.python or sys.executable, cwd=os.getcwd(),
+                                overrides=tuple(hc.overrides.task), config_dir=config_dir,
+                                config_name=hc.job.config_name if hc.job.config_name != "job" else None,
+                                run_command=_run_command())
+        code = run_job(spec, out=out, run_id=run_id, invocation=invocation, environment=self.environment,
+                       agent=self.agent, defer_submit=in_array_sweep)
         if isinstance(code, ArrayMember):
             self.sweep.deferred(code.folder)  # the launcher submits it with the others, and records how it ended
             return code
@@ -110,6 +114,12 @@ class JobTask:
         if code:
             sys.exit(code)
         return None
+
+
+def _run_command() -> str:
+    """This `run` executable's absolute path (a venv's bin need not be on every host's PATH)."""
+    argv0 = sys.argv[0]
+    return os.path.abspath(argv0) if os.path.basename(argv0) == "run" and os.path.exists(argv0) else "run"
 
 
 def typed_spec(cfg: DictConfig) -> JobConfig | str:
