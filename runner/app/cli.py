@@ -46,7 +46,7 @@ def _uid() -> str:
     return secrets.token_hex(3)
 
 
-def setup(argv: Sequence[str] = ()) -> None:
+def register(argv: Sequence[str] = ()) -> None:
     """Register schemas, resolvers, our sweep launcher, and the ``topology=NxM`` shapes that ``argv`` (`run`'s
     arguments, or the overrides of a compose) may ask for; idempotent (tests compose through Hydra's API too)."""
     register_schemas()
@@ -319,7 +319,7 @@ def main() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exits.INVALID)
-    setup(sys.argv[1:])
+    register(sys.argv[1:])
     task = JobTask(ProcessEnvironment.read(), LaunchAgent.start_if_useful(sys.argv[1:]))
     # The user's modules are imported from the job's folder by the ranks, and tried by validation in a
     # child process (runner.spec.targets); `run` itself never puts that folder on its path, so nothing there

@@ -18,13 +18,13 @@ from runner.common import exits
 from runner.common.signals import handling
 from runner.environments import provenance
 from runner.environments.process import ProcessEnvironment
-from runner.launchers import LAUNCHERS, check
+from runner.launchers import LAUNCHERS, validate
 from runner.launchers.base import Invocation, Launcher, LaunchRequest
 from runner.launchers.slurm_array import ArrayMember
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan, make_plan
 from runner.plan.render import plan_table, verdict, write_plan
-from runner.reports.run_summary import report as report_run
+from runner.reports.run_summary import report_run
 from runner.reports.where import where_the_ranks_are
 from runner.spec.document import spec_yaml
 from runner.spec.job import Job
@@ -84,7 +84,7 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
         launcher_class = LAUNCHERS[job.spec.launcher.kind]
         paths = _open_run_folder(job, launcher_class, out, run_id)
         job, copy = _pin(job, launcher_class, paths, environment)
-        launcher = launcher_class(plan=make_plan(job, launcher_class.plan_rules(job, paths), paths), paths=paths,
+        launcher = launcher_class(plan=make_plan(job, launcher_class.launch_rules(job, paths), paths), paths=paths,
                                   invocation=invocation,
                                   environment=environment.with_exported(launcher_class.exported_names(job.spec)),
                                   run_host=agent.run_host if agent else None)
@@ -105,11 +105,11 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
 
 
 def _validate(spec: JobConfig, agent: LaunchAgent | None) -> tuple[Job, list[Problem]]:
-    """The resolved job and every problem short of an error (runner.launchers.check); the recipe target is tried
+    """The resolved job and every problem short of an error (runner.launchers.validate); the recipe target is tried
     by the launch agent, where there is one. Refused: the errors, printed."""
     # the job's folder (runner.spec.targets), for every process on every host: validation reads it
     spec.workdir = os.path.abspath(spec.workdir or os.getcwd())
-    job, problems = check(spec, LocalProbe(agent.target_problem) if agent else LocalProbe())
+    job, problems = validate(spec, LocalProbe(agent.target_problem) if agent else LocalProbe())
     if job is None:
         print(render_problems(problems), file=sys.stderr)
         print(f"\nthe spec has {len(errors(problems))} error(s); nothing was started.", file=sys.stderr)

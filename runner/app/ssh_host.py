@@ -26,7 +26,7 @@ from runner.app.task import tried_by_run
 from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
-from runner.launchers import LAUNCHERS, check
+from runner.launchers import LAUNCHERS, validate
 from runner.launchers.ssh_protocol import BEATS_MISSED, ProtocolError, parse, read_spec
 from runner.plan.paths import RunPaths
 from runner.plan.processes import make_plan
@@ -134,7 +134,7 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
         print(f"error: {e}", file=sys.stderr)
         return exits.INVALID
     launcher = LAUNCHERS["ssh"]
-    job, problems = check(spec, LocalProbe(check_target=tried_by_run, check_module=tried_by_run))
+    job, problems = validate(spec, LocalProbe(try_target=tried_by_run, try_module=tried_by_run))
     if job is None:
         print(render_problems(problems), file=sys.stderr)
         return exits.INVALID
@@ -143,7 +143,7 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
         return exits.INVALID
     sys.stderr = HostLabelled(sys.stderr, f"[host {job.hosts[node].label}] ")
     paths = RunPaths(folder, spec.run_id or folder.name)
-    plan = make_plan(job, launcher.plan_rules(job, paths), paths)
+    plan = make_plan(job, launcher.launch_rules(job, paths), paths)
     paths.make()
     if not paths.spec.exists():  # a run folder of this host's own: say what the run is, as the launching `run` did
         paths.spec.write_text(spec_yaml(spec))

@@ -21,7 +21,7 @@ from pathlib import Path
 from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
-from runner.launchers import LAUNCHERS, check
+from runner.launchers import LAUNCHERS, validate
 from runner.launchers.base import TaskError, TaskPlace
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan, make_plan
@@ -43,7 +43,7 @@ def resolve_master(plan: Plan, environment: ProcessEnvironment) -> Plan:
     return dataclasses.replace(resolved, init_method=resolved.init_url(port))
 
 
-def check_place(plan: Plan, place: TaskPlace) -> None:
+def verify_place(plan: Plan, place: TaskPlace) -> None:
     job = plan.job
     per_host = job.spec.launcher.tasks is TaskMode.per_host
     expected = len(job.hosts) if per_host else plan.world_size
@@ -86,15 +86,15 @@ def run_task(spec_path: Path, environment: ProcessEnvironment, early_stop: StopR
         print(f"error: workdir: the job's folder {spec.workdir} is not on this host ({socket.gethostname()}); hint: "
               f"start `run` from a folder every host sees (a shared filesystem), or set workdir= to one", file=sys.stderr)
         return exits.INVALID
-    job, problems = check(spec, LocalProbe(check_target=tried_by_run, check_module=tried_by_run))
+    job, problems = validate(spec, LocalProbe(try_target=tried_by_run, try_module=tried_by_run))
     if job is None or launcher is None:
         print(render_problems(problems), file=sys.stderr)
         return exits.INVALID
     try:
         place = launcher.task_place(environment)
         paths = RunPaths(spec_path.parent, spec.run_id or spec_path.parent.name, place.attempt)
-        plan = resolve_master(make_plan(job, launcher.plan_rules(job, paths), paths), environment)
-        check_place(plan, place)
+        plan = resolve_master(make_plan(job, launcher.launch_rules(job, paths), paths), environment)
+        verify_place(plan, place)
     except (TaskError, RuntimeError, ValueError) as e:  # ValueError: a node list that does not parse
         print(f"error: {e}", file=sys.stderr)
         return exits.INVALID

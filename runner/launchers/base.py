@@ -8,7 +8,7 @@ under the name ``launcher.kind`` gives it. Its class owns what is particular to 
   the resolved hosts and devices fit it), plus the facts :mod:`runner.spec.validation` asks
   (:attr:`supports_restarts`, :attr:`gives_mpi_ranks`, :attr:`shares_run_folder`);
 * **the master** — :meth:`Launcher.default_master` (the address when the spec names none) and
-  :meth:`Launcher.plan_rules` (the port's policy, the stop signal, who sets CUDA_VISIBLE_DEVICES);
+  :meth:`Launcher.launch_rules` (the port's policy, the stop signal, who sets CUDA_VISIBLE_DEVICES);
 * **its pins** — :meth:`Launcher.pins`: what the launch fixes in the spec for every process (the run id, a port
   the hosts agree on), applied to the spec before the plan is made (runner.spec.pins);
 * **its tasks' place** — :meth:`Launcher.task_place`, for a launcher whose scheduler starts
@@ -139,7 +139,7 @@ class Launcher(ABC):
     @classmethod
     def default_master(cls, spec: JobConfig, hosts: tuple[Host, ...]) -> str | None:
         """The master of a multi-host job whose spec names none: host 0, as the hosts reach it; None: the
-        launch finds it (see :meth:`plan_rules`'s master_source)."""
+        launch finds it (see :meth:`launch_rules`'s master_source)."""
         return hosts[0].reach
 
     @classmethod
@@ -153,7 +153,7 @@ class Launcher(ABC):
         return parse_signal(spec.launcher.stop_signal)
 
     @classmethod
-    def plan_rules(cls, job: Job, paths: RunPaths | None) -> LaunchRules:
+    def launch_rules(cls, job: Job, paths: RunPaths | None) -> LaunchRules:
         """What this launcher decides about the job's plan."""
         return LaunchRules(master_port=cls.master_port(job, paths), master_source=cls.master_source,
                            stop_signal=cls.stop_signal(job.spec), sets_visible_devices=cls.sets_visible_devices,

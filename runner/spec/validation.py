@@ -1,7 +1,7 @@
 """Every rule a spec must pass before any process starts: the generic ones here, each launcher's own in
 its class (runner.launchers), asked through :class:`LauncherRules`.
 
-:func:`check` resolves what the spec leaves open (hosts from the grid shorthand, ``device=auto``,
+:func:`validate` resolves what the spec leaves open (hosts from the grid shorthand, ``device=auto``,
 ``backend=auto``, the master address) and returns the resolved :class:`~runner.spec.job.Job` with every
 problem found: all of them at once, each naming its key, showing the arithmetic and giving a hint.
 The machine is consulted only through a :class:`~runner.spec.probe.MachineProbe`, and only when a rule
@@ -62,9 +62,9 @@ class LauncherRules(Protocol):
         """Whether the resolved job fits it (hosts, names, devices)."""
 
 
-def check(spec: JobConfig, probe: MachineProbe, launcher: LauncherRules) -> tuple[Job | None, list[Problem]]:
+def validate(spec: JobConfig, probe: MachineProbe, launcher: LauncherRules) -> tuple[Job | None, list[Problem]]:
     """Validate ``spec`` for ``launcher``; return the resolved job (None when any error was found) and all
-    problems. (runner.launchers.check picks the launcher the spec names.)"""
+    problems. (runner.launchers.validate picks the launcher the spec names.)"""
     problems: list[Problem] = []
     hosts = resolve_hosts(spec.topology, problems)
     device = _resolve_device(spec, probe, problems)

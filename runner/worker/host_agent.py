@@ -51,11 +51,11 @@ from runner.spec.validation import console_ranks
 from runner.worker.channel import ChannelError, JobChannel, ask_for_dumps, gather_dumps
 from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.failures import failure_line
-from runner.worker.failures import report as failure_report
+from runner.worker.failures import report_host_ending
 from runner.worker.network import NetworkError, network_choice
 from runner.worker.preflight import collective as preflight_collective
 from runner.worker.preflight import host as preflight_host
-from runner.worker.preflight.checks import Check, HostReport
+from runner.worker.preflight.checks import Check, HostChecks
 from runner.worker.rank import STACK_SIGNAL, rank_main
 from runner.worker.rank_process import RankProcess, preload, start_rank
 from runner.worker.relay import Echo, OutputRelay
@@ -97,7 +97,7 @@ class HostEnding:
 
 
 def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, environment: ProcessEnvironment,
-                preflight: HostReport | None = None, terminal_is_tty: bool = False) -> list[RankSetup]:
+                preflight: HostChecks | None = None, terminal_is_tty: bool = False) -> list[RankSetup]:
     """Every rank of host ``node_rank``. Raises NetworkError when this host cannot reach the master. ``preflight``:
     this host's checks, for its local rank 0 to complete and print (preflight=true); ``terminal_is_tty``: the
     agent's stdout is a terminal, where rank 0's progress bar is drawn live (log.console=main)."""
@@ -253,7 +253,7 @@ class HostAgent:
         finally:
             rdzv.close()  # host 0: the store goes with the attempt (after the others said how they ended)
 
-    def _prepare(self, paths: RunPaths) -> tuple[Rendezvous, list[RankSetup], HostReport | None, JobChannel | None,
+    def _prepare(self, paths: RunPaths) -> tuple[Rendezvous, list[RankSetup], HostChecks | None, JobChannel | None,
                                                  RunPaths] | int:
         """The rendezvous, the job's channel, every rank's setup (and the attempt, which a host joining late takes
         from host 0), or the exit status when the host cannot start its ranks."""
@@ -319,7 +319,7 @@ class HostAgent:
         for every rank, as torchrun's agent does."""
         return prepare_rendezvous(self.plan, self.node_rank, paths, serve=self.serves, only=self.only is not None)
 
-    def _preflight_host(self, paths: RunPaths) -> tuple[Rendezvous, HostReport] | int:
+    def _preflight_host(self, paths: RunPaths) -> tuple[Rendezvous, HostChecks] | int:
         """preflight=true: this host's checks, before any rank starts (runner.worker.preflight); then its part of
         the rendezvous, as in a real run. The rendezvous and the host's report so far, or the exit status when a
         check failed (its line printed). A task per process: its host's first process checks the host."""
@@ -497,7 +497,7 @@ class HostAgent:
               f"launcher.grace_s={grace:g} s after it; killing them{where}", file=sys.stderr, flush=True)
 
     # -- after ---------------------------------------------------------------------------------------------------
-    def _report(self, ending: HostEnding, setups: list[RankSetup], paths: RunPaths, report: HostReport | None,
+    def _report(self, ending: HostEnding, setups: list[RankSetup], paths: RunPaths, report: HostChecks | None,
                 channel: JobChannel | None, elapsed_s: float) -> int:
         """Say how this host's share ended; its exit status. Every agent puts its ranks' records on the job's
         channel; host 0's then writes the other hosts' into its run folder (the run's summary covers every rank)."""
@@ -523,7 +523,7 @@ class HostAgent:
         if report is not None:
             code = preflight_collective.outcome(ending, setups, paths)
         else:
-            code = failure_report(ending, setups, paths, elapsed_s, self.announce, channel)
+            code = report_host_ending(ending, setups, paths, elapsed_s, self.announce, channel)
         if ending.earlier:
             failure = ending.earlier
             print(f"\nthe job's first failure, on another host: rank {failure['rank']} on {failure['host']} failed: "

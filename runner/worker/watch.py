@@ -249,8 +249,8 @@ class Watch(threading.Thread):
 
 
 def _end_rank(setup: RankSetup, text: str) -> None:
-    """Record the stall as this rank's failure and end its process at once: its launcher (or scheduler)
-    then stops the others, as for any failed rank."""
+    """Record the stall as this rank's failure and end its process at once: its host agent (or, for a task
+    per process, its scheduler) then stops the others, as for any failed rank."""
     print(text, file=sys.stderr, flush=True)
     setup.outcome.record_error(setup.error_record(StallError(text)))
     sys.stdout.flush()

@@ -7,7 +7,7 @@ import pytest
 from conftest import validate
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.plan.paths import RunPaths
 
 pytestmark = pytest.mark.unit

@@ -20,7 +20,7 @@ import pytest
 from conftest import GOLDEN, TARGET, compose, environment, hosts_override, validate
 from runner.launchers import LAUNCHERS, Invocation
 from runner.plan.paths import RunPaths
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.spec.pins import pinned
 
 pytestmark = pytest.mark.unit

@@ -16,7 +16,7 @@ import pytest
 from conftest import GOLDEN, compose, environment, hosts_override, validate
 from runner.environments.versions import Versions, installed
 from runner.launchers import Invocation
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.launchers.ssh import SshLauncher, ssh_base
 from runner.launchers.ssh_check import verdict
 from runner.launchers.ssh_collect import unpack

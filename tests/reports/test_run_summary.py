@@ -18,7 +18,7 @@ import pytest
 from conftest import validate
 from runner.plan.outcome import RankOutcome
 from runner.plan.paths import RunPaths
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.reports.run_summary import summarize
 from runner.worker.failures import agent_seen_error
 from runs import RUN, TESTS, processes_of, run, run_folder, signal_when_ready, user_env
