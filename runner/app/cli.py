@@ -27,6 +27,7 @@ from hydra.core.plugins import Plugins
 
 import runner.reports.sweep as sweep
 from runner.app.agent import LaunchAgent
+from runner.app.help import options_help
 from runner.app.launch import run_job
 from runner.app.topology_shapes import register_named_shapes
 from runner.common import exits
@@ -47,8 +48,9 @@ def _uid() -> str:
 
 
 def register(argv: Sequence[str] = ()) -> None:
-    """Register schemas, resolvers, our sweep launcher, and the ``topology=NxM`` shapes that ``argv`` (`run`'s
-    arguments, or the overrides of a compose) may ask for; idempotent (tests compose through Hydra's API too)."""
+    """Register schemas, resolvers (``runner_options``: `run --help`'s options, for conf/job.yaml's help template),
+    our sweep launcher, and the ``topology=NxM`` shapes that ``argv`` (`run`'s arguments, or the overrides of a
+    compose) may ask for; idempotent (tests compose through Hydra's API too)."""
     register_schemas()
     register_named_shapes(argv)
     # our sweep launcher: Hydra's scan of hydra_plugins does not see into an editable install
@@ -58,6 +60,8 @@ def register(argv: Sequence[str] = ()) -> None:
         OmegaConf.register_new_resolver("runner_uid", _uid)
     if not OmegaConf.has_resolver("runner_run_dir"):
         OmegaConf.register_new_resolver("runner_run_dir", run_dir)
+    if not OmegaConf.has_resolver("runner_options"):
+        OmegaConf.register_new_resolver("runner_options", options_help)
 
 
 def run_dir(run_id: str | None) -> str:
