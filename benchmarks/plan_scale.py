@@ -5,7 +5,7 @@
 
 For 1,000 / 2,500 / 5,000 / 10,000 hosts x 8 devices, written both as the grid shorthand
 (topology.nodes x devices_per_node) and as an explicit list of named hosts, it times
-``runner.launchers.check(spec, FixedProbe())`` followed by ``runner.launchers.plan(job)`` (best of several repetitions,
+``runner.launchers.validate(spec, FixedProbe())`` followed by ``runner.launchers.plan_for(job)`` (best of several repetitions,
 time.perf_counter) and prints seconds, microseconds per process, and the time per process relative
 to the 1,000-host case of the same form measured in the same run: linear growth gives a ratio of
 about 1, quadratic growth a ratio that rises with the size.
@@ -44,7 +44,7 @@ from runner.spec.schema import (  # noqa: E402
     TaskMode,
     TopologyConfig,
 )
-from runner.launchers import check  # noqa: E402
+from runner.launchers import validate  # noqa: E402
 
 SIZES = (1_000, 2_500, 5_000, 10_000)
 DEVICES = 8
@@ -85,11 +85,11 @@ def best_of(fn, repeat: int) -> float:
     return best
 
 
-def check_and_plan(spec: JobConfig):
-    job, problems = check(spec, FixedProbe())
+def validate_and_plan(spec: JobConfig):
+    job, problems = validate(spec, FixedProbe())
     assert job is not None, "\n".join(p.render() for p in problems)
     paths = RunPaths(Path("/runs/R1"), "R1")
-    return make_plan(job, LAUNCHERS[spec.launcher.kind].plan_rules(job, paths), paths)
+    return make_plan(job, LAUNCHERS[spec.launcher.kind].launch_rules(job, paths), paths)
 
 
 def measure(repeat: int) -> list[dict]:
@@ -97,10 +97,10 @@ def measure(repeat: int) -> list[dict]:
     for form in ("grid", "named"):
         for hosts in SIZES:
             spec = make_spec(hosts, form)
-            plan = check_and_plan(spec)  # warm-up, and the process count
+            plan = validate_and_plan(spec)  # warm-up, and the process count
             processes = plan.world_size
             assert processes == hosts * DEVICES
-            seconds = best_of(lambda: check_and_plan(spec), repeat)
+            seconds = best_of(lambda: validate_and_plan(spec), repeat)
             rows.append({"form": form, "hosts": hosts, "devices_per_host": DEVICES, "processes": processes,
                          "seconds": seconds, "us_per_process": seconds / processes * 1e6})
     for row in rows:
@@ -115,8 +115,8 @@ def measure_extras(repeat: int) -> list[dict]:
     paths = RunPaths(Path("/runs/R1"), "R1")
     invocation = Invocation(python=sys.executable, cwd=str(ROOT))
     for hosts in (250, 500, 1_000, 2_000):
-        plan = check_and_plan(make_spec(hosts, "grid"))
-        launcher = LAUNCHERS["slurm"](plan, paths, invocation, ProcessEnvironment.read({}))
+        plan = validate_and_plan(make_spec(hosts, "grid"))
+        launcher = LAUNCHERS["slurm"](plan=plan, paths=paths, invocation=invocation, environment=ProcessEnvironment.read({}))
         for what, fn in (("slurm request()", launcher.request), ("report.verdict()", lambda: verdict(plan))):
             seconds = best_of(fn, repeat)
             rows.append({"what": what, "hosts": hosts, "processes": plan.world_size, "seconds": seconds,
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     rows = measure(args.repeat)
-    print("check(spec, FixedProbe()) + plan(job), best of", args.repeat)
+    print("validate(spec, FixedProbe()) + plan_for(job), best of", args.repeat)
     print(table(rows))
     largest = [r for r in rows if r["hosts"] == SIZES[-1]]
     worst = max(r["seconds"] for r in largest)

@@ -2,7 +2,7 @@
 
 * :func:`compose` builds a typed :class:`~runner.spec.schema.JobConfig` from Hydra overrides exactly as
   `run` does (same config module, same schemas and resolvers), through Hydra's compose API.
-* :func:`validate` runs :func:`runner.spec.validation.check` against a :class:`~runner.spec.probe.FixedProbe`
+* :func:`validate` runs :func:`runner.spec.validation.validate` against a :class:`~runner.spec.probe.FixedProbe`
   and returns everything a test wants to look at (job, problems by severity, the probe and what it
   was asked).
 * :func:`make_spec` builds a JobConfig straight from the dataclasses (no Hydra: fast, for property
@@ -45,7 +45,7 @@ from runner.spec.schema import (
     TaskMode,
     TopologyConfig,
 )
-from runner.launchers import check
+from runner.launchers import validate as validate_spec
 
 pytest_plugins = ["pytester", "testbed_fixtures"]
 
@@ -68,7 +68,7 @@ def config_groups() -> frozenset[str]:
 
 def hydra_compose(*overrides: str) -> DictConfig:
     """The config `run <overrides>` composes, by Hydra's compose API (pkg://runner.conf, `job`)."""
-    runner.app.cli.setup(overrides)  # schemas and topology=NxM shapes in the ConfigStore, the resolvers
+    runner.app.cli.register(overrides)  # schemas and topology=NxM shapes in the ConfigStore, the resolvers
     with initialize_config_module(config_module="runner.conf", version_base=None):
         return _hydra_compose(config_name="job", overrides=list(overrides))
 
@@ -186,7 +186,7 @@ def make_spec(
 
 @dataclass
 class Checked:
-    """What `check(spec, probe)` said, sorted for assertions."""
+    """What `validate(spec, probe)` said, sorted for assertions."""
 
     spec: JobConfig
     job: Job | None
@@ -224,14 +224,14 @@ class Checked:
 
 
 def validate(spec: JobConfig | Iterable[str], probe: FixedProbe | None = None, **probe_kwargs) -> Checked:
-    """`check(spec, FixedProbe(**probe_kwargs))`; ``spec`` may be a JobConfig or Hydra overrides."""
+    """`runner.launchers.validate(spec, FixedProbe(**probe_kwargs))`; ``spec`` may be a JobConfig or Hydra overrides."""
     if not isinstance(spec, JobConfig):
         spec = compose(*spec)
     if probe is None:
         probe = FixedProbe(**probe_kwargs)
     elif probe_kwargs:
         raise TypeError("give either a probe or probe keyword arguments")
-    job, problems = check(spec, probe)
+    job, problems = validate_spec(spec, probe)
     return Checked(spec, job, problems, probe)
 
 

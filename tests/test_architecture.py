@@ -97,6 +97,37 @@ def test_each_environment_class_reads_the_variables_it_declares_and_no_others() 
     assert env.asked <= declared, env.asked - declared
 
 
+_MUTATORS = ("append", "extend", "insert", "remove", "pop", "clear", "add", "update", "setdefault", "discard")
+
+
+def _class_state_writes(tree: ast.AST, classes: set[str]) -> Iterator[tuple[int, str]]:
+    """Writes to a class's attribute, ``Name.attr`` for a class of the runner's or ``cls.attr``: assigned, or a
+    container there changed in place (``Name.attr.append(...)``)."""
+    def of_a_class(node: ast.AST) -> bool:
+        return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+            (node.value.id in classes or node.value.id == "cls")
+
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            targets = [node.func.value]
+        for target in targets:
+            if of_a_class(target):
+                yield node.lineno, f"{target.value.id}.{target.attr}"  # type: ignore[attr-defined]
+
+
+def test_no_process_state_lives_in_class_attributes() -> None:
+    """What a process knows (its stop request, its channel to its host agent, a sweep's outcome) is an object made
+    and handed down, never a class attribute written from wherever (class attributes stay constants)."""
+    paths = [*sorted((REPO / "runner").rglob("*.py")), *sorted((REPO / "hydra_plugins").rglob("*.py"))]
+    trees = {path: ast.parse(path.read_text()) for path in paths}
+    classes = {node.name for tree in trees.values() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    writes = [f"{path.relative_to(REPO)}:{line}: {what}" for path, tree in trees.items()
+              for line, what in _class_state_writes(tree, classes)]
+    assert writes == []
+
+
 # ------------------------------------------------------------------------------ other packages' private APIs
 
 

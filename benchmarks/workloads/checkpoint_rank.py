@@ -46,8 +46,10 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"file://{folder}/group-{way}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=600))
     mine = folder / f"host{rank}"
-    ctx = RunContext(ContextSettings(rank, 0, rank, 2, 1, f"host{rank}", torch.device("cpu"), (), ParallelConfig(),
-                                     ShardingConfig(), 2, 0, mine, mine / "metrics.jsonl", mine / "checkpoints"))
+    ctx = RunContext(ContextSettings(rank=rank, local_rank=0, node_rank=rank, world_size=2, local_world_size=1,
+                                     host=f"host{rank}", device=torch.device("cpu"), device_ids=(), parallel=ParallelConfig(),
+                                     sharding=ShardingConfig(), global_batch_size=2, seed=0, output_dir=mine,
+                                     metrics_file=mine / "metrics.jsonl", checkpoint_dir=mine / "checkpoints"))
     path = mine / "checkpoints" / "last.pt"
     dist.barrier()
     Path("/proc/self/clear_refs").write_text("5")  # the peak from here on

@@ -3,6 +3,10 @@
 Each job of a sweep runs in the `run` process, one after another, as Hydra's basic launcher runs them;
 the jobs that would submit a Slurm batch job are prepared instead, and then go to Slurm together as job
 arrays (runner.launchers.slurm_array), followed to their end. conf/job.yaml selects it.
+
+What each job returns (its JobReturn's value) is how it ended, a runner.reports.sweep.JobExit, or an
+ArrayMember to submit; a job that a signal to `run` stopped stops the sweep. The arrays' jobs get their JobExit
+here, once followed, and it is recorded in their folders, where `run` and the summary read it.
 """
 
 # (no `from __future__ import annotations`: Hydra's plugin scan runs this module outside sys.modules,
@@ -43,7 +47,7 @@ class RunnerSweepLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from runner.launchers.slurm_array import ArrayMember, run_sweep
-        from runner.reports.sweep import SweepCodes, record_exit
+        from runner.reports.sweep import JobExit, record_exit
 
         setup_globals()
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None
@@ -54,7 +58,8 @@ class RunnerSweepLauncher(Launcher):
         runs: Dict[int, JobReturn] = {}
         configs: Dict[int, str] = {}
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            if SweepCodes.stopped():  # Ctrl-C or SIGTERM stopped a job: the sweep stops with it
+            if any(isinstance(ended := _value(ret), JobExit) and ended.stopped_by_run for ret in runs.values()):
+                # Ctrl-C or SIGTERM stopped a job: the sweep stops with it
                 log.info(f"the sweep was stopped: jobs #{idx} and on are not run")
                 break
             configs[idx] = " ".join(filter_overrides(overrides))
@@ -67,11 +72,13 @@ class RunnerSweepLauncher(Launcher):
                                 config=sweep_config, job_dir_key="hydra.sweep.dir",
                                 job_subdir_key="hydra.sweep.subdir")
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        members = {idx: ret.return_value for idx, ret in runs.items()
-                   if ret.status is JobStatus.COMPLETED and isinstance(ret.return_value, ArrayMember)}
+        members = {idx: member for idx, ret in runs.items() if isinstance(member := _value(ret), ArrayMember)}
         if members:
             for idx, code in run_sweep(members, sweep_dir, configs).items():
-                if code is not None:
-                    record_exit(members[idx].folder, code)
-                runs[idx].return_value = code
+                runs[idx].return_value = record_exit(members[idx].folder, code) if code is not None else None
         return list(runs.values())
+
+
+def _value(ret: JobReturn) -> object:
+    """What a job returned; None for a job that raised (its JobReturn would raise it again)."""
+    return ret.return_value if ret.status is JobStatus.COMPLETED else None

@@ -14,13 +14,12 @@ import os
 import pickle
 import signal
 import sys
+from dataclasses import dataclass
 
-from runner.plan.paths import RunPaths
-from runner.plan.processes import Plan
 from runner.common import exits
 from runner.common.signals import handling
-from runner.environments.process import ProcessEnvironment
 from runner.spec.targets import TargetProblem, target_problem
+from runner.worker.share import HostShare
 
 
 # arguments of `run` that mean no job is validated here (help, the composed config), or several are (a
@@ -29,10 +28,19 @@ _NO_JOB = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--mul
            "--shell-completion", "-sc")
 
 
+@dataclass(frozen=True, kw_only=True)
+class TargetQuestion:
+    """`run` asks the agent to try a recipe target as the ranks will import it; the answer is its
+    :class:`~runner.spec.targets.TargetProblem`, or None."""
+
+    target: str
+    workdir: str | None  # the job's folder, first on the path (runner.spec.targets)
+
+
 def _agent_main(requests_fd: int, answers_fd: int) -> None:
-    """Serve `run`'s requests: ("target", (target, workdir)) -> the target's problem or None, answered at
-    once; ("launch", (plan, node_rank, paths, environment, restarts)) -> run this host's share, then exit with its
-    status. The closed pipe without a launch: `run` needed none."""
+    """Serve `run`'s messages, pickled on a pipe: a :class:`TargetQuestion` is answered at once (its problem or
+    None); a :class:`~runner.worker.share.HostShare` is run (this host's processes), then the agent exits with its
+    status. The closed pipe without a share: `run` needed none."""
     from runner.worker.rank_process import die_with_parent
 
     die_with_parent()
@@ -45,15 +53,15 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
         with os.fdopen(requests_fd, "rb") as requests, os.fdopen(answers_fd, "wb") as answers:
             while True:
                 try:
-                    kind, args = pickle.load(requests)
+                    message = pickle.load(requests)
                 except EOFError:
                     os._exit(0)
-                if kind == "launch":
+                if isinstance(message, HostShare):
                     break
-                pickle.dump(target_problem(*args), answers)  # forked from here: torch is imported already
+                # forked from here: torch is imported already
+                pickle.dump(target_problem(message.target, message.workdir), answers)
                 answers.flush()
-        plan, node_rank, paths, environment, restarts = args
-        code = launch_host(plan, node_rank, paths, environment, restarts=restarts)
+        code = launch_host(message)
     except KeyboardInterrupt:
         code = exits.from_signal(signal.SIGINT)
     except BaseException:
@@ -74,8 +82,8 @@ class LaunchAgent:
         self._requests = os.fdopen(requests_fd, "wb")
         self._answers = os.fdopen(answers_fd, "rb")
 
-    def _send(self, kind: str, args: tuple) -> None:
-        pickle.dump((kind, args), self._requests)
+    def _send(self, message: TargetQuestion | HostShare) -> None:
+        pickle.dump(message, self._requests)
         self._requests.flush()
 
     @classmethod
@@ -98,18 +106,17 @@ class LaunchAgent:
         """runner.spec.targets.target_problem, in a child of the agent: the agent has imported torch by then,
         which the recipe's module usually imports first."""
         try:
-            self._send("target", (target, workdir))
+            self._send(TargetQuestion(target=target, workdir=workdir))
             return pickle.load(self._answers)
         except (EOFError, OSError):  # the agent is gone (it says why on stderr): ask from here
             return target_problem(target, workdir)
 
-    def run_host(self, plan: Plan, node_rank: int, paths: RunPaths, environment: ProcessEnvironment,
-                 restarts: int = 0) -> int:
-        """Hand the launch to the agent and wait for its exit status; SIGINT, SIGTERM and the stop signal
+    def run_host(self, share: HostShare) -> int:
+        """Hand this host's share to the agent and wait for its exit status; SIGINT, SIGTERM and the stop signal
         reaching `run` go to it."""
         forward = lambda signum, _frame: os.kill(self.pid, signum)  # noqa: E731
-        with handling((signal.SIGINT, signal.SIGTERM, plan.rules.stop_signal), forward):
-            self._send("launch", (plan, node_rank, paths, environment, restarts))
+        with handling((signal.SIGINT, signal.SIGTERM, share.plan.rules.stop_signal), forward):
+            self._send(share)
             self._requests.close()
             _, status = os.waitpid(self.pid, 0)  # retried after each forwarded signal (PEP 475)
         return exits.from_wait_status(status)

@@ -27,20 +27,16 @@ from hydra.core.plugins import Plugins
 
 import runner.reports.sweep as sweep
 from runner.app.agent import LaunchAgent
+from runner.app.help import options_help
 from runner.app.launch import run_job
 from runner.app.topology_shapes import register_named_shapes
 from runner.common import exits
 from runner.environments import versions
 from runner.environments.process import ProcessEnvironment
+from runner.launchers.base import Invocation
 from runner.launchers.slurm_array import ArrayMember
 from runner.spec.problems import Problem, render_problems
 from runner.spec.schema import JobConfig, register_schemas, unknown_keys
-
-
-class _State:
-    entered = False  # Hydra called our task: a later exit status 1 is the job's, not a composition error
-    agent: LaunchAgent | None = None
-    environment: ProcessEnvironment | None = None  # read once, as `run` starts
 
 
 _STARTED = time.strftime("%Y%m%d-%H%M%S")
@@ -51,9 +47,10 @@ def _uid() -> str:
     return secrets.token_hex(3)
 
 
-def setup(argv: Sequence[str] = ()) -> None:
-    """Register schemas, resolvers, our sweep launcher, and the ``topology=NxM`` shapes that ``argv`` (`run`'s
-    arguments, or the overrides of a compose) may ask for; idempotent (tests compose through Hydra's API too)."""
+def register(argv: Sequence[str] = ()) -> None:
+    """Register schemas, resolvers (``runner_options``: `run --help`'s options, for conf/job.yaml's help template),
+    our sweep launcher, and the ``topology=NxM`` shapes that ``argv`` (`run`'s arguments, or the overrides of a
+    compose) may ask for; idempotent (tests compose through Hydra's API too)."""
     register_schemas()
     register_named_shapes(argv)
     # our sweep launcher: Hydra's scan of hydra_plugins does not see into an editable install
@@ -63,6 +60,8 @@ def setup(argv: Sequence[str] = ()) -> None:
         OmegaConf.register_new_resolver("runner_uid", _uid)
     if not OmegaConf.has_resolver("runner_run_dir"):
         OmegaConf.register_new_resolver("runner_run_dir", run_dir)
+    if not OmegaConf.has_resolver("runner_options"):
+        OmegaConf.register_new_resolver("runner_options", options_help)
 
 
 def run_dir(run_id: str | None) -> str:
@@ -74,33 +73,57 @@ def run_dir(run_id: str | None) -> str:
     return time.strftime("%Y-%m-%d/%H-%M-%S", time.strptime(_STARTED, "%Y%m%d-%H%M%S")) + f"_{_uid()}"
 
 
-@hydra.main(version_base=None, config_path="pkg://runner.conf", config_name="job")
-def _app(cfg: DictConfig) -> ArrayMember | None:
-    _State.entered = True
-    hc = HydraConfig.get()
-    out = Path(hc.runtime.output_dir)
-    run_id = f"{_STARTED}-{_uid()}" + (f"-{hc.job.num}" if hc.mode is RunMode.MULTIRUN else "")
-    config_dir = next((s.path for s in hc.runtime.config_sources if s.provider == "command-line"), None)
-    spec = typed_spec(cfg)
-    if isinstance(spec, str):
-        print(spec, file=sys.stderr)
-        sys.exit(exits.INVALID)
-    if hc.mode is RunMode.MULTIRUN and spec.run_id:
-        # one run id for the whole sweep: each job gets its own, as its own folder and ports need
-        spec.run_id = f"{spec.run_id}-{hc.job.num}"
-    agent = _State.agent
-    # a sweep under our Hydra launcher sends its Slurm batch jobs together, as job arrays
-    in_array_sweep = hc.mode is RunMode.MULTIRUN and hc.launcher.get("_target_") == sweep.LAUNCHER
-    environment = _State.environment or ProcessEnvironment.read()
-    code = run_job(spec, out, run_id, tuple(hc.overrides.task), config_dir, environment, hc.job.config_name,
-                   agent, defer_submit=in_array_sweep)
-    if isinstance(code, ArrayMember):
-        return code  # the launcher submits it with the others, and records how it ended
-    if hc.mode is RunMode.MULTIRUN:  # a failed job does not stop the sweep; the summary and the exit say it
-        sweep.record_exit(out, code)
-    elif code:
-        sys.exit(code)
-    return None
+class JobTask:
+    """`run`'s Hydra task: one job from its composed config (runner.app.launch.run_job), called by Hydra once, or
+    once per job of a sweep. :func:`main` makes it with what `run` read and started as it began (its environment,
+    its launch agent), and reads back what it kept once Hydra returns: whether Hydra got as far as a job
+    (``entered``), and how a sweep's jobs ended (``sweep``)."""
+
+    def __init__(self, environment: ProcessEnvironment, agent: LaunchAgent | None) -> None:
+        self.environment = environment
+        self.agent = agent
+        self.entered = False  # a later exit status 1 is then the job's, not Hydra's refusal of the config
+        self.sweep = sweep.SweepOutcome()
+
+    def __call__(self, cfg: DictConfig) -> sweep.JobExit | ArrayMember | None:
+        """The job's outcome, for a sweep's launcher (a JobReturn's value); a single run exits with its status."""
+        self.entered = True
+        hc = HydraConfig.get()
+        out = Path(hc.runtime.output_dir)
+        multirun = hc.mode is RunMode.MULTIRUN
+        run_id = f"{_STARTED}-{_uid()}" + (f"-{hc.job.num}" if multirun else "")
+        config_dir = next((s.path for s in hc.runtime.config_sources if s.provider == "command-line"), None)
+        spec = typed_spec(cfg)
+        if isinstance(spec, str):
+            print(spec, file=sys.stderr)
+            sys.exit(exits.INVALID)
+        if multirun and spec.run_id:
+            # one run id for the whole sweep: each job gets its own, as its own folder and ports need
+            spec.run_id = f"{spec.run_id}-{hc.job.num}"
+        # a sweep under our Hydra launcher sends its Slurm batch jobs together, as job arrays
+        in_array_sweep = multirun and hc.launcher.get("_target_") == sweep.LAUNCHER
+        invocation = Invocation(python=spec.launcher.python or sys.executable, cwd=os.getcwd(),
+                                overrides=tuple(hc.overrides.task), config_dir=config_dir,
+                                config_name=hc.job.config_name if hc.job.config_name != "job" else None,
+                                run_command=_run_command())
+        code = run_job(spec, out=out, run_id=run_id, invocation=invocation, environment=self.environment,
+                       agent=self.agent, defer_submit=in_array_sweep)
+        if isinstance(code, ArrayMember):
+            self.sweep.deferred(code.folder)  # the launcher submits it with the others, and records how it ended
+            return code
+        if multirun:  # a failed job does not stop the sweep; the summary and the exit say it
+            ended = sweep.record_exit(out, code)
+            self.sweep.ended(ended)
+            return ended
+        if code:
+            sys.exit(code)
+        return None
+
+
+def _run_command() -> str:
+    """This `run` executable's absolute path (a venv's bin need not be on every host's PATH)."""
+    argv0 = sys.argv[0]
+    return os.path.abspath(argv0) if os.path.basename(argv0) == "run" and os.path.exists(argv0) else "run"
 
 
 def typed_spec(cfg: DictConfig) -> JobConfig | str:
@@ -300,35 +323,35 @@ def main() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exits.INVALID)
-    setup(sys.argv[1:])
-    _State.environment = ProcessEnvironment.read()
-    _State.agent = LaunchAgent.start_if_useful(sys.argv[1:])
+    register(sys.argv[1:])
+    task = JobTask(ProcessEnvironment.read(), LaunchAgent.start_if_useful(sys.argv[1:]))
     # The user's modules are imported from the job's folder by the ranks, and tried by validation in a
     # child process (runner.spec.targets); `run` itself never puts that folder on its path, so nothing there
     # (a runner.py, a hydra/ folder) can shadow what `run` imports.
     code = 0
     try:
-        _app()
+        hydra.main(version_base=None, config_path="pkg://runner.conf", config_name="job")(task)()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
-        if code == 1 and not _State.entered:
+        if code == 1 and not task.entered:
             # Hydra already printed why (unknown key, option, type); it exits 1 for that, we say 2
             print("hint: `run --help` lists every group and option; `run --cfg job` prints the composed spec",
                   file=sys.stderr)
             code = exits.INVALID
-    codes = sweep.SweepCodes.codes
-    if code == 0 and sweep.SweepCodes.stopped():
-        code = sweep.SweepCodes.stopped()
+    codes = [ended.code for ended in task.sweep.exits()]
+    stopped = task.sweep.stopped()
+    if code == 0 and stopped:
+        code = stopped
         print(f"\nthe sweep was stopped ({signal.Signals(exits.signal_of(code)).name}) after {len(codes)} job(s)",
               file=sys.stderr)
     elif code == 0 and any(codes):
         failed = sum(1 for c in codes if c)
         print(f"\n{failed} of {len(codes)} job(s) of the sweep failed (see the summary)", file=sys.stderr)
         code = exits.FAILED
-    if _State.agent is not None:
-        _State.agent.cancel()
+    if task.agent is not None:
+        task.agent.cancel()
     # Everything is written and closed: skip the interpreter's teardown (over half a second with torch
     # loaded), as the ranks do.
     logging.shutdown()

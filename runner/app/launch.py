@@ -18,25 +18,20 @@ from runner.common import exits
 from runner.common.signals import handling
 from runner.environments import provenance
 from runner.environments.process import ProcessEnvironment
-from runner.launchers import LAUNCHERS, check
-from runner.launchers.base import Invocation, Launcher
+from runner.launchers import LAUNCHERS, validate
+from runner.launchers.base import Invocation, Launcher, LaunchRequest
 from runner.launchers.slurm_array import ArrayMember
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan, make_plan
 from runner.plan.render import plan_table, verdict, write_plan
-from runner.reports.run_summary import report as report_run
+from runner.reports.run_summary import report_run
 from runner.reports.where import where_the_ranks_are
 from runner.spec.document import spec_yaml
 from runner.spec.job import Job
 from runner.spec.pins import Pins, pinned
 from runner.spec.probe import LocalProbe
-from runner.spec.problems import Severity, errors, render_problems
+from runner.spec.problems import Problem, Severity, errors, render_problems
 from runner.spec.schema import InitMethod, JobConfig, ScriptRecipeConfig
-
-def _run_command() -> str:
-    """This `run` executable's absolute path (a venv's bin need not be on every host's PATH)."""
-    argv0 = sys.argv[0]
-    return os.path.abspath(argv0) if os.path.basename(argv0) == "run" and os.path.exists(argv0) else "run"
 
 
 def _snapshot(spec: JobConfig, by_default: bool, paths: RunPaths) -> Snapshot | None:
@@ -65,49 +60,99 @@ def _pins_of(launcher: type[Launcher], job: Job, paths: RunPaths, copy: Snapshot
     return dataclasses.replace(pins, code_dir=str(copy.folder), script_path=script)
 
 
-def run_job(spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...], config_dir: str | None,
-            environment: ProcessEnvironment, config_name: str | None = None, agent: LaunchAgent | None = None,
-            defer_submit: bool = False) -> int | ArrayMember:
-    """The job's exit status. ``environment``: what `run` read of its own (runner.environments.process);
-    ``agent``: `run`'s launch agent, which tries the recipe target and starts this host's processes
-    (runner.app.agent), if it has one; with ``defer_submit`` (a sweep on Slurm), a batch job is prepared but
-    not submitted: its :class:`ArrayMember` is returned for the sweep's job array."""
+class _Refused(Exception):
+    """A phase of :func:`run_job` refused the job before anything started; it printed why. ``code``: `run`'s exit
+    status."""
+
+    def __init__(self, code: int = exits.INVALID) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, environment: ProcessEnvironment,
+            agent: LaunchAgent | None = None, defer_submit: bool = False) -> int | ArrayMember:
+    """The job's exit status, through its phases: validate the spec, open its run folder, pin it (the one spec of
+    the run), make its launcher and request, write the run's records, then print the dry run, or check what only
+    the launch can, and launch it and say how it ended. ``out``: the run folder Hydra gave it; ``run_id``: its id
+    unless the spec pins one; ``invocation``: how `run` was called; ``environment``: what `run` read of its own
+    (runner.environments.process); ``agent``: `run`'s launch agent, which tries the recipe target and starts this
+    host's processes (runner.app.agent), if it has one; with ``defer_submit`` (a sweep on Slurm), a batch job is
+    prepared but not submitted: its :class:`ArrayMember` is returned for the sweep's job array."""
     started = time.perf_counter()
+    try:
+        job, problems = _validate(spec, agent)
+        launcher_class = LAUNCHERS[job.spec.launcher.kind]
+        paths = _open_run_folder(job, launcher_class, out, run_id)
+        job, copy = _pin(job, launcher_class, paths, environment)
+        launcher = launcher_class(plan=make_plan(job, launcher_class.launch_rules(job, paths), paths), paths=paths,
+                                  invocation=invocation,
+                                  environment=environment.with_exported(launcher_class.exported_names(job.spec)),
+                                  run_host=agent.run_host if agent else None)
+        request = launcher.request()
+        _write_records(launcher, request, copy)
+        if job.spec.dry_run:
+            _show_dry_run(launcher, request, problems)
+            return exits.OK
+        _refuse_a_stale_rendezvous_file(launcher.plan, paths)
+    except _Refused as e:
+        return e.code
+    shown = [p for p in problems if p.severity is Severity.warning]
+    if shown:
+        print(render_problems(shown), file=sys.stderr)
+    if defer_submit and (member := launcher.array_member()) is not None:
+        return member
+    return _launch(launcher, request, started)
+
+
+def _validate(spec: JobConfig, agent: LaunchAgent | None) -> tuple[Job, list[Problem]]:
+    """The resolved job and every problem short of an error (runner.launchers.validate); the recipe target is tried
+    by the launch agent, where there is one. Refused: the errors, printed."""
     # the job's folder (runner.spec.targets), for every process on every host: validation reads it
     spec.workdir = os.path.abspath(spec.workdir or os.getcwd())
-    job, problems = check(spec, LocalProbe(agent.target_problem) if agent else LocalProbe())
+    job, problems = validate(spec, LocalProbe(agent.target_problem) if agent else LocalProbe())
     if job is None:
         print(render_problems(problems), file=sys.stderr)
-        n = len(errors(problems))
-        print(f"\nthe spec has {n} error(s); nothing was started.", file=sys.stderr)
-        return exits.INVALID
-    launcher_class = LAUNCHERS[spec.launcher.kind]
+        print(f"\nthe spec has {len(errors(problems))} error(s); nothing was started.", file=sys.stderr)
+        raise _Refused
+    return job, problems
+
+
+def _open_run_folder(job: Job, launcher_class: type[Launcher], out: Path, run_id: str) -> RunPaths:
+    """The run's folder, made: ``out``, named by the spec's run id (a relaunch with it continues the run), else by
+    ``run_id``. Refused: several hosts started apart with no run id to share."""
+    spec = job.spec
     if launcher_class.hosts_start_apart and len(job.hosts) > 1 and spec.run_id is None and not spec.dry_run:
         print("error: run_id: several hosts must share one run id and port, but none is pinned; hint: run with "
               "dry_run=true and use the command it prints for each host", file=sys.stderr)
-        return exits.INVALID
+        raise _Refused
     paths = RunPaths(out, spec.run_id or run_id)
     if paths.spec.exists() and not spec.dry_run:  # outputs/runs/<run id>: the same run id is the same run
         print(f"notice: run_id={paths.run_id}: {paths.root}/ holds this run already; this launch continues it (a "
               f"recipe resumes from its checkpoint there)", file=sys.stderr)
     paths.make()
+    return paths
+
+
+def _pin(job: Job, launcher_class: type[Launcher], paths: RunPaths,
+         environment: ProcessEnvironment) -> tuple[Job, Snapshot | None]:
+    """The one spec of the run, pinned before anything reads it (the plan and this host's processes take it;
+    spec.yaml, for a scheduler's tasks, and the manual launch's commands, for the other hosts, are written from
+    it), and the copy of the code it is pinned to, if one was taken. Refused: a snapshot that cannot be taken."""
     try:
-        copy = _snapshot(spec, launcher_class.snapshots_by_default(environment), paths)
+        copy = _snapshot(job.spec, launcher_class.snapshots_by_default(environment), paths)
     except SnapshotError as e:
         print(f"error: {e}\n\nnothing was started.", file=sys.stderr)
-        return exits.INVALID
-    # the one spec of the run, pinned before anything reads it: the plan and this host's processes take it,
-    # spec.yaml (a scheduler's tasks) and the manual launch's commands (the other hosts) are written from it
-    job = pinned(job, _pins_of(launcher_class, job, paths, copy))
-    spec = job.spec
-    plan = make_plan(job, launcher_class.plan_rules(job, paths), paths)
-    invocation = Invocation(spec.launcher.python or sys.executable, os.getcwd(), overrides, config_dir,
-                            config_name if config_name != "job" else None, _run_command())
-    environment = environment.with_exported(launcher_class.exported_names(spec))
-    launcher = launcher_class(plan, paths, invocation, environment, agent.run_host if agent else None)
-    request = launcher.request()
+        raise _Refused from None
+    return pinned(job, _pins_of(launcher_class, job, paths, copy)), copy
+
+
+def _write_records(launcher: Launcher, request: LaunchRequest, copy: Snapshot | None) -> None:
+    """What the run is, in its folder, before anything starts: provenance.json, spec.yaml, plan.json, launch.txt
+    and the request's files (a batch script)."""
+    plan, paths = launcher.plan, launcher.paths
+    spec = plan.job.spec
     paths.provenance.write_text(json.dumps(
-        provenance.record(paths.run_id, spec.workdir, [h.label for h in job.hosts],
+        provenance.record(paths.run_id, spec.workdir, [h.label for h in plan.job.hosts],
                           str(copy.folder) if copy else None).document(), indent=1))
     paths.spec.write_text(spec_yaml(spec))
     write_plan(plan, paths.plan)
@@ -115,34 +160,43 @@ def run_job(spec: JobConfig, out: Path, run_id: str, overrides: tuple[str, ...],
     for name, text in request.files.items():
         (paths.root / name).write_text(text)
 
-    if spec.dry_run:
-        print("== spec ==")
-        print(spec_yaml(spec).rstrip())
-        print("\n== verdict ==")
-        print(verdict(plan))
-        if problems:
-            print(render_problems(problems))
-        print("\n== plan ==")
-        print(plan_table(plan))
-        print(f"\n== launch ({spec.launcher.kind}) ==")
-        print(request.materialize().rstrip())
-        print(f"\ndry run: nothing was started. Spec, plan and commands are in {paths.root}/")
-        return exits.OK
-    if spec.init.method is InitMethod.file and not plan.rules.hosts_start_apart:
-        # the launchers that start every host at once; hosts started by hand come one by one
-        from runner.worker.rendezvous import RendezvousError, stale_rendezvous_file
-        try:
-            stale_rendezvous_file(paths.rendezvous_file(spec.init.dir))
-        except RendezvousError as e:
-            print(f"error: init: {e}", file=sys.stderr)
-            return exits.INVALID
-    shown = [p for p in problems if p.severity is Severity.warning]
-    if shown:
-        print(render_problems(shown), file=sys.stderr)
-    if defer_submit and (member := launcher.array_member()) is not None:
-        return member
-    with handling((signal.SIGQUIT,), lambda _s, _f: where_the_ranks_are(plan, paths)):  # Ctrl-\ or kill -QUIT
+
+def _show_dry_run(launcher: Launcher, request: LaunchRequest, problems: list[Problem]) -> None:
+    """The dry run on stdout: the spec, the verdict and its problems, the plan, the exact launch."""
+    plan = launcher.plan
+    spec = plan.job.spec
+    print("== spec ==")
+    print(spec_yaml(spec).rstrip())
+    print("\n== verdict ==")
+    print(verdict(plan))
+    if problems:
+        print(render_problems(problems))
+    print("\n== plan ==")
+    print(plan_table(plan))
+    print(f"\n== launch ({spec.launcher.kind}) ==")
+    print(request.materialize().rstrip())
+    print(f"\ndry run: nothing was started. Spec, plan and commands are in {launcher.paths.root}/")
+
+
+def _refuse_a_stale_rendezvous_file(plan: Plan, paths: RunPaths) -> None:
+    """init=file: a rendezvous file left by an earlier run would be read as this one's. Checked by the launchers
+    that start every host at once; hosts started by hand come one by one."""
+    spec = plan.job.spec
+    if spec.init.method is not InitMethod.file or plan.rules.hosts_start_apart:
+        return
+    from runner.worker.rendezvous import RendezvousError, stale_rendezvous_file
+    try:
+        stale_rendezvous_file(paths.rendezvous_file(spec.init.dir))
+    except RendezvousError as e:
+        print(f"error: init: {e}", file=sys.stderr)
+        raise _Refused from None
+
+
+def _launch(launcher: Launcher, request: LaunchRequest, started: float) -> int:
+    """Launch, answering Ctrl-\\ (or kill -QUIT) with where the ranks are; then the run on one screen, and
+    run_summary.json."""
+    plan, paths = launcher.plan, launcher.paths
+    with handling((signal.SIGQUIT,), lambda _s, _f: where_the_ranks_are(plan, paths)):
         code = launcher.launch(request)
-    # the run on one screen, and run_summary.json
     report_run(plan, paths, code, time.perf_counter() - started, launcher.not_followed, launcher.cause)
     return code

@@ -26,7 +26,7 @@ from runner.app.task import tried_by_run
 from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
-from runner.launchers import LAUNCHERS, check
+from runner.launchers import LAUNCHERS, validate
 from runner.launchers.ssh_protocol import BEATS_MISSED, ProtocolError, parse, read_spec
 from runner.plan.paths import RunPaths
 from runner.plan.processes import make_plan
@@ -124,14 +124,17 @@ class DriverWatch:
         os._exit(exits.from_signal(signal.SIGTERM))  # the ranks die with this process (PR_SET_PDEATHSIG)
 
 
-def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEnvironment) -> int:
+def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEnvironment,
+              early_stop: StopRequest | None = None) -> int:
+    """Host ``node``'s share of the job whose spec comes on ``stream``, run in ``folder``; its exit status.
+    ``early_stop``: the stop signal caught before the host agent handles it (passed on to the ranks once they run)."""
     try:
         spec = load_spec_text(read_spec(stream))
     except (ProtocolError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return exits.INVALID
     launcher = LAUNCHERS["ssh"]
-    job, problems = check(spec, LocalProbe(check_target=tried_by_run, check_module=tried_by_run))
+    job, problems = validate(spec, LocalProbe(try_target=tried_by_run, try_module=tried_by_run))
     if job is None:
         print(render_problems(problems), file=sys.stderr)
         return exits.INVALID
@@ -140,12 +143,13 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
         return exits.INVALID
     sys.stderr = HostLabelled(sys.stderr, f"[host {job.hosts[node].label}] ")
     paths = RunPaths(folder, spec.run_id or folder.name)
-    plan = make_plan(job, launcher.plan_rules(job, paths), paths)
+    plan = make_plan(job, launcher.launch_rules(job, paths), paths)
     paths.make()
     if not paths.spec.exists():  # a run folder of this host's own: say what the run is, as the launching `run` did
         paths.spec.write_text(spec_yaml(spec))
     restarts = 0 if spec.preflight else spec.launcher.max_restarts
-    agent = HostAgent(plan, node, paths, environment, restarts=restarts)
+    agent = HostAgent(plan=plan, node_rank=node, paths=paths, environment=environment, restarts=restarts,
+                      early_stop=early_stop)
     hard_stop_s = max(0.0, spec.launcher.grace_s) + FAILURE_STOP_S + HARD_STOP_MARGIN_S
     DriverWatch(stream, agent, hard_stop_s, spec.launcher.ssh.keepalive_s).start()
     return agent.run()
@@ -155,13 +159,14 @@ def main(argv: list[str]) -> None:
     """``run --ssh-host <node rank> <run folder>`` (runner.app.cli hands it these two arguments)."""
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _until_agent)
-    StopRequest.install(signal.SIGUSR1)  # the default stop signal, early: the agent passes it on once it runs
+    early_stop = StopRequest()
+    early_stop.install(signal.SIGUSR1)  # the default stop signal, early: the agent passes it on once it runs
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # this host's ranks dump their stacks; the launching `run` answers
     if len(argv) != 2 or not argv[0].isdigit():
         print(USAGE, file=sys.stderr)
         code = exits.INVALID
     else:
-        code = run_share(int(argv[0]), Path(argv[1]), sys.stdin.buffer, ProcessEnvironment.read())
+        code = run_share(int(argv[0]), Path(argv[1]), sys.stdin.buffer, ProcessEnvironment.read(), early_stop)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

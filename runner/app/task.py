@@ -21,7 +21,7 @@ from pathlib import Path
 from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
-from runner.launchers import LAUNCHERS, check
+from runner.launchers import LAUNCHERS, validate
 from runner.launchers.base import TaskError, TaskPlace
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan, make_plan
@@ -43,7 +43,7 @@ def resolve_master(plan: Plan, environment: ProcessEnvironment) -> Plan:
     return dataclasses.replace(resolved, init_method=resolved.init_url(port))
 
 
-def check_place(plan: Plan, place: TaskPlace) -> None:
+def verify_place(plan: Plan, place: TaskPlace) -> None:
     job = plan.job
     per_host = job.spec.launcher.tasks is TaskMode.per_host
     expected = len(job.hosts) if per_host else plan.world_size
@@ -75,7 +75,9 @@ def tried_by_run(target: str, workdir: str | None) -> TargetProblem | None:
     return None
 
 
-def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
+def run_task(spec_path: Path, environment: ProcessEnvironment, early_stop: StopRequest | None = None) -> int:
+    """The task's share of the run whose spec is ``spec_path``; its exit status. ``early_stop``: the stop signal
+    caught before the host agent handles it (passed on to the ranks once they run)."""
     from runner.worker.host_agent import HostAgent
 
     spec = load_spec(spec_path)  # the run's one spec, as `run` pinned and wrote it
@@ -84,35 +86,38 @@ def run_task(spec_path: Path, environment: ProcessEnvironment) -> int:
         print(f"error: workdir: the job's folder {spec.workdir} is not on this host ({socket.gethostname()}); hint: "
               f"start `run` from a folder every host sees (a shared filesystem), or set workdir= to one", file=sys.stderr)
         return exits.INVALID
-    job, problems = check(spec, LocalProbe(check_target=tried_by_run, check_module=tried_by_run))
+    job, problems = validate(spec, LocalProbe(try_target=tried_by_run, try_module=tried_by_run))
     if job is None or launcher is None:
         print(render_problems(problems), file=sys.stderr)
         return exits.INVALID
     try:
         place = launcher.task_place(environment)
         paths = RunPaths(spec_path.parent, spec.run_id or spec_path.parent.name, place.attempt)
-        plan = resolve_master(make_plan(job, launcher.plan_rules(job, paths), paths), environment)
-        check_place(plan, place)
+        plan = resolve_master(make_plan(job, launcher.launch_rules(job, paths), paths), environment)
+        verify_place(plan, place)
     except (TaskError, RuntimeError, ValueError) as e:  # ValueError: a node list that does not parse
         print(f"error: {e}", file=sys.stderr)
         return exits.INVALID
     paths.make()
     if spec.launcher.tasks is TaskMode.per_host:  # this task is its host's agent: it forks the host's processes
-        return HostAgent(plan, place.index, paths, environment, announce=True).run()
+        return HostAgent(plan=plan, node_rank=place.index, paths=paths, environment=environment, announce=True,
+                         early_stop=early_stop).run()
     # one task per process: this task is the agent of its one rank, which serves the store itself if rank 0
     rec = plan.records[place.index]
-    return HostAgent(plan, rec.node_rank, paths, environment, only=rec.global_rank).run()
+    return HostAgent(plan=plan, node_rank=rec.node_rank, paths=paths, environment=environment, only=rec.global_rank,
+                     early_stop=early_stop).run()
 
 
 def main() -> None:
     # Slurm may send its stop signal early (a short time limit, a preemption): remember it rather than die of it;
     # the host agent passes it on once its ranks have started (runner.worker.host_agent)
-    StopRequest.install(signal.SIGUSR1)  # the default; the agent handles the spec's own once it is read
+    early_stop = StopRequest()
+    early_stop.install(signal.SIGUSR1)  # the default; the agent handles the spec's own once it is read
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # a task lives on; its ranks dump their stacks
     if len(sys.argv) != 2:
         print("usage: python -P -m runner.app.task <run folder>/spec.yaml", file=sys.stderr)
         raise SystemExit(exits.INVALID)
-    code = run_task(Path(sys.argv[1]).resolve(), ProcessEnvironment.read())
+    code = run_task(Path(sys.argv[1]).resolve(), ProcessEnvironment.read(), early_stop)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

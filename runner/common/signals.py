@@ -3,9 +3,9 @@ them, and stop requests.
 
 A stop request is a signal that asks the recipe to checkpoint and return rather than killing it: Slurm
 sends one before a job's time limit or at preemption (``launcher.slurm.signal``), and ``launcher.stop_signal``
-is the same for the other launchers (``kill -USR1 <run's pid>``). Launching processes forward it to their
-ranks; in a rank it only sets a flag, which the recipe polls with ``ctx.should_stop()`` (agreed over all
-ranks, so that all of them checkpoint at the same step).
+is the same for the other launchers (``kill -USR1 <run's pid>``). `run` and the host agents forward it to their
+ranks; in a rank it only sets a flag (:class:`StopRequest`), which the recipe polls with ``ctx.should_stop()``
+(agreed over all ranks, so that all of them checkpoint at the same step).
 """
 
 from __future__ import annotations
@@ -52,16 +52,17 @@ def is_signal_name(value: str) -> bool:
 
 
 class StopRequest:
-    """This process's flag: set by the stop signal, read by the run context."""
+    """A process's stop request: a flag that the stop signal sets once :meth:`install`-ed. The process that can be
+    asked makes its own and hands it to what reads it (a signal handler needs an object to write to): a rank to its
+    run context (``ctx.should_stop()``), a scheduler's task to its host agent (a request that came before the agent
+    handled the signal itself). One made and never installed is never asked."""
 
-    requested = False
+    def __init__(self) -> None:
+        self.requested = False
 
-    @classmethod
-    def install(cls, signum: int) -> None:
-        """Catch the stop signal from now on. A request the process already had stays: a rank forked
-        after its launcher was asked to stop starts asked."""
-        signal.signal(signum, cls._handle)
+    def install(self, signum: int) -> None:
+        """Catch the stop signal from now on."""
+        signal.signal(signum, self._handle)
 
-    @classmethod
-    def _handle(cls, signum: int, _frame: object) -> None:
-        cls.requested = True
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.requested = True

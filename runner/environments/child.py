@@ -11,13 +11,15 @@ from runner.plan.processes import Plan, ProcessRecord
 
 
 def child_environment(plan: Plan, record: ProcessRecord, paths: RunPaths, parent: ProcessEnvironment, *,
-                      master_port: str, agent_store: bool, network: Mapping[str, str] = {}) -> dict[str, str]:
+                      master_port: str, agent_store: bool, network: Mapping[str, str] = {},
+                      tmpdir: str | None = None) -> dict[str, str]:
     """Every variable the process gets beyond its parent's: torchrun's (from the plan, with the launch's
-    ``master_port``), the run's attempt and the restarts allowed (launcher.max_restarts), ``agent_store`` (this host's launcher serves the rendezvous store,
-    as torchrun's agent does), the interface the host uses (``network``: runner.worker.network), the
-    process's threads (its share of the CPUs this process may use, unless the user set OMP_NUM_THREADS), where torch elastic's
-    ``@record`` writes a failure, and how many collectives torch's flight recorder keeps (log.collectives,
-    for a hang's diagnosis: runner.worker.watch)."""
+    ``master_port``), the run's attempt and the restarts allowed (launcher.max_restarts), ``agent_store`` (this
+    host's agent serves the rendezvous store, as torchrun's agent does), the interface the host uses (``network``:
+    runner.worker.network), the process's threads (its share of the CPUs this process may use, unless the user set
+    OMP_NUM_THREADS), where torch elastic's ``@record`` writes a failure, how many collectives torch's flight
+    recorder keeps (log.collectives, for a hang's diagnosis: runner.worker.watch), and its temp folder (``tmpdir``,
+    as TMPDIR: the attempt's scratch folder in the run folder, removed after it)."""
     env = plan.env(record)
     env.update(MASTER_PORT=master_port, TORCHELASTIC_RUN_ID=paths.run_id,
                TORCHELASTIC_RESTART_COUNT=str(paths.attempt),
@@ -32,4 +34,6 @@ def child_environment(plan: Plan, record: ProcessRecord, paths: RunPaths, parent
     collectives = plan.job.spec.log.collectives
     if parent.flight_recorder is None and collectives:
         env["TORCH_FR_BUFFER_SIZE"] = str(collectives)
+    if tmpdir is not None:
+        env["TMPDIR"] = tmpdir
     return env

@@ -13,7 +13,7 @@ VARIABLES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MpiEnvironment:
     flavour: str
     rank: int
@@ -27,6 +27,7 @@ class MpiEnvironment:
             if rank in env and size in env:
                 local = env.get(local_rank)
                 nlocal = env.get(local_size)
-                return cls(flavour, int(env[rank]), int(env[size]), int(local) if local is not None else None,
-                           int(nlocal) if nlocal is not None else None)
+                return cls(flavour=flavour, rank=int(env[rank]), size=int(env[size]),
+                           local_rank=int(local) if local is not None else None,
+                           local_size=int(nlocal) if nlocal is not None else None)
         return None

@@ -24,7 +24,7 @@ VARIABLES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ProcessEnvironment:
     """This process's environment as the runner needs it: its own variables (:data:`VARIABLES`), Slurm's
     (:class:`SlurmEnvironment`) and an MPI launcher's (:class:`MpiEnvironment`, None outside mpirun)."""
@@ -48,10 +48,12 @@ class ProcessEnvironment:
     @classmethod
     def read(cls, env: Mapping[str, str] | None = None) -> ProcessEnvironment:
         env = os.environ if env is None else env
-        return cls(SlurmEnvironment.read(env), MpiEnvironment.read(env), env.get("OMP_NUM_THREADS") or None,
-                   {v: env[v] for v in SOCKET_IFNAME_VARIABLES if env.get(v)}, usable_cpus(),
-                   env.get("TORCH_FR_BUFFER_SIZE") or None, int(env.get("RUNNER_ATTEMPT") or 0),
-                   env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") or None)
+        return cls(slurm=SlurmEnvironment.read(env), mpi=MpiEnvironment.read(env),
+                   omp_num_threads=env.get("OMP_NUM_THREADS") or None,
+                   socket_ifnames={v: env[v] for v in SOCKET_IFNAME_VARIABLES if env.get(v)}, cpu_count=usable_cpus(),
+                   flight_recorder=env.get("TORCH_FR_BUFFER_SIZE") or None,
+                   attempt=int(env.get("RUNNER_ATTEMPT") or 0),
+                   nccl_async_error_handling=env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") or None)
 
 
 def usable_cpus() -> int:

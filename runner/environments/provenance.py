@@ -25,7 +25,7 @@ GIT_TIMEOUT_S = 10.0
 UNTRACKED_CAP = 200
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GitState:
     commit: str | None  # None: not a git repository (or git is missing)
     branch: str | None = None
@@ -49,7 +49,7 @@ def git_state(folder: str) -> GitState:
     """The state of the git repository that holds ``folder``."""
     commit = _git(folder, "rev-parse", "HEAD")
     if commit is None:
-        return GitState(None)
+        return GitState(commit=None)
     branch = (_git(folder, "rev-parse", "--abbrev-ref", "HEAD") or "").strip() or None
     status = [line for line in (_git(folder, "status", "--porcelain", "--untracked-files=no") or "").splitlines()
               if line.strip()]
@@ -60,8 +60,8 @@ def git_state(folder: str) -> GitState:
     if cut:
         diff = diff.encode()[:DIFF_CAP_BYTES].decode(errors="ignore")
     root = (_git(folder, "rev-parse", "--show-toplevel") or "").strip() or None
-    return GitState(commit.strip(), None if branch == "HEAD" else branch, bool(status), tuple(status), tuple(untracked),
-                    diff, cut, root)
+    return GitState(commit=commit.strip(), branch=None if branch == "HEAD" else branch, dirty=bool(status),
+                    changed=tuple(status), untracked=tuple(untracked), diff=diff, diff_cut=cut, root=root)
 
 
 def installed_packages() -> list[str]:
@@ -90,7 +90,7 @@ def torch_build() -> dict[str, str | None]:
     return {"torch": version, "cuda": cuda}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Provenance:
     run_id: str
     time: float
@@ -116,9 +116,11 @@ def record(run_id: str, workdir: str, hosts: list[str], code_snapshot: str | Non
         user = getpass.getuser()
     except (KeyError, OSError):
         user = "?"
-    return Provenance(run_id, time.time(), list(sys.argv), str(Path.cwd()), workdir, user, socket.gethostname(),
-                      f"{platform.python_implementation()} {platform.python_version()} ({sys.executable})", hosts,
-                      git_state(workdir), torch_build(), installed_packages(), code_snapshot)
+    return Provenance(run_id=run_id, time=time.time(), command=list(sys.argv), cwd=str(Path.cwd()), workdir=workdir,
+                      user=user, machine=socket.gethostname(),
+                      python=f"{platform.python_implementation()} {platform.python_version()} ({sys.executable})",
+                      hosts=hosts, git=git_state(workdir), build=torch_build(), packages=installed_packages(),
+                      code_snapshot=code_snapshot)
 
 
 def runtime(device_kind: str) -> dict[str, Any]:

@@ -97,7 +97,7 @@ def expand_hostnames(nodelist: str) -> list[str]:
     return names
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SlurmEnvironment:
     job_id: str | None
     step_id: str | None
@@ -118,13 +118,17 @@ class SlurmEnvironment:
 
     @classmethod
     def read(cls, env: Mapping[str, str]) -> "SlurmEnvironment":
-        return cls(env.get("SLURM_JOB_ID"), env.get("SLURM_STEP_ID"), _int(env.get("SLURM_JOB_NUM_NODES")),
-                   _int(env.get("SLURM_PROCID")), _int(env.get("SLURM_LOCALID")), _int(env.get("SLURM_NODEID")),
-                   _int(env.get("SLURM_NTASKS")), env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"),
-                   _int(env.get("SLURM_STEP_NUM_NODES")), expand_counts(env.get("SLURM_STEP_TASKS_PER_NODE")),
-                   env.get("SLURM_JOB_NODELIST"), expand_counts(env.get("SLURM_JOB_CPUS_PER_NODE")),
-                   _int(env.get("SLURM_GPUS_ON_NODE")), env.get("SLURMD_NODENAME"),
-                   _int(env.get("SLURM_RESTART_COUNT")) or 0)
+        return cls(job_id=env.get("SLURM_JOB_ID"), step_id=env.get("SLURM_STEP_ID"),
+                   num_nodes=_int(env.get("SLURM_JOB_NUM_NODES")), proc_id=_int(env.get("SLURM_PROCID")),
+                   local_id=_int(env.get("SLURM_LOCALID")), node_id=_int(env.get("SLURM_NODEID")),
+                   ntasks=_int(env.get("SLURM_NTASKS")),
+                   step_nodelist=env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"),
+                   step_num_nodes=_int(env.get("SLURM_STEP_NUM_NODES")),
+                   step_tasks_per_node=expand_counts(env.get("SLURM_STEP_TASKS_PER_NODE")),
+                   job_nodelist=env.get("SLURM_JOB_NODELIST"),
+                   cpus_per_node=expand_counts(env.get("SLURM_JOB_CPUS_PER_NODE")),
+                   gpus_on_node=_int(env.get("SLURM_GPUS_ON_NODE")), node_name=env.get("SLURMD_NODENAME"),
+                   restart_count=_int(env.get("SLURM_RESTART_COUNT")) or 0)
 
     @property
     def in_step(self) -> bool:

@@ -16,7 +16,7 @@ from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
 from runner.spec.schema import JobConfig
-from runner.spec.validation import check as check_with
+from runner.spec.validation import validate as validate_with
 
 LAUNCHERS: dict[str, type[Launcher]] = {cls.name: cls for cls in (LocalLauncher, ManualLauncher, MpiLauncher, SlurmLauncher,
                                                                    SshLauncher)}
@@ -26,18 +26,18 @@ def launcher_of(spec: JobConfig) -> type[Launcher] | None:
     return LAUNCHERS.get(spec.launcher.kind)
 
 
-def check(spec: JobConfig, probe: MachineProbe) -> tuple[Job | None, list[Problem]]:
-    """Validate ``spec`` with the rules of the launcher it names (runner.spec.validation.check)."""
+def validate(spec: JobConfig, probe: MachineProbe) -> tuple[Job | None, list[Problem]]:
+    """Validate ``spec`` with the rules of the launcher it names (runner.spec.validation.validate)."""
     launcher = launcher_of(spec)
     if launcher is None:
         return None, [Problem("launcher.kind", f"{spec.launcher.kind!r} is not a launcher",
                               f"one of {', '.join(LAUNCHERS)} (launcher=<name>)")]
-    return check_with(spec, probe, launcher)
+    return validate_with(spec, probe, launcher)
 
 
-def plan(job: Job, paths: RunPaths | None = None) -> Plan:
+def plan_for(job: Job, paths: RunPaths | None = None) -> Plan:
     """The job's plan under its launcher's rules (runner.plan.processes.make_plan)."""
     launcher = LAUNCHERS[job.spec.launcher.kind]
-    return make_plan(job, launcher.plan_rules(job, paths), paths)
+    return make_plan(job, launcher.launch_rules(job, paths), paths)
 
-__all__ = ["LAUNCHERS", "Invocation", "LaunchRequest", "Launcher", "check", "launcher_of", "plan"]
+__all__ = ["LAUNCHERS", "Invocation", "LaunchRequest", "Launcher", "launcher_of", "plan_for", "validate"]

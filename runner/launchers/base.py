@@ -8,7 +8,7 @@ under the name ``launcher.kind`` gives it. Its class owns what is particular to 
   the resolved hosts and devices fit it), plus the facts :mod:`runner.spec.validation` asks
   (:attr:`supports_restarts`, :attr:`gives_mpi_ranks`, :attr:`shares_run_folder`);
 * **the master** — :meth:`Launcher.default_master` (the address when the spec names none) and
-  :meth:`Launcher.plan_rules` (the port's policy, the stop signal, who sets CUDA_VISIBLE_DEVICES);
+  :meth:`Launcher.launch_rules` (the port's policy, the stop signal, who sets CUDA_VISIBLE_DEVICES);
 * **its pins** — :meth:`Launcher.pins`: what the launch fixes in the spec for every process (the run id, a port
   the hosts agree on), applied to the spec before the plan is made (runner.spec.pins);
 * **its tasks' place** — :meth:`Launcher.task_place`, for a launcher whose scheduler starts
@@ -38,15 +38,16 @@ from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
 from runner.spec.schema import JobConfig
 from runner.spec.topology import Host
+from runner.worker.share import HostShare
 
 if TYPE_CHECKING:
     from runner.launchers.slurm_array import ArrayMember
 
 # How a launcher that forks a host's processes in `run` starts them: through `run`'s launch agent (runner.app.agent)
-HostRun = Callable[[Plan, int, RunPaths, ProcessEnvironment, int], int]
+HostRun = Callable[[HostShare], int]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Invocation:
     """How `run` was called, so that commands for other hosts or tasks can repeat it."""
 
@@ -58,7 +59,7 @@ class Invocation:
     run_command: str = "run"  # the `run` executable, as other hosts should call it
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostCommand:
     """What runs on one host (or on the submitting host): a command line, or a note for in-process work."""
 
@@ -75,7 +76,7 @@ class HostCommand:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LaunchRequest:
     """Everything a launch executes, materialized; the dry run prints it, the launch runs it."""
 
@@ -90,7 +91,7 @@ class LaunchRequest:
         return "\n\n".join(parts) + "\n"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TaskPlace:
     """Where a scheduler put a task: its index among the step's tasks, and on its node."""
 
@@ -138,7 +139,7 @@ class Launcher(ABC):
     @classmethod
     def default_master(cls, spec: JobConfig, hosts: tuple[Host, ...]) -> str | None:
         """The master of a multi-host job whose spec names none: host 0, as the hosts reach it; None: the
-        launch finds it (see :meth:`plan_rules`'s master_source)."""
+        launch finds it (see :meth:`launch_rules`'s master_source)."""
         return hosts[0].reach
 
     @classmethod
@@ -152,10 +153,11 @@ class Launcher(ABC):
         return parse_signal(spec.launcher.stop_signal)
 
     @classmethod
-    def plan_rules(cls, job: Job, paths: RunPaths | None) -> LaunchRules:
+    def launch_rules(cls, job: Job, paths: RunPaths | None) -> LaunchRules:
         """What this launcher decides about the job's plan."""
-        return LaunchRules(cls.master_port(job, paths), cls.master_source, cls.stop_signal(job.spec),
-                           cls.sets_visible_devices, cls.hosts_start_apart)
+        return LaunchRules(master_port=cls.master_port(job, paths), master_source=cls.master_source,
+                           stop_signal=cls.stop_signal(job.spec), sets_visible_devices=cls.sets_visible_devices,
+                           hosts_start_apart=cls.hosts_start_apart)
 
     @classmethod
     def pins(cls, job: Job, paths: RunPaths) -> Pins:
@@ -186,7 +188,7 @@ class Launcher(ABC):
         raise TaskError(f"launcher={cls.name} starts no tasks of its own: run the job with `run`")
 
     # -- one launch --------------------------------------------------------------------------------------
-    def __init__(self, plan: Plan, paths: RunPaths, invocation: Invocation, environment: ProcessEnvironment,
+    def __init__(self, *, plan: Plan, paths: RunPaths, invocation: Invocation, environment: ProcessEnvironment,
                  run_host: HostRun | None = None) -> None:
         self.plan = plan
         self.paths = paths
@@ -195,6 +197,7 @@ class Launcher(ABC):
         self._run_host = run_host
         self.not_followed: str | None = None  # set by a launch that submits and returns ("Slurm job 12")
         self.signalled: int | None = None  # SIGINT or SIGTERM that `run` passed on to a scheduler's command
+        self.stop_passed_on = False  # `run` passed the stop signal on to a scheduler's command (the ranks checkpoint)
         self.cause: str | None = None  # why the job failed where no rank's record can say it (a host was lost)
 
     @abstractmethod
@@ -215,12 +218,13 @@ class Launcher(ABC):
         launcher.max_restarts times: through the launch agent when `run` has one (runner.app.agent), else in
         this process."""
         spec = self.plan.job.spec
-        restarts = 0 if spec.preflight else spec.launcher.max_restarts
+        share = HostShare(plan=self.plan, node_rank=node_rank, paths=self.paths, environment=self.environment,
+                          restarts=0 if spec.preflight else spec.launcher.max_restarts)
         if self._run_host is not None:
-            return self._run_host(self.plan, node_rank, self.paths, self.environment, restarts)
+            return self._run_host(share)
         from runner.worker.host_agent import launch_host
 
-        return launch_host(self.plan, node_rank, self.paths, self.environment, restarts=restarts)
+        return launch_host(share)
 
     def rank_failed(self) -> bool:
         """A rank of this run failed: it left its error file (runner.plan.outcome)."""
@@ -252,6 +256,7 @@ class Launcher(ABC):
         stopped = [s for s in received if s in (signal.SIGINT, signal.SIGTERM)]
         if stopped:
             self.signalled = stopped[0]
+        self.stop_passed_on = self.plan.rules.stop_signal in received
         if code and stopped:
             return exits.from_signal(stopped[0])
         return exits.FAILED if code and self.rank_failed() else code

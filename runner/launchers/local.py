@@ -35,11 +35,11 @@ class LocalLauncher(Launcher):
             ranks = f"rank {records[0].global_rank}" if len(records) == 1 else \
                 f"ranks {records[0].global_rank}..{records[-1].global_rank}"
             commands.append(HostCommand(
-                host.label if host.name else "this machine", None,
-                f"`run` forks {len(records)} process(es) ({ranks}) from itself, torch already imported; "
-                f"MASTER_PORT is a free port on 127.0.0.1 chosen at launch",
+                host=host.label if host.name else "this machine", argv=None,
+                note=f"`run` forks {len(records)} process(es) ({ranks}) from itself, torch already imported; "
+                     f"MASTER_PORT is a free port on 127.0.0.1 chosen at launch",
             ))
-        return LaunchRequest(self.name, tuple(commands))
+        return LaunchRequest(launcher=self.name, commands=tuple(commands))
 
     def launch(self, request: LaunchRequest) -> int:
         return self.run_host(0)

@@ -89,8 +89,9 @@ class ManualLauncher(Launcher):
             n = len(self.plan.host_records(host.index))
             argv = (*base, f"launcher.manual.host={host.index}")
             where = host.reach or host.label
-            commands.append(HostCommand(f"host {host.index} ({where})", argv, f"starts {n} process(es)", cwd=inv.cwd))
-        return LaunchRequest(self.name, tuple(commands))
+            commands.append(HostCommand(host=f"host {host.index} ({where})", argv=argv, note=f"starts {n} process(es)",
+                                        cwd=inv.cwd))
+        return LaunchRequest(launcher=self.name, commands=tuple(commands))
 
     def this_host(self, names: frozenset[str]) -> int | str:
         """This machine's node rank: launcher.manual.host, else the one host whose name/address is ours."""

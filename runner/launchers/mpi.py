@@ -9,7 +9,6 @@ import sys
 from collections.abc import Iterator
 
 from runner.common import exits
-from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError, TaskPlace, named_hosts_problems
 from runner.plan.paths import RunPaths
@@ -58,7 +57,8 @@ class MpiLauncher(Launcher):
         mpi = environment.mpi
         if mpi is None:
             raise TaskError("launcher=mpi, but no MPI rank variables are set (OMPI_COMM_WORLD_RANK, PMI_RANK, ...)")
-        return TaskPlace(mpi.rank, mpi.size, mpi.local_rank, mpi.flavour, attempt=environment.attempt)
+        return TaskPlace(index=mpi.rank, count=mpi.size, local_index=mpi.local_rank, source=mpi.flavour,
+                         attempt=environment.attempt)
 
     def request(self) -> LaunchRequest:
         job, opts = self.plan.job, self.plan.job.spec.launcher.mpi
@@ -81,7 +81,8 @@ class MpiLauncher(Launcher):
             argv += ["-x", ATTEMPT]  # which attempt, for every task (set by launch)
         argv += [*opts.extra, *self.task_argv()]
         what = "one task per host, each forks its processes" if per_host else "one MPI rank per process"
-        return LaunchRequest(self.name, (HostCommand("this machine", tuple(argv), what, cwd=self.invocation.cwd),))
+        command = HostCommand(host="this machine", argv=tuple(argv), note=what, cwd=self.invocation.cwd)
+        return LaunchRequest(launcher=self.name, commands=(command,))
 
     def launch(self, request: LaunchRequest) -> int:
         """Run mpirun; after a failure, up to launcher.max_restarts times again, each attempt's tasks told which
@@ -98,7 +99,7 @@ class MpiLauncher(Launcher):
                       f"path: launcher.mpi.mpirun=/path/to/mpirun", file=sys.stderr)
                 return exits.INVALID
             # a rank that raised (1) or was killed (mpirun's own status then), not `run` asked to stop
-            if code in (exits.OK, exits.INVALID) or self.signalled or attempt >= restarts or StopRequest.requested:
+            if code in (exits.OK, exits.INVALID) or self.signalled or attempt >= restarts or self.stop_passed_on:
                 return code
             attempt += 1
             print(f"\nrestarting: attempt {attempt + 1} of {restarts + 1} (launcher.max_restarts={restarts}): mpirun "

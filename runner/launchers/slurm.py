@@ -95,8 +95,9 @@ class SlurmLauncher(Launcher):
         slurm = environment.slurm
         if not slurm.in_step:
             raise TaskError("launcher=slurm, but this process is not an srun task (no SLURM_STEP_ID/SLURM_PROCID)")
-        return TaskPlace(slurm.proc_id, slurm.ntasks or 0, slurm.local_id, "Slurm", slurm.step_num_nodes,
-                         slurm.step_tasks_per_node, slurm.restart_count)
+        return TaskPlace(index=slurm.proc_id, count=slurm.ntasks or 0, local_index=slurm.local_id, source="Slurm",
+                         nodes=slurm.step_num_nodes, tasks_per_node=slurm.step_tasks_per_node,
+                         attempt=slurm.restart_count)
 
     # -- the launch ----------------------------------------------------------------------------------------
     @property
@@ -225,11 +226,12 @@ class SlurmLauncher(Launcher):
             step = self.paths.root / "step.sh"
             text = "\n".join(["#!/bin/bash", f"# Written by `run` for run {self.paths.run_id}: an srun step",
                               "set -euo pipefail", *self.step_lines()]) + "\n"
-            cmd = HostCommand("this allocation", ("bash", str(step)), "an srun step inside the current allocation", cwd=cwd)
-            return LaunchRequest(self.name, (cmd,), files={step.name: text})
-        cmd = HostCommand("this machine (login node)", ("sbatch", "--parsable", str(self.paths.sbatch_script)),
-                          "submits the batch script below", cwd=cwd)
-        return LaunchRequest(self.name, (cmd,), files={self.paths.sbatch_script.name: self.script()})
+            cmd = HostCommand(host="this allocation", argv=("bash", str(step)),
+                              note="an srun step inside the current allocation", cwd=cwd)
+            return LaunchRequest(launcher=self.name, commands=(cmd,), files={step.name: text})
+        cmd = HostCommand(host="this machine (login node)", argv=("sbatch", "--parsable", str(self.paths.sbatch_script)),
+                          note="submits the batch script below", cwd=cwd)
+        return LaunchRequest(launcher=self.name, commands=(cmd,), files={self.paths.sbatch_script.name: self.script()})
 
     # -- launch ---------------------------------------------------------------------------------------
     def allocation_problems(self, slurm: SlurmEnvironment) -> list[Problem]:
@@ -316,8 +318,9 @@ class SlurmLauncher(Launcher):
         directives = tuple(line for line in self.script().splitlines()
                            if line.startswith("#SBATCH ") and not line.startswith(own))
         opts = self.plan.job.spec.launcher.slurm
-        return ArrayMember(self.paths, tuple(r.global_rank for r in self.plan.records), directives,
-                           self.invocation.cwd, opts.array_parallelism, opts.follow, self.plan.rules.stop_signal)
+        return ArrayMember(paths=self.paths, ranks=tuple(r.global_rank for r in self.plan.records),
+                           directives=directives, cwd=self.invocation.cwd, parallelism=opts.array_parallelism,
+                           follow=opts.follow, stop_signal=self.plan.rules.stop_signal)
 
     def _outcome(self) -> int:
         """0 when every rank of the run left its done file, else 1 (for a job Slurm forgot already)."""

@@ -25,7 +25,7 @@ from runner.plan.outcome import all_done, any_failed
 from runner.plan.paths import RunPaths
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ArrayMember:
     """One job of a sweep, prepared (run folder, spec, plan, batch script) but not submitted."""
 

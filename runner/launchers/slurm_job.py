@@ -46,7 +46,7 @@ def task_ids(text: str) -> tuple[int, ...]:
     return tuple(ids)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobStatus:
     """What Slurm says of a job, or of one or more tasks of a job array (``tasks``)."""
 
@@ -68,9 +68,9 @@ class JobStatus:
 
         code, _, sig = field("ExitCode", "0:0").partition(":")
         array = field("ArrayJobId")
-        return cls(array or field("JobId"), field("JobState", "UNKNOWN"), field("Reason"), int(code or 0),
-                   int(sig or 0), field("NodeList"), int(field("Restarts", "0") or 0),
-                   task_ids(field("ArrayTaskId")) if array else ())
+        return cls(job=array or field("JobId"), state=field("JobState", "UNKNOWN"), reason=field("Reason"),
+                   exit_code=int(code or 0), exit_signal=int(sig or 0), nodes=field("NodeList"),
+                   restarts=int(field("Restarts", "0") or 0), tasks=task_ids(field("ArrayTaskId")) if array else ())
 
     @classmethod
     def parse_sacct(cls, line: str) -> JobStatus | None:
@@ -81,8 +81,9 @@ class JobStatus:
         job_id, state, exit_code, nodes, reason = parts[:5]
         code, _, sig = exit_code.partition(":")
         job, _, tasks = job_id.partition("_")
-        return cls(job, (state.split() or ["UNKNOWN"])[0], reason, int(code or 0) if code.isdigit() else 0,
-                   int(sig or 0) if sig.isdigit() else 0, nodes, 0, task_ids(tasks) if tasks else ())
+        return cls(job=job, state=(state.split() or ["UNKNOWN"])[0], reason=reason,
+                   exit_code=int(code or 0) if code.isdigit() else 0, exit_signal=int(sig or 0) if sig.isdigit() else 0,
+                   nodes=nodes, tasks=task_ids(tasks) if tasks else ())
 
     @property
     def finished(self) -> bool:

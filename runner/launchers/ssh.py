@@ -72,7 +72,7 @@ def ssh_base(opts: SshOptions) -> list[str]:
     return argv
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SshHost:
     """One host of the job as the ssh launch reaches it: its three commands (the module docstring)."""
 
@@ -166,27 +166,30 @@ class SshLauncher(Launcher):
             destination = host.name or host.addr or host.label
             start = f"{cd} {'env ' + env if env else ''}{run} --ssh-host {host.index} {folder}"
             collect = f"cd {folder} && exec tar -cf - --ignore-failed-read {' '.join(COLLECTED)}"
-            found.append(SshHost(host.index, host.label, f"host {host.index} ({destination})", destination,
-                                 tuple(r.global_rank for r in self.plan.host_records(host.index)), run_command,
-                                 (*base, "--", destination, f"{cd} {run} --version"),
-                                 (*base, "--", destination, start),
-                                 (*base, "--", destination, collect)))
+            found.append(SshHost(index=host.index, name=host.label, label=f"host {host.index} ({destination})",
+                                 destination=destination,
+                                 ranks=tuple(r.global_rank for r in self.plan.host_records(host.index)),
+                                 run=run_command, check=(*base, "--", destination, f"{cd} {run} --version"),
+                                 start=(*base, "--", destination, start),
+                                 collect=(*base, "--", destination, collect)))
         return tuple(found)
 
     def request(self) -> LaunchRequest:
         commands = []
         hosts = self.hosts()
         for h in hosts:
-            commands.append(HostCommand(h.label, h.check, "the check, on every host at once before anything starts: "
-                                                          "reachable, `run` there, its runner and torch, the job's folder"))
+            commands.append(HostCommand(host=h.label, argv=h.check,
+                                        note="the check, on every host at once before anything starts: reachable, "
+                                             "`run` there, its runner and torch, the job's folder"))
         for h in hosts:
             ranks = f"rank {h.ranks[0]}" if len(h.ranks) == 1 else f"ranks {h.ranks[0]}..{h.ranks[-1]}"
-            commands.append(HostCommand(h.label, h.start, f"starts {len(h.ranks)} process(es) ({ranks}); the run's "
-                                                          f"spec.yaml on its stdin"))
+            commands.append(HostCommand(host=h.label, argv=h.start,
+                                        note=f"starts {len(h.ranks)} process(es) ({ranks}); the run's spec.yaml on its "
+                                             f"stdin"))
         for h in hosts:
-            commands.append(HostCommand(h.label, h.collect, "after the run, if its run folder is not this one: its "
-                                                            "records"))
-        return LaunchRequest(self.name, tuple(commands))
+            commands.append(HostCommand(host=h.label, argv=h.collect,
+                                        note="after the run, if its run folder is not this one: its records"))
+        return LaunchRequest(launcher=self.name, commands=tuple(commands))
 
     # -- the launch -------------------------------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> int:

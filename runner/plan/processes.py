@@ -41,7 +41,7 @@ class Deferred(str):
         return cls(f"<{source}>")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LaunchRules:
     """What the job's launcher decides about its plan (each launcher class says: runner.launchers)."""
 
@@ -52,7 +52,7 @@ class LaunchRules:
     hosts_start_apart: bool = False  # each host's share is started by its own `run`, by hand (launcher=manual)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProcessRecord:
     """One process of the job."""
 
@@ -65,8 +65,11 @@ class ProcessRecord:
     device_ids: tuple[int, ...]  # visible GPU indices this process uses (DP: all of the host's); () on CPU
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
+    """A job's processes: one record per process, and what every process of it shares (the master, the init URL,
+    its launcher's rules). Made by :func:`make_plan`."""
+
     job: Job
     records: tuple[ProcessRecord, ...]
     master_addr: str
@@ -143,7 +146,8 @@ def _records(job: Job) -> Iterator[ProcessRecord]:
                 device, ids = "cuda:0", tuple(range(host.devices))
             else:
                 device, ids = f"cuda:{local}", (local,)
-            yield ProcessRecord(rank, local, host.index, n, label, device, ids)
+            yield ProcessRecord(global_rank=rank, local_rank=local, node_rank=host.index, local_world_size=n,
+                                host=label, device=device, device_ids=ids)
             rank += 1
 
 
@@ -180,4 +184,4 @@ def make_plan(job: Job, rules: LaunchRules, run: RunPaths | None = None) -> Plan
     else:
         path = run.rendezvous_file(spec.init.dir) if run else f"{spec.init.dir or Deferred.of('run folder')}/{Deferred.of('run id')}.rdzv/attempt0"
         url = f"file://{path}"
-    return Plan(job, tuple(_records(job)), addr, port, url, rules)
+    return Plan(job=job, records=tuple(_records(job)), master_addr=addr, master_port=port, init_method=url, rules=rules)

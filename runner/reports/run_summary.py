@@ -12,7 +12,7 @@ ranks' echo)::
 
 Every fact comes from the plan, the exit status and the run folder (:class:`runner.plan.paths.RunPaths`):
 the status from the exit status (0 done, 2 refused, 128+n stopped by signal n, else failed, naming the
-rank that failed first from the ranks' error files, :func:`runner.worker.failures.rank_errors`), the metrics
+rank that failed first from the ranks' error files, :func:`runner.plan.outcome.first_failures`), the metrics
 from the last row of metrics.jsonl. With launcher=manual each host's `run` prints (and writes) its own.
 Nothing here imports torch: `run`'s own process never does.
 """
@@ -208,7 +208,7 @@ def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None,
     exception = error_line(first.get("exception") or "?").removeprefix("ScriptExit: ")
     others = f" ({len(errors) - 1} other rank(s) failed after it)" if len(errors) > 1 else ""
     failure = {"rank": first.get("rank"), "host": first.get("host"), "exception": exception}
-    # killed by a signal (its launcher wrote the record), or a script's sys.exit: it ended; else it raised
+    # killed by a signal (its host agent wrote the record), or a script's sys.exit: it ended; else it raised
     how = "ended:" if first.get("killed") or (first.get("exception") or "").startswith("ScriptExit: ") else "raised"
     return ("failed", f"failed (exit {code}): rank {failure['rank']} on host {failure['host']} {how} {exception}{others}",
             failure, None)
@@ -293,7 +293,7 @@ def write(summary: RunSummary, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def report(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_followed: str | None = None,
+def report_run(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_followed: str | None = None,
            cause: str | None = None) -> RunSummary | None:
     """Print the summary to stderr and write run_summary.json; never changes the run's outcome (a
     summary that cannot be made says why in one line)."""

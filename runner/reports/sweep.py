@@ -35,19 +35,7 @@ LAUNCHER = "hydra_plugins.runner_sweep_launcher.RunnerSweepLauncher"  # conf/job
 
 
 STOPPED = (exits.from_signal(signal.SIGINT), exits.from_signal(signal.SIGTERM))  # a job's, when `run` was asked to stop
-
-
-class SweepCodes:
-    """The exit status of each job of this process's sweep, as they become known."""
-
-    codes: list[int] = []
-    stops: list[int] = []  # those of jobs stopped by a signal to `run` (:func:`stopped_by_run`)
-
-    @classmethod
-    def stopped(cls) -> int | None:
-        """128 + the signal that stopped a job (Ctrl-C, SIGTERM, a stop signal that found a Slurm job not started):
-        the sweep stops too; None if none was."""
-        return cls.stops[0] if cls.stops else None
+EXIT_FILE = "exit_status"  # in a job's folder: `run`'s exit status for it
 
 
 def stopped_by_run(folder: Path, code: int | None) -> bool:
@@ -58,16 +46,62 @@ def stopped_by_run(folder: Path, code: int | None) -> bool:
     return exits.signal_of(code or 0) is not None and RunPaths(folder, folder.name).user_stop.exists()
 
 
-def record_exit(folder: Path, code: int) -> None:
-    """A job of the sweep ended: its status goes into its folder (for the summary) and into the sweep's
-    tally (`run` exits 1 when any job failed)."""
-    (folder / "exit_status").write_text(f"{code}\n")
-    SweepCodes.codes.append(code)
-    if stopped_by_run(folder, code):
-        SweepCodes.stops.append(code)
+@dataclass(frozen=True, kw_only=True)
+class JobExit:
+    """How one job of a sweep ended: its run folder and `run`'s exit status for it. The Hydra task returns it (a
+    JobReturn's value), and the sweep launcher reads it (a job stopped by a signal to `run` stops the sweep)."""
+
+    folder: Path
+    code: int
+
+    @property
+    def stopped_by_run(self) -> bool:
+        """A signal to `run` stopped the job (:func:`stopped_by_run`)."""
+        return stopped_by_run(self.folder, self.code)
 
 
-@dataclass
+def record_exit(folder: Path, code: int) -> JobExit:
+    """A job of the sweep ended: its status goes into its folder, where the summary and `run` read it."""
+    (folder / EXIT_FILE).write_text(f"{code}\n")
+    return JobExit(folder=folder, code=code)
+
+
+def recorded_exit(folder: Path) -> JobExit | None:
+    """How a job of the sweep ended, as :func:`record_exit` wrote it; None: not recorded (not run, or a Slurm job
+    submitted and not followed)."""
+    try:
+        return JobExit(folder=folder, code=int((folder / EXIT_FILE).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+class SweepOutcome:
+    """The jobs of one `run -m` in this process, in the order they ended. `run` makes one and hands it to its Hydra
+    task (runner.app.cli), which tells it of each job: one it ran (:meth:`ended`), or one it prepared for a Slurm
+    job array (:meth:`deferred`), whose end the sweep launcher records in the job's folder. `run` reads it once the
+    sweep is over: 1 when any job failed, 128 + n when a signal to `run` stopped one."""
+
+    def __init__(self) -> None:
+        self._ended: list[JobExit] = []
+        self._deferred: list[Path] = []
+
+    def ended(self, job: JobExit) -> None:
+        self._ended.append(job)
+
+    def deferred(self, folder: Path) -> None:
+        self._deferred.append(folder)
+
+    def exits(self) -> list[JobExit]:
+        """Every job that ended, those run here first (a job followed in an array has its status in its folder)."""
+        return [*self._ended, *(e for f in self._deferred if (e := recorded_exit(f)) is not None)]
+
+    def stopped(self) -> int | None:
+        """128 + the signal that stopped a job (Ctrl-C, SIGTERM, a stop signal that found a Slurm job not started):
+        the sweep stopped with it; None if none was."""
+        return next((e.code for e in self.exits() if e.stopped_by_run), None)
+
+
+@dataclass(kw_only=True)
 class JobRow:
     folder: Path
     config: str  # the job's overrides, as typed
@@ -84,8 +118,8 @@ class JobRow:
 
 
 def _status(folder: Path, world_size: int | None) -> str:
-    exit_file = folder / "exit_status"
-    code = int(exit_file.read_text()) if exit_file.exists() else None
+    recorded = recorded_exit(folder)
+    code = recorded.code if recorded is not None else None
     if not (folder / "spec.yaml").exists():
         return "invalid spec" if code == exits.INVALID else "not run"
     if stopped_by_run(folder, code):
@@ -117,7 +151,8 @@ def job_row(folder: Path) -> JobRow:
     final = {k: v for k, v in metrics.final.items() if k != THROUGHPUT}  # throughput has its own column
     ends = {r: d for r in range(world or 0) if (d := RankFiles(paths, r).dump()) is not None and d.reason == "end"}
     slow = straggler(ends)
-    return JobRow(folder, " ".join(shown), world, _status(folder, world), metrics.throughput, final, overrides=shown,
+    return JobRow(folder=folder, config=" ".join(shown), world_size=world, status=_status(folder, world),
+                  throughput=metrics.throughput, final=final, overrides=shown,
                   slowest=f"rank {slow.rank} on {slow.host} ({slow.ratio:.2f}x)" if slow else "",
                   train_s=_train_time(paths))
 

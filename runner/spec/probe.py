@@ -17,7 +17,7 @@ from typing import Protocol
 from runner.common import extras
 from runner.spec.targets import TargetProblem, module_problem, target_problem
 
-TargetCheck = Callable[[str, "str | None"], "TargetProblem | None"]
+TargetTrial = Callable[[str, "str | None"], "TargetProblem | None"]
 
 
 class MachineProbe(Protocol):
@@ -39,18 +39,18 @@ def _nvidia_driver_present() -> bool:
 class LocalProbe:
     """Answers about this machine. GPU counting goes through NVML, so it does not poison fork.
 
-    ``check_target``: how a recipe target is tried (runner.spec.targets.target_problem: in a child forked from
+    ``try_target``: how a recipe target is tried (runner.spec.targets.target_problem: in a child forked from
     this process; `run`'s launch agent offers one forked from itself, where torch is already imported)."""
 
-    def __init__(self, check_target: TargetCheck = target_problem, check_module: TargetCheck = module_problem) -> None:
-        self._check_target = check_target
-        self._check_module = check_module
+    def __init__(self, try_target: TargetTrial = target_problem, try_module: TargetTrial = module_problem) -> None:
+        self._try_target = try_target
+        self._try_module = try_module
 
     def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None:
-        return self._check_target(target, workdir)
+        return self._try_target(target, workdir)
 
     def module_problem(self, module: str, workdir: str | None) -> TargetProblem | None:
-        return self._check_module(module, workdir)
+        return self._try_module(module, workdir)
 
     @functools.cache
     def cuda_device_count(self) -> int:

@@ -4,12 +4,19 @@ Every YAML option under ``conf/`` is merged onto one of these dataclasses (regis
 ConfigStore by :func:`register_schemas`), so a misspelt key, a wrong type or an unknown choice fails
 at composition time with Hydra's message naming the key. Rules that span several keys live in
 :mod:`runner.spec.validation`, not here.
+
+Each field's documentation is the string right after it (its first line a summary, which `run --help` shows:
+runner.app.help), read by :func:`field_docs`; OmegaConf ignores those strings.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
+import inspect
+import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any, Optional
 
@@ -63,19 +70,26 @@ class DeviceKind(str, Enum):
 class HostConfig:
     """One host of the topology."""
 
-    name: Optional[str] = None  # host name as the launcher knows it; None: whichever host the launcher gives
-    addr: Optional[str] = None  # address the other hosts reach it at; None: the name
-    devices: Optional[int] = None  # processes (DDP) or devices (DP) on it; None: topology.devices_per_node
-    gpus: Optional[list[int]] = None  # GPU indices to use when devices are GPUs; None: 0..devices-1
+    name: Optional[str] = None
+    """The host's name as the launcher knows it; null: whichever host the launcher gives."""
+    addr: Optional[str] = None
+    """The address the other hosts reach it at; null: its name."""
+    devices: Optional[int] = None
+    """Processes (DDP) or devices (DP) on it; null: topology.devices_per_node."""
+    gpus: Optional[list[int]] = None
+    """GPU indices to use when the devices are GPUs; null: 0..devices-1."""
 
 
 @dataclass
 class TopologyConfig:
     """Hosts and devices: either a grid (nodes x devices_per_node) or an explicit host list."""
 
-    nodes: Optional[int] = None  # number of hosts; None: len(hosts)
-    devices_per_node: Optional[int] = None  # devices on each host that does not give its own count
-    hosts: Optional[list[HostConfig]] = None  # explicit hosts; None: `nodes` unnamed hosts
+    nodes: Optional[int] = None
+    """Number of hosts; null: as many as topology.hosts lists."""
+    devices_per_node: Optional[int] = None
+    """Devices on each host that does not give its own count."""
+    hosts: Optional[list[HostConfig]] = None
+    """The hosts, each with name, addr, devices and gpus; null: topology.nodes unnamed hosts."""
 
 
 @dataclass
@@ -83,40 +97,69 @@ class InitConfig:
     """Rendezvous: how the processes find each other."""
 
     method: InitMethod = InitMethod.env
-    master_addr: Optional[str] = None  # None: 127.0.0.1 on one host, else host 0 (Slurm/MPI: first node)
-    master_port: int = 0  # 0: a free port chosen per run (Slurm: derived from the job id)
-    dir: Optional[str] = None  # file init: folder every host sees; None: the run's output folder
-    timeout_s: float = 300.0  # rendezvous and collective timeout
+    """How the processes rendezvous: env://, tcp://addr:port, or a fresh file:// per run."""
+    master_addr: Optional[str] = None
+    """The master's address; null: 127.0.0.1 on one host, else host 0 (Slurm, MPI: the first node)."""
+    master_port: int = 0
+    """The master's port; 0: a free port chosen per run (Slurm: derived from the job id)."""
+    dir: Optional[str] = None
+    """init=file: a folder every host sees, for the rendezvous file; null: the run's folder."""
+    timeout_s: float = 300.0
+    """Seconds to wait for every rank at the rendezvous and in each collective."""
 
 
 @dataclass
 class SlurmOptions:
+    """launcher=slurm: what the batch job asks Slurm for, and how `run` follows it."""
+
     partition: Optional[str] = None
+    """sbatch --partition; null: Slurm's default."""
     account: Optional[str] = None
+    """sbatch --account; null: Slurm's default."""
     qos: Optional[str] = None
-    time: str = "01:00:00"  # sbatch --time
-    cpus_per_task: Optional[int] = None  # None: Slurm's default
-    mem: Optional[str] = None  # sbatch --mem per node, e.g. 32G
-    gpu_request: str = "gpus-per-node"  # how GPUs are asked for: gpus-per-node | gres
-    signal: str = "USR1@90"  # sbatch --signal: sent before the time limit, asks the recipe to checkpoint
+    """sbatch --qos; null: Slurm's default."""
+    time: str = "01:00:00"
+    """sbatch --time: the job's time limit."""
+    cpus_per_task: Optional[int] = None
+    """sbatch --cpus-per-task; null: Slurm's default."""
+    mem: Optional[str] = None
+    """sbatch --mem: memory per node, e.g. 32G; null: Slurm's default."""
+    gpu_request: str = "gpus-per-node"
+    """How GPUs are asked for: gpus-per-node or gres."""
+    signal: str = "USR1@90"
+    """sbatch --signal: sent before the time limit, it asks the recipe to checkpoint and stop."""
     requeue: bool = False
-    extra: list[str] = field(default_factory=list)  # more #SBATCH lines, e.g. ["--constraint=a100"]
-    follow: bool = True  # wait for a submitted job and return its exit status
-    array_parallelism: Optional[int] = None  # a sweep's job array: at most this many of its jobs at once (--array=...%N)
+    """Requeue the job after the time limit or a preemption; the recipe resumes from its checkpoint."""
+    extra: list[str] = field(default_factory=list)
+    """More #SBATCH lines, e.g. [--constraint=a100]."""
+    follow: bool = True
+    """Wait for a submitted job, showing its output, and exit with its status."""
+    array_parallelism: Optional[int] = None
+    """A sweep's job array runs at most this many of its jobs at once (--array=...%N); null: no cap."""
 
 
 @dataclass
 class MpiOptions:
+    """launcher=mpi: how `run` calls mpirun."""
+
     mpirun: str = "mpirun"
+    """The mpirun command."""
     allow_run_as_root: bool = False
+    """mpirun --allow-run-as-root."""
     oversubscribe: bool = False
-    extra: list[str] = field(default_factory=list)  # more mpirun arguments, passed as given
-    export: list[str] = field(default_factory=list)  # variables mpirun passes to every rank (-x NAME), e.g. [PYTHONPATH]
+    """mpirun --oversubscribe: more processes than a host has cores."""
+    extra: list[str] = field(default_factory=list)
+    """More mpirun arguments, passed as given."""
+    export: list[str] = field(default_factory=list)
+    """Variables mpirun passes to every rank (-x NAME), e.g. [PYTHONPATH]."""
 
 
 @dataclass
 class ManualOptions:
-    host: Optional[str] = None  # which spec host this machine is: an index or a name/address; None: match
+    """launcher=manual: which host this `run` is."""
+
+    host: Optional[str] = None
+    """Which spec host this machine is: an index, a name or an address; null: found by matching this machine."""
 
 
 @dataclass
@@ -124,54 +167,89 @@ class SshOptions:
     """launcher=ssh: how `run` logs in to every host to start its share (the system ssh client, with your
     ~/.ssh/config, agent and ProxyJump)."""
 
-    command: str = "ssh"  # the ssh client
-    user: Optional[str] = None  # ssh -l USER; None: ssh's own choice (~/.ssh/config, then your user name)
-    port: Optional[int] = None  # ssh -p PORT; None: ssh's own choice
-    identity_file: Optional[str] = None  # ssh -i FILE; None: ssh's own keys and agent
-    config_file: Optional[str] = None  # ssh -F FILE; None: ssh reads ~/.ssh/config as usual
-    options: list[str] = field(default_factory=list)  # more ssh -o options, each KEY=VALUE, e.g. ["ProxyJump=bastion"]
-    connect_timeout_s: int = 10  # ssh -o ConnectTimeout: a host that does not answer is refused this soon
-    keepalive_s: int = 5  # ssh -o ServerAliveInterval (ServerAliveCountMax=3): a host that stops answering is lost
-    # after three intervals; 0: only a closed connection tells
-    export: list[str] = field(default_factory=list)  # variables whose values here every host gets (env NAME=value
-    # on its command line), e.g. [HF_HOME]
-    run: Optional[str] = None  # the `run` command on the hosts; None: the path of the `run` you started
+    command: str = "ssh"
+    """The ssh client."""
+    user: Optional[str] = None
+    """ssh -l USER; null: ssh's own choice (~/.ssh/config, then your user name)."""
+    port: Optional[int] = None
+    """ssh -p PORT; null: ssh's own choice."""
+    identity_file: Optional[str] = None
+    """ssh -i FILE; null: ssh's own keys and agent."""
+    config_file: Optional[str] = None
+    """ssh -F FILE; null: ssh reads ~/.ssh/config as usual."""
+    options: list[str] = field(default_factory=list)
+    """More ssh -o options, each KEY=VALUE, e.g. [ProxyJump=bastion]."""
+    connect_timeout_s: int = 10
+    """ssh -o ConnectTimeout: a host that does not answer is refused this soon."""
+    keepalive_s: int = 5
+    """ssh -o ServerAliveInterval (ServerAliveCountMax=3): a host silent for three intervals is lost.
+
+    0: only a closed connection tells."""
+    export: list[str] = field(default_factory=list)
+    """Variables whose values here every host gets (env NAME=value on its command line), e.g. [HF_HOME]."""
+    run: Optional[str] = None
+    """The `run` command on the hosts; null: the path of the `run` you started."""
 
 
 @dataclass
 class LauncherConfig:
     """Who starts the processes, and what one task of theirs is."""
 
-    kind: str = "local"  # a registered launcher (runner.launchers.LAUNCHERS): local, manual, ssh, slurm, mpi
+    kind: str = "local"
+    """A registered launcher (runner.launchers.LAUNCHERS): local, manual, ssh, slurm or mpi."""
     tasks: TaskMode = TaskMode.per_host
-    python: Optional[str] = None  # interpreter for the tasks a scheduler starts; None: the one running `run`
-    stop_signal: str = "USR1"  # asks the ranks to checkpoint and stop (ctx.should_stop), as Slurm's time-limit
-    # signal does (launcher=slurm: launcher.slurm.signal): `kill -USR1 <pid of run>`
-    grace_s: float = 10.0  # on SIGTERM, ranks are asked to checkpoint and stop (ctx.should_stop) and get this
-    # long before they are terminated; Ctrl-C (SIGINT) stops them at once
-    stall_timeout_s: Optional[float] = None  # end the job when no rank completed a collective or a progress
-    # step for this long, saying which collective each rank is in (None: only init.timeout_s ends a hang)
-    snapshot_code: Optional[bool] = None  # copy the job's code (git-tracked files, or snapshot_files) into the run
-    # folder at submission and import it from there, so a requeued or restarted attempt runs the submitted code;
-    # None: on for Slurm batch jobs from a git repository, off elsewhere (the launch there is the code's moment)
-    snapshot_files: list[str] = field(default_factory=list)  # globs under workdir to copy instead of git's files
-    snapshot_max_mb: float = 200.0  # a snapshot larger than this is refused, naming its largest files
-    max_restarts: int = 0  # start the job again after a failure, up to this many times (local; manual and ssh:
-    # every host's `run` together; mpi: mpirun again); the recipe resumes from the run's last checkpoint (Slurm:
-    # launcher.slurm.requeue)
+    """What a task of the launcher is: one per host that forks its processes, or one per process."""
+    python: Optional[str] = None
+    """The interpreter of the tasks a scheduler starts; null: the one running `run`."""
+    stop_signal: str = "USR1"
+    """The signal that asks the ranks to checkpoint and stop (ctx.should_stop): `kill -USR1 <pid of run>`.
+
+    As Slurm's time-limit signal does (launcher=slurm: launcher.slurm.signal)."""
+    grace_s: float = 10.0
+    """Seconds the ranks get to checkpoint and stop after SIGTERM before they are killed.
+
+    SIGTERM asks them to checkpoint and stop (ctx.should_stop); Ctrl-C (SIGINT) stops them at once."""
+    stall_timeout_s: Optional[float] = None
+    """End the job when no rank completed a collective or a progress step for this long; null: never.
+
+    The job's end says which collective each rank is in; without it only init.timeout_s ends a hang."""
+    snapshot_code: Optional[bool] = None
+    """Copy the job's code into the run folder and import it from there; null: for Slurm batch jobs from git.
+
+    The copy is taken at submission (git-tracked files, or snapshot_files), so that a requeued or restarted attempt
+    runs the submitted code; off elsewhere, where the launch is the code's moment."""
+    snapshot_files: list[str] = field(default_factory=list)
+    """Globs under workdir that a code snapshot copies instead of git's files."""
+    snapshot_max_mb: float = 200.0
+    """A code snapshot larger than this is refused, naming its largest files."""
+    max_restarts: int = 0
+    """Start the job again after a failure, up to this many times; the recipe resumes from its last checkpoint.
+
+    local; manual and ssh: every host's `run` together; mpi: mpirun again (Slurm: launcher.slurm.requeue)."""
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
+    """launcher=slurm's options."""
     mpi: MpiOptions = field(default_factory=MpiOptions)
+    """launcher=mpi's options."""
     manual: ManualOptions = field(default_factory=ManualOptions)
+    """launcher=manual's options."""
     ssh: SshOptions = field(default_factory=SshOptions)
+    """launcher=ssh's options."""
 
 
 @dataclass
 class BackendConfig:
+    """The torch.distributed backend and what its processes get."""
+
     name: BackendName = BackendName.auto
-    socket_ifname: Optional[str] = None  # GLOO/NCCL_SOCKET_IFNAME for every process; None: runner's choice
-    pick_interface: bool = True  # several hosts: each uses the interface of its route to the master
-    # (runner/network.py); false leaves the choice to gloo and NCCL, as plain torchrun does
-    env: dict[str, str] = field(default_factory=dict)  # more variables: +backend.env.NCCL_DEBUG=INFO
+    """The torch.distributed backend; auto: nccl on CUDA GPUs, gloo otherwise."""
+    socket_ifname: Optional[str] = None
+    """GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME for every process; null: the runner's choice."""
+    pick_interface: bool = True
+    """On several hosts, each uses the interface of its route to the master (runner/worker/network.py).
+
+    false leaves the choice to gloo and NCCL, as plain torchrun does."""
+    env: dict[str, str] = field(default_factory=dict)
+    """More variables for every process, e.g. +backend.env.NCCL_DEBUG=INFO."""
 
 
 # Variables the runner sets for every process from the plan: backend.env may not set them (validation says so).
@@ -185,43 +263,67 @@ RUNNER_VARIABLES = frozenset({
 
 @dataclass
 class ParallelConfig:
+    """DistributedDataParallel or DataParallel, and DDP's own options."""
+
     mode: ParallelMode = ParallelMode.ddp
+    """ddp: one process per device; dp: one process drives all devices of its (single) host."""
     find_unused_parameters: bool = False
+    """DDP's find_unused_parameters."""
     bucket_cap_mb: float = 25.0
+    """DDP's bucket_cap_mb."""
 
 
 @dataclass
 class ShardingConfig:
-    """How ctx.setup shards training (runner/sharding.py); needs parallel=ddp and 2 or more processes."""
+    """How ctx.setup shards training (runner/training/sharding.py); needs parallel=ddp and 2 or more processes."""
 
     mode: ShardingMode = ShardingMode.none
-    reshard_after_forward: bool = True  # fsdp only: free each unit's gathered parameters after its forward
-    reduce_buffer_size: int = 0  # sdp only: fairscale's gradient bucket (elements); 0: each gradient is
-    # reduced to its owner and dropped elsewhere (gradients sharded); > 0: small gradients share
-    # unsharded buckets (fewer messages, no gradient sharding for them)
+    """none, or what is sharded: oss, sdp (fairscale), zero (torch ZeRO), fsdp (torch FSDP2)."""
+    reshard_after_forward: bool = True
+    """fsdp only: free each unit's gathered parameters after its forward."""
+    reduce_buffer_size: int = 0
+    """sdp only: fairscale's gradient bucket, in elements; 0: each gradient reduced to its owner alone.
+
+    0 shards the gradients (each is dropped elsewhere); > 0: small gradients share unsharded buckets (fewer
+    messages, no gradient sharding for them)."""
 
 
 @dataclass
 class RecipeConfig:
     """What every recipe's config has; a recipe's own schema extends it."""
 
-    target: str = MISSING  # "package.module:function" or "package.module" (then its `main`), imported from
-    # the job's folder (workdir) first, then the installed packages (runner.spec.targets)
-    global_batch_size: Optional[int] = 64  # kept whatever the world size; per process = global / world size
+    target: str = MISSING
+    """The recipe: "package.module:function", or "package.module" (its main).
+
+    Imported from the job's folder (workdir) first, then the installed packages (runner.spec.targets)."""
+    global_batch_size: Optional[int] = 64
+    """The global batch, kept whatever the world size; per process: global / world size."""
     seed: int = 0
-    init_process_group: bool = True  # the runner makes the default process group before calling the recipe;
-    # false: the recipe makes its own (recipe=script: a torchrun-style script calls init_process_group itself)
+    """The random seed: torch is seeded with it in every process."""
+    init_process_group: bool = True
+    """The runner makes the default process group before calling the recipe; false: the recipe makes its own.
+
+    recipe=script: a torchrun-style script calls init_process_group itself."""
 
 
 @dataclass
 class DigitsRecipeConfig(RecipeConfig):
+    """A small MLP on scikit-learn's bundled handwritten digits."""
+
     target: str = "runner.recipes.digits:main"
+    """The bundled digits recipe."""
     epochs: int = 20
+    """Passes over the training set."""
     lr: float = 0.003
+    """Adam's learning rate."""
     hidden: int = 64
+    """Units of the MLP's hidden layer."""
     test_fraction: float = 0.25
-    resume: Optional[str] = None  # a checkpoint (of any sharding mode and world size) to continue from
-    stop_check_every: int = 5  # steps between checks for a stop request (Slurm's time-limit signal)
+    """Share of the images held out for the test accuracy."""
+    resume: Optional[str] = None
+    """A checkpoint (of any sharding mode and world size) to continue from."""
+    stop_check_every: int = 5
+    """Steps between checks for a stop request (Slurm's time-limit signal)."""
 
 
 SCRIPT_TARGET = "runner.worker.script:run_script"  # recipe=script: the rank runs the script as its main program
@@ -229,23 +331,36 @@ SCRIPT_TARGET = "runner.worker.script:run_script"  # recipe=script: the rank run
 
 @dataclass
 class ScriptRecipeConfig(RecipeConfig):
+    """An unchanged torchrun-style script, run as each rank's main program."""
+
     target: str = SCRIPT_TARGET
-    global_batch_size: Optional[int] = None  # the script batches its data itself
-    init_process_group: bool = False  # the script calls init_process_group itself
-    path: Optional[str] = None  # a torchrun-style training script, relative to the job's folder (workdir) or absolute
-    module: Optional[str] = None  # or a module run as `python -m` runs it (`run ... -- -m pkg.train`); one of the two
-    args: list[str] = field(default_factory=list)  # its arguments; `run [overrides] -- train.py --lr=0.1` sets both
-    local_rank_arg: Optional[str] = None  # --local_rank or --local-rank: append <flag>=<local rank> to each
-    # process's arguments, as torch.distributed.launch did (for scripts that require it)
+    """The runner's script runner (each rank runs the script as its main program)."""
+    global_batch_size: Optional[int] = None
+    """null: the script batches its data itself."""
+    init_process_group: bool = False
+    """false: the script calls init_process_group itself."""
+    path: Optional[str] = None
+    """A torchrun-style training script, relative to the job's folder (workdir) or absolute."""
+    module: Optional[str] = None
+    """Or a module, run as `python -m` runs it (`run ... -- -m pkg.train`); one of path and module."""
+    args: list[str] = field(default_factory=list)
+    """The script's arguments; `run [overrides] -- train.py --lr=0.1` sets both."""
+    local_rank_arg: Optional[str] = None
+    """--local_rank or --local-rank: append <flag>=<local rank> to each process's arguments.
+
+    As torch.distributed.launch did, for scripts that require it."""
 
 
 @dataclass
 class LogConfig:
     """What the terminal shows of the ranks, and what they record for diagnosis."""
 
-    console: str = "main"  # whose output streams to the terminal: main (each host's first process), all, or ranks
-    # such as "0,3"; with all or a list, each line is prefixed [rank r host]; every rank's log stays complete
-    collectives: int = 200  # collectives each rank keeps for a hang's diagnosis (torch's flight recorder); 0: none
+    console: str = "main"
+    """Whose output reaches the terminal: main (each host's first process), all, or ranks such as "0,3".
+
+    With all or a list, each line is prefixed [rank r host]; every rank's log stays complete."""
+    collectives: int = 200
+    """Collectives each rank keeps for a hang's diagnosis (torch's flight recorder); 0: none."""
 
 
 @dataclass
@@ -253,23 +368,41 @@ class JobConfig:
     """A whole job: what the primary config `job.yaml` composes."""
 
     topology: TopologyConfig = MISSING
+    """Hosts and devices (the topology group)."""
     init: InitConfig = MISSING
+    """Rendezvous (the init group)."""
     launcher: LauncherConfig = MISSING
+    """Who starts the processes (the launcher group)."""
     backend: BackendConfig = MISSING
+    """The torch.distributed backend (the backend group)."""
     parallel: ParallelConfig = MISSING
+    """DDP or DP (the parallel group)."""
     sharding: ShardingConfig = MISSING
-    recipe: Any = MISSING  # a RecipeConfig subclass, chosen by the recipe group
+    """Optimizer, gradient and parameter sharding (the sharding group)."""
+    recipe: Any = MISSING
+    """The training code and its settings: a RecipeConfig subclass, chosen by the recipe group."""
     device: DeviceKind = DeviceKind.auto
+    """What a device is; auto: cuda when this machine has GPUs (or launcher=slurm and device=cuda), else cpu."""
     log: LogConfig = field(default_factory=LogConfig)
+    """What the terminal shows, and what ranks record for a hang."""
     dry_run: bool = False
-    preflight: bool = False  # launch as a real run, but instead of the recipe each host checks the master address
-    # (resolves, not loopback), the route and interface, the port (free on host 0, reachable from the others) or the
-    # init file's folder, its devices; then every process all-reduces once; one line per host (runner/preflight.py)
-    run_id: Optional[str] = None  # None: a fresh id per run; the manual launcher pins one for all hosts
-    workdir: Optional[str] = None  # the job's folder: every process starts in it and imports the user's modules
-    # from it first, as `python -m` does; None: the folder `run` is started from (pinned in the run's spec.yaml)
-    code_dir: Optional[str] = None  # where the user's modules and scripts come from, when not workdir: the run's
-    # copy of the code (launcher.snapshot_code), pinned by the launch
+    """Print the spec, the verdict, the plan and the exact launch; start nothing."""
+    preflight: bool = False
+    """Launch as a real run, but check each host instead of running the recipe; one line per host.
+
+    Each host checks the master address (resolves, not loopback), the route and interface, the port (free on host
+    0, reachable from the others) or the init file's folder, its devices; then every process all-reduces once
+    (runner/worker/preflight/)."""
+    run_id: Optional[str] = None
+    """The run's id, and its folder outputs/runs/<run_id>; null: a fresh one per run (the manual launcher pins one)."""
+    workdir: Optional[str] = None
+    """The job's folder: every process starts in it and imports the user's modules from it first.
+
+    As `python -m` does; null: the folder `run` is started from (pinned in the run's spec.yaml)."""
+    code_dir: Optional[str] = None
+    """Where the user's modules and scripts come from, when not workdir: the run's copy of the code.
+
+    Pinned by the launch (launcher.snapshot_code); not set by hand."""
 
 
 # The recipe group's schemas (schema/recipe/<name>): its options (conf/recipe/) build on them
@@ -305,11 +438,26 @@ def recipe_settings(recipe: Any) -> RecipeConfig:
                         init_process_group=recipe.get("init_process_group", base.init_process_group))
 
 
+@functools.cache
+def field_docs(schema: type) -> dict[str, str]:
+    """The documentation of each field of the dataclass ``schema`` (the string right after the field in its class
+    body), its bases' for the fields it inherits."""
+    docs: dict[str, str] = {}
+    for cls in reversed(schema.__mro__):
+        if not is_dataclass(cls):
+            continue
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
+        for node, following in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                    and isinstance(following.value.value, str)):
+                docs[node.target.id] = inspect.cleandoc(following.value.value)
+    return docs
+
+
 def unknown_keys(cfg: Any, prefix: str = "") -> list[tuple[str, list[str]]]:
     """Keys a composed config has beyond its schema: (full key, the schema's keys). Hydra's ``+key=value``
     adds keys even to a typed node; a recipe's untyped config (recipe=custom) takes any key."""
-    from dataclasses import is_dataclass
-
     from omegaconf import DictConfig, OmegaConf
 
     found: list[tuple[str, list[str]]] = []

@@ -1,7 +1,7 @@
 """Every rule a spec must pass before any process starts: the generic ones here, each launcher's own in
 its class (runner.launchers), asked through :class:`LauncherRules`.
 
-:func:`check` resolves what the spec leaves open (hosts from the grid shorthand, ``device=auto``,
+:func:`validate` resolves what the spec leaves open (hosts from the grid shorthand, ``device=auto``,
 ``backend=auto``, the master address) and returns the resolved :class:`~runner.spec.job.Job` with every
 problem found: all of them at once, each naming its key, showing the arithmetic and giving a hint.
 The machine is consulted only through a :class:`~runner.spec.probe.MachineProbe`, and only when a rule
@@ -62,9 +62,9 @@ class LauncherRules(Protocol):
         """Whether the resolved job fits it (hosts, names, devices)."""
 
 
-def check(spec: JobConfig, probe: MachineProbe, launcher: LauncherRules) -> tuple[Job | None, list[Problem]]:
+def validate(spec: JobConfig, probe: MachineProbe, launcher: LauncherRules) -> tuple[Job | None, list[Problem]]:
     """Validate ``spec`` for ``launcher``; return the resolved job (None when any error was found) and all
-    problems. (runner.launchers.check picks the launcher the spec names.)"""
+    problems. (runner.launchers.validate picks the launcher the spec names.)"""
     problems: list[Problem] = []
     hosts = resolve_hosts(spec.topology, problems)
     device = _resolve_device(spec, probe, problems)
@@ -110,6 +110,20 @@ def _master_addr(spec: JobConfig, hosts: tuple[Host, ...], launcher: LauncherRul
 
 
 def _check_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem]:
+    """Each option's own values, family by family (no hosts needed; a family's rules that span hosts or devices are
+    the job rules below)."""
+    yield from _check_rendezvous_options(spec)
+    yield from _check_backend_options(spec)
+    yield from _check_sharding_options(spec)
+    yield from _check_run_id(spec)
+    yield from _check_stopping_options(spec, launcher)
+    yield from _check_log(spec)
+    yield from _check_snapshot_options(spec)
+    yield from _check_stop_signal(spec)
+
+
+def _check_rendezvous_options(spec: JobConfig) -> Iterator[Problem]:
+    """init: the port, the timeout, the master address (and whether it is used at all)."""
     init = spec.init
     if not (init.master_port == 0 or 1 <= init.master_port <= 65535):
         yield Problem("init.master_port", f"{init.master_port} is not a TCP port (1..65535)",
@@ -126,6 +140,10 @@ def _check_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem
     if init.method is InitMethod.file and init.master_addr is not None:
         yield Problem("init.master_addr", "is not used with init=file (processes meet through the file)",
                       "drop init.master_addr, or use init=tcp", Severity.warning)
+
+
+def _check_backend_options(spec: JobConfig) -> Iterator[Problem]:
+    """backend: the interface name and the extra variables, which reach every process's environment."""
     if spec.backend.socket_ifname is not None and not _IFNAME.match(spec.backend.socket_ifname):
         yield Problem("backend.socket_ifname", f"{spec.backend.socket_ifname!r} is not an interface name",
                       "an interface as `ip -br link` lists it, e.g. eth0 (15 characters at most, no spaces)")
@@ -137,6 +155,10 @@ def _check_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem
             yield Problem(f"backend.env.{name}", "is set by the runner for every process from the plan; "
                                                  "a value here would contradict it",
                           "change the spec instead (topology, init.master_addr, init.master_port, topology.hosts[i].gpus)")
+
+
+def _check_sharding_options(spec: JobConfig) -> Iterator[Problem]:
+    """sharding: each mode's own option, set under another mode."""
     sharding = spec.sharding
     if sharding.reduce_buffer_size < 0:
         yield Problem("sharding.reduce_buffer_size", f"must be 0 or more, got {sharding.reduce_buffer_size}",
@@ -148,9 +170,17 @@ def _check_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem
     if not sharding.reshard_after_forward and sharding.mode is not ShardingMode.fsdp:
         yield Problem("sharding.reshard_after_forward", f"is only used by sharding=fsdp (sharding={sharding.mode.value})",
                       "drop it, or sharding=fsdp", Severity.warning)
+
+
+def _check_run_id(spec: JobConfig) -> Iterator[Problem]:
+    """run_id: it names folders and files on every host."""
     if spec.run_id is not None and not _RUN_ID.match(spec.run_id):
         yield Problem("run_id", f"{spec.run_id!r} is not a safe run id",
                       "letters, digits, '_', '.' and '-', at most 128, starting with a letter or digit")
+
+
+def _check_stopping_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem]:
+    """launcher: restarts (and whether this launcher restarts at all), the grace after a stop, the stall timeout."""
     restarts = spec.launcher.max_restarts
     if restarts < 0:
         yield Problem("launcher.max_restarts", f"must be 0 or more, got {restarts}", "0: no restarts")
@@ -166,7 +196,10 @@ def _check_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem
         yield Problem("launcher.stall_timeout_s", f"must be positive, got {stall}",
                       "seconds without a completed collective or progress step before the job is ended, e.g. 120; "
                       "null: no stall watchdog")
-    yield from _check_log(spec)
+
+
+def _check_snapshot_options(spec: JobConfig) -> Iterator[Problem]:
+    """launcher.snapshot_*: the size limit, and globs that stay inside the job's folder."""
     if not spec.launcher.snapshot_max_mb > 0:
         yield Problem("launcher.snapshot_max_mb", f"must be positive, got {spec.launcher.snapshot_max_mb}",
                       "megabytes of code a snapshot may copy, e.g. 200")
@@ -174,6 +207,10 @@ def _check_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem
         if os.path.isabs(pattern) or ".." in Path(pattern).parts:
             yield Problem(f"launcher.snapshot_files[{i}]", f"{pattern!r} reaches outside the job's folder",
                           "globs relative to the folder you start `run` from, e.g. '**/*.py'")
+
+
+def _check_stop_signal(spec: JobConfig) -> Iterator[Problem]:
+    """launcher.stop_signal: a signal's name or number."""
     if not is_signal_name(spec.launcher.stop_signal):
         yield Problem("launcher.stop_signal", f"{spec.launcher.stop_signal!r} is not a signal",
                       "a signal's name or number, e.g. USR1 (the default), USR2 or TERM")
@@ -187,6 +224,7 @@ def console_ranks(console: str) -> tuple[int, ...] | None:
 
 
 def _check_log(spec: JobConfig) -> Iterator[Problem]:
+    """log: which ranks the terminal shows, how many collectives each keeps."""
     console = str(spec.log.console)
     if console not in ("main", "all"):
         parts = console.split(",")

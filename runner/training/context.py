@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,8 @@ from runner.common.formatting import number
 from runner.common.signals import StopRequest
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.training import checkpoints
-from runner.training.progress import LINE_INTERVAL_S, Progress, for_rank
+from runner.training.output import AgentChannel
+from runner.training.progress import LINE_INTERVAL_S, Progress, StepCount, for_rank
 from runner.training.sharding import OptimizerFactory, OptimizerRecipe, Placement, Strategy, strategy_for
 
 
@@ -40,7 +41,7 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_DIR = "checkpoints"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ContextSettings:
     """Everything a run context is built from (by the worker, runner.worker.rank; not by recipes)."""
 
@@ -60,6 +61,10 @@ class ContextSettings:
     metrics_file: Path  # where ctx.log appends (rank 0)
     checkpoint_dir: Path  # where ctx.save_checkpoint writes
     attempt: int = 0  # restarts so far
+    # this process's own services, which a rank makes once (runner.worker.rank) and which outlive the context:
+    stop: StopRequest = field(default_factory=StopRequest)  # set by the stop signal (ctx.stop_requested); never, here
+    steps: StepCount = field(default_factory=StepCount)  # its progress bars' steps, read by the rank's watch
+    agent: AgentChannel | None = None  # the rank's channel to its host agent; None: progress goes to stdout
 
 
 def _file_stamp(path: Path) -> tuple[int, int] | None:
@@ -172,8 +177,9 @@ class RunContext:
         """The sharding strategy of this job (runner.training.sharding); plain DDP/DP for sharding=none."""
         if self._strategy is None:
             settings = self._settings
-            self._strategy = strategy_for(Placement(self.rank, self.world_size, self.device, settings.device_ids,
-                                                    settings.parallel.mode, settings.sharding, self._ddp_options))
+            self._strategy = strategy_for(Placement(rank=self.rank, world_size=self.world_size, device=self.device,
+                                                    device_ids=settings.device_ids, parallel=settings.parallel.mode,
+                                                    sharding=settings.sharding, ddp_options=self._ddp_options))
         return self._strategy
 
     def setup(self, model: nn.Module, optimizer_class: OptimizerFactory | None = None, /, *,
@@ -280,7 +286,7 @@ class RunContext:
     def stop_requested(self) -> bool:
         """This process was asked to stop (Slurm's --signal before the time limit or at preemption,
         forwarded by the runner): checkpoint and return. Local to this process; see :meth:`should_stop`."""
-        return StopRequest.requested
+        return self._settings.stop.requested
 
     def should_stop(self, every: int = 1) -> bool:
         """Whether any process was asked to stop, agreed over all processes: call it at the same point
@@ -289,7 +295,7 @@ class RunContext:
         self._stop_calls += 1
         if self._stop_calls % max(1, every):
             return False
-        flag = torch.tensor([1.0 if StopRequest.requested else 0.0],
+        flag = torch.tensor([1.0 if self._settings.stop.requested else 0.0],
                             device="cpu" if self.device.type == "cpu" else self.device)
         if dist.is_initialized() and self.world_size > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -308,7 +314,8 @@ class RunContext:
         ``initial``: steps taken before (a resumed run). No collectives: pass the global batch as
         ``samples`` for the job's throughput (:mod:`runner.training.progress`).
         """
-        bar = for_rank(self.rank, total, desc, initial=initial, interval_s=interval_s)
+        settings = self._settings
+        bar = for_rank(settings.agent, settings.steps, total, desc, initial=initial, interval_s=interval_s)
         self._progress.append(bar)
         return bar
 

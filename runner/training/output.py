@@ -10,8 +10,8 @@ runner's own lines do not go there. Events are JSON lines on a pipe the agent ga
 * ``{"k": "note", "text": ...}`` — a line for the rank's log only (what the launch decided for it: its
   interface, its attempt).
 
-A process the runner did not start (a recipe called on its own, a test) has no channel: :func:`connected` is
-False, and progress goes to its stdout.
+A process the runner did not start (a recipe called on its own, a test) has no channel (its run context's is
+None), and progress goes to its stdout.
 """
 
 from __future__ import annotations
@@ -21,56 +21,46 @@ import os
 from typing import Any
 
 
-class _Channel:
-    fd: int | None = None
-    live_bar = False
+class AgentChannel:
+    """A rank's channel to its host agent: the pipe the agent gave it, made once by the rank (runner.worker.rank)
+    and handed to its run context. ``live_bar``: the agent draws this rank's progress bar live on its terminal
+    (rank 0, log.console=main, a TTY there)."""
 
+    def __init__(self, fd: int, live_bar: bool) -> None:
+        self._fd: int | None = fd
+        self.live_bar = live_bar
 
-def connect(fd: int, live_bar: bool) -> None:
-    """This process is a rank whose agent reads ``fd``; ``live_bar``: its agent draws its progress bar live."""
-    _Channel.fd = fd
-    _Channel.live_bar = live_bar
+    def send(self, event: dict[str, Any]) -> None:
+        """One event, in one write (a pipe keeps writes of up to 4 KiB whole)."""
+        fd = self._fd
+        if fd is None:
+            return
+        data = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError:  # the agent is gone: the rank is about to be too (it dies with its agent)
+            self._fd = None
 
+    def note(self, text: str) -> None:
+        """A line for this rank's log alone."""
+        for line in text.splitlines():
+            self.send({"k": "note", "text": line})
 
-def connected() -> bool:
-    return _Channel.fd is not None
-
-
-def live_bar() -> bool:
-    """The agent draws this rank's progress bar on a terminal (rank 0, log.console=main, a TTY there)."""
-    return _Channel.fd is not None and _Channel.live_bar
-
-
-def send(event: dict[str, Any]) -> None:
-    """One event, in one write (a pipe keeps writes of up to 4 KiB whole)."""
-    fd = _Channel.fd
-    if fd is None:
-        return
-    data = (json.dumps(event, separators=(",", ":")) + "\n").encode()
-    try:
-        while data:
-            data = data[os.write(fd, data):]
-    except OSError:  # the agent is gone: the rank is about to be too (it dies with its agent)
-        _Channel.fd = None
-
-
-def note(text: str) -> None:
-    """A line for this rank's log alone; on stderr where there is no agent."""
-    if _Channel.fd is None:
-        import sys
-
-        print(text, file=sys.stderr, flush=True)
-        return
-    for line in text.splitlines():
-        send({"k": "note", "text": line})
+    def lines(self) -> LineSink:
+        """Where plain progress lines go, as events."""
+        return LineSink(self)
 
 
 class LineSink:
     """Plain progress lines as events (what :class:`runner.training.progress.Progress` writes to)."""
 
+    def __init__(self, channel: AgentChannel) -> None:
+        self._channel = channel
+
     def write(self, text: str) -> int:
         for line in text.splitlines():
-            send({"k": "line", "text": line})
+            self._channel.send({"k": "line", "text": line})
         return len(text)
 
     def flush(self) -> None:

@@ -28,9 +28,12 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from runner.common.formatting import duration
+
+if TYPE_CHECKING:
+    from runner.training.output import AgentChannel
 
 LINES_PER_TOTAL = 10  # plain lines at every tenth of the total
 LINE_INTERVAL_S = 60.0  # ... and at least this often between them
@@ -42,25 +45,33 @@ def _rate(per_s: float) -> str:
     return f"{per_s:.0f}" if per_s >= 100 else f"{per_s:.3g}"
 
 
+class StepCount:
+    """The steps one process has taken, over all its bars: its watch (runner.worker.watch) tells a stall from
+    progress by it. A rank makes one and hands it to its run context and its watch."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+
+
 class Progress:
     """Steps of a loop as they are taken, shown as a live bar (``bar``: where its state goes, for its host agent
     to draw), as plain lines (``lines``: the streams they go to), or both. :func:`for_rank` chooses them for a rank of a job.
 
-    ``initial``: steps already taken (a resumed run); throughput and ETA count only this run's.
+    ``initial``: steps already taken (a resumed run); throughput and ETA count only this run's. ``steps``: the
+    process's count, which this bar's steps add to.
     """
-
-    steps_taken = 0  # by this process, over all its bars: its watch tells a stall from progress by it
 
     def __init__(self, total: int | None, desc: str = "", *, initial: int = 0,
                  bar: Callable[[dict[str, Any]], None] | None = None,
                  lines: Sequence[TextIO] = (), interval_s: float = LINE_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, steps: StepCount | None = None) -> None:
         if total is not None and total < 0:
             raise ValueError(f"progress: total={total}; give the number of steps (>= 0), or None when unknown")
         self.total = total
         self.desc = desc
         self.n = initial
         self._initial = initial
+        self._steps = steps
         self._lines = tuple(lines)
         self._interval_s = interval_s
         self._clock = clock
@@ -78,7 +89,8 @@ class Progress:
     def update(self, n: int = 1, *, loss: float | None = None, samples: int | None = None) -> None:
         """``n`` more steps; ``loss``: the latest step's; ``samples``: how many these steps took (the global batch)."""
         self.n += n
-        Progress.steps_taken += n
+        if self._steps is not None:
+            self._steps.taken += n
         if samples:
             self._samples += samples
         if loss is not None:
@@ -174,15 +186,13 @@ class _BarState:
                 "initial": self._initial, "postfix": progress.postfix(now), "closed": closed}
 
 
-def for_rank(rank: int, total: int | None, desc: str = "", *, initial: int = 0,
+def for_rank(agent: AgentChannel | None, steps: StepCount, total: int | None, desc: str = "", *, initial: int = 0,
              interval_s: float = LINE_INTERVAL_S) -> Progress:
-    """The progress of global rank ``rank``, shown where the module docstring says. In a rank the runner started,
-    everything goes to its host agent (runner.training.output), which knows the terminal: a live bar drawn there
-    for rank 0 on a TTY, plain lines into the rank's log (and onto the terminal for rank 0 and prefixed ranks).
-    Elsewhere (a recipe called on its own), plain lines on stdout."""
-    import runner.training.output as output
-
-    if not output.connected():
-        return Progress(total, desc, initial=initial, lines=[sys.stdout], interval_s=interval_s)
-    return Progress(total, desc, initial=initial, bar=output.send if output.live_bar() else None,
-                    lines=[output.LineSink()], interval_s=interval_s)
+    """A rank's progress, shown where the module docstring says, its steps counted in ``steps``. In a rank the
+    runner started, everything goes to its host agent (``agent``: runner.training.output), which knows the terminal:
+    a live bar drawn there for rank 0 on a TTY, plain lines into the rank's log (and onto the terminal for rank 0
+    and prefixed ranks). Elsewhere (``agent`` None: a recipe called on its own), plain lines on stdout."""
+    if agent is None:
+        return Progress(total, desc, initial=initial, lines=[sys.stdout], interval_s=interval_s, steps=steps)
+    return Progress(total, desc, initial=initial, bar=agent.send if agent.live_bar else None, lines=[agent.lines()],
+                    interval_s=interval_s, steps=steps)

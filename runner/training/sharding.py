@@ -89,7 +89,7 @@ class OptimizerRecipe:
         return type(made), [dict(g) for g in made.param_groups], _constructor_kwargs(type(made), made.defaults)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Placement:
     """Where the strategy runs: this process, its device, and the spec's parallel and sharding settings."""
 

@@ -37,7 +37,7 @@ def agent_seen_error(rec: ProcessRecord, text: str, ended_at: float | None = Non
 
 def _exit_words(code: int | None) -> str:
     if code is None:
-        return "stopped by the launcher"
+        return "stopped by the host agent"
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
@@ -94,7 +94,7 @@ def _script_exit(error: dict, setup: RankSetup) -> list[str]:
     return lines
 
 
-def report(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, elapsed_s: float,
+def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, elapsed_s: float,
            announce: bool = True, channel: JobChannel | None = None) -> int:
     """Say how the host's processes ended; the exit status. ``announce``: a line for a success too (not when
     `run`'s own summary follows); ``channel``: the job's (runner.worker.channel), where the ranks of every host
@@ -162,7 +162,7 @@ def report(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, elapsed
         {s.record.global_rank for s in done}
     stopped = n - len(accounted)
     if stopped > 0:  # every rank of the host is accounted for: failed first, then, or stopped
-        print(f"  {stopped} other process(es) were stopped by the launcher", file=out)
+        print(f"  {stopped} other process(es) were stopped by the host agent", file=out)
     print(f"\nper-rank logs: {paths.logs}/", file=out)
     _record_killed(setups, silent)
     return exits.FAILED

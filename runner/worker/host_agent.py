@@ -28,15 +28,14 @@ of every host was (their dumps, through the channel).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import select
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from runner.common import exits
 from runner.common.signals import StopRequest
@@ -52,16 +51,17 @@ from runner.spec.validation import console_ranks
 from runner.worker.channel import ChannelError, JobChannel, ask_for_dumps, gather_dumps
 from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.failures import failure_line
-from runner.worker.failures import report as failure_report
+from runner.worker.failures import report_host_ending
 from runner.worker.network import NetworkError, network_choice
 from runner.worker.preflight import collective as preflight_collective
 from runner.worker.preflight import host as preflight_host
-from runner.worker.preflight.checks import Check, HostReport
+from runner.worker.preflight.checks import Check, HostChecks
 from runner.worker.rank import STACK_SIGNAL, rank_main
 from runner.worker.rank_process import RankProcess, preload, start_rank
 from runner.worker.relay import Echo, OutputRelay
 from runner.worker.rendezvous import Rendezvous, RendezvousError, prepare_rendezvous
 from runner.worker.setup import RankSetup
+from runner.worker.share import HostShare
 
 STOP_DUMP_WAIT_S = 2.0  # how long a stop waits for the ranks to say where they are
 ENDINGS_WAIT_S = 15.0  # how long host 0 waits for the other hosts to say how their ranks ended
@@ -97,7 +97,7 @@ class HostEnding:
 
 
 def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, environment: ProcessEnvironment,
-                preflight: HostReport | None = None, terminal_is_tty: bool = False) -> list[RankSetup]:
+                preflight: HostChecks | None = None, terminal_is_tty: bool = False) -> list[RankSetup]:
     """Every rank of host ``node_rank``. Raises NetworkError when this host cannot reach the master. ``preflight``:
     this host's checks, for its local rank 0 to complete and print (preflight=true); ``terminal_is_tty``: the
     agent's stdout is a terminal, where rank 0's progress bar is drawn live (log.console=main)."""
@@ -116,11 +116,18 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, e
             shown = console == "all" or rec.global_rank in chosen
             echo = Echo(shown=shown, prefix=f"[rank {rec.global_rank} {rec.host}] " if shown else "", progress=shown)
         env = child_environment(plan, rec, paths, environment, master_port=rdzv.master_port,
-                                agent_store=rdzv.agent_store, network=network.env if network else {})
-        setups.append(RankSetup(job.spec, recipe_settings(job.spec.recipe), recipe_cfg, rec, plan.world_size,
-                                job.backend.value, job.device, rdzv.init_method, env, paths, plan.rules.stop_signal,
+                                agent_store=rdzv.agent_store, network=network.env if network else {},
+                                tmpdir=str(scratch_folder(paths)))
+        setups.append(RankSetup(spec=job.spec, recipe=recipe_settings(job.spec.recipe), recipe_cfg=recipe_cfg, record=rec,
+                                world_size=plan.world_size, backend=job.backend.value, device=job.device,
+                                init_method=rdzv.init_method, env=env, paths=paths, stop_signal=plan.rules.stop_signal,
                                 echo=echo, notes=notes, preflight=preflight if rec.local_rank == 0 else None))
     return setups
+
+
+def scratch_folder(paths: RunPaths) -> Path:
+    """The ranks' temp folder (their TMPDIR) for an attempt: in the run folder, removed after the attempt."""
+    return paths.root / "tmp"
 
 
 def _master_unreachable(plan: Plan, node_rank: int, rdzv: Rendezvous, setups: list[RankSetup]) -> str | None:
@@ -146,7 +153,7 @@ class HostAgent:
     share ended (a Slurm or MPI task, whose `run` is elsewhere; `run` itself ends with its summary)."""
 
     def __init__(self, plan: Plan, node_rank: int, paths: RunPaths, environment: ProcessEnvironment, *, announce: bool = False, restarts: int = 0,
-                 only: int | None = None) -> None:
+                 only: int | None = None, early_stop: StopRequest | None = None) -> None:
         self.plan = plan
         self.node_rank = node_rank
         self.paths = paths
@@ -154,6 +161,7 @@ class HostAgent:
         self.announce = announce
         self.restarts = restarts
         self.only = only  # a task per process: this global rank alone, which serves the store itself if rank 0
+        self.early_stop = early_stop  # the task's stop request, caught before this agent handles the signal
         self.signalled: int | None = None  # the first SIGINT/SIGTERM that reached the agent
         self._pending: list[int] = []
         self._ends: list[dict] = []  # the job ended from outside (end_job), not yet acted on
@@ -167,11 +175,9 @@ class HostAgent:
         through the job's channel (runner.worker.channel)."""
         paths = self.paths
         stop = self.plan.rules.stop_signal
-        # the failure report says what matters; elastic's own logging (its store, its rendezvous) would bury it
-        for name in ("torch.distributed.elastic", "torch.multiprocessing"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
         previous = {s: signal.signal(s, self._on_signal) for s in dict.fromkeys((signal.SIGINT, signal.SIGTERM, stop))}
-        if StopRequest.requested:  # asked before the agent was ready (a task Slurm signalled early): passed on
+        # asked before the agent was ready (a task Slurm signalled early): passed on
+        if self.early_stop is not None and self.early_stop.requested:
             self._pending.append(stop)
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
@@ -228,9 +234,8 @@ class HostAgent:
         if isinstance(prepared, int):
             return prepared, paths
         rdzv, setups, report, channel, paths = prepared
-        scratch = paths.root / "tmp"  # the ranks' temp files: in the run folder, removed after
+        scratch = scratch_folder(paths)
         scratch.mkdir(exist_ok=True)
-        previous_tmp, tempfile.tempdir = tempfile.tempdir, str(scratch)
         started = time.perf_counter()
         relay = OutputRelay(sys.stdout.fileno(), sys.stderr.fileno(), bar_ok=_is_tty(sys.stdout))
         relay.start()
@@ -242,14 +247,13 @@ class HostAgent:
             for rank in ranks:  # whatever happened above, nothing of this attempt stays behind
                 rank.kill()
             relay.close()
-            tempfile.tempdir = previous_tmp
             shutil.rmtree(scratch, ignore_errors=True)
         try:
             return self._report(ending, setups, paths, report, channel, time.perf_counter() - started), paths
         finally:
             rdzv.close()  # host 0: the store goes with the attempt (after the others said how they ended)
 
-    def _prepare(self, paths: RunPaths) -> tuple[Rendezvous, list[RankSetup], HostReport | None, JobChannel | None,
+    def _prepare(self, paths: RunPaths) -> tuple[Rendezvous, list[RankSetup], HostChecks | None, JobChannel | None,
                                                  RunPaths] | int:
         """The rendezvous, the job's channel, every rank's setup (and the attempt, which a host joining late takes
         from host 0), or the exit status when the host cannot start its ranks."""
@@ -315,7 +319,7 @@ class HostAgent:
         for every rank, as torchrun's agent does."""
         return prepare_rendezvous(self.plan, self.node_rank, paths, serve=self.serves, only=self.only is not None)
 
-    def _preflight_host(self, paths: RunPaths) -> tuple[Rendezvous, HostReport] | int:
+    def _preflight_host(self, paths: RunPaths) -> tuple[Rendezvous, HostChecks] | int:
         """preflight=true: this host's checks, before any rank starts (runner.worker.preflight); then its part of
         the rendezvous, as in a real run. The rendezvous and the host's report so far, or the exit status when a
         check failed (its line printed). A task per process: its host's first process checks the host."""
@@ -493,7 +497,7 @@ class HostAgent:
               f"launcher.grace_s={grace:g} s after it; killing them{where}", file=sys.stderr, flush=True)
 
     # -- after ---------------------------------------------------------------------------------------------------
-    def _report(self, ending: HostEnding, setups: list[RankSetup], paths: RunPaths, report: HostReport | None,
+    def _report(self, ending: HostEnding, setups: list[RankSetup], paths: RunPaths, report: HostChecks | None,
                 channel: JobChannel | None, elapsed_s: float) -> int:
         """Say how this host's share ended; its exit status. Every agent puts its ranks' records on the job's
         channel; host 0's then writes the other hosts' into its run folder (the run's summary covers every rank)."""
@@ -519,7 +523,7 @@ class HostAgent:
         if report is not None:
             code = preflight_collective.outcome(ending, setups, paths)
         else:
-            code = failure_report(ending, setups, paths, elapsed_s, self.announce, channel)
+            code = report_host_ending(ending, setups, paths, elapsed_s, self.announce, channel)
         if ending.earlier:
             failure = ending.earlier
             print(f"\nthe job's first failure, on another host: rank {failure['rank']} on {failure['host']} failed: "
@@ -534,7 +538,6 @@ def _is_tty(stream: object) -> bool:
         return False
 
 
-def launch_host(plan: Plan, node_rank: int, paths: RunPaths, environment: ProcessEnvironment, announce: bool = False,
-                restarts: int = 0) -> int:
-    """Run host ``node_rank``'s share of ``plan`` with a :class:`HostAgent` in this process; its exit status."""
-    return HostAgent(plan, node_rank, paths, environment, announce=announce, restarts=restarts).run()
+def launch_host(share: HostShare) -> int:
+    """Run a host's share of a plan with a :class:`HostAgent` in this process; its exit status."""
+    return HostAgent(share.plan, share.node_rank, share.paths, share.environment, restarts=share.restarts).run()

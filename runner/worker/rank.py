@@ -12,16 +12,19 @@ import math
 import os
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-import runner.training.output as output
 from runner.common.signals import StopRequest
 from runner.environments import provenance
 from runner.spec.schema import DeviceKind, InitMethod
 from runner.spec.targets import load_target
+from runner.training.output import AgentChannel
+from runner.training.progress import StepCount
 from runner.worker.channel import JobChannel, ask_for_dumps, channel_of
 from runner.worker.setup import RankSetup
 from runner.worker.watch import Watch
@@ -32,19 +35,32 @@ TIMEOUT_PAUSE_S = 1.0  # a rank whose collective timed out waits this long befor
 # ask the ranks it waited for where they are
 
 
+@dataclass(frozen=True, kw_only=True)
+class RankServices:
+    """What a recipe's rank makes once for itself and hands to its run context: its channel to its host agent, its
+    stop request (installed on the stop signal), the count of its progress steps (its watch reads it)."""
+
+    agent: AgentChannel
+    stop: StopRequest
+    steps: StepCount
+
+
 def rank_main(setup: RankSetup, events_fd: int) -> int:
     """The body of one rank; its exit status."""
     # Everything inherited from the agent (torch, Hydra, ...) stays alive for the rank's life: keep it out of the
     # cyclic GC's full passes, which would otherwise walk it again and again (and touch, so copy, its pages).
     gc.freeze()
     os.environ.update(setup.env)
+    # forked, not started: a temp folder the agent's tempfile cached is not this process's; a fresh interpreter
+    # takes TMPDIR from its environment (the run's scratch folder: runner.environments.child)
+    tempfile.tempdir = None
     if setup.spec.workdir:
         os.chdir(setup.spec.workdir)  # the job's folder (runner.spec.targets): relative paths mean the same on every host
-    output.connect(events_fd, setup.echo.live_bar)
+    agent = AgentChannel(events_fd, setup.echo.live_bar)
     if setup.paths.attempt:
-        output.note(f"== attempt {setup.paths.attempt + 1} (restart {setup.paths.attempt}) ==")
+        agent.note(f"== attempt {setup.paths.attempt + 1} (restart {setup.paths.attempt}) ==")
     for note in setup.notes:
-        output.note(note)
+        agent.note(note)
     faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True)
     use_threads(setup)
     channel = rank_channel(setup)
@@ -52,8 +68,9 @@ def rank_main(setup: RankSetup, events_fd: int) -> int:
         from runner.worker.script import run_script
 
         return run_script(setup, channel)
-    StopRequest.install(setup.stop_signal)
-    return _run_recipe(setup, channel)
+    stop = StopRequest()  # this rank's: the recipe asks it through its run context (ctx.should_stop)
+    stop.install(setup.stop_signal)
+    return _run_recipe(setup, channel, RankServices(agent=agent, stop=stop, steps=StepCount()))
 
 
 def rank_channel(setup: RankSetup) -> JobChannel | None:
@@ -79,12 +96,12 @@ def use_threads(setup: RankSetup) -> None:
     torch.set_num_threads(int(setup.env["OMP_NUM_THREADS"]))
 
 
-def _run_recipe(setup: RankSetup, channel: JobChannel | None) -> int:
-    watch = None if setup.spec.preflight else Watch(setup, channel)
+def _run_recipe(setup: RankSetup, channel: JobChannel | None, services: RankServices) -> int:
+    watch = None if setup.spec.preflight else Watch(setup, channel, services.steps)
     try:
         if watch is not None:
             watch.begin()
-        result = _run(setup, channel)
+        result = _run(setup, channel, services)
     except SystemExit as e:
         code = exit_status(e)
         if code:
@@ -98,7 +115,7 @@ def _run_recipe(setup: RankSetup, channel: JobChannel | None) -> int:
         return 1
     if watch is not None:
         watch.finish()
-    setup.outcome.mark_done(StopRequest.requested, _plain_result(result))
+    setup.outcome.mark_done(services.stop.requested, _plain_result(result))
     return 0
 
 
@@ -177,7 +194,7 @@ def _record_runtime(setup: RankSetup) -> None:
         provenance.add_runtime(paths.provenance, provenance.runtime(setup.device.value), rec.host, paths.attempt)
 
 
-def _run(setup: RankSetup, channel: JobChannel | None) -> Any:
+def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -> Any:
     import torch
     import torch.distributed as dist
 
@@ -206,9 +223,11 @@ def _run(setup: RankSetup, channel: JobChannel | None) -> Any:
     torch.manual_seed(setup.recipe.seed)
     paths = setup.paths
     ctx = RunContext(ContextSettings(
-        rec.global_rank, rec.local_rank, rec.node_rank, setup.world_size, rec.local_world_size, rec.host, device,
-        rec.device_ids, setup.spec.parallel, setup.spec.sharding, setup.recipe.global_batch_size, setup.recipe.seed,
-        paths.root, paths.metrics, paths.checkpoints, paths.attempt))
+        rank=rec.global_rank, local_rank=rec.local_rank, node_rank=rec.node_rank, world_size=setup.world_size,
+        local_world_size=rec.local_world_size, host=rec.host, device=device, device_ids=rec.device_ids,
+        parallel=setup.spec.parallel, sharding=setup.spec.sharding, global_batch_size=setup.recipe.global_batch_size,
+        seed=setup.recipe.seed, output_dir=paths.root, metrics_file=paths.metrics, checkpoint_dir=paths.checkpoints,
+        attempt=paths.attempt, stop=services.stop, steps=services.steps, agent=services.agent))
     try:
         result = recipe(ctx, setup.recipe_cfg)
     finally:

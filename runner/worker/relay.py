@@ -41,7 +41,7 @@ class Echo:
     live_bar: bool = False  # its bar is drawn live here (rank 0 with log.console=main, on a TTY)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RankPipes:
     """The agent's ends of one rank's output: the read ends of its pipes, and its log."""
 
@@ -286,7 +286,7 @@ def pipes_for(rank: int, log_path: str, echo: Echo) -> tuple[RankPipes, tuple[in
     err_r, err_w = os.pipe()
     ev_r, ev_w = os.pipe()
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    return RankPipes(rank, out_r, err_r, ev_r, log, echo), (out_w, err_w, ev_w)
+    return RankPipes(rank=rank, out=out_r, err=err_r, events=ev_r, log=log, echo=echo), (out_w, err_w, ev_w)
 
 
 def close_fds(fds: Iterable[int]) -> None:

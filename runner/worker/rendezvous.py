@@ -21,7 +21,7 @@ class Rendezvous:
 
     init_method: str
     master_port: str  # the port the processes get (MASTER_PORT; with file:// init, the plan's, unused)
-    agent_store: bool  # this host's launcher serves the store (TORCHELASTIC_USE_AGENT_STORE)
+    agent_store: bool  # this host's agent serves the store (TORCHELASTIC_USE_AGENT_STORE)
     store: object | None = None  # the TCPStore this host serves (its listening socket too), kept alive for the run
     file: Path | None = None  # the init file, removed afterwards
     notes: list[str] = field(default_factory=list)

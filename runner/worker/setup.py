@@ -22,11 +22,13 @@ from runner.spec.schema import DeviceKind, JobConfig, RecipeConfig, is_script
 from runner.worker.relay import Echo
 
 if TYPE_CHECKING:
-    from runner.worker.preflight.checks import HostReport
+    from runner.worker.preflight.checks import HostChecks
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankSetup:
+    """What the host agent decided for one of its ranks before forking it; the rank inherits it through the fork."""
+
     spec: JobConfig
     recipe: RecipeConfig  # what the runner reads of the recipe config
     recipe_cfg: DictConfig  # what the recipe function receives
@@ -40,7 +42,7 @@ class RankSetup:
     stop_signal: signal.Signals  # asks it to checkpoint and stop (the plan's, from its launcher)
     echo: Echo = Echo()  # how it shows on its host agent's terminal (log.console)
     notes: tuple[str, ...] = ()  # what the launch decided for this process (its interface, ...), for its log
-    preflight: HostReport | None = None  # preflight=true: its host's checks, on the process that prints its line
+    preflight: HostChecks | None = None  # preflight=true: its host's checks, on the process that prints its line
 
     @property
     def runs_script(self) -> bool:

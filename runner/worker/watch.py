@@ -31,6 +31,7 @@ from runner.plan.diagnostics import (
     requested_since,
     write_diagnosis,
 )
+from runner.training.progress import StepCount
 from runner.worker.channel import JobChannel, ask_for_dumps, gather_dumps
 from runner.worker.setup import RankSetup
 
@@ -154,9 +155,10 @@ def main_thread_at(workdir: str | None) -> str:
 class Watch(threading.Thread):
     """The watch of one rank (see the module docstring)."""
 
-    def __init__(self, setup: RankSetup, channel: JobChannel | None = None) -> None:
+    def __init__(self, setup: RankSetup, channel: JobChannel | None = None, steps: StepCount | None = None) -> None:
         super().__init__(name="runner-watch", daemon=True)
         self.setup = setup
+        self.steps = steps if steps is not None else StepCount()  # the recipe's progress steps (none for a script)
         self.files = RankFiles(setup.paths, setup.record.global_rank)
         self.channel = channel  # the job's (runner.worker.channel): requests and dumps across hosts
         self.counter: _Counter | None = None
@@ -210,15 +212,13 @@ class Watch(threading.Thread):
                 return
 
     def _marker(self) -> object:
-        from runner.training.progress import Progress
-
         doc = _fr_dump()
         if doc is not None:
             completed = tuple(sorted((pg, s.get("last_completed_collective"), s.get("last_enqueued_collective"))
                                      for pg, s in doc.get("pg_status", {}).items()))
         else:
             completed = tuple(sorted(self.counter.completed.items())) if self.counter else ()
-        return completed, Progress.steps_taken
+        return completed, self.steps.taken
 
     def _look(self, stall_timeout_s: float | None) -> None:
         now = time.time()
@@ -268,8 +268,8 @@ class Watch(threading.Thread):
 
 
 def _end_rank(setup: RankSetup, text: str) -> None:
-    """Record the stall as this rank's failure and end its process at once: its launcher (or scheduler)
-    then stops the others, as for any failed rank."""
+    """Record the stall as this rank's failure and end its process at once: its host agent (or, for a task
+    per process, its scheduler) then stops the others, as for any failed rank."""
     print(text, file=sys.stderr, flush=True)
     setup.outcome.record_error(setup.error_record(StallError(text)))
     sys.stdout.flush()

@@ -6,7 +6,7 @@ override syntax, a job file's unknown key, a recipe that does not import, a shel
 no logs, no process of the run left). The rest are refused by what `run` calls before it starts anything, and are
 checked in-process, step by step as `run` takes them (:func:`refusal`): the command line
 (runner.app.cli.input_problems), Hydra's composition, the typed spec (runner.app.cli.typed_spec) and validation
-(runner.launchers.check)."""
+(runner.launchers.validate)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 import runner.recipes.digits  # noqa: F401  (validation tries the default recipe in a forked child: imported once here)
 from conftest import REPO, hydra_compose
 from runner.app.cli import input_problems, typed_spec
-from runner.launchers import check
+from runner.launchers import validate
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
 from runs import RUN, processes_of, user_env
@@ -142,7 +142,7 @@ def refusal(c: Case, folder: Path) -> str:
     if isinstance(spec, str):
         return spec
     spec.workdir = str(folder)
-    job, problems = check(spec, LocalProbe())
+    job, problems = validate(spec, LocalProbe())
     assert job is None, f"{c.id}: {c.args} passed validation"
     return render_problems(problems)
 

@@ -319,6 +319,18 @@ def test_help_lists_groups(tmp_path: Path) -> None:
         assert group in r.stdout
 
 
+def test_help_shows_every_option_with_its_default_and_doc(tmp_path: Path) -> None:
+    """Each group's keys, with the schema's default and the first line of the field's docstring."""
+    r = run_cli(tmp_path, "--help")
+    assert r.returncode == 0, explain(r)
+    assert re.search(r"^  launcher\.grace_s=10\.0 +Seconds the ranks get to checkpoint and stop after SIGTERM before they "
+                     r"are\s+killed\.$", r.stdout, flags=re.M), r.stdout
+    for line in ("  init.timeout_s=300.0 ", "  launcher.slurm.signal=USR1@90 ", "  recipe.global_batch_size=64 ",
+                 "  sharding.mode=none ", "  log.collectives=200 "):
+        assert line in r.stdout, line
+    assert r.stdout.rstrip().endswith("Hydra's own options: run --hydra-help")  # the footer still comes last
+
+
 def test_cfg_job_prints_composed_spec(tmp_path: Path) -> None:
     r = run_cli(tmp_path, "--cfg", "job", "topology=2x2", "launcher=slurm")
     assert r.code == 0, explain(r)

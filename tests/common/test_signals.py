@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from runner.common.signals import handling, is_signal_name, parse_signal
+from runner.common.signals import StopRequest, handling, is_signal_name, parse_signal
 
 pytestmark = pytest.mark.unit
 
@@ -29,6 +29,17 @@ def test_handlers_are_put_back_after_the_block() -> None:
         os.kill(os.getpid(), signal.SIGUSR2)
     assert seen == [signal.SIGUSR2]
     assert signal.getsignal(signal.SIGUSR2) is before
+
+
+def test_a_stop_request_is_its_own_object_set_by_the_signal_it_was_installed_for() -> None:
+    """Each process's request is an object of its own (no state shared through the class): the one installed is
+    set by the signal, another is not."""
+    asked, other = StopRequest(), StopRequest()
+    with handling((signal.SIGUSR2,), signal.SIG_DFL):  # the handler put back after the test
+        asked.install(signal.SIGUSR2)
+        assert not asked.requested
+        os.kill(os.getpid(), signal.SIGUSR2)
+    assert asked.requested and not other.requested
 
 
 def test_handlers_are_put_back_when_the_block_raises() -> None:

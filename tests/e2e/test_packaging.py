@@ -81,14 +81,13 @@ PROBE = textwrap.dedent("""
     from omegaconf import OmegaConf
     import runner.app.cli
     from runner.spec.probe import FixedProbe
-    from runner.launchers import check
-    from runner.launchers import plan as plan_for
+    from runner.launchers import plan_for, validate
 
-    runner.app.cli.setup()
+    runner.app.cli.register()
     with initialize_config_module(config_module="runner.conf", version_base=None):
         cfg = compose(config_name="job", overrides=["topology=2x2", "launcher=slurm", "recipe.target=runner.recipes.digits"])
     spec = OmegaConf.to_object(cfg)
-    job, problems = check(spec, FixedProbe())
+    job, problems = validate(spec, FixedProbe())
     print(json.dumps({
         "runner": runner.app.cli.__file__, "conf": runner.conf.__file__, "recipes": runner.recipes.__file__,
         "from_checkout": sorted(n for n, m in sys.modules.items()

@@ -7,7 +7,7 @@ import pytest
 from conftest import validate
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.plan.paths import RunPaths
 
 pytestmark = pytest.mark.unit
@@ -32,16 +32,16 @@ def _plan(tmp_path, *overrides: str):
 def test_a_childs_environment(tmp_path) -> None:
     plan, paths = _plan(tmp_path, "topology=1x4")
     parent = ProcessEnvironment.read({})
-    parent = ProcessEnvironment(parent.slurm, parent.mpi, None, {}, cpu_count=8)
+    parent = ProcessEnvironment(slurm=parent.slurm, mpi=parent.mpi, omp_num_threads=None, socket_ifnames={}, cpu_count=8)
     env = child_environment(plan, plan.records[3], paths, parent, master_port="29511", agent_store=True,
-                            network={"GLOO_SOCKET_IFNAME": "lan0"})
+                            network={"GLOO_SOCKET_IFNAME": "lan0"}, tmpdir=str(tmp_path / "tmp"))
     assert env == {
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "WORLD_SIZE": "4", "GROUP_RANK": "0", "NODE_RANK": "0",
         "GROUP_WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "4", "ROLE_WORLD_SIZE": "4", "ROLE_NAME": "default", "RANK": "3",
         "LOCAL_RANK": "3", "ROLE_RANK": "3", "TORCHELASTIC_RUN_ID": "run7", "TORCHELASTIC_RESTART_COUNT": "2",
         "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_ERROR_FILE": str(paths.elastic_error_file(3)),
         "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "GLOO_SOCKET_IFNAME": "lan0",
-        "OMP_NUM_THREADS": "2", "TORCH_FR_BUFFER_SIZE": "200",
+        "OMP_NUM_THREADS": "2", "TORCH_FR_BUFFER_SIZE": "200", "TMPDIR": str(tmp_path / "tmp"),
     }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import environment, validate
-from runner.launchers import LAUNCHERS, Invocation, plan as plan_for
+from runner.launchers import LAUNCHERS, Invocation, plan_for
 from runner.launchers.base import HostCommand, LaunchRequest, named_hosts_problems
 from runner.plan.paths import RunPaths
 from runner.plan.processes import port_for
@@ -20,10 +20,10 @@ PATHS = RunPaths(Path("/runs/R1"), "R1")
 
 
 def test_a_request_renders_each_command_where_it_runs_then_its_files() -> None:
-    request = LaunchRequest("x", (HostCommand("host 0 (a)", ("run", "a b", "x=$HOME"), "starts 2 process(es)", cwd="/my dir"),
-                                  HostCommand("this machine", None, "forks 2 process(es)"),
-                                  HostCommand("bare", ("echo",))),
-                            files={"job.sbatch": "#!/bin/bash\nsrun x\n\n"})
+    commands = (HostCommand(host="host 0 (a)", argv=("run", "a b", "x=$HOME"), note="starts 2 process(es)", cwd="/my dir"),
+                HostCommand(host="this machine", argv=None, note="forks 2 process(es)"),
+                HostCommand(host="bare", argv=("echo",)))
+    request = LaunchRequest(launcher="x", commands=commands, files={"job.sbatch": "#!/bin/bash\nsrun x\n\n"})
     assert request.materialize() == ("# host 0 (a): starts 2 process(es)\ncd '/my dir' && run 'a b' 'x=$HOME'\n\n"
                                      "# this machine: forks 2 process(es)\n\n# bare\necho\n\n"
                                      "# --- job.sbatch ---\n#!/bin/bash\nsrun x\n")
@@ -44,7 +44,8 @@ def test_a_launch_pins_the_run_id_and_a_port_where_its_hosts_cannot_learn_one(ki
 
 def test_a_schedulers_task_loads_the_pinned_spec_with_the_installed_runner() -> None:
     job = validate(("launcher=slurm", "topology=2x1", "device=cpu", "recipe.global_batch_size=2")).job
-    launcher = LAUNCHERS["slurm"](plan_for(job, PATHS), PATHS, Invocation("/venv/bin/python", "/work"), environment())
+    invocation = Invocation(python="/venv/bin/python", cwd="/work")
+    launcher = LAUNCHERS["slurm"](plan=plan_for(job, PATHS), paths=PATHS, invocation=invocation, environment=environment())
     assert launcher.task_argv() == ("/venv/bin/python", "-P", "-m", "runner.app.task", "/runs/R1/spec.yaml")
 
 

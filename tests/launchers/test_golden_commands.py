@@ -20,7 +20,7 @@ import pytest
 from conftest import GOLDEN, TARGET, compose, environment, hosts_override, validate
 from runner.launchers import LAUNCHERS, Invocation
 from runner.plan.paths import RunPaths
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.spec.pins import pinned
 
 pytestmark = pytest.mark.unit
@@ -106,7 +106,7 @@ def materialize(c: Case) -> str:
     invocation = Invocation(python="/venv/bin/python", cwd="/work/proj", overrides=c.overrides, config_dir=c.config_dir)
     inside = environment(SLURM_JOB_ID="42") if c.in_allocation else environment()
     inside = inside.with_exported(kind.exported_names(job.spec), dict(c.env))  # as `run` reads them, by name
-    return kind(plan_for(job, PATHS), PATHS, invocation, inside).request().materialize()
+    return kind(plan=plan_for(job, PATHS), paths=PATHS, invocation=invocation, environment=inside).request().materialize()
 
 
 @pytest.mark.parametrize("c", CASES, ids=[c.name for c in CASES])

@@ -137,7 +137,7 @@ def test_topology_invariance(tmp_path):
 
 
 TORCHRUN_SCRIPT = '''
-import argparse, json, os, sys
+import argparse, json, os, sys, tempfile
 import torch, torch.distributed as dist
 
 parser = argparse.ArgumentParser()
@@ -149,10 +149,10 @@ rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.tensor([args.scale * (rank + 1)])
 dist.all_reduce(t)
 keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
-        "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "OMP_NUM_THREADS"]
+        "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "OMP_NUM_THREADS", "TMPDIR"]
 with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
     json.dump({"rank": rank, "world": world, "sum": t.item(), "name": __name__, "argv0": sys.argv[0],
-               "env": {k: os.environ.get(k) for k in keys}}, f)
+               "env": {k: os.environ.get(k) for k in keys}, "tempdir": tempfile.gettempdir()}, f)
 dist.destroy_process_group()
 '''
 
@@ -176,6 +176,9 @@ def test_script_recipe_runs_a_torchrun_style_script(tmp_path):
         assert env["WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == "3"
         assert env["GROUP_RANK"] == "0" and env["TORCHELASTIC_RESTART_COUNT"] == "0"
         assert env["TORCHELASTIC_RUN_ID"] == done.run_id and env["OMP_NUM_THREADS"]
+        # the attempt's scratch folder, through the environment as any program would see it (removed after)
+        assert rec["tempdir"] == env["TMPDIR"] == str(run_folder(tmp_path) / "tmp")
+    assert not (run_folder(tmp_path) / "tmp").exists()
 
 
 def test_failing_rank_stops_the_job(tmp_path):

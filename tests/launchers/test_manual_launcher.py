@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TARGET, compose, environment, hosts_override, validate
-from runner.launchers import Invocation, plan as plan_for
+from runner.launchers import Invocation, plan_for
 from runner.launchers.manual import ManualLauncher
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, port_for
@@ -27,14 +27,14 @@ def launcher(*overrides: str, invocation: Invocation | None = None) -> ManualLau
     got = validate(("launcher=manual", "device=cpu", "recipe.global_batch_size=6", *overrides))
     assert got.valid, got.rendered()
     job = pinned(got.job, ManualLauncher.pins(got.job, PATHS))
-    return ManualLauncher(plan_for(job, PATHS), PATHS, invocation or Invocation("/venv/bin/python", "/work/proj"),
-                          environment())
+    invocation = invocation or Invocation(python="/venv/bin/python", cwd="/work/proj")
+    return ManualLauncher(plan=plan_for(job, PATHS), paths=PATHS, invocation=invocation, environment=environment())
 
 
 def test_each_host_gets_the_users_command_with_the_run_pinned_and_its_own_index() -> None:
     typed = ("--x", "run_id=old", "launcher.manual.host=1", "init.master_port=7", "dry_run=true", "recipe.epochs=3")
     chosen = launcher(*NAMED, "recipe.epochs=3", "init.master_port=29400",
-                      invocation=Invocation("/venv/bin/python", "/work/proj", overrides=typed, config_dir="/cfg",
+                      invocation=Invocation(python="/venv/bin/python", cwd="/work/proj", overrides=typed, config_dir="/cfg",
                                             config_name="myjob", run_command="/venv/bin/run"))
     request = chosen.request()
     assert request.launcher == "manual" and request.files == {}

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import environment, hosts_override, make_spec, validate
 from runner.common import exits
-from runner.launchers import Invocation, plan as plan_for
+from runner.launchers import Invocation, plan_for
 from runner.launchers.base import TaskError
 from runner.launchers.mpi import ATTEMPT, MpiLauncher
 from runner.plan.paths import RunPaths
@@ -30,7 +30,7 @@ def launcher(*overrides: str) -> MpiLauncher:
     got = validate(("launcher=mpi", "device=cpu", "recipe.global_batch_size=6", *overrides))
     assert got.valid, got.rendered()
     job = pinned(got.job, MpiLauncher.pins(got.job, PATHS))
-    return MpiLauncher(plan_for(job, PATHS), PATHS, Invocation("/venv/bin/python", "/work/proj"), environment())
+    return MpiLauncher(plan=plan_for(job, PATHS), paths=PATHS, invocation=Invocation(python="/venv/bin/python", cwd="/work/proj"), environment=environment())
 
 
 def argv(*overrides: str) -> tuple[str, ...]:

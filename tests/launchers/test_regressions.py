@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import TARGET, compose, environment, make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation
 from runner.plan.paths import RunPaths
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.plan.processes import Deferred
 from runner.spec.schema import BackendConfig, InitConfig, InitMethod
 
@@ -40,7 +40,7 @@ def test_slurm_step_in_allocation_places_uneven_hosts() -> None:
     got = validate(compose(f"recipe.target={TARGET}", "topology=hetero_2_1", "launcher=slurm",
                            "launcher.tasks=per_device", "device=cpu", "recipe.global_batch_size=60"))
     plan = plan_for(got.job, PATHS)
-    launcher = LAUNCHERS["slurm"](plan, PATHS, INVOCATION, environment(SLURM_JOB_ID="42"))
+    launcher = LAUNCHERS["slurm"](plan=plan, paths=PATHS, invocation=INVOCATION, environment=environment(SLURM_JOB_ID="42"))
     text = launcher.request().materialize()
     assert "--distribution=arbitrary" in text
     assert "SLURM_HOSTFILE" in text
@@ -93,7 +93,7 @@ def test_slurm_named_hosts_are_the_allocated_ones() -> None:
     got = validate(spec)
     assert got.valid, got.rendered()
     plan = plan_for(got.job, PATHS)
-    script = LAUNCHERS["slurm"](plan, PATHS, INVOCATION, environment()).request().files["job.sbatch"]
+    script = LAUNCHERS["slurm"](plan=plan, paths=PATHS, invocation=INVOCATION, environment=environment()).request().files["job.sbatch"]
     assert "#SBATCH --nodelist=gpu01,gpu02" in script  # the named nodes are the ones Slurm gives
     assert plan.master_addr == Deferred.of("first host of SLURM_STEP_NODELIST")  # and the master is the step's first
     assert not any(p.key.startswith("topology.hosts") for p in got.problems)

@@ -10,7 +10,7 @@ import pytest
 import runner.launchers
 import runner.plan.processes
 from conftest import environment, validate
-from runner.launchers import LAUNCHERS, plan as plan_for
+from runner.launchers import LAUNCHERS, plan_for
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError
 from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred
@@ -105,9 +105,9 @@ class EchoLauncher(Launcher):
             yield Problem("topology", f"echo takes 2 hosts at most, not {len(job.hosts)}", "topology=1x2")
 
     def request(self) -> LaunchRequest:
-        commands = tuple(HostCommand(h.label, ("echo", h.label, str(len(self.plan.host_records(h.index)))))
+        commands = tuple(HostCommand(host=h.label, argv=("echo", h.label, str(len(self.plan.host_records(h.index)))))
                          for h in self.plan.job.hosts)
-        return LaunchRequest(self.name, commands)
+        return LaunchRequest(launcher=self.name, commands=commands)
 
     def launch(self, request) -> int:
         return 0
@@ -122,7 +122,8 @@ def test_a_launcher_of_ones_own_is_a_class_and_a_registry_line(monkeypatch, tmp_
     plan = plan_for(got.job, paths)
     assert plan.master_addr == "a" and plan.world_size == 4  # the base class's rules: host 0, a free port
     assert plan.master_port == Deferred.of("free port chosen at launch")
-    request = EchoLauncher(plan, paths, runner.launchers.Invocation("python", "/x"), environment()).request()
+    request = EchoLauncher(plan=plan, paths=paths, invocation=runner.launchers.Invocation(python="python", cwd="/x"),
+                           environment=environment()).request()
     assert request.materialize() == "# a\necho a 2\n\n# b\necho b 2\n"
     refused = validate(("launcher.kind=echo", "topology=3x1", "recipe.global_batch_size=3"))
     assert refused.find("topology", "echo takes 2 hosts at most, not 3")

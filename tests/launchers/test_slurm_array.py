@@ -25,7 +25,8 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def _member(folder: Path, directives: tuple[str, ...], parallelism: int | None = None) -> ArrayMember:
-    return ArrayMember(RunPaths(folder, folder.name), (0,), directives, "/work", parallelism)
+    return ArrayMember(paths=RunPaths(folder, folder.name), ranks=(0,), directives=directives, cwd="/work",
+                       parallelism=parallelism)
 
 
 def test_task_ids_read_slurms_forms():

@@ -27,7 +27,7 @@ SCONTROL = ("JobId=51 JobName=run-x UserId=root(0) JobState=RUNNING Reason=None 
 
 def test_sacct_lines() -> None:
     parsed = [JobStatus.parse_sacct(line) for line in SACCT.splitlines()]
-    assert parsed[0] == JobStatus("4242", "COMPLETED", "None", 0, 0, "gpu[01-02]")
+    assert parsed[0] == JobStatus(job="4242", state="COMPLETED", reason="None", nodes="gpu[01-02]")
     assert parsed[1].state == "CANCELLED" and parsed[1].exit_signal == 15 and parsed[1].finished
     assert (parsed[2].job, parsed[2].tasks, parsed[2].state) == ("4244", (0,), "RUNNING")
     assert (parsed[3].tasks, parsed[3].exit_code, parsed[3].reason) == ((1,), 1, "NonZeroExitCode")

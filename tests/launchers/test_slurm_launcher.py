@@ -18,8 +18,8 @@ from runner.launchers import Invocation
 from runner.launchers.slurm import SlurmLauncher
 from runner.launchers.slurm_job import JobStatus, exit_status, mark_user_stop
 from runner.plan.paths import RunPaths
-from runner.launchers import plan as plan_for
-from runner.app.task import check_place
+from runner.launchers import plan_for
+from runner.app.task import verify_place
 from runner.common.signals import parse_signal
 from runner.launchers.base import TaskError, TaskPlace
 from runs import wait_until
@@ -71,7 +71,8 @@ def _launcher(*overrides: str) -> SlurmLauncher:
     checked = validate(["launcher=slurm", "device=cpu", *overrides])
     assert checked.job is not None, checked.problems
     paths = RunPaths(Path("/runs/R1"), "R1")
-    return SlurmLauncher(plan_for(checked.job, paths), paths, Invocation("/venv/bin/python", "/work/proj"), environment())
+    return SlurmLauncher(plan=plan_for(checked.job, paths), paths=paths,
+                         invocation=Invocation(python="/venv/bin/python", cwd="/work/proj"), environment=environment())
 
 
 def _allocation(**variables: str) -> SlurmEnvironment:
@@ -106,11 +107,11 @@ def _place(**kw) -> TaskPlace:
 
 def test_a_step_on_the_wrong_number_of_nodes_is_refused():
     plan = _launcher("topology=2x2", "launcher.tasks=per_device").plan
-    check_place(plan, _place(nodes=2, tasks_per_node=(2, 2)))
+    verify_place(plan, _place(nodes=2, tasks_per_node=(2, 2)))
     with pytest.raises(TaskError, match=r"started the step on 1 node\(s\), but the spec has 2 host\(s\)"):
-        check_place(plan, _place(nodes=1, tasks_per_node=(4,)))
+        verify_place(plan, _place(nodes=1, tasks_per_node=(4,)))
     with pytest.raises(TaskError, match=r"placed 3\+1 task\(s\) on the step's nodes, but the spec needs 2\+2"):
-        check_place(plan, _place(nodes=2, tasks_per_node=(3, 1)))
+        verify_place(plan, _place(nodes=2, tasks_per_node=(3, 1)))
 
 
 def test_slurm_environment_reads_the_step():
@@ -145,8 +146,8 @@ def test_with_requeue_the_batch_script_requeues_after_slurms_signal_but_not_afte
         (fakes / name).chmod(0o755)
     checked = validate(["launcher=slurm", "device=cpu", "topology=2x2", "launcher.slurm.requeue=true"])
     paths = RunPaths(folder, "R1")
-    launcher = SlurmLauncher(plan_for(checked.job, paths), paths, Invocation("/venv/bin/python", "/work/proj"),
-                             environment())
+    launcher = SlurmLauncher(plan=plan_for(checked.job, paths), paths=paths,
+                             invocation=Invocation(python="/venv/bin/python", cwd="/work/proj"), environment=environment())
     script = folder / "job.sbatch"
     script.write_text(launcher.script())
     env = {"PATH": f"{fakes}:/usr/bin:/bin", "FAKES": str(fakes), "SLURM_JOB_ID": "42"}

@@ -16,7 +16,7 @@ import pytest
 from conftest import GOLDEN, compose, environment, hosts_override, validate
 from runner.environments.versions import Versions, installed
 from runner.launchers import Invocation
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.launchers.ssh import SshLauncher, ssh_base
 from runner.launchers.ssh_check import verdict
 from runner.launchers.ssh_collect import unpack
@@ -72,8 +72,9 @@ def _launcher(tmp_path: Path, *overrides: str, cwd: str = "/work/proj", root: Pa
     assert got.valid, got.rendered()
     paths = RunPaths(root or tmp_path / "outputs" / "runs" / "R1", "R1")
     job = pinned(got.job, SshLauncher.pins(got.job, paths))
-    return SshLauncher(plan_for(job, paths), paths, Invocation("/venv/bin/python", cwd, run_command="/venv/bin/run"),
-                       environment().with_exported(SshLauncher.exported_names(job.spec), env))
+    return SshLauncher(plan=plan_for(job, paths), paths=paths,
+                       invocation=Invocation(python="/venv/bin/python", cwd=cwd, run_command="/venv/bin/run"),
+                       environment=environment().with_exported(SshLauncher.exported_names(job.spec), env))
 
 
 def test_each_host_keeps_the_run_at_its_path_under_the_jobs_folder(tmp_path) -> None:

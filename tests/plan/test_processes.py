@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from conftest import environment, make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation
 from runner.plan.paths import RunPaths
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.plan.processes import Deferred
 from runner.spec.pins import pinned
 from runner.spec.probe import FixedProbe
@@ -148,7 +148,7 @@ def test_master_and_launch_requests_agree_with_plan(spec) -> None:
         assert plan.master_addr == job.hosts[0].reach
     else:  # slurm: the first node of the allocation, known at launch
         assert plan.master_addr.startswith("<")
-    launcher = LAUNCHERS[kind](plan, PATHS, INVOCATION, environment())
+    launcher = LAUNCHERS[kind](plan=plan, paths=PATHS, invocation=INVOCATION, environment=environment())
     request = launcher.request()
     text = request.materialize()
     assert job.spec.run_id == "R1"

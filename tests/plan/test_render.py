@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import validate
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.plan.render import TABLE_HEAD, plan_document, plan_table, verdict, write_plan
 
 pytestmark = pytest.mark.unit

@@ -26,7 +26,7 @@ import runner.app.cli
 from conftest import REPO, compose
 from readme_text import code_of, readme
 from runner.app.cli import script_overrides, typed_spec
-from runner.launchers import check
+from runner.launchers import validate as check
 from runner.spec.probe import FixedProbe
 from runner.spec.problems import render_problems
 from runner.spec.schema import JobConfig
@@ -45,6 +45,8 @@ SKIPPED = {
     "run --version": "prints the versions: no job (tests/app/test_cli.py checks what it prints)",
     "run 0.1.0 (torch-jobspec), torch 2.13.0+cpu, Python 3.11.7 (<interpreter>)": "what `run --version` prints",
     "run ... launcher=ssh": "`...` stands for any job's overrides",
+    "run --ssh-host": "what launcher=ssh starts on each host, not a user's command (tests/app/test_cli.py: typed by "
+                      "hand it says so; tests/e2e/test_ssh.py runs it)",
     "run --config-dir jobs topology=mycluster": "shows how a user's option is picked, not a whole job (mycluster's "
                                                 "2+1 hosts need a launcher of several hosts, and a batch that divides 3)",
     "run topology=1x4 sharding=fsdp recipe.resume=outputs/.../checkpoints/last.pt":
@@ -162,7 +164,7 @@ def _sweep(overrides: list[str]) -> list[list[str]]:
 def _compose_in(folder: Path, config_name: str, overrides: list[str]) -> JobConfig:
     """`run --config-dir <folder> --config-name <name> <overrides>`: the user's folder and runner.conf both searched,
     the primary config from whichever has it."""
-    runner.app.cli.setup(overrides)
+    runner.app.cli.register(overrides)
     folder = folder.resolve()
     if (folder / f"{config_name}.yaml").is_file():
         context, other = initialize_config_dir(config_dir=str(folder), version_base=None), "pkg://runner.conf"

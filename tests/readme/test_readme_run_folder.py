@@ -57,7 +57,7 @@ def code_names() -> set[str]:
 
 
 def _hydra(*overrides: str):
-    runner.app.cli.setup(overrides)
+    runner.app.cli.register(overrides)
     with initialize_config_module(config_module="runner.conf", version_base=None):
         return hydra_compose(config_name="job", overrides=list(overrides), return_hydra_config=True).hydra
 

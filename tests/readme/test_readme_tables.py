@@ -19,7 +19,7 @@ from runner.environments import mpi, slurm
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.plan.paths import RunPaths
 from runner.plan.render import SHOWN_ENV, plan_table
 from runner.spec.schema import BackendName, ParallelMode, ShardingMode, TaskMode

@@ -17,7 +17,7 @@ import pytest
 from conftest import validate
 from runner.plan.outcome import RankOutcome
 from runner.plan.paths import RunPaths
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.reports.run_summary import summarize
 from runner.worker.failures import agent_seen_error
 from runs import TESTS, processes_of, run, run_folder, running, signal_when_ready, wait_for_pids

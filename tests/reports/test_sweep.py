@@ -17,7 +17,7 @@ from runs import processes_of, run, signal_when_ready
 
 from runner.plan.diagnostics import Collective, GroupRecord, RankDump, RankFiles
 from runner.plan.paths import RunPaths
-from runner.reports.sweep import SweepCodes, SweepSummary, markdown, plot, record_exit, summarize
+from runner.reports.sweep import SweepOutcome, SweepSummary, markdown, plot, record_exit, summarize
 
 
 def _job(sweep: Path, num: int, overrides: list[str], world: int, throughput: float | None, accuracy: float,
@@ -156,20 +156,26 @@ def test_a_sweep_writes_its_summary_and_plot(tmp_path):
 
 
 @pytest.mark.unit
-def test_a_job_the_stop_signal_found_not_started_reads_as_stopped_and_stops_the_sweep(tmp_path, monkeypatch):
+def test_a_job_the_stop_signal_found_not_started_reads_as_stopped_and_stops_the_sweep(tmp_path):
     """A Slurm sweep's job cancelled before it started because `run` was sent the stop signal: 128 + the signal,
     with the job's user-stop marker, is a stop (its row and `run`'s exit say the signal), not a failure; the same
-    status without the marker is a failure."""
-    monkeypatch.setattr(SweepCodes, "codes", [])
-    monkeypatch.setattr(SweepCodes, "stops", [])
+    status without the marker is a failure. The second job, run here, is told first; the first, followed in a
+    Slurm array, is read from its folder."""
+    outcome = SweepOutcome()
     for num, marker in ((0, True), (1, False)):
         _job(tmp_path, num, [f"recipe.seed={num}"], 2, None, 0.0, done=0)
         folder = tmp_path / str(num)
         if marker:
             RunPaths(folder, folder.name).user_stop.write_text("SIGUSR1 to `run`\n")
-        record_exit(folder, 128 + signal.SIGUSR1)
+        ended = record_exit(folder, 128 + signal.SIGUSR1)
+        assert ended.stopped_by_run is marker
+        if marker:
+            outcome.deferred(folder)
+        else:
+            outcome.ended(ended)
     assert [r.status for r in summarize(tmp_path)] == ["stopped (SIGUSR1)", "failed (exit 138)"]
-    assert SweepCodes.stopped() == 138 and SweepCodes.codes == [138, 138]
+    assert outcome.stopped() == 138 and [e.code for e in outcome.exits()] == [138, 138]
+    assert [e.folder.name for e in outcome.exits()] == ["1", "0"]
 
 
 def test_a_failed_job_does_not_stop_the_sweep_and_the_sweep_says_so(tmp_path):

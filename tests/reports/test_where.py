@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import validate
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.plan.diagnostics import Collective, GroupRecord, RankDump, RankFiles, last_request
 from runner.plan.paths import RunPaths
 from runner.reports import where

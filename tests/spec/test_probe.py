@@ -26,8 +26,8 @@ def test_a_fixed_probe_answers_its_values_and_records_what_it_was_asked() -> Non
 
 
 def test_this_machine_is_asked_only_what_a_rule_needs(tmp_path, monkeypatch) -> None:
-    local = LocalProbe(check_target=lambda target, workdir: f"tried {target} in {workdir}",
-                       check_module=lambda module, workdir: f"found {module}")
+    local = LocalProbe(try_target=lambda target, workdir: f"tried {target} in {workdir}",
+                       try_module=lambda module, workdir: f"found {module}")
     assert local.target_problem("pkg.train:main", "/work") == "tried pkg.train:main in /work"
     assert local.module_problem("pkg", None) == "found pkg"
     (tmp_path / "f").write_text("")

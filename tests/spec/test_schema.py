@@ -1,18 +1,23 @@
-"""runner.spec.schema: the functions beside the dataclasses: a recipe config read back untyped finds its schema,
-what the runner reads of any recipe, and keys beyond a schema."""
+"""runner.spec.schema: the functions beside the dataclasses (a recipe config read back untyped finds its schema,
+what the runner reads of any recipe, keys beyond a schema), and every option of every schema documented where it is
+declared (the string after the field; tests/app/test_help.py: what `run --help` shows of it)."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+from dataclasses import fields, is_dataclass
 
 import pytest
 from omegaconf import OmegaConf
 
+import runner.spec.schema as schema
 from conftest import TARGET, hydra_compose
 from runner.spec.schema import (
     DigitsRecipeConfig,
     RecipeConfig,
     ScriptRecipeConfig,
+    field_docs,
     is_script,
     recipe_schema,
     recipe_settings,
@@ -52,3 +57,22 @@ def test_keys_beyond_the_schema_are_found_with_the_schemas_keys() -> None:
     assert sorted(found) == ["init.extra", "topology.nodez"]  # recipe=custom takes any key
     assert "nodes" in found["topology.nodez"] and "devices_per_node" in found["topology.nodez"]
     assert unknown_keys(hydra_compose()) == [] and unknown_keys(OmegaConf.create([1])) == []
+
+
+SCHEMAS = [cls for _, cls in inspect.getmembers(schema, inspect.isclass)
+           if is_dataclass(cls) and cls.__module__ == schema.__name__]
+
+
+@pytest.mark.parametrize("cls", SCHEMAS, ids=lambda c: c.__name__)
+def test_every_field_of_every_schema_has_a_doc_whose_first_line_sums_it_up(cls) -> None:
+    docs = field_docs(cls)
+    for f in fields(cls):
+        assert docs.get(f.name, "").strip(), f"{cls.__name__}.{f.name} has no docstring"
+        summary = docs[f.name].splitlines()[0]
+        assert summary.endswith((".", ")")) and len(summary) <= 112, (cls.__name__, f.name, summary)
+
+
+def test_a_field_inherited_or_overridden_has_its_own_classs_doc() -> None:
+    docs = field_docs(ScriptRecipeConfig)
+    assert docs["seed"].startswith("The random seed")  # inherited from RecipeConfig
+    assert docs["init_process_group"].startswith("false: the script calls")  # overridden, with its own doc

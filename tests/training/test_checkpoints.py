@@ -31,8 +31,10 @@ class _Planted:
 
 
 def _alone(tmp_path: Path) -> RunContext:
-    return RunContext(ContextSettings(0, 0, 0, 1, 1, "node0", torch.device("cpu"), (), ParallelConfig(),
-                                      ShardingConfig(), 1, 0, tmp_path, tmp_path / "metrics.jsonl", tmp_path / "ck"))
+    return RunContext(ContextSettings(rank=0, local_rank=0, node_rank=0, world_size=1, local_world_size=1, host="node0",
+                                      device=torch.device("cpu"), device_ids=(), parallel=ParallelConfig(),
+                                      sharding=ShardingConfig(), global_batch_size=1, seed=0, output_dir=tmp_path,
+                                      metrics_file=tmp_path / "metrics.jsonl", checkpoint_dir=tmp_path / "ck"))
 
 
 @pytest.mark.unit
@@ -94,8 +96,10 @@ rank, folder = int(sys.argv[1]), Path(sys.argv[2])
 dist.init_process_group("gloo", init_method=f"file://{folder}/group", rank=rank, world_size=2,
                         timeout=datetime.timedelta(seconds=60))
 mine = folder / f"host{rank}"  # each rank's own run folder, as on hosts that do not share one
-ctx = RunContext(ContextSettings(rank, 0, rank, 2, 1, f"h{rank}", torch.device("cpu"), (), ParallelConfig(),
-                                 ShardingConfig(), 2, 0, mine, mine / "metrics.jsonl", mine / "checkpoints"))
+ctx = RunContext(ContextSettings(rank=rank, local_rank=0, node_rank=rank, world_size=2, local_world_size=1,
+                                 host=f"h{rank}", device=torch.device("cpu"), device_ids=(), parallel=ParallelConfig(),
+                                 sharding=ShardingConfig(), global_batch_size=2, seed=0, output_dir=mine,
+                                 metrics_file=mine / "metrics.jsonl", checkpoint_dir=mine / "checkpoints"))
 said = {}
 received = checkpoints.broadcast_file(mine / "checkpoints" / "last.pt" if rank == 0 else None, torch.device("cpu"),
                                       chunk_bytes=4096)

@@ -96,15 +96,15 @@ def test_the_ranks_batches_together_are_the_global_batch_of_one_process(tmp_path
 
 @pytest.mark.parametrize("every, answers", [(1, [True, True, True]), (3, [False, False, True, False, False, True]),
                                             (0, [True, True])])
-def test_should_stop_agrees_on_every_nth_call_only(tmp_path, monkeypatch, every, answers) -> None:
-    monkeypatch.setattr(StopRequest, "requested", True)
-    ctx = _context(tmp_path, rank=0, world_size=1)
+def test_should_stop_agrees_on_every_nth_call_only(tmp_path, every, answers) -> None:
+    asked = StopRequest()
+    asked.requested = True
+    ctx = _context(tmp_path, rank=0, world_size=1, stop=asked)
     assert [ctx.should_stop(every=every) for _ in answers] == answers
     assert ctx.stop_requested
 
 
-def test_should_stop_is_false_without_a_request(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(StopRequest, "requested", False)
+def test_should_stop_is_false_without_a_request(tmp_path) -> None:
     ctx = _context(tmp_path, rank=0, world_size=1)
     assert not any(ctx.should_stop() for _ in range(3)) and not ctx.stop_requested
 

@@ -202,9 +202,11 @@ def test_digits_recipe_checkpoints_and_resumes_sharded(tmp_path):
 
 
 def context(tmp_path: Path, mode: str, world: int = 1, parallel: ParallelMode = ParallelMode.ddp) -> RunContext:
-    return RunContext(ContextSettings(0, 0, 0, world, world, "here", torch.device("cpu"), (), ParallelConfig(mode=parallel),
-                                      ShardingConfig(mode=ShardingMode(mode)), 8, 0, tmp_path, tmp_path / "metrics.jsonl",
-                                      tmp_path / "checkpoints"))
+    return RunContext(ContextSettings(rank=0, local_rank=0, node_rank=0, world_size=world, local_world_size=world,
+                                      host="here", device=torch.device("cpu"), device_ids=(),
+                                      parallel=ParallelConfig(mode=parallel), sharding=ShardingConfig(mode=ShardingMode(mode)),
+                                      global_batch_size=8, seed=0, output_dir=tmp_path,
+                                      metrics_file=tmp_path / "metrics.jsonl", checkpoint_dir=tmp_path / "checkpoints"))
 
 
 @pytest.mark.parametrize("mode", SHARDED)

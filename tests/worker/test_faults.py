@@ -116,7 +116,7 @@ def test_a_rank_killed_with_sigkill_ends_the_job(tmp_path):
     # the others either noticed the lost peer (listed after it) or were stopped first: each is said once
     after = err.split("failed first", 1)[1]
     listed = re.findall(r"^  rank (\d+) \(host node0\): ", after, flags=re.M)
-    stopped = re.search(r"^  (\d+) other process\(es\) were stopped by the launcher$", after, flags=re.M)
+    stopped = re.search(r"^  (\d+) other process\(es\) were stopped by the host agent$", after, flags=re.M)
     assert set(map(int, listed)) <= {0, 2} and len(listed) + (int(stopped.group(1)) if stopped else 0) == 2, err
     assert time.monotonic() - started < 10
     assert not processes_of(run_id)

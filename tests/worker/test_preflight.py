@@ -13,7 +13,7 @@ import pytest
 
 from runner.worker.preflight.checks import (
     Check,
-    HostReport,
+    HostChecks,
     check_devices,
     check_init_folder,
     check_interface,
@@ -163,7 +163,7 @@ def test_devices_and_the_init_folder(tmp_path):
 
 @pytest.mark.unit
 def test_a_host_line_lists_its_checks_and_ends_at_a_failure():
-    report = HostReport("preflight node1 (h2, 10.0.0.12)", (Check("master h1 -> 10.0.0.11 (not loopback)"),))
+    report = HostChecks("preflight node1 (h2, 10.0.0.12)", (Check("master h1 -> 10.0.0.11 (not loopback)"),))
     assert report.line() == "preflight node1 (h2, 10.0.0.12): master h1 -> 10.0.0.11 (not loopback)"
     failed = report.add(Check.failed("port 1 refused", "a firewall?"))
     assert failed.failed and failed.line().endswith(" · FAILED: port 1 refused — hint: a firewall?")

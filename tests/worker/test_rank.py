@@ -10,7 +10,7 @@ import torch
 
 from conftest import validate
 from runner.environments.process import ProcessEnvironment
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.plan.paths import RunPaths
 from runner.worker.rank import _plain_result
 from runner.worker.rendezvous import Rendezvous

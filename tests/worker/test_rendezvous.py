@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import validate
-from runner.launchers import plan as plan_for
+from runner.launchers import plan_for
 from runner.plan.paths import RunPaths
 from runner.worker.rendezvous import RendezvousError, prepare_rendezvous
 

@@ -49,7 +49,7 @@ class Check:
 
 
 @dataclass(frozen=True)
-class HostReport:
+class HostChecks:
     """A host's line: who it is, then its checks in order (a failed one is the last)."""
 
     header: str  # "preflight node1 (tb1234h2, 10.0.0.12)"
@@ -59,7 +59,7 @@ class HostReport:
     def failed(self) -> bool:
         return any(not c.ok for c in self.checks)
 
-    def add(self, check: Check) -> HostReport:
+    def add(self, check: Check) -> HostChecks:
         return replace(self, checks=(*self.checks, check))
 
     def line(self) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from runner.common import exits
 from runner.common.timeouts import is_collective_timeout
 from runner.plan.paths import RunPaths
-from runner.worker.preflight.checks import DEADLINE_GRACE_S, Check, HostReport, PreflightFailed, collective_timeout_s
+from runner.worker.preflight.checks import DEADLINE_GRACE_S, Check, HostChecks, PreflightFailed, collective_timeout_s
 from runner.worker.setup import RankSetup
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def collective(setup: RankSetup, device: object) -> None:
     expected = world * (world + 1) // 2
     timeout_s = collective_timeout_s(setup.spec.init.timeout_s)
     deadline_s = timeout_s + DEADLINE_GRACE_S
-    report = setup.preflight or HostReport(f"preflight {rec.host} rank {rec.global_rank}")
+    report = setup.preflight or HostChecks(f"preflight {rec.host} rank {rec.global_rank}")
     what = f"{setup.backend} all-reduce over {world} process(es)"
     found: dict[str, object] = {}
 

@@ -16,7 +16,7 @@ from runner.worker.preflight.checks import (
     CONNECT_WINDOW_S,
     MANUAL_CONNECT_WINDOW_S,
     Check,
-    HostReport,
+    HostChecks,
     is_loopback_ip,
     check_devices,
     check_init_folder,
@@ -72,7 +72,7 @@ def _gpus_needed(plan: Plan, node_rank: int) -> int:
     return max(plan.job.hosts[node_rank].gpus) + 1
 
 
-def host_checks(plan: Plan, node_rank: int, environment: ProcessEnvironment) -> tuple[HostReport, int | None]:
+def host_checks(plan: Plan, node_rank: int, environment: ProcessEnvironment) -> tuple[HostChecks, int | None]:
     """Host ``node_rank``'s checks (the module docstring says which), up to the first failure, made
     before any of its processes starts; and the master port (env/tcp init; None: file init).
 
@@ -94,7 +94,7 @@ def host_checks(plan: Plan, node_rank: int, environment: ProcessEnvironment) -> 
 
 
 def _checks(plan: Plan, node_rank: int, environment: ProcessEnvironment, port: int | None,
-            held: Check | None) -> HostReport:
+            held: Check | None) -> HostChecks:
     """``held``: on host 0, whether it holds the port (or why not)."""
     job, spec = plan.job, plan.job.spec
     hosts = job.hosts
@@ -103,10 +103,10 @@ def _checks(plan: Plan, node_rank: int, environment: ProcessEnvironment, port: i
     checks: list[Check] = []
     source: str | None = None
 
-    def done(check: Check | None = None) -> HostReport:
+    def done(check: Check | None = None) -> HostChecks:
         if check is not None:
             checks.append(check)
-        return HostReport(_header(plan, node_rank, environment, source), tuple(checks))
+        return HostChecks(_header(plan, node_rank, environment, source), tuple(checks))
 
     master = plan.master_addr
     if not (file_init and len(hosts) == 1) and not isinstance(master, Deferred):

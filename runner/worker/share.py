@@ -1,0 +1,25 @@
+"""The message that hands one host's share of a job to the process that runs it.
+
+`run` (launcher=local, and each host of launcher=manual) sends it to its launch agent (runner.app.agent), which
+runs it with a host agent (runner.worker.host_agent.launch_host); without a launch agent `run` runs it itself.
+It crosses a pipe (pickled), so it holds plain records only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.environments.process import ProcessEnvironment
+from runner.plan.paths import RunPaths
+from runner.plan.processes import Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostShare:
+    """Host ``node_rank``'s processes of ``plan``, to start and watch to their end."""
+
+    plan: Plan
+    node_rank: int
+    paths: RunPaths  # the run folder, at the attempt to start with
+    environment: ProcessEnvironment  # what `run` read of its own environment (runner.environments.process)
+    restarts: int = 0  # start the share again after a failure, up to this many times (launcher.max_restarts)
