@@ -15,11 +15,11 @@ import pickle
 import signal
 import sys
 
-from runner.plan.paths import RunPaths
-from runner.plan.processes import Plan
 from runner.common import exits
 from runner.common.signals import handling
 from runner.environments.process import ProcessEnvironment
+from runner.plan.processes import Plan
+from runner.records.paths import RunPaths
 from runner.spec.targets import TargetProblem, target_problem
 
 

@@ -26,9 +26,10 @@ from omegaconf import DictConfig, OmegaConf
 from runner.common import exits
 from runner.common.extras import PLOTS
 from runner.common.formatting import number
-from runner.plan.diagnostics import RankFiles, straggler
-from runner.plan.outcome import RankOutcome, outcomes
-from runner.plan.paths import RunPaths
+from runner.records.outcomes import outcomes
+from runner.records.paths import RunPaths, SweepPaths
+from runner.records.watch_files import end_dumps
+from runner.reports.hangs import straggler
 from runner.reports.metrics import THROUGHPUT, read_metrics
 
 LAUNCHER = "hydra_plugins.runner_sweep_launcher.RunnerSweepLauncher"  # conf/job.yaml's hydra/launcher
@@ -50,18 +51,23 @@ class SweepCodes:
         return cls.stops[0] if cls.stops else None
 
 
+def _job(folder: Path) -> RunPaths:
+    """A job's run folder (Hydra's numbered folder in the sweep's)."""
+    return RunPaths(folder, folder.name)
+
+
 def stopped_by_run(folder: Path, code: int | None) -> bool:
     """Whether a job's exit status says a signal to `run` stopped it: Ctrl-C or SIGTERM, or 128 + the stop signal
     where the job's user-stop marker says `run` was sent it (a Slurm job it found not started, and cancelled)."""
     if code in STOPPED:
         return True
-    return exits.signal_of(code or 0) is not None and RunPaths(folder, folder.name).user_stop.exists()
+    return exits.signal_of(code or 0) is not None and _job(folder).user_stop.exists()
 
 
 def record_exit(folder: Path, code: int) -> None:
     """A job of the sweep ended: its status goes into its folder (for the summary) and into the sweep's
     tally (`run` exits 1 when any job failed)."""
-    (folder / "exit_status").write_text(f"{code}\n")
+    _job(folder).exit_status.write_text(f"{code}\n")
     SweepCodes.codes.append(code)
     if stopped_by_run(folder, code):
         SweepCodes.stops.append(code)
@@ -84,20 +90,20 @@ class JobRow:
 
 
 def _status(folder: Path, world_size: int | None) -> str:
-    exit_file = folder / "exit_status"
-    code = int(exit_file.read_text()) if exit_file.exists() else None
-    if not (folder / "spec.yaml").exists():
+    paths = _job(folder)
+    code = int(paths.exit_status.read_text()) if paths.exit_status.exists() else None
+    if not paths.spec.exists():
         return "invalid spec" if code == exits.INVALID else "not run"
     if stopped_by_run(folder, code):
         return f"stopped ({signal.Signals(exits.signal_of(code)).name})"
     if code not in (None, 0):
         return "invalid spec" if code == exits.INVALID else f"failed (exit {code})"
-    spec = OmegaConf.load(folder / "spec.yaml")
+    spec = OmegaConf.load(paths.spec)
     if spec.get("dry_run"):
         return "dry run"
-    if code is None and (folder / "slurm_job_id").exists():  # launcher.slurm.follow=false
-        return f"submitted (slurm job {(folder / 'slurm_job_id').read_text().strip()})"
-    ranks = outcomes(RunPaths(folder, folder.name), range(world_size or 0))
+    if code is None and paths.slurm_job_id.exists():  # launcher.slurm.follow=false
+        return f"submitted (slurm job {paths.slurm_job_id.read_text().strip()})"
+    ranks = outcomes(paths, range(world_size or 0))
     if any(r.failed for r in ranks):
         return "failed"
     done = [r for r in ranks if r.done]
@@ -107,16 +113,13 @@ def _status(folder: Path, world_size: int | None) -> str:
 
 
 def job_row(folder: Path) -> JobRow:
-    overrides_file = folder / ".hydra" / "overrides.yaml"
-    overrides = OmegaConf.load(overrides_file) if overrides_file.exists() else []
+    paths = _job(folder)
+    overrides = OmegaConf.load(paths.hydra_overrides) if paths.hydra_overrides.exists() else []
     shown = tuple(str(o) for o in overrides if not str(o).startswith(("run_id=", "hydra.")))
-    plan = folder / "plan.json"
-    world = json.loads(plan.read_text())["world_size"] if plan.exists() else None
-    paths = RunPaths(folder, folder.name)
+    world = json.loads(paths.plan.read_text())["world_size"] if paths.plan.exists() else None
     metrics = read_metrics(paths)
     final = {k: v for k, v in metrics.final.items() if k != THROUGHPUT}  # throughput has its own column
-    ends = {r: d for r in range(world or 0) if (d := RankFiles(paths, r).dump()) is not None and d.reason == "end"}
-    slow = straggler(ends)
+    slow = straggler(end_dumps(paths, range(world or 0)))
     return JobRow(folder, " ".join(shown), world, _status(folder, world), metrics.throughput, final, overrides=shown,
                   slowest=f"rank {slow.rank} on {slow.host} ({slow.ratio:.2f}x)" if slow else "",
                   train_s=_train_time(paths))
@@ -124,9 +127,9 @@ def job_row(folder: Path) -> JobRow:
 
 def _train_time(paths: RunPaths) -> float | None:
     """Rank 0's time from joining the process group to its end (its done file), launch and imports left out."""
-    rank0 = RankOutcome(paths, 0)
+    rank0 = paths.rank(0)
     try:
-        took = rank0.done_file.stat().st_mtime - rank0.joined_file.stat().st_mtime
+        took = rank0.done.stat().st_mtime - rank0.joined.stat().st_mtime
     except OSError:
         return None
     return took if took > 0 else None
@@ -169,9 +172,7 @@ def summarize(sweep_dir: Path) -> list[JobRow]:
     efficiency against the first job of the smallest world size of the same series (the same
     configuration but for its topology); when every job has the same world size, against the first job.
     Speedup is from throughput, or, where no job reports one, from training time (:func:`scaling_basis`)."""
-    folders = sorted((p.parent.parent for p in sweep_dir.glob("*/.hydra/overrides.yaml")),
-                     key=lambda p: (len(p.name), p.name))
-    rows = [job_row(f) for f in folders]
+    rows = [job_row(f) for f in SweepPaths(sweep_dir).job_folders()]
     _label_series(rows)
     by_time = scaling_basis(rows) == "training time"
     measured = [r for r in rows if r.world_size and (r.train_s if by_time else r.throughput)]
@@ -277,10 +278,11 @@ def write_summary(sweep_dir: Path) -> list[JobRow]:
     rows = summarize(sweep_dir)
     if not rows:
         return rows
-    write_csv(rows, sweep_dir / "summary.csv")
-    (sweep_dir / "summary.md").write_text(markdown(rows))
+    paths = SweepPaths(sweep_dir)
+    write_csv(rows, paths.summary_csv)
+    paths.summary_md.write_text(markdown(rows))
     if PLOTS.installed():
-        plot(rows, sweep_dir / "scaling.png")
+        plot(rows, paths.scaling_plot)
     return rows
 
 
@@ -291,8 +293,9 @@ class SweepSummary(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = write_summary(sweep_dir)
         if rows:
+            paths = SweepPaths(sweep_dir)
             print(f"\n== sweep: {len(rows)} job(s) ==\n{markdown(rows)}")
-            print(f"summary: {sweep_dir / 'summary.csv'}, {sweep_dir / 'summary.md'}"
-                  + (f", {sweep_dir / 'scaling.png'}" if (sweep_dir / "scaling.png").exists() else ""), flush=True)
+            print(f"summary: {paths.summary_csv}, {paths.summary_md}"
+                  + (f", {paths.scaling_plot}" if paths.scaling_plot.exists() else ""), flush=True)
             if not PLOTS.installed():
-                print(f"notice: no scaling.png: {PLOTS.missing()}; hint: {PLOTS.install}", flush=True)
+                print(f"notice: no {paths.scaling_plot.name}: {PLOTS.missing()}; hint: {PLOTS.install}", flush=True)

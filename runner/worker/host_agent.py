@@ -42,10 +42,11 @@ from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
-from runner.plan.diagnostics import clear_diagnosis, diagnose
-from runner.plan.outcome import timed_out
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan
+from runner.records.outcomes import timed_out
+from runner.records.paths import RunPaths
+from runner.records.watch_files import clear_diagnosis
+from runner.reports.hangs import diagnose
 from runner.spec.document import recipe_config
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
@@ -228,7 +229,7 @@ class HostAgent:
         if isinstance(prepared, int):
             return prepared, paths
         rdzv, setups, report, channel, paths = prepared
-        scratch = paths.root / "tmp"  # the ranks' temp files: in the run folder, removed after
+        scratch = paths.scratch  # the ranks' temp files: in the run folder, removed after
         scratch.mkdir(exist_ok=True)
         previous_tmp, tempfile.tempdir = tempfile.tempdir, str(scratch)
         started = time.perf_counter()

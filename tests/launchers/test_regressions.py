@@ -9,9 +9,9 @@ from pathlib import Path
 
 from conftest import TARGET, compose, environment, hosts_override, make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation
-from runner.plan.paths import RunPaths
 from runner.launchers import plan as plan_for
 from runner.plan.processes import Deferred
+from runner.records.paths import RunPaths
 from runner.spec.schema import BackendConfig, InitConfig, InitMethod, TaskMode
 
 pytestmark = pytest.mark.unit

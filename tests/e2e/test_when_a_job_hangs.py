@@ -1,7 +1,7 @@
-"""Hangs explained (runner.worker.watch, runner.plan.diagnostics): which collective each rank is in and which rank
-never entered it, at a collective's timeout, at a stall, on Ctrl-\\ (SIGQUIT); a mismatch of collectives; the
-slow rank named; every rank's output on the terminal when asked (log.console). Real ranks, real gloo groups;
-locally, across namespace hosts and on the Slurm test cluster."""
+"""Hangs explained (runner.worker.watch, runner.records.watch_files, runner.reports.hangs): which collective each
+rank is in and which rank never entered it, at a collective's timeout, at a stall, on Ctrl-\\ (SIGQUIT); a mismatch
+of collectives; the slow rank named; every rank's output on the terminal when asked (log.console). Real ranks, real
+gloo groups; locally, across namespace hosts and on the Slurm test cluster."""
 
 from __future__ import annotations
 
