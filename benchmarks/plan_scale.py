@@ -27,10 +27,10 @@ sys.path.insert(0, str(ROOT))
 from runner.environments.process import ProcessEnvironment  # noqa: E402
 from runner.launchers import LAUNCHERS  # noqa: E402
 from runner.launchers.base import Invocation  # noqa: E402
-from runner.plan.paths import RunPaths  # noqa: E402
 from runner.plan.processes import make_plan  # noqa: E402
-from runner.spec.probe import FixedProbe  # noqa: E402
 from runner.plan.render import verdict  # noqa: E402
+from runner.records.paths import RunPaths  # noqa: E402
+from runner.spec.probe import FixedProbe  # noqa: E402
 from runner.spec.schema import (  # noqa: E402
     BackendConfig,
     DeviceKind,

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 import runner.app.cli
 from runner.environments.process import ProcessEnvironment
+from runner.records.paths import RunPaths
 from runner.spec.job import Job
 from runner.spec.probe import FixedProbe
 from runner.spec.problems import Problem, Severity
@@ -255,6 +256,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def paths(tmp_path) -> RunPaths:
+    """A run's folder, made, in the test's temporary folder."""
+    paths = RunPaths(tmp_path, "r1")
+    paths.make()
+    return paths
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
 from runner.launchers.base import Invocation, Launcher, LaunchRequest
 from runner.launchers.slurm_array import ArrayMember
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan, make_plan
 from runner.plan.render import plan_table, verdict, write_plan
+from runner.records.paths import RunPaths
 from runner.reports.run_summary import report_run
 from runner.reports.where import where_the_ranks_are
 from runner.spec.document import spec_yaml

@@ -28,8 +28,8 @@ from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
 from runner.launchers.ssh_protocol import BEATS_MISSED, ProtocolError, parse, read_spec
-from runner.plan.paths import RunPaths
 from runner.plan.processes import make_plan
+from runner.records.paths import RunPaths
 from runner.spec.document import load_spec_text, spec_yaml
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems

@@ -23,8 +23,8 @@ from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
 from runner.launchers.base import TaskError, TaskPlace
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan, make_plan
+from runner.records.paths import RunPaths
 from runner.spec.document import load_spec
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems

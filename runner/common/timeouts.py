@@ -1,7 +1,7 @@
 """Whether an error is a timeout of torch.distributed (a collective, the rendezvous, the store).
 
 The verdict is taken where the exception object is at hand, in the rank (runner.worker.setup writes it into the
-rank's error record, runner.plan.outcome), from what raised it: a recipe's own ``ValueError("timeout_s must be
+rank's error record, runner.records.outcomes), from what raised it: a recipe's own ``ValueError("timeout_s must be
 > 0")`` is not a hang. The texts below are torch 2.13's (gloo, NCCL and the c10d stores, as they raise them);
 :func:`is_timeout_text` is only for error records written before the verdict was recorded.
 """

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from runner.environments.process import ProcessEnvironment
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan, ProcessRecord
+from runner.records.paths import RunPaths
 
 
 def child_environment(plan: Plan, record: ProcessRecord, paths: RunPaths, parent: ProcessEnvironment, *,
@@ -24,7 +24,7 @@ def child_environment(plan: Plan, record: ProcessRecord, paths: RunPaths, parent
     env.update(MASTER_PORT=master_port, TORCHELASTIC_RUN_ID=paths.run_id,
                TORCHELASTIC_RESTART_COUNT=str(paths.attempt),
                TORCHELASTIC_MAX_RESTARTS=str(plan.job.spec.launcher.max_restarts),
-               TORCHELASTIC_ERROR_FILE=str(paths.elastic_error_file(record.global_rank)))
+               TORCHELASTIC_ERROR_FILE=str(paths.rank(record.global_rank).elastic_error))
     if parent.nccl_async_error_handling is None:  # as torchrun's agent: on, unless the user said otherwise
         env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     if agent_store:

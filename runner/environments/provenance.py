@@ -9,7 +9,6 @@ import getpass
 import importlib.metadata
 import importlib.util
 import json
-import os
 import platform
 import re
 import socket
@@ -19,6 +18,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from runner.common.files import write_atomically
 
 DIFF_CAP_BYTES = 256 * 1024  # a dirty tree's diff beyond this is cut (the record says so)
 GIT_TIMEOUT_S = 10.0
@@ -149,9 +150,7 @@ def add_runtime(path: Path, found: dict[str, Any], host: str, attempt: int) -> N
     except (OSError, ValueError):
         return
     doc["runtime"] = {**found, "host": host, "attempt": attempt}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(doc, indent=1))
 
 
 def code_line(doc: dict[str, Any]) -> str:

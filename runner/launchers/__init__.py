@@ -10,8 +10,8 @@ from runner.launchers.manual import ManualLauncher
 from runner.launchers.mpi import MpiLauncher
 from runner.launchers.slurm import SlurmLauncher
 from runner.launchers.ssh import SshLauncher
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan, make_plan
+from runner.records.paths import RunPaths
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, ClassVar
 from runner.common import exits
 from runner.common.signals import handling, parse_signal
 from runner.environments.process import ProcessEnvironment
-from runner.plan.outcome import any_failed
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, LaunchRules, Plan
+from runner.records.outcomes import any_failed
+from runner.records.paths import RunPaths
 from runner.spec.job import Job
 from runner.spec.pins import Pins
 from runner.spec.probe import MachineProbe
@@ -227,7 +227,7 @@ class Launcher(ABC):
         return launch_host(share)
 
     def rank_failed(self) -> bool:
-        """A rank of this run failed: it left its error file (runner.plan.outcome)."""
+        """A rank of this run failed: it left its error file (runner.records.outcomes)."""
         return any_failed(self.paths, (r.global_rank for r in self.plan.records))
 
     def task_argv(self) -> tuple[str, ...]:

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from runner.common import exits
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError, TaskPlace, named_hosts_problems
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, port_for
+from runner.records.paths import RunPaths
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem

@@ -14,9 +14,9 @@ from runner.common.signals import parse_signal
 from runner.environments.process import ProcessEnvironment
 from runner.environments.slurm import SlurmEnvironment, expand_hostnames
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError, TaskPlace
-from runner.plan.outcome import all_done
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred
+from runner.records.outcomes import all_done
+from runner.records.paths import RunPaths
 from runner.reports.where import where_the_ranks_are
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
@@ -136,9 +136,8 @@ class SlurmLauncher(Launcher):
         lines = []
         argv = ["srun", "--kill-on-bad-exit=1", f"--nodes={len(job.hosts)}", f"--ntasks={ntasks}"]
         if arbitrary:
-            hostfile = shlex.quote(str(self.paths.root / "hostfile.")) + "$SLURM_JOB_ID"
             lines += ["# uneven hosts: one hostfile line per task, in rank order, for --distribution=arbitrary",
-                      f"export SLURM_HOSTFILE={hostfile}"]
+                      f"export SLURM_HOSTFILE={self.paths.hostfile_in_batch_script()}"]
             if self._nodelist():
                 names = [h.name for h in job.hosts for _ in range(len(self.plan.host_records(h.index)))]
                 lines.append(f'printf "%s\\n" {shlex.join(names)} > "$SLURM_HOSTFILE"')
@@ -174,7 +173,7 @@ class SlurmLauncher(Launcher):
             f"#SBATCH --ntasks-per-node={per_node}",
             f"#SBATCH --time={opts.time}",
             f"#SBATCH --signal=B:{opts.signal.split(':')[-1]}",
-            f"#SBATCH --output={q(str(self.paths.root / 'slurm-%j.out'))}",
+            f"#SBATCH --output={q(str(self.paths.slurm_output('%j')))}",
             "#SBATCH --open-mode=append",
             "#SBATCH --requeue" if opts.requeue else "#SBATCH --no-requeue",
         ]
@@ -223,7 +222,7 @@ class SlurmLauncher(Launcher):
     def request(self) -> LaunchRequest:
         cwd = self.invocation.cwd
         if self.in_allocation:
-            step = self.paths.root / "step.sh"
+            step = self.paths.step_script
             text = "\n".join(["#!/bin/bash", f"# Written by `run` for run {self.paths.run_id}: an srun step",
                               "set -euo pipefail", *self.step_lines()]) + "\n"
             cmd = HostCommand(host="this allocation", argv=("bash", str(step)),
@@ -285,15 +284,15 @@ class SlurmLauncher(Launcher):
                     print("\nthe allocation does not fit the spec; nothing was started.", file=sys.stderr)
                     return exits.INVALID
                 step = request.commands[0]
-                print(f"slurm: an srun step in job {slurm.job_id} ({self.paths.root / 'step.sh'})", file=sys.stderr)
+                print(f"slurm: an srun step in job {slurm.job_id} ({self.paths.step_script})", file=sys.stderr)
                 return self.run_forwarding_signals(list(step.argv), step.cwd)
             self.paths.user_stop.unlink(missing_ok=True)  # an earlier launch's stop (a relaunch with the same run id)
             job_id = slurm_job.submit(self.paths.sbatch_script, self.invocation.cwd)
         except slurm_job.SlurmError as e:
             print(f"error: launcher=slurm: {e}", file=sys.stderr)
             return exits.INVALID
-        (self.paths.root / "slurm_job_id").write_text(job_id + "\n")
-        output = self.paths.root / f"slurm-{job_id}.out"
+        self.paths.slurm_job_id.write_text(job_id + "\n")
+        output = self.paths.slurm_output(job_id)
         print(f"slurm: submitted job {job_id}; output: {output}, rank logs: {self.paths.logs}/", file=sys.stderr)
         if not self.plan.job.spec.launcher.slurm.follow:
             print(f"slurm: not following it (launcher.slurm.follow=false): `squeue -j {job_id}` shows it", file=sys.stderr)

@@ -21,8 +21,8 @@ from runner.common import exits
 from runner.common.signals import DEFAULT_STOP, handling
 from runner.launchers.slurm_follow import CANCELS, PollSchedule, pass_on_stop
 from runner.launchers.slurm_job import JobStatus, SlurmError, SlurmStates, ask_to_stop, scancel, submit
-from runner.plan.outcome import all_done, any_failed
-from runner.plan.paths import RunPaths
+from runner.records.outcomes import all_done, any_failed
+from runner.records.paths import RunPaths, SweepPaths
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +42,7 @@ class ArrayMember:
         return self.paths.root
 
     def output(self, array_id: str, task: int) -> Path:
-        return self.folder / f"slurm-{array_id}_{task}.out"
+        return self.paths.slurm_output(f"{array_id}_{task}")
 
     def outcome(self) -> int:
         """For a task Slurm forgot already: 0 when every rank left its done file, else 1."""
@@ -72,6 +72,8 @@ class JobArray:
         tasks = ",".join(str(n) for n in self.members)
         limits = [m.parallelism for m in self.members.values() if m.parallelism]
         throttle = f"%{min(limits)}" if limits else ""
+        # each job's files, as the script names them below its folder (the case below sets $folder)
+        job = next(iter(self.members.values())).paths.in_shell_variable("folder")
         lines = [
             "#!/bin/bash",
             f"# Written by `run` for the sweep in {sweep_dir}: jobs {tasks.replace(',', ', ')} of the sweep ask for",
@@ -79,7 +81,7 @@ class JobArray:
             f"#SBATCH --job-name={q(name)}",
             f"#SBATCH --array={tasks}{throttle}",
             # what a task says before it enters its job's folder (nothing, unless that folder is gone)
-            f"#SBATCH --output={q(str(sweep_dir.resolve() / 'slurm-%A_%a.out'))}",
+            f"#SBATCH --output={q(str(SweepPaths(sweep_dir.resolve()).array_output('%A', '%a')))}",
             *self.directives,
             "",
             "set -euo pipefail",
@@ -91,7 +93,7 @@ class JobArray:
             '  *) echo "run: array task $SLURM_ARRAY_TASK_ID is not a job of this sweep" >&2; exit 2 ;;',
             "esac",
             "# the job's script, as this shell (Slurm's --signal reaches its trap), its output in its run folder",
-            'exec bash "$folder/job.sbatch" >>"$folder/slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}.out" 2>&1',
+            f'exec bash "{job.sbatch_script}" >>"{job.slurm_output("${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}")}" 2>&1',
         ]
         return "\n".join(lines) + "\n"
 
@@ -121,7 +123,7 @@ def run_sweep(members: dict[int, ArrayMember], sweep_dir: Path, configs: dict[in
     submitted: list[tuple[str, JobArray]] = []
     codes: dict[int, int | None] = {}
     for k, array in enumerate(arrays):
-        path = sweep_dir / f"array{k}.sbatch"
+        path = SweepPaths(sweep_dir).array_script(k)
         path.write_text(array.script(sweep_dir, f"run-sweep-{sweep_dir.name}-{k}"))
         cwd = next(iter(array.members.values())).cwd
         for member in array.members.values():
@@ -135,7 +137,7 @@ def run_sweep(members: dict[int, ArrayMember], sweep_dir: Path, configs: dict[in
             continue
         submitted.append((array_id, array))
         for n, member in array.members.items():
-            (member.folder / "slurm_job_id").write_text(f"{array_id}_{n}\n")
+            member.paths.slurm_job_id.write_text(f"{array_id}_{n}\n")
         jobs = ", ".join(str(n) for n in array.members)
         print(f"slurm: submitted job array {array_id} (sweep job(s) {jobs}): {path}", file=sys.stderr)
     follow = [(a, arr) for a, arr in submitted if all(m.follow for m in arr.members.values())]
@@ -274,7 +276,7 @@ def _tasks(states: SlurmStates, array_ids: list[str]) -> dict[str, dict[int, Job
 def _ended(sweep_dir: Path, array_id: str, n: int, configs: dict[int, str], member: ArrayMember, code: int,
            stopped_by: int | None = None) -> None:
     name = f"{array_id}_{n}"
-    early = sweep_dir / f"slurm-{name}.out"  # the array's own output file for this task
+    early = SweepPaths(sweep_dir).array_output(array_id, n)  # the array's own output file for this task
     if early.exists() and early.stat().st_size == 0:
         early.unlink()
     if code == 0:

@@ -193,7 +193,7 @@ def ask_to_stop(job_ids: list[str], signum: int, run: Runner = _slurm) -> str | 
 
 
 def mark_user_stop(paths: Iterable[Path], signum: int) -> None:
-    """Write each job's user-stop marker (:attr:`runner.plan.paths.RunPaths.user_stop`) before its batch script
+    """Write each job's user-stop marker (:attr:`runner.records.paths.RunPaths.user_stop`) before its batch script
     gets the stop signal: the script then ends the job rather than requeueing it, as it does after Slurm's
     time-limit signal."""
     said = (f"{signal.Signals(signum).name} to `run` (pid {os.getpid()}) at {time.strftime('%Y-%m-%d %H:%M:%S')}: "

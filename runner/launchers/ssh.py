@@ -37,7 +37,7 @@ from runner.common import exits
 from runner.environments.versions import installed
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest
 from runner.launchers.manual import agreed_port, hosts_apart_problems
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.spec.document import spec_yaml
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
@@ -48,7 +48,12 @@ from runner.spec.validation import ENV_NAME
 KEEPALIVE_COUNT = 3  # ssh -o ServerAliveCountMax: unanswered keepalives before a host is lost
 _OPTION = re.compile(r"^[A-Za-z][A-Za-z0-9]*=\S.*$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-COLLECTED = ("logs", "metrics.jsonl")  # what a host's run folder gives back (runner.launchers.ssh_collect)
+
+
+def collected(paths: RunPaths) -> tuple[str, ...]:
+    """What a host's run folder gives back (runner.launchers.ssh_collect), relative to it: its ``logs/`` (its ranks'
+    logs and records) and the metrics."""
+    return tuple(p.relative_to(paths.root).as_posix() for p in (paths.logs, paths.metrics))
 
 
 def ssh_base(opts: SshOptions) -> list[str]:
@@ -165,7 +170,7 @@ class SshLauncher(Launcher):
         for host in self.plan.job.hosts:
             destination = host.name or host.addr or host.label
             start = f"{cd} {'env ' + env if env else ''}{run} --ssh-host {host.index} {folder}"
-            collect = f"cd {folder} && exec tar -cf - --ignore-failed-read {' '.join(COLLECTED)}"
+            collect = f"cd {folder} && exec tar -cf - --ignore-failed-read {shlex.join(collected(self.paths))}"
             found.append(SshHost(index=host.index, name=host.label, label=f"host {host.index} ({destination})",
                                  destination=destination,
                                  ranks=tuple(r.global_rank for r in self.plan.host_records(host.index)),
@@ -184,8 +189,8 @@ class SshLauncher(Launcher):
         for h in hosts:
             ranks = f"rank {h.ranks[0]}" if len(h.ranks) == 1 else f"ranks {h.ranks[0]}..{h.ranks[-1]}"
             commands.append(HostCommand(host=h.label, argv=h.start,
-                                        note=f"starts {len(h.ranks)} process(es) ({ranks}); the run's spec.yaml on its "
-                                             f"stdin"))
+                                        note=f"starts {len(h.ranks)} process(es) ({ranks}); the run's "
+                                             f"{self.paths.spec.name} on its stdin"))
         for h in hosts:
             commands.append(HostCommand(host=h.label, argv=h.collect,
                                         note="after the run, if its run folder is not this one: its records"))

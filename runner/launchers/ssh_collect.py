@@ -15,24 +15,24 @@ import sys
 import tarfile
 from pathlib import Path
 
-from runner.launchers.ssh import COLLECTED, SshHost
-from runner.plan.paths import RunPaths
+from runner.launchers.ssh import SshHost, collected
+from runner.records.paths import RunPaths
 
 COLLECT_S = 60.0  # how long one host may take to send its records
 
 
-def _wanted(name: str) -> bool:
+def _wanted(name: str, wanted: tuple[str, ...]) -> bool:
     parts = Path(name).parts
-    return bool(parts) and parts[0] in COLLECTED and ".." not in parts
+    return bool(parts) and parts[0] in wanted and ".." not in parts
 
 
-def unpack(stream, root: Path) -> list[str]:
-    """Files of the tar ``stream`` under :data:`COLLECTED`, into ``root``, none that exists there already; their
-    names."""
-    added = []
+def unpack(stream, paths: RunPaths) -> list[str]:
+    """Files of the tar ``stream`` under what a host gives back (:func:`runner.launchers.ssh.collected`), into this
+    run folder, none that exists there already; their names."""
+    added, root, wanted = [], paths.root, collected(paths)
     with tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
-            if not member.isfile() or not _wanted(member.name) or (root / member.name).exists():
+            if not member.isfile() or not _wanted(member.name, wanted) or (root / member.name).exists():
                 continue
             tar.extract(member, root, filter="data")
             added.append(member.name)
@@ -43,7 +43,7 @@ def collect_host(host: SshHost, paths: RunPaths) -> str | None:
     """``host``'s records into this run folder; None, or why they could not be had."""
     proc = subprocess.Popen(host.collect, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        unpack(proc.stdout, paths.root)
+        unpack(proc.stdout, paths)
         _, err = proc.communicate(timeout=COLLECT_S)
     except (tarfile.TarError, OSError, subprocess.TimeoutExpired) as e:
         proc.kill()
@@ -56,7 +56,7 @@ def collect(hosts: tuple[SshHost, ...], paths: RunPaths, lost: frozenset[int]) -
     """Every host's records that this run folder lacks, host 0's first (how every rank ended), from the hosts not
     lost. A host whose records cannot be had is said in a line; the summary then counts what is here."""
     for host in hosts:
-        if host.index in lost or not host.ranks or paths.rank_log(host.ranks[0]).exists():
+        if host.index in lost or not host.ranks or paths.rank(host.ranks[0]).log.exists():
             continue
         failed = collect_host(host, paths)
         if failed is not None:

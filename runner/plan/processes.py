@@ -26,8 +26,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import accumulate
+from pathlib import Path
 
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.spec.job import Job
 from runner.spec.schema import DeviceKind, InitMethod, ParallelMode
 from runner.spec.topology import Host
@@ -182,6 +183,6 @@ def make_plan(job: Job, rules: LaunchRules, run: RunPaths | None = None) -> Plan
     elif spec.init.method is InitMethod.tcp:
         url = f"tcp://{_url_host(addr)}:{port}"  # Plan.init_url fills a deferred port
     else:
-        path = run.rendezvous_file(spec.init.dir) if run else f"{spec.init.dir or Deferred.of('run folder')}/{Deferred.of('run id')}.rdzv/attempt0"
-        url = f"file://{path}"
+        named = run or RunPaths(Path(Deferred.of("run folder")), Deferred.of("run id"))  # a plan without a run: its names
+        url = f"file://{named.rendezvous_file(spec.init.dir)}"
     return Plan(job=job, records=tuple(_records(job)), master_addr=addr, master_port=port, init_method=url, rules=rules)

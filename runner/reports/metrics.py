@@ -1,5 +1,5 @@
 """What a run's recipe measured, as the reports read it: the rows of ``metrics.jsonl`` (ctx.log, rank 0) and
-what the recipe returned (rank 0's done file, runner.plan.outcome), which wins where both have a value."""
+what the recipe returned (rank 0's done file, runner.records.outcomes), which wins where both have a value."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.plan.outcome import RankOutcome
-from runner.plan.paths import RunPaths
+from runner.records.outcomes import RankOutcome
+from runner.records.paths import RunPaths
 
 THROUGHPUT = "samples_per_s"  # the column a sweep's scaling is measured by
 

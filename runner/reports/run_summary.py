@@ -10,9 +10,9 @@ ranks' echo)::
       outputs   outputs/2026-11-22/08-14-49_c18061/
                 logs/rank*.log (2) · metrics.jsonl · checkpoints/last.pt · spec.yaml · plan.json · launch.txt
 
-Every fact comes from the plan, the exit status and the run folder (:class:`runner.plan.paths.RunPaths`):
+Every fact comes from the plan, the exit status and the run folder (:class:`runner.records.paths.RunPaths`):
 the status from the exit status (0 done, 2 refused, 128+n stopped by signal n, else failed, naming the
-rank that failed first from the ranks' error files, :func:`runner.plan.outcome.first_failures`), the metrics
+rank that failed first from the ranks' error files, :func:`runner.records.outcomes.first_failures`), the metrics
 from the last row of metrics.jsonl. With launcher=manual each host's `run` prints (and writes) its own.
 Nothing here imports torch: `run`'s own process never does.
 """
@@ -20,7 +20,6 @@ Nothing here imports torch: `run`'s own process never does.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -28,18 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from runner.common import exits
+from runner.common.files import write_atomically
 from runner.common.formatting import duration, error_line, number
 from runner.environments import provenance
-from runner.plan.diagnostics import RankFiles, read_diagnosis, straggler
-from runner.plan.outcome import RankOutcome, first_failures, outcomes
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan
+from runner.records.outcomes import RankOutcome, first_failures, outcomes
+from runner.records.paths import RunPaths
+from runner.records.watch_files import end_dumps, read_diagnosis
+from runner.reports.hangs import straggler
 from runner.reports.metrics import read_metrics
 from runner.spec.schema import is_script, recipe_settings
 
 WIDTH = 110  # the outputs line wraps here
 MAX_METRICS = 8
-FILE_NAME = "run_summary.json"
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None,
     if not errors:
         if spec.preflight:
             why = "a preflight check failed; the host line above says which"
-        elif not any(paths.rank_log(r).exists() for r in ranks):
+        elif not any(paths.rank(r).log.exists() for r in ranks):
             why = "no rank started; the error above says why"
         else:
             why = ("no rank recorded a Python exception (killed by a signal, or a crash in native code?); the "
@@ -217,23 +217,23 @@ def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None,
 def _files(plan: Plan, paths: RunPaths) -> tuple[tuple[str, ...], dict[str, Any]]:
     """What the run folder holds, for the screen (grouped, relative) and for the JSON (absolute, by kind)."""
     root = paths.root
-    logs = sorted(paths.logs.glob("rank*.log")) if paths.logs.is_dir() else []
-    errors = sorted(paths.logs.glob("rank*.error.json")) if paths.logs.is_dir() else []
+    logs_shown, logs = paths.rank_files(lambda r: r.log)
+    errors_shown, errors = paths.rank_files(lambda r: r.error)
     checkpoints = sorted(p for p in paths.checkpoints.rglob("*") if p.is_file()) if paths.checkpoints.is_dir() else []
-    slurm_out = sorted(root.glob("slurm-*.out"))
+    slurm_out = sorted(root.glob(paths.slurm_output("*").name))
     shown: list[str] = []
     if logs:
-        shown.append(f"logs/rank*.log ({len(logs)})")
+        shown.append(f"{logs_shown} ({len(logs)})")
     if errors:
-        shown.append(f"logs/rank*.error.json ({len(errors)})")
+        shown.append(f"{errors_shown} ({len(errors)})")
     if paths.metrics.exists():
         shown.append(paths.metrics.name)
     shown += [str(p.relative_to(root)) for p in checkpoints[:3]]
     if len(checkpoints) > 3:
-        shown.append(f"checkpoints/ (+{len(checkpoints) - 3} more)")
+        shown.append(f"{paths.checkpoints.name}/ (+{len(checkpoints) - 3} more)")
     shown += [p.name for p in slurm_out]
     shown += [p.name for p in (paths.spec, paths.plan, paths.launch, paths.sbatch_script, paths.provenance) if p.exists()]
-    shown.append(FILE_NAME)
+    shown.append(paths.summary.name)
     by_kind = {
         "run_folder": str(root.absolute()),
         "logs": [str(p.absolute()) for p in logs],
@@ -243,7 +243,7 @@ def _files(plan: Plan, paths: RunPaths) -> tuple[tuple[str, ...], dict[str, Any]
         "spec": str(paths.spec.absolute()),
         "plan": str(paths.plan.absolute()),
         "launch": str(paths.launch.absolute()),
-        "summary": str((root / FILE_NAME).absolute()),
+        "summary": str(paths.summary.absolute()),
     }
     if slurm_out:
         by_kind["slurm_output"] = [str(p.absolute()) for p in slurm_out]
@@ -255,7 +255,7 @@ def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_fo
     """The summary of a run whose launch returned exit status ``code`` after ``wall_time_s`` (``cause``: see
     :func:`_status`)."""
     job, spec = plan.job, plan.job.spec
-    id_file = paths.root / "slurm_job_id"
+    id_file = paths.slurm_job_id
     slurm_job_id = id_file.read_text().strip() or None if id_file.exists() else None
     status, words, failure, sig = _status(plan, paths, code, not_followed, cause)
     if slurm_job_id and status != "submitted":
@@ -267,7 +267,7 @@ def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_fo
         recipe = f"script {found['path']}" if found["path"] else f"script -m {found['module']}"
     metrics = read_metrics(paths)
     ranks = [r.global_rank for r in plan.records]
-    slow = straggler({r: d for r in ranks if (d := RankFiles(paths, r).dump()) is not None and d.reason == "end"})
+    slow = straggler(end_dumps(paths, ranks))
     shown, by_kind = _files(plan, paths)
     return RunSummary(
         run_id=paths.run_id, status=status, status_text=words, exit_code=code, wall_time_s=wall_time_s,
@@ -288,9 +288,7 @@ def _backend(plan: Plan, paths: RunPaths) -> str:
 
 def write(summary: RunSummary, path: Path) -> None:
     """Atomically (the hosts of a manual run may share the folder)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(summary.document(), indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(summary.document(), indent=2) + "\n")
 
 
 def report_run(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_followed: str | None = None,
@@ -299,7 +297,7 @@ def report_run(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_f
     summary that cannot be made says why in one line)."""
     try:
         summary = summarize(plan, paths, code, wall_time_s, not_followed, cause)
-        write(summary, paths.root / FILE_NAME)
+        write(summary, paths.summary)
     except (OSError, ValueError, KeyError) as e:
         print(f"\n(no run summary: {type(e).__name__}: {e})", file=sys.stderr, flush=True)
         return None

@@ -26,16 +26,21 @@ from omegaconf import DictConfig, OmegaConf
 from runner.common import exits
 from runner.common.extras import PLOTS
 from runner.common.formatting import number
-from runner.plan.diagnostics import RankFiles, straggler
-from runner.plan.outcome import RankOutcome, outcomes
-from runner.plan.paths import RunPaths
+from runner.records.outcomes import outcomes
+from runner.records.paths import RunPaths, SweepPaths
+from runner.records.watch_files import end_dumps
+from runner.reports.hangs import straggler
 from runner.reports.metrics import THROUGHPUT, read_metrics
 
 LAUNCHER = "hydra_plugins.runner_sweep_launcher.RunnerSweepLauncher"  # conf/job.yaml's hydra/launcher
 
 
 STOPPED = (exits.from_signal(signal.SIGINT), exits.from_signal(signal.SIGTERM))  # a job's, when `run` was asked to stop
-EXIT_FILE = "exit_status"  # in a job's folder: `run`'s exit status for it
+
+
+def _job(folder: Path) -> RunPaths:
+    """A job's run folder (Hydra's numbered folder in the sweep's)."""
+    return RunPaths(folder, folder.name)
 
 
 def stopped_by_run(folder: Path, code: int | None) -> bool:
@@ -43,7 +48,7 @@ def stopped_by_run(folder: Path, code: int | None) -> bool:
     where the job's user-stop marker says `run` was sent it (a Slurm job it found not started, and cancelled)."""
     if code in STOPPED:
         return True
-    return exits.signal_of(code or 0) is not None and RunPaths(folder, folder.name).user_stop.exists()
+    return exits.signal_of(code or 0) is not None and _job(folder).user_stop.exists()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +67,7 @@ class JobExit:
 
 def record_exit(folder: Path, code: int) -> JobExit:
     """A job of the sweep ended: its status goes into its folder, where the summary and `run` read it."""
-    (folder / EXIT_FILE).write_text(f"{code}\n")
+    _job(folder).exit_status.write_text(f"{code}\n")
     return JobExit(folder=folder, code=code)
 
 
@@ -70,7 +75,7 @@ def recorded_exit(folder: Path) -> JobExit | None:
     """How a job of the sweep ended, as :func:`record_exit` wrote it; None: not recorded (not run, or a Slurm job
     submitted and not followed)."""
     try:
-        return JobExit(folder=folder, code=int((folder / EXIT_FILE).read_text()))
+        return JobExit(folder=folder, code=int(_job(folder).exit_status.read_text()))
     except (OSError, ValueError):
         return None
 
@@ -118,20 +123,21 @@ class JobRow:
 
 
 def _status(folder: Path, world_size: int | None) -> str:
+    paths = _job(folder)
     recorded = recorded_exit(folder)
     code = recorded.code if recorded is not None else None
-    if not (folder / "spec.yaml").exists():
+    if not paths.spec.exists():
         return "invalid spec" if code == exits.INVALID else "not run"
     if stopped_by_run(folder, code):
         return f"stopped ({signal.Signals(exits.signal_of(code)).name})"
     if code not in (None, 0):
         return "invalid spec" if code == exits.INVALID else f"failed (exit {code})"
-    spec = OmegaConf.load(folder / "spec.yaml")
+    spec = OmegaConf.load(paths.spec)
     if spec.get("dry_run"):
         return "dry run"
-    if code is None and (folder / "slurm_job_id").exists():  # launcher.slurm.follow=false
-        return f"submitted (slurm job {(folder / 'slurm_job_id').read_text().strip()})"
-    ranks = outcomes(RunPaths(folder, folder.name), range(world_size or 0))
+    if code is None and paths.slurm_job_id.exists():  # launcher.slurm.follow=false
+        return f"submitted (slurm job {paths.slurm_job_id.read_text().strip()})"
+    ranks = outcomes(paths, range(world_size or 0))
     if any(r.failed for r in ranks):
         return "failed"
     done = [r for r in ranks if r.done]
@@ -141,16 +147,13 @@ def _status(folder: Path, world_size: int | None) -> str:
 
 
 def job_row(folder: Path) -> JobRow:
-    overrides_file = folder / ".hydra" / "overrides.yaml"
-    overrides = OmegaConf.load(overrides_file) if overrides_file.exists() else []
+    paths = _job(folder)
+    overrides = OmegaConf.load(paths.hydra_overrides) if paths.hydra_overrides.exists() else []
     shown = tuple(str(o) for o in overrides if not str(o).startswith(("run_id=", "hydra.")))
-    plan = folder / "plan.json"
-    world = json.loads(plan.read_text())["world_size"] if plan.exists() else None
-    paths = RunPaths(folder, folder.name)
+    world = json.loads(paths.plan.read_text())["world_size"] if paths.plan.exists() else None
     metrics = read_metrics(paths)
     final = {k: v for k, v in metrics.final.items() if k != THROUGHPUT}  # throughput has its own column
-    ends = {r: d for r in range(world or 0) if (d := RankFiles(paths, r).dump()) is not None and d.reason == "end"}
-    slow = straggler(ends)
+    slow = straggler(end_dumps(paths, range(world or 0)))
     return JobRow(folder=folder, config=" ".join(shown), world_size=world, status=_status(folder, world),
                   throughput=metrics.throughput, final=final, overrides=shown,
                   slowest=f"rank {slow.rank} on {slow.host} ({slow.ratio:.2f}x)" if slow else "",
@@ -159,9 +162,9 @@ def job_row(folder: Path) -> JobRow:
 
 def _train_time(paths: RunPaths) -> float | None:
     """Rank 0's time from joining the process group to its end (its done file), launch and imports left out."""
-    rank0 = RankOutcome(paths, 0)
+    rank0 = paths.rank(0)
     try:
-        took = rank0.done_file.stat().st_mtime - rank0.joined_file.stat().st_mtime
+        took = rank0.done.stat().st_mtime - rank0.joined.stat().st_mtime
     except OSError:
         return None
     return took if took > 0 else None
@@ -204,9 +207,7 @@ def summarize(sweep_dir: Path) -> list[JobRow]:
     efficiency against the first job of the smallest world size of the same series (the same
     configuration but for its topology); when every job has the same world size, against the first job.
     Speedup is from throughput, or, where no job reports one, from training time (:func:`scaling_basis`)."""
-    folders = sorted((p.parent.parent for p in sweep_dir.glob("*/.hydra/overrides.yaml")),
-                     key=lambda p: (len(p.name), p.name))
-    rows = [job_row(f) for f in folders]
+    rows = [job_row(f) for f in SweepPaths(sweep_dir).job_folders()]
     _label_series(rows)
     by_time = scaling_basis(rows) == "training time"
     measured = [r for r in rows if r.world_size and (r.train_s if by_time else r.throughput)]
@@ -312,10 +313,11 @@ def write_summary(sweep_dir: Path) -> list[JobRow]:
     rows = summarize(sweep_dir)
     if not rows:
         return rows
-    write_csv(rows, sweep_dir / "summary.csv")
-    (sweep_dir / "summary.md").write_text(markdown(rows))
+    paths = SweepPaths(sweep_dir)
+    write_csv(rows, paths.summary_csv)
+    paths.summary_md.write_text(markdown(rows))
     if PLOTS.installed():
-        plot(rows, sweep_dir / "scaling.png")
+        plot(rows, paths.scaling_plot)
     return rows
 
 
@@ -326,8 +328,9 @@ class SweepSummary(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         rows = write_summary(sweep_dir)
         if rows:
+            paths = SweepPaths(sweep_dir)
             print(f"\n== sweep: {len(rows)} job(s) ==\n{markdown(rows)}")
-            print(f"summary: {sweep_dir / 'summary.csv'}, {sweep_dir / 'summary.md'}"
-                  + (f", {sweep_dir / 'scaling.png'}" if (sweep_dir / "scaling.png").exists() else ""), flush=True)
+            print(f"summary: {paths.summary_csv}, {paths.summary_md}"
+                  + (f", {paths.scaling_plot}" if paths.scaling_plot.exists() else ""), flush=True)
             if not PLOTS.installed():
-                print(f"notice: no scaling.png: {PLOTS.missing()}; hint: {PLOTS.install}", flush=True)
+                print(f"notice: no {paths.scaling_plot.name}: {PLOTS.missing()}; hint: {PLOTS.install}", flush=True)

@@ -1,15 +1,16 @@
 """Where the ranks are, asked by `run` itself: Ctrl-\\ (SIGQUIT) to `run`, and a followed Slurm job cancelled by
 Ctrl-C or SIGTERM (Slurm signals every process of the job at once, so the ranks are asked before). Every rank
-writes its collectives and where its main thread is (runner.plan.diagnostics) into the run folder, which `run`
+writes its collectives and where its main thread is (runner.records.watch_files) into the run folder, which `run`
 reads: on the launching machine, that is the one place every host writes to."""
 
 from __future__ import annotations
 
 import sys
 
-from runner.plan.diagnostics import collect_dumps, diagnose, request_dumps
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan
+from runner.records.paths import RunPaths
+from runner.records.watch_files import collect_dumps, request_dumps
+from runner.reports.hangs import diagnose
 
 DUMP_WAIT_S = 3.0  # how long `run` waits for the ranks' dumps
 
@@ -20,4 +21,5 @@ def where_the_ranks_are(plan: Plan, paths: RunPaths, then: str = "the job goes o
     dumps = collect_dumps(paths, range(plan.world_size), asked, DUMP_WAIT_S)
     found = diagnose(dumps, plan.world_size)
     said = found.text if found else f"{len(dumps)} of {plan.world_size} rank(s) answered, none in a collective yet"
-    print(f"\nwhere the ranks are: {said}\n    (stacks: logs/rank*.log; {then})", file=sys.stderr, flush=True)
+    logs, _ = paths.rank_files(lambda r: r.log)
+    print(f"\nwhere the ranks are: {said}\n    (stacks: {logs}; {then})", file=sys.stderr, flush=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import sys
 import tempfile
@@ -27,18 +26,15 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from runner.common.files import replaced_atomically
 from runner.common.formatting import number
 from runner.common.signals import StopRequest
+from runner.records.paths import RunPaths, checkpoint_file
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.training import checkpoints
 from runner.training.output import AgentChannel
 from runner.training.progress import LINE_INTERVAL_S, Progress, StepCount, for_rank
 from runner.training.sharding import OptimizerFactory, OptimizerRecipe, Placement, Strategy, strategy_for
-
-
-# a run folder's names for what the context writes (runner.plan.paths.RunPaths names the same; a test compares)
-METRICS_FILE = "metrics.jsonl"
-CHECKPOINT_DIR = "checkpoints"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,15 +341,14 @@ class RunContext:
         With ``model`` (and ``optimizer``), call it on every process: their full state (:meth:`full_state`)
         is gathered and saved under ``"model"`` and ``"optimizer"`` beside ``state``'s own entries.
         """
-        path = self.checkpoint_dir / f"{name}.pt"
+        path = checkpoint_file(self.checkpoint_dir, name)
         if model is not None:
             full = self._sharding.full_state(model, optimizer, copy=False)  # written at once: no snapshot needed
             state = {**(state or {}), **full} if full is not None else None
         if self.is_main:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".pt.tmp")
-            torch.save(state, tmp)
-            os.replace(tmp, path)
+            with replaced_atomically(path, durable=True) as tmp:  # a requeued job resumes from it
+                torch.save(state, tmp)
         self.barrier()
         return path
 
@@ -367,7 +362,7 @@ class RunContext:
         file."""
         decision: list[Any] = [None]
         if self.is_main:
-            own = self.checkpoint_dir / f"{name}.pt"
+            own = checkpoint_file(self.checkpoint_dir, name)
             if own.exists():
                 decision = [("own", str(own))]
             elif fallback:
@@ -394,7 +389,7 @@ class RunContext:
         writes): a file that names other types, whose loading could run code, raises
         :class:`~runner.training.checkpoints.CheckpointError` without running any of it.
         """
-        path = Path(path) if path is not None else self.checkpoint_dir / f"{name}.pt"
+        path = Path(path) if path is not None else checkpoint_file(self.checkpoint_dir, name)
         state = self._read_agreed(path)
         if state is None:
             return None
@@ -448,6 +443,7 @@ def single_process_context(cfg: Mapping[str, Any] | None = None, output_dir: str
         root = Path(output_dir) if output_dir is not None else Path(stack.enter_context(
             tempfile.TemporaryDirectory(prefix="runner-context-")))
         root.mkdir(parents=True, exist_ok=True)
+        paths = RunPaths(root, root.name)  # named as a run's folder is
         if process_group and not dist.is_initialized():
             rendezvous = tempfile.mkdtemp(prefix=".rendezvous-", dir=root)
             dist.init_process_group("gloo", init_method=f"file://{rendezvous}/store", rank=0, world_size=1)
@@ -463,6 +459,6 @@ def single_process_context(cfg: Mapping[str, Any] | None = None, output_dir: str
             rank=0, local_rank=0, node_rank=0, world_size=1, local_world_size=1, host=socket.gethostname(),
             device=where, device_ids=(where.index or 0,) if where.type == "cuda" else (), parallel=ParallelConfig(),
             sharding=ShardingConfig(), global_batch_size=int(batch) if batch is not None else None, seed=seed,
-            output_dir=root, metrics_file=root / METRICS_FILE, checkpoint_dir=root / CHECKPOINT_DIR))
+            output_dir=root, metrics_file=paths.metrics, checkpoint_dir=paths.checkpoints))
         stack.callback(ctx._close)
         yield ctx

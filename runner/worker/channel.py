@@ -13,7 +13,7 @@ host sees by the rule of file:// init). Keys, each under ``runner/``:
 * ``joined/<attempt>/<rank>`` — the rank joined the process group (a hang's report tells "did not form" from
   "formed, then stuck");
 * ``dumps/request``, ``dumps/<rank>`` — a request for every rank to say where it is, and each rank's answer
-  (runner.plan.diagnostics.RankDump): a hang's paragraph names every rank of every host;
+  (runner.records.dumps.RankDump): a hang's paragraph names every rank of every host;
 * ``ended/<attempt>/<node>`` — how a host's ranks ended (their outcome records), which host 0 writes into its run
   folder: the run's summary covers every rank of every host.
 
@@ -32,9 +32,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from runner.common.files import write_atomically
 from runner.common.polling import poll, retry
-from runner.plan.diagnostics import RankDump, collect_dumps, request_dumps
-from runner.plan.paths import RunPaths
+from runner.records.dumps import RankDump
+from runner.records.paths import RunPaths
+from runner.records.watch_files import collect_dumps, request_dumps
 
 POLL_S = 0.5  # how often a host agent looks for another host's failure or a stop request
 PREFIX = "runner/"
@@ -77,10 +79,7 @@ class FolderKeyValue:
         return self.folder / key.replace("/", "__")
 
     def set(self, key: str, value: bytes) -> None:
-        path = self._path(key)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(value)
-        os.replace(tmp, path)
+        write_atomically(self._path(key), value)
 
     def get(self, key: str) -> bytes | None:
         try:

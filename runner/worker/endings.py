@@ -1,6 +1,6 @@
 """How every rank of a job ended, in host 0's run folder, whatever host it ran on.
 
-Each host agent writes its ranks' outcome files into its own run folder (runner.plan.outcome). Hosts started by
+Each host agent writes its ranks' outcome files into its own run folder (runner.records.outcomes). Hosts started by
 hand each have their own folder, so every agent also puts its ranks' records on the job's channel
 (runner.worker.channel: ``ended/<attempt>/<rank>``) as its share ends, and host 0's agent, before it closes the
 store, waits for the others' and writes them into its folder as if its own ranks had: the run's summary, the
@@ -16,10 +16,11 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from runner.common.polling import poll
-from runner.plan.diagnostics import RankDump, RankFiles
-from runner.plan.outcome import ErrorRecord, RankOutcome
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Plan
+from runner.records.dumps import RankDump
+from runner.records.outcomes import ErrorRecord, RankOutcome
+from runner.records.paths import RunPaths
+from runner.records.watch_files import RankWatchFiles
 from runner.worker.channel import POLL_S, JobChannel
 from runner.worker.failures import agent_seen_error, silent_end
 from runner.worker.setup import RankSetup
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # the agent's record of its ranks' ends
 
 def _record(setup: RankSetup, code: int | None, stopped: bool, ended_at: float | None) -> dict[str, Any]:
     outcome = setup.outcome
-    dump = RankFiles(setup.paths, setup.record.global_rank).dump()
+    dump = RankWatchFiles(setup.paths, setup.record.global_rank).dump()
     error = outcome.error()
     if error is None and code and not stopped and not outcome.done:  # it could say nothing: as its agent saw it
         error = asdict(agent_seen_error(setup.record, silent_end(code), ended_at))
@@ -83,7 +84,7 @@ def _write(paths: RunPaths, rank: int, doc: dict[str, Any]) -> None:
     if isinstance(doc.get("error"), dict):  # its own, or how its agent saw it end (_record)
         outcome.record_error(ErrorRecord(**doc["error"]))
     if isinstance(doc.get("end_dump"), dict) and (dump := RankDump.from_document(doc["end_dump"])) is not None:
-        RankFiles(paths, rank).write_dump(dump)
+        RankWatchFiles(paths, rank).write_dump(dump)
 
 
 def peer_failure(paths: RunPaths, plan: Plan, failure: dict[str, Any]) -> None:

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from runner.common import exits
 from runner.common.formatting import error_line
-from runner.plan.diagnostics import diagnose, last_request, read_diagnosis, write_diagnosis
-from runner.plan.outcome import ErrorRecord, RankOutcome, first_failures, timed_out
-from runner.plan.paths import RunPaths
 from runner.plan.processes import ProcessRecord
+from runner.records.outcomes import ErrorRecord, RankOutcome, first_failures, timed_out
+from runner.records.paths import RunPaths
+from runner.records.watch_files import last_request, read_diagnosis, write_diagnosis
+from runner.reports.hangs import diagnose
 from runner.worker.channel import JobChannel, gather_dumps
 from runner.worker.setup import RankSetup
 
@@ -204,7 +205,7 @@ def _last_stack(log_file: str, frames: int = 8) -> list[str]:
 def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths,
                   channel: JobChannel | None = None) -> list[str]:
     """When ranks failed by timing out: which ranks never joined the process group, or the collective each
-    rank is in (runner.plan.diagnostics: their dumps), else which did not arrive at the collective the others
+    rank is in (runner.reports.hangs, from their dumps), else which did not arrive at the collective the others
     waited in and where those were (their stack dumps). A stall already said it (its rank 0's error)."""
     said = read_diagnosis(paths)
     if said is not None:

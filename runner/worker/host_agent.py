@@ -41,10 +41,11 @@ from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
-from runner.plan.diagnostics import clear_diagnosis, diagnose
-from runner.plan.outcome import timed_out
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan
+from runner.records.outcomes import timed_out
+from runner.records.paths import RunPaths
+from runner.records.watch_files import clear_diagnosis
+from runner.reports.hangs import diagnose
 from runner.spec.document import recipe_config
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
@@ -117,17 +118,12 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, e
             echo = Echo(shown=shown, prefix=f"[rank {rec.global_rank} {rec.host}] " if shown else "", progress=shown)
         env = child_environment(plan, rec, paths, environment, master_port=rdzv.master_port,
                                 agent_store=rdzv.agent_store, network=network.env if network else {},
-                                tmpdir=str(scratch_folder(paths)))
+                                tmpdir=str(paths.scratch))
         setups.append(RankSetup(spec=job.spec, recipe=recipe_settings(job.spec.recipe), recipe_cfg=recipe_cfg, record=rec,
                                 world_size=plan.world_size, backend=job.backend.value, device=job.device,
                                 init_method=rdzv.init_method, env=env, paths=paths, stop_signal=plan.rules.stop_signal,
                                 echo=echo, notes=notes, preflight=preflight if rec.local_rank == 0 else None))
     return setups
-
-
-def scratch_folder(paths: RunPaths) -> Path:
-    """The ranks' temp folder (their TMPDIR) for an attempt: in the run folder, removed after the attempt."""
-    return paths.root / "tmp"
 
 
 def _master_unreachable(plan: Plan, node_rank: int, rdzv: Rendezvous, setups: list[RankSetup]) -> str | None:
@@ -234,7 +230,7 @@ class HostAgent:
         if isinstance(prepared, int):
             return prepared, paths
         rdzv, setups, report, channel, paths = prepared
-        scratch = scratch_folder(paths)
+        scratch = paths.scratch  # the ranks' temp files: in the run folder, removed after
         scratch.mkdir(exist_ok=True)
         started = time.perf_counter()
         relay = OutputRelay(sys.stdout.fileno(), sys.stderr.fileno(), bar_ok=_is_tty(sys.stdout))

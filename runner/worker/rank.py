@@ -1,6 +1,6 @@
 """One rank's body, in its own process (runner.worker.rank_process): its environment and folder, then either a
 recipe function under the runner's process group, or a torchrun-style script as its main program
-(runner.worker.script); its outcome files (runner.plan.outcome); its exit status."""
+(runner.worker.script); its outcome files (runner.records.outcomes); its exit status."""
 
 from __future__ import annotations
 
@@ -134,8 +134,8 @@ def exit_status_of_signal(signum: int) -> int:
 
 
 def failed(setup: RankSetup, exc: BaseException, watch: Watch | None, shown: str | None = None) -> None:
-    """A rank's body raised: record it (runner.plan.outcome), print the traceback (``shown``, else the whole
-    one) to its stderr, and when a collective timed out, have every rank say where it is (runner.plan.diagnostics),
+    """A rank's body raised: record it (runner.records.outcomes), print the traceback (``shown``, else the whole
+    one) to its stderr, and when a collective timed out, have every rank say where it is (runner.records.watch_files),
     this one first, and wait a moment for its agent to ask the others."""
     text = shown if shown is not None else "".join(traceback.format_exception(exc))
     record = setup.error_record(exc, text)

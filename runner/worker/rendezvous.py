@@ -9,8 +9,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred, Plan
+from runner.records.paths import RunPaths
 from runner.spec.schema import InitMethod
 from runner.spec.topology import is_loopback
 

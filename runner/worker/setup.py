@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from runner.common.timeouts import is_collective_timeout
-from runner.plan.outcome import ErrorRecord, RankOutcome
-from runner.plan.paths import RunPaths
 from runner.plan.processes import ProcessRecord
+from runner.records.outcomes import ErrorRecord, RankOutcome
+from runner.records.paths import RunPaths
 from runner.spec.schema import DeviceKind, JobConfig, RecipeConfig, is_script
 from runner.worker.relay import Echo
 
@@ -55,7 +55,7 @@ class RankSetup:
 
     @property
     def log_file(self) -> Path:
-        return self.paths.rank_log(self.record.global_rank)
+        return self.paths.rank(self.record.global_rank).log
 
     def error_record(self, exc: BaseException, shown: str | None = None) -> ErrorRecord:
         """This process's failure record: which rank, where, when, and the traceback (``shown``: as the rank

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runner.environments.process import ProcessEnvironment
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.plan.processes import Plan
 
 

@@ -1,5 +1,5 @@
 """A rank's watch: a daemon thread beside the recipe that records when the rank last made progress, writes
-what it knows of its collectives when asked (runner.plan.diagnostics), and, in rank 0, ends a job that has
+what it knows of its collectives when asked (runner.records.dumps, runner.records.watch_files), and, in rank 0, ends a job that has
 stalled (launcher.stall_timeout_s).
 
 It runs while the main thread is blocked in a collective (gloo and NCCL release the GIL while they wait) or
@@ -22,15 +22,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from runner.plan.diagnostics import (
-    Collective,
-    GroupRecord,
-    RankDump,
-    RankFiles,
-    diagnose,
-    requested_since,
-    write_diagnosis,
-)
+from runner.records.dumps import Collective, GroupRecord, RankDump
+from runner.records.watch_files import RankWatchFiles, requested_since, write_diagnosis
+from runner.reports.hangs import diagnose
 from runner.training.progress import StepCount
 from runner.worker.channel import JobChannel, ask_for_dumps, gather_dumps
 from runner.worker.setup import RankSetup
@@ -159,7 +153,7 @@ class Watch(threading.Thread):
         super().__init__(name="runner-watch", daemon=True)
         self.setup = setup
         self.steps = steps if steps is not None else StepCount()  # the recipe's progress steps (none for a script)
-        self.files = RankFiles(setup.paths, setup.record.global_rank)
+        self.files = RankWatchFiles(setup.paths, setup.record.global_rank)
         self.channel = channel  # the job's (runner.worker.channel): requests and dumps across hosts
         self.counter: _Counter | None = None
         self._began = time.time()
@@ -179,11 +173,11 @@ class Watch(threading.Thread):
         self.start()
 
     def dump(self, reason: str) -> None:
-        """Write this rank's record of its collectives and where it is (runner.plan.diagnostics)."""
+        """Write this rank's record of its collectives and where it is (runner.records.dumps.RankDump)."""
         with self._lock:
             doc = _fr_dump()
             groups = _groups_from_fr(doc) if doc is not None else (self.counter.groups() if self.counter else ())
-            if reason != "end":  # the end's keeps all, for the straggler (runner.plan.diagnostics.straggler)
+            if reason != "end":  # the end's keeps all, for the straggler (runner.reports.hangs.straggler)
                 groups = tuple(GroupRecord(g.group, g.enqueued, g.completed, g.entries[-ENTRIES:]) for g in groups)
             source = "flight recorder" if doc is not None else "runner counter"
             rec = self.setup.record
@@ -248,7 +242,7 @@ class Watch(threading.Thread):
     def _beats(self, world: int) -> list[float | None]:
         if self.channel is not None:
             return [self.channel.beat(r) for r in range(world)]
-        return [RankFiles(self.setup.paths, r).last_progress() for r in range(world)]
+        return [RankWatchFiles(self.setup.paths, r).last_progress() for r in range(world)]
 
     def _watch_for_a_stall(self, timeout_s: float, now: float) -> None:
         """Rank 0: when no rank has made progress for ``timeout_s``, say where every rank is and end the job."""

@@ -8,7 +8,7 @@ from conftest import validate
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import plan_for
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 
 pytestmark = pytest.mark.unit
 
@@ -39,7 +39,7 @@ def test_a_childs_environment(tmp_path) -> None:
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "WORLD_SIZE": "4", "GROUP_RANK": "0", "NODE_RANK": "0",
         "GROUP_WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "4", "ROLE_WORLD_SIZE": "4", "ROLE_NAME": "default", "RANK": "3",
         "LOCAL_RANK": "3", "ROLE_RANK": "3", "TORCHELASTIC_RUN_ID": "run7", "TORCHELASTIC_RESTART_COUNT": "2",
-        "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_ERROR_FILE": str(paths.elastic_error_file(3)),
+        "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_ERROR_FILE": str(paths.rank(3).elastic_error),
         "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "GLOO_SOCKET_IFNAME": "lan0",
         "OMP_NUM_THREADS": "2", "TORCH_FR_BUFFER_SIZE": "200", "TMPDIR": str(tmp_path / "tmp"),
     }

@@ -11,7 +11,7 @@ import pytest
 from conftest import environment, validate
 from runner.launchers import LAUNCHERS, Invocation, plan_for
 from runner.launchers.base import HostCommand, LaunchRequest, named_hosts_problems
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.plan.processes import port_for
 
 pytestmark = pytest.mark.unit

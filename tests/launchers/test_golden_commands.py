@@ -19,8 +19,8 @@ import pytest
 
 from conftest import GOLDEN, TARGET, compose, environment, hosts_override, validate
 from runner.launchers import LAUNCHERS, Invocation
-from runner.plan.paths import RunPaths
 from runner.launchers import plan_for
+from runner.records.paths import RunPaths
 from runner.spec.pins import pinned
 
 pytestmark = pytest.mark.unit

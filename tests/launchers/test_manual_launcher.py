@@ -11,7 +11,7 @@ import pytest
 from conftest import TARGET, compose, environment, hosts_override, validate
 from runner.launchers import Invocation, plan_for
 from runner.launchers.manual import ManualLauncher
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.plan.processes import Deferred, port_for
 from runner.spec.pins import pinned
 

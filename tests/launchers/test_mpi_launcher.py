@@ -13,7 +13,7 @@ from runner.common import exits
 from runner.launchers import Invocation, plan_for
 from runner.launchers.base import TaskError
 from runner.launchers.mpi import ATTEMPT, MpiLauncher
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.plan.processes import Deferred, port_for
 from runner.spec.pins import pinned
 from runner.spec.schema import TaskMode

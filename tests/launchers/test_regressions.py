@@ -9,10 +9,10 @@ from pathlib import Path
 
 from conftest import TARGET, compose, environment, make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation
-from runner.plan.paths import RunPaths
 from runner.launchers import plan_for
 from runner.plan.processes import Deferred
-from runner.spec.schema import BackendConfig, InitConfig, InitMethod
+from runner.records.paths import RunPaths
+from runner.spec.schema import BackendConfig, InitConfig, InitMethod, TaskMode
 
 pytestmark = pytest.mark.unit
 

@@ -12,8 +12,8 @@ import runner.plan.processes
 from conftest import environment, validate
 from runner.launchers import LAUNCHERS, plan_for
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError
-from runner.plan.paths import RunPaths
 from runner.plan.processes import Deferred
+from runner.records.paths import RunPaths
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ import torch
 
 from runner.launchers.slurm_array import ArrayFollower, ArrayMember, group
 from runner.launchers.slurm_job import SlurmStates, ask_to_stop, task_ids
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runs import processes_of, run, signal_when_ready, wait_until
 from slurm_fakes import Clock, Slurm, ok
 

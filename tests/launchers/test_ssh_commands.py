@@ -21,7 +21,7 @@ from runner.launchers.ssh import SshLauncher, ssh_base
 from runner.launchers.ssh_check import verdict
 from runner.launchers.ssh_collect import unpack
 from runner.launchers.ssh_protocol import ProtocolError, end_message, parse, read_spec, signal_message, spec_message
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.spec.document import load_spec_text, spec_yaml
 from runner.spec.pins import pinned
 from runner.spec.schema import SshOptions
@@ -170,7 +170,8 @@ def test_records_from_a_host_add_to_this_run_folder_and_replace_nothing(tmp_path
     (tmp_path / "logs" / "rank00000.log").write_text("mine")
     added = unpack(_tar({"logs/rank00000.log": b"theirs", "logs/rank00002.log": b"host 1's",
                          "logs/rank00002.done": json.dumps({"stopped": False}).encode(), "metrics.jsonl": b"{}\n",
-                         "spec.yaml": b"not theirs to give", "../escape": b"x", "logs/../../escape2": b"x"}), tmp_path)
+                         "spec.yaml": b"not theirs to give", "../escape": b"x", "logs/../../escape2": b"x"}),
+                   RunPaths(tmp_path, "R1"))
     assert sorted(added) == ["logs/rank00002.done", "logs/rank00002.log", "metrics.jsonl"]
     assert (tmp_path / "logs" / "rank00000.log").read_text() == "mine"
     assert not (tmp_path / "spec.yaml").exists() and not (tmp_path.parent / "escape").exists()

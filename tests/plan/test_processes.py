@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from conftest import environment, make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation
-from runner.plan.paths import RunPaths
 from runner.launchers import plan_for
 from runner.plan.processes import Deferred
+from runner.records.paths import RunPaths
 from runner.spec.pins import pinned
 from runner.spec.probe import FixedProbe
 from runner.spec.schema import DeviceKind, ParallelMode, TaskMode

@@ -72,7 +72,7 @@ def _default_job() -> tuple[int, int, int]:
 
 
 def _private_mode(tmp_path) -> str:
-    from runner.plan.paths import RunPaths
+    from runner.records.paths import RunPaths
 
     RunPaths.make_private(tmp_path / "rdzv")
     return f"0{(tmp_path / 'rdzv').stat().st_mode & 0o777:o}"

@@ -20,7 +20,7 @@ from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS
 from runner.launchers import plan_for
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.plan.render import SHOWN_ENV, plan_table
 from runner.spec.schema import BackendName, ParallelMode, ShardingMode, TaskMode
 from runner.training.sharding import _STRATEGIES
@@ -172,8 +172,10 @@ def test_every_scheduler_variable_the_readme_names_is_read_there() -> None:
     """`SLURM_PROCID` ... "in `runner/environments/slurm.py`"; `OMPI_COMM_WORLD_*` ... "in `runner/environments/mpi.py`"."""
     text = readme().text
     declared_mpi = [v for names in mpi.VARIABLES.values() for v in names]
-    slurm_named = set(re.findall(r"\bSLURM_[A-Z_]+\b", text)) - {"SLURM_CONF"}  # the test bed's, for sinfo
+    # SLURM_CONF: the test bed's, for sinfo; SLURM_HOSTFILE: set by the batch script for srun, not read
+    slurm_named = set(re.findall(r"\bSLURM_[A-Z_]+\b", text)) - {"SLURM_CONF", "SLURM_HOSTFILE"}
     assert slurm_named and slurm_named <= set(slurm.VARIABLES), slurm_named - set(slurm.VARIABLES)
+    assert "export SLURM_HOSTFILE=" in (REPO / "runner" / "launchers" / "slurm.py").read_text()
     mpi_named = re.findall(r"\b(?:OMPI|MV2|PMI|MPI)_[A-Z_]+\*?", text)
     assert len(mpi_named) >= 5
     for name in mpi_named:
@@ -205,10 +207,14 @@ def test_the_layout_is_the_import_contracts_layers() -> None:
     assert {p.split(".")[1] for packages, _ in _layout() for p in packages} == shipped
 
 
-@pytest.mark.parametrize("package", ["runner.launchers", "runner.plan", "runner.spec"])
+@pytest.mark.parametrize("package", ["runner.launchers", "runner.plan", "runner.spec", "runner.records"])
 def test_the_layout_names_every_module_of_the_layers_it_lists(package: str) -> None:
-    """The lines that list a package's modules by name name all of them (the base class is the package's own)."""
-    [description] = [d for packages, d in _layout() if packages == [package]]
+    """The lines that list a package's modules by name name all of them (the base class is the package's own); a
+    layer of siblings describes each after its name (``spec: ...; records: ...``)."""
+    [description] = [d for packages, d in _layout() if package in packages]
+    name = package.rsplit(".", 1)[1]
+    if f"{name}:" in description:
+        description = description.split(f"{name}:", 1)[1].split(";")[0]
     modules = {m.name for m in pkgutil.iter_modules(importlib.import_module(package).__path__)} - {"base"}
     assert not {m for m in modules if not re.search(rf"\b{m}\b", description)}, description
 

@@ -6,18 +6,10 @@ import json
 
 import pytest
 
-from runner.plan.outcome import RankOutcome
-from runner.plan.paths import RunPaths
+from runner.records.outcomes import RankOutcome
 from runner.reports.metrics import read_metrics
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def paths(tmp_path) -> RunPaths:
-    paths = RunPaths(tmp_path, "r1")
-    paths.make()
-    return paths
 
 
 def test_no_metrics(paths) -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import validate
-from runner.plan.outcome import RankOutcome
-from runner.plan.paths import RunPaths
 from runner.launchers import plan_for
+from runner.records.outcomes import RankOutcome
+from runner.records.paths import RunPaths
 from runner.reports.run_summary import summarize
 from runner.worker.failures import agent_seen_error
 from runs import TESTS, processes_of, run, run_folder, running, signal_when_ready, wait_for_pids
@@ -228,7 +228,7 @@ def test_a_failure_without_an_error_file_says_whether_ranks_had_started(tmp_path
     assert before.status == "failed" and before.first_failure is None
     assert before.status_text == "failed (exit 1): no rank started; the error above says why"
     for r in range(2):
-        paths.rank_log(r).touch()
+        paths.rank(r).log.touch()
     killed = summarize(plan, paths, 1, 5.0)  # e.g. a rank killed by SIGKILL
     assert killed.status_text.startswith("failed (exit 1): no rank recorded a Python exception")
 
@@ -261,7 +261,7 @@ def test_metrics_are_the_numbers_of_the_last_row_and_the_folder_is_shown_where_i
 
 
 def _failed_with(paths: RunPaths, exception: str, traceback: str = "") -> None:
-    from runner.plan.outcome import ErrorRecord
+    from runner.records.outcomes import ErrorRecord
 
     RankOutcome(paths, 0).record_error(ErrorRecord(0, 0, "node0", "m", 1, 1.0, exception, traceback))
 

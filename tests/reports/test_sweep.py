@@ -15,8 +15,9 @@ import pytest
 from omegaconf import OmegaConf
 from runs import processes_of, run, signal_when_ready
 
-from runner.plan.diagnostics import Collective, GroupRecord, RankDump, RankFiles
-from runner.plan.paths import RunPaths
+from runner.records.dumps import Collective, GroupRecord, RankDump
+from runner.records.paths import RunPaths
+from runner.records.watch_files import RankWatchFiles
 from runner.reports.sweep import SweepOutcome, SweepSummary, markdown, plot, record_exit, summarize
 
 
@@ -61,7 +62,7 @@ def test_a_job_whose_ranks_waited_for_one_names_it(tmp_path):
     paths = RunPaths(tmp_path / "0", "0")
     for rank, late in ((0, 0.0), (1, 0.1)):  # rank 1 enters every collective 0.1 s after rank 0
         entries = tuple(Collective(k, "all_reduce", entered_s=100.0 + 0.2 * k + late) for k in range(1, 21))
-        RankFiles(paths, rank).write_dump(RankDump(rank, "node0", 200.0, "end", "flight recorder",
+        RankWatchFiles(paths, rank).write_dump(RankDump(rank, "node0", 200.0, "end", "flight recorder",
                                                    (GroupRecord("0", 20, 20, entries),)))
     (row,) = summarize(tmp_path)
     assert row.slowest == "rank 1 on node0 (2.00x)"  # it works 0.2 s between collectives, rank 0 0.1 s

@@ -11,8 +11,9 @@ import pytest
 
 from conftest import validate
 from runner.launchers import plan_for
-from runner.plan.diagnostics import Collective, GroupRecord, RankDump, RankFiles, last_request
-from runner.plan.paths import RunPaths
+from runner.records.dumps import Collective, GroupRecord, RankDump
+from runner.records.paths import RunPaths
+from runner.records.watch_files import RankWatchFiles, last_request
 from runner.reports import where
 from runs import QUIT_SAID, wait_until
 
@@ -25,7 +26,7 @@ def answering(paths: RunPaths, dumps: dict[int, tuple[int, str]]) -> threading.T
         wait_until(lambda: last_request(paths) is not None, 10, "the ranks asked")
         for rank, (enqueued, at) in dumps.items():
             entries = tuple(Collective(s, "all_reduce", ((1,),), ("Float",), time.time() - 2) for s in range(1, enqueued + 1))
-            RankFiles(paths, rank).write_dump(RankDump(rank, "node0", time.time(), "request", "runner counter",
+            RankWatchFiles(paths, rank).write_dump(RankDump(rank, "node0", time.time(), "request", "runner counter",
                                                        (GroupRecord("0", enqueued, enqueued - 1, entries),), at))
 
     return threading.Thread(target=answer, daemon=True)

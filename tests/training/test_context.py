@@ -13,7 +13,7 @@ from torch.utils.data import TensorDataset
 
 from runner.api import Recipe, RunContext, single_process_context
 from runner.common.signals import StopRequest
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.training.context import ContextSettings
 

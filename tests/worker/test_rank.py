@@ -11,10 +11,10 @@ import torch
 from conftest import validate
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import plan_for
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
+from runner.worker.host_agent import rank_setups
 from runner.worker.rank import _plain_result
 from runner.worker.rendezvous import Rendezvous
-from runner.worker.host_agent import rank_setups
 
 pytestmark = pytest.mark.unit
 

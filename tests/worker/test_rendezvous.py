@@ -10,7 +10,7 @@ import pytest
 
 from conftest import validate
 from runner.launchers import plan_for
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.worker.rendezvous import RendezvousError, prepare_rendezvous
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import TARGET, environment, validate
 from runner.launchers import plan_for
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.worker.share import HostShare
 
 pytestmark = pytest.mark.unit

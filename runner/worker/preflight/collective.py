@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from runner.common import exits
 from runner.common.timeouts import is_collective_timeout
-from runner.plan.paths import RunPaths
+from runner.records.paths import RunPaths
 from runner.worker.preflight.checks import DEADLINE_GRACE_S, Check, HostChecks, PreflightFailed, collective_timeout_s
 from runner.worker.setup import RankSetup
 

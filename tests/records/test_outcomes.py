@@ -1,4 +1,4 @@
-"""runner.plan.outcome: the files that say how each rank ended, written by ranks and launchers, read by the
+"""runner.records.outcomes: the files that say how each rank ended, written by ranks and launchers, read by the
 launchers and the reports."""
 
 from __future__ import annotations
@@ -7,17 +7,9 @@ import json
 
 import pytest
 
-from runner.plan.outcome import ErrorRecord, RankOutcome, all_done, any_failed, first_failures, outcomes, timed_out
-from runner.plan.paths import RunPaths
+from runner.records.outcomes import ErrorRecord, RankOutcome, all_done, any_failed, first_failures, outcomes, timed_out
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def paths(tmp_path) -> RunPaths:
-    paths = RunPaths(tmp_path / "run", "r1")
-    paths.make()
-    return paths
 
 
 def _error(rank: int, at: float, killed: bool = False) -> ErrorRecord:

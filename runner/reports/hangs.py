@@ -1,12 +1,5 @@
-"""What the ranks of a run record of their collectives, and what it says about a hang or a straggler.
-
-Each rank records its collectives (torch's flight recorder where it has one, else the runner's own
-per-process-group counter: runner.worker.watch) and, asked or at its end, writes ``logs/rank<r>.collectives.json``:
-per process group the last collective it entered (``enqueued``) and the last that completed (``completed``),
-its last entries (sequence number, operation, shapes, dtypes, when it entered), and where its main thread
-is. A request to write them is the file ``logs/diagnose.request``, so that ranks on other hosts see it
-through the shared run folder. A rank's heartbeat, ``logs/rank<r>.beat``, says when it last completed a
-collective or a progress step.
+"""What the ranks' dumps say of a hang, or of a slow rank: which collective each rank is in, and the rank the others
+waited for, in words (runner.records.dumps holds what the ranks record; runner.records.watch_files how they are asked).
 
 :func:`diagnose` reads the dumps of a hang::
 
@@ -14,201 +7,27 @@ collective or a progress step.
     collective was all_reduce #20, and it is at train.py:57 in main
 
 and :func:`straggler` the dumps of a finished run: the rank the others waited for.
+
+Why not torch's own analyzer (``torch.distributed.flight_recorder``: ``fr_trace``, ``build_db``), which matches
+the ranks' flight-recorder buffers too and names the ranks missing from a collective: it does not fit what the ranks
+have here. It reads every rank's whole buffer, as pickle files in one folder, and refuses an incomplete set unless
+told otherwise; the ranks here answer on the job's channel, from hosts that share no folder, with their last entries,
+and where torch has no flight recorder from the runner's own counter. It does not read a gloo buffer at all: in
+torch 2.13 a gloo group's ``pg_config`` is keyed ``''`` while its entries name group ``'0'``, and ``build_db`` stops
+at ``KeyError: ('0', 0)`` (tests/reports/test_hangs.py shows it, and fails once torch reads one). Patched by hand, it
+names the rank missing from the collective, as :func:`diagnose` does, but not how long the others waited, where
+the missing rank is in the user's code, nor a straggler. And it imports torch, which `run`'s own process, where
+Ctrl-\\ asks for this paragraph, never does.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from runner.common.polling import poll
-from runner.plan.paths import RunPaths
-
-
-@dataclass(frozen=True)
-class Collective:
-    """One collective a rank entered."""
-
-    seq: int  # its number in its process group, from 1
-    op: str  # all_reduce, broadcast, ...
-    sizes: tuple[tuple[int, ...], ...] = ()
-    dtypes: tuple[str, ...] = ()
-    entered_s: float = 0.0  # wall-clock time it was entered (time.time())
-
-    def shape(self) -> str:
-        if not self.sizes:
-            return ""
-        return ", ".join(f"{d}{list(s)}" for s, d in zip(self.sizes, self.dtypes or ("",) * len(self.sizes)))
-
-
-@dataclass(frozen=True)
-class GroupRecord:
-    """A rank's view of one process group."""
-
-    group: str  # "0" for the default group
-    enqueued: int  # the last collective it entered (0: none)
-    completed: int  # the last that completed (-1: not known, e.g. gloo's)
-    entries: tuple[Collective, ...] = ()  # its last ones, oldest first
-
-    def entry(self, seq: int) -> Collective | None:
-        return next((e for e in self.entries if e.seq == seq), None)
-
-
-@dataclass(frozen=True)
-class RankDump:
-    """What one rank wrote of its collectives, at ``time``."""
-
-    rank: int
-    host: str
-    time: float
-    reason: str  # request, timeout, stall, end
-    source: str  # "flight recorder" or "runner counter"
-    groups: tuple[GroupRecord, ...] = ()
-    at: str = ""  # where its main thread is: "train.py:57 in main"
-
-    def group(self, name: str) -> GroupRecord | None:
-        return next((g for g in self.groups if g.group == name), None)
-
-    def document(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @staticmethod
-    def from_document(doc: Mapping[str, Any]) -> RankDump | None:
-        try:
-            return _from_json(doc)
-        except (KeyError, TypeError, ValueError):
-            return None
-
-
-def _from_json(doc: Mapping[str, Any]) -> RankDump:
-    groups = tuple(GroupRecord(g["group"], g["enqueued"], g["completed"],
-                               tuple(Collective(e["seq"], e["op"], tuple(tuple(s) for s in e.get("sizes", ())),
-                                                tuple(e.get("dtypes", ())), e.get("entered_s", 0.0))
-                                     for e in g.get("entries", ())))
-                   for g in doc.get("groups", ()))
-    return RankDump(doc["rank"], doc.get("host", ""), doc.get("time", 0.0), doc.get("reason", ""),
-                    doc.get("source", ""), groups, doc.get("at", ""))
-
-
-@dataclass(frozen=True)
-class RankFiles:
-    """A rank's diagnostic files in the run folder."""
-
-    paths: RunPaths
-    rank: int
-
-    @property
-    def dump_file(self) -> Path:
-        return self.paths.logs / f"rank{self.rank:05d}.collectives.json"
-
-    @property
-    def beat_file(self) -> Path:
-        return self.paths.logs / f"rank{self.rank:05d}.beat"
-
-    def write_dump(self, dump: RankDump) -> None:
-        _write(self.dump_file, json.dumps(asdict(dump)))
-
-    def dump(self) -> RankDump | None:
-        try:
-            return _from_json(json.loads(self.dump_file.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-
-    def write_beat(self, progressed_s: float) -> None:
-        _write(self.beat_file, f"{progressed_s:.3f}\n")
-
-    def last_progress(self) -> float | None:
-        """When the rank last completed a collective or a progress step (time.time()); None: no beat yet."""
-        try:
-            return float(self.beat_file.read_text())
-        except (OSError, ValueError):
-            return None
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def request_file(paths: RunPaths) -> Path:
-    return paths.logs / "diagnose.request"
-
-
-def request_dumps(paths: RunPaths, reason: str) -> float:
-    """Ask every rank of the run for its dump (they watch this file); the time of the request."""
-    now = time.time()
-    _write(request_file(paths), json.dumps({"time": now, "reason": reason}))
-    return now
-
-
-def last_request(paths: RunPaths) -> float | None:
-    """When the ranks were last asked for their dumps, or None."""
-    try:
-        return float(json.loads(request_file(paths).read_text())["time"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def diagnosis_file(paths: RunPaths) -> Path:
-    return paths.logs / "diagnosis.json"
-
-
-def write_diagnosis(paths: RunPaths, kind: str, text: str, facts: Mapping[str, Any] | None) -> None:
-    """What a hang was, in words and facts (read by the failure report and the run's summary)."""
-    _write(diagnosis_file(paths), json.dumps({**(facts or {}), "kind": kind, "text": text}))
-
-
-def read_diagnosis(paths: RunPaths) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(diagnosis_file(paths).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def clear_diagnosis(paths: RunPaths) -> None:
-    """Forget an earlier attempt's request and diagnosis (a restarted job; the dumps are told apart by time)."""
-    for path in (request_file(paths), diagnosis_file(paths)):
-        path.unlink(missing_ok=True)
-
-
-def requested_since(paths: RunPaths, since: float) -> str | None:
-    """The reason of a request made after ``since``, or None."""
-    try:
-        doc = json.loads(request_file(paths).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc.get("reason", "request") if doc.get("time", 0) > since else None
-
-
-def collect_dumps(paths: RunPaths, ranks: Iterable[int], since: float, wait_s: float = 0.0,
-                  elsewhere: Callable[[int], RankDump | None] | None = None) -> dict[int, RankDump]:
-    """The ranks' dumps written at or after ``since``, from ``elsewhere`` (the job's channel: any host) where it has
-    one, else from the run folder, waiting up to ``wait_s`` for the missing ones."""
-    ranks = list(ranks)
-
-    def fresh(dump: RankDump | None) -> bool:
-        return dump is not None and dump.time >= since - 0.001
-
-    def look() -> dict[int, RankDump]:
-        found = {}
-        for r in ranks:
-            dump = elsewhere(r) if elsewhere is not None else None
-            if not fresh(dump):
-                dump = RankFiles(paths, r).dump()
-            if fresh(dump):
-                found[r] = dump
-        return found
-
-    return poll(look, lambda found: len(found) == len(ranks), wait_s)
-
+from runner.records.dumps import RankDump
 
 # ----------------------------------------------------------------------------------------- a hang in words
 

@@ -1,4 +1,5 @@
-"""How each rank of a run ended, as files in the run's ``logs/`` folder: the one module that writes and reads them.
+"""How each rank of a run ended, as files in the run's ``logs/`` folder (named by runner.records.paths.RankPaths):
+the one module that writes and reads them.
 
 * ``rank<r>.joined`` — the rank joined the default process group (a rendezvous that times out names the
   ranks without one); it holds the backend the group uses (a script chooses its own);
@@ -15,14 +16,14 @@ folder tells how its ranks ended after the fact (a Slurm job Slurm no longer rem
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.common.files import write_atomically
 from runner.common.timeouts import is_timeout_text
-from runner.plan.paths import RunPaths
+from runner.records.paths import RankPaths, RunPaths
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,6 @@ def timed_out(error: Mapping[str, Any]) -> bool:
     return is_timeout_text(str(error.get("exception", "")))
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 @dataclass(frozen=True)
 class RankOutcome:
     """The outcome files of one rank of a run (of the run's current attempt: each attempt has its logs)."""
@@ -63,16 +58,20 @@ class RankOutcome:
     rank: int
 
     @property
+    def files(self) -> RankPaths:
+        return self.paths.rank(self.rank)
+
+    @property
     def error_file(self) -> Path:
-        return self.paths.logs / f"rank{self.rank:05d}.error.json"
+        return self.files.error
 
     @property
     def done_file(self) -> Path:
-        return self.paths.logs / f"rank{self.rank:05d}.done"
+        return self.files.done
 
     @property
     def joined_file(self) -> Path:
-        return self.paths.logs / f"rank{self.rank:05d}.joined"
+        return self.files.joined
 
     # -- written by the rank (or, for a rank that could not, by its launcher) ----------------------------
     def clear(self) -> None:
@@ -81,13 +80,13 @@ class RankOutcome:
             path.unlink(missing_ok=True)
 
     def mark_joined(self, backend: str = "") -> None:
-        _write_atomically(self.joined_file, backend)
+        write_atomically(self.joined_file, backend)
 
     def mark_done(self, stopped: bool, result: Mapping[str, Any] | None = None) -> None:
-        _write_atomically(self.done_file, json.dumps({"stopped": stopped, "result": dict(result or {})}))
+        write_atomically(self.done_file, json.dumps({"stopped": stopped, "result": dict(result or {})}))
 
     def record_error(self, record: ErrorRecord) -> None:
-        _write_atomically(self.error_file, json.dumps(asdict(record)))
+        write_atomically(self.error_file, json.dumps(asdict(record)))
 
     # -- read by launchers and reports ------------------------------------------------------------------
     @property

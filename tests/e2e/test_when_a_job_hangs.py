@@ -1,7 +1,7 @@
-"""Hangs explained (runner.worker.watch, runner.plan.diagnostics): which collective each rank is in and which rank
-never entered it, at a collective's timeout, at a stall, on Ctrl-\\ (SIGQUIT); a mismatch of collectives; the
-slow rank named; every rank's output on the terminal when asked (log.console). Real ranks, real gloo groups;
-locally, across namespace hosts and on the Slurm test cluster."""
+"""Hangs explained (runner.worker.watch, runner.records.watch_files, runner.reports.hangs): which collective each
+rank is in and which rank never entered it, at a collective's timeout, at a stall, on Ctrl-\\ (SIGQUIT); a mismatch
+of collectives; the slow rank named; every rank's output on the terminal when asked (log.console). Real ranks, real
+gloo groups; locally, across namespace hosts and on the Slurm test cluster."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def test_ctrl_backslash_says_where_the_ranks_are_and_the_job_goes_on(tmp_path):
 
 def test_the_slow_rank_is_named_in_the_summary(tmp_path):
     """Rank 2 sleeps 0.03 s more before each of 60 all-reduces (1.8 s in all): it is the one named, and the others'
-    wait is one the runner counts (1 s or more: runner.plan.diagnostics.straggler). How long they waited beyond that
+    wait is one the runner counts (1 s or more: runner.reports.hangs.straggler). How long they waited beyond that
     depends on the machine's load: test_no_rank_is_named_when_none_is_slow is the control."""
     done = run("topology=1x4", "recipe=custom", "recipe.target=workloads.slow:main", "+recipe.steps=60",
                "+recipe.slow_rank=2", "+recipe.extra_s=0.03", "recipe.global_batch_size=4", cwd=tmp_path)
