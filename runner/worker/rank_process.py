@@ -41,8 +41,16 @@ def preload() -> None:
     (Forking after torch._dynamo was imported was once seen to deadlock ranks at process-group teardown, a gloo
     thread waiting for the GIL, when ranks ended through the interpreter's teardown. Ranks end with ``os._exit``
     now (below), and no such hang was seen in 73 runs of 4 ranks each, a script's destroy_process_group and the
-    runner's alike, nor in the test suite since.)"""
+    runner's alike, nor in the test suite since.)
+
+    The import sets TORCHINDUCTOR_CACHE_DIR in os.environ, which the ranks would inherit (a torchrun rank has no
+    such variable until its own import): the environment is put back as it was."""
+    before = dict(os.environ)
     import torch._dynamo  # noqa: F401
+
+    for name in set(os.environ) - set(before):
+        del os.environ[name]
+    os.environ.update(before)
 
 
 def die_with_parent() -> None:

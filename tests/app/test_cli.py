@@ -322,7 +322,7 @@ def test_help_lists_groups(tmp_path: Path) -> None:
 def test_help_shows_every_option_with_its_default_and_doc(tmp_path: Path) -> None:
     """Each group's keys, with the schema's default and the first line of the field's docstring."""
     r = run_cli(tmp_path, "--help")
-    assert r.returncode == 0, explain(r)
+    assert r.code == 0, explain(r)
     assert re.search(r"^  launcher\.grace_s=10\.0 +Seconds the ranks get to checkpoint and stop after SIGTERM before they "
                      r"are\s+killed\.$", r.stdout, flags=re.M), r.stdout
     for line in ("  init.timeout_s=300.0 ", "  launcher.slurm.signal=USR1@90 ", "  recipe.global_batch_size=64 ",

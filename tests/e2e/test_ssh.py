@@ -272,21 +272,26 @@ def hang(marker: Path, grace_s: int = 2) -> list[str]:
             f"+recipe.marker={marker}", "recipe.global_batch_size=2", "init.timeout_s=300", f"launcher.grace_s={grace_s}"]
 
 
-def kill_host(testbed, host: str) -> int:
-    """Every process in ``host``'s network namespace but its sshd daemon, killed at once (its logins, its `run`, its
-    ranks): the machine gone, as its peers see it. How many."""
-    h = testbed.host(host)
-    net = f"net:[{os.stat(h.netns_path).st_ino}]"
-    sshd = int(testbed.ssh["hosts"][host]["sshd_pid"])
-    killed = 0
-    for p in psutil.process_iter():
+def kill_host(testbed, host: str, run_id: str) -> int:
+    """The job's processes on ``host`` killed at once: its `run` and ranks (whose command lines name ``run_id``) and
+    the ssh logins they run in: the machine gone, as its peers see it. Only what the job's ssh login started: the
+    bed is shared, and the host's slurmd, its sshd daemon and other tests' logins stay. How many."""
+    daemon = psutil.Process(int(testbed.ssh["hosts"][host]["sshd_pid"]))
+    doomed: dict[int, psutil.Process] = {}
+    for p in daemon.children(recursive=True):
         try:
-            if p.pid != sshd and os.readlink(f"/proc/{p.pid}/ns/net") == net:
-                p.kill()
-                killed += 1
-        except (OSError, psutil.Error):
+            if not any(run_id in word for word in p.cmdline()):
+                continue
+            doomed.update({q.pid: q for q in (p, *p.children(recursive=True))})
+            doomed.update({q.pid: q for q in p.parents() if q.pid != daemon.pid and daemon in q.parents()})
+        except psutil.Error:
             continue
-    return killed
+    for p in doomed.values():
+        try:
+            p.kill()
+        except psutil.Error:
+            continue
+    return len(doomed)
 
 
 def test_a_host_killed_mid_run_ends_the_job_on_every_host_within_seconds(testbed, job, tmp_path):
@@ -294,7 +299,7 @@ def test_a_host_killed_mid_run_ends_the_job_on_every_host_within_seconds(testbed
     marker = tmp_path / "rank1.stuck"  # outside the bed's home: every host writes the same folder here
     with start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker)], run_id) as proc:
         wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
-        assert kill_host(testbed, testbed.names[1]) >= 2  # its `run` and its rank, at least
+        assert kill_host(testbed, testbed.names[1], run_id) >= 3  # its login, its `run` and its rank, at least
         killed = time.monotonic()
         ((code, said),) = finish([proc], timeout=60)
     assert code == 1, said
