@@ -8,7 +8,9 @@ from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from runner.spec.schema import JobConfig, recipe_schema
 
@@ -25,9 +27,17 @@ def load_spec(path: Path) -> JobConfig:
     return _typed(OmegaConf.load(path))
 
 
+class SpecTextError(ValueError):
+    """A spec's text that is no spec: not YAML, a key no schema has, a value of the wrong type."""
+
+
 def load_spec_text(text: str) -> JobConfig:
-    """:func:`load_spec` of a spec.yaml's text (launcher=ssh sends it to each host over ssh)."""
-    return _typed(OmegaConf.create(text))
+    """:func:`load_spec` of a spec.yaml's text (launcher=ssh sends it to each host over ssh); a text that is no spec
+    raises :class:`SpecTextError`, saying why."""
+    try:
+        return _typed(OmegaConf.create(text))
+    except (yaml.YAMLError, OmegaConfBaseException) as e:
+        raise SpecTextError(str(e).strip()) from None
 
 
 def _typed(written: DictConfig) -> JobConfig:

@@ -1,0 +1,77 @@
+"""launcher=ssh without any host (runner.launchers.ssh): the commands it runs (the golden files, parsed back: what
+reaches each host's shell is exactly the words meant, whatever a value holds), the ssh options, where each host
+keeps the run, and how the hosts and their ranks are placed. The launch itself, on hosts with a real sshd:
+tests/e2e/test_ssh.py."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from conftest import GOLDEN
+from runner.launchers.ssh import ssh_base
+from runner.spec.schema import SshOptions
+from ssh_fixtures import ssh_launcher
+
+pytestmark = pytest.mark.unit
+
+
+def _lines(name: str, note: str) -> list[list[str]]:
+    """The commands of a golden file that follow a comment containing ``note``, as argv lists."""
+    lines = (GOLDEN / f"{name}.txt").read_text().splitlines()
+    return [shlex.split(lines[i + 1]) for i, line in enumerate(lines) if line.startswith("#") and note in line]
+
+
+def test_each_host_gets_exactly_the_words_meant_whatever_a_value_holds() -> None:
+    """ssh joins its arguments into one line for the host's shell: the remote command is quoted once for it, so a
+    workdir with a space and exported values with $( ), ; and quotes arrive as the words they were."""
+    starts = _lines("ssh_options", "process(es)")
+    assert len(starts) == 2
+    for i, argv in enumerate(starts):
+        cut = argv.index("--")
+        assert argv[:2] == ["/usr/bin/ssh", "-T"] and argv[cut + 1] == ("gpu-a", "gpu-b")[i]
+        assert len(argv) == cut + 3  # one remote command, one word
+        remote = shlex.split(argv[-1])
+        assert remote == ["cd", "/work/my proj", "&&", "exec", "env", "HF_HOME=/data/hf cache",
+                          "WANDB_MODE=$(rm -rf ~); 'offline'", "/opt/venv/bin/run", "--ssh-host", str(i), "/runs/R1"]
+    checks = _lines("ssh_options", "the check")
+    assert [shlex.split(c[-1]) for c in checks] == [["cd", "/work/my proj", "&&", "exec", "/opt/venv/bin/run",
+                                                    "--version"]] * 2
+    collects = _lines("ssh_options", "after the run")
+    assert shlex.split(collects[0][-1]) == ["cd", "/runs/R1", "&&", "exec", "tar", "-cf", "-", "--ignore-failed-read",
+                                            "logs", "metrics.jsonl"]
+
+
+def test_ssh_options_default_to_batch_mode_a_timeout_and_keepalives_and_your_own_config() -> None:
+    assert ssh_base(SshOptions()) == ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                                      "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]  # no -F: ~/.ssh/config
+    options = _lines("ssh_options", "process(es)")[0]
+    assert options[:options.index("--")] == [
+        "/usr/bin/ssh", "-T", "-F", "/home/alice/.ssh/cluster_config", "-l", "alice", "-p", "2222", "-i",
+        "/home/alice/.ssh/id_ed25519", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "ProxyJump=bastion",
+        "-o", "StrictHostKeyChecking=accept-new"]  # keepalive_s=0: none
+
+
+def test_each_host_keeps_the_run_at_its_path_under_the_jobs_folder(tmp_path) -> None:
+    """The hosts start in the job's folder: a run folder under the folder `run` started in is at the same place
+    under the job's folder there; another (hydra.run.dir elsewhere) at the same path."""
+    here = ssh_launcher(tmp_path, cwd=str(tmp_path), root=tmp_path / "outputs" / "runs" / "R1")
+    assert here.remote_folder() == str(tmp_path / "outputs" / "runs" / "R1")  # workdir unset: this folder
+    named = ssh_launcher(tmp_path, "workdir=/tmp", cwd=str(tmp_path), root=tmp_path / "outputs" / "runs" / "R1")
+    assert named.remote_folder() == "/tmp/outputs/runs/R1"
+    apart = ssh_launcher(tmp_path, cwd="/elsewhere", root=tmp_path / "runs" / "R1")
+    assert apart.remote_folder() == str(tmp_path / "runs" / "R1")
+
+
+def test_the_hosts_share_one_run_id_and_port_and_every_rank_is_placed(tmp_path) -> None:
+    launcher = ssh_launcher(tmp_path)
+    hosts = launcher.hosts()
+    assert [(h.index, h.name, h.destination, h.ranks) for h in hosts] == [(0, "a", "a", (0, 1)), (1, "b", "b", (2,))]
+    assert launcher.plan.job.spec.run_id == "R1" and launcher.plan.job.spec.init.master_port  # pinned for every host
+    assert "exec /venv/bin/run --ssh-host 1 " in hosts[1].start[-1]
+
+
+def test_unset_exported_variables_are_left_out(tmp_path) -> None:
+    launcher = ssh_launcher(tmp_path, "launcher.ssh.export=[HF_HOME,UNSET_HERE]", HF_HOME="/data/hf")
+    assert shlex.split(launcher.hosts()[0].start[-1])[4:6] == ["env", "HF_HOME=/data/hf"]

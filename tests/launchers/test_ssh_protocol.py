@@ -1,0 +1,34 @@
+"""What launcher=ssh's `run` says to each host's `run` over stdin (runner.launchers.ssh_protocol): the spec, then
+one message a line, and what is refused."""
+
+from __future__ import annotations
+
+import io
+import signal
+
+import pytest
+
+from runner.launchers.ssh_protocol import ProtocolError, end_message, parse, read_spec, signal_message, spec_message
+from runner.spec.document import load_spec_text, spec_yaml
+from ssh_fixtures import ssh_launcher
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_spec_goes_over_stdin_and_comes_back_equal_then_the_messages(tmp_path) -> None:
+    spec = ssh_launcher(tmp_path, "+recipe.note='héllo 🙂'").plan.job.spec
+    stream = io.BytesIO(spec_message(spec_yaml(spec)) + signal_message(signal.SIGINT)
+                        + end_message("b", "lost: ssh exited 255"))
+    assert load_spec_text(read_spec(stream)) == spec
+    assert parse(stream.readline()) == {"signal": signal.SIGINT}
+    end = parse(stream.readline())["end"]
+    assert (end["rank"], end["host"], end["text"]) == (None, "b", "lost: ssh exited 255")
+    assert stream.readline() == b""  # then stdin ends: the host stops as on SIGTERM
+    assert parse(b"not json\n") == {} and parse(b"[1]\n") == {}
+
+
+def test_anything_else_on_stdin_is_refused_with_why() -> None:
+    with pytest.raises(ProtocolError, match="spec's length in bytes"):
+        read_spec(io.BytesIO(b"defaults: []\n"))
+    with pytest.raises(ProtocolError, match="after 3 of the spec's 10 bytes"):
+        read_spec(io.BytesIO(b"10\nabc"))
