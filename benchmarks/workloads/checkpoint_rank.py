@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ShardingConfig
 from runner.training.context import ContextSettings, RunContext
 
@@ -46,9 +47,10 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"file://{folder}/group-{way}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=600))
     mine = folder / f"host{rank}"
-    ctx = RunContext(ContextSettings(rank=rank, local_rank=0, node_rank=rank, world_size=2, local_world_size=1,
-                                     host=f"host{rank}", device=torch.device("cpu"), device_ids=(), parallel=ParallelConfig(),
-                                     sharding=ShardingConfig(), global_batch_size=2, seed=0, output_dir=mine,
+    place = RankPlace(global_rank=rank, local_rank=0, node_rank=rank, world_size=2, local_world_size=1,
+                      host=f"host{rank}", device="cpu", device_ids=())
+    ctx = RunContext(ContextSettings(place=place, parallel=ParallelConfig(), sharding=ShardingConfig(),
+                                     global_batch_size=2, seed=0, output_dir=mine,
                                      metrics_file=mine / "metrics.jsonl", checkpoint_dir=mine / "checkpoints"))
     path = mine / "checkpoints" / "last.pt"
     dist.barrier()

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from runner.environments.process import ProcessEnvironment
-from runner.plan.processes import Plan, ProcessRecord
+from runner.plan.processes import Plan
 from runner.records.paths import RunPaths
+from runner.spec.place import RankPlace
 
 
-def child_environment(plan: Plan, record: ProcessRecord, paths: RunPaths, parent: ProcessEnvironment, *,
+def child_environment(plan: Plan, place: RankPlace, paths: RunPaths, parent: ProcessEnvironment, *,
                       master_port: str, agent_store: bool, network: Mapping[str, str] = {},
                       tmpdir: str | None = None) -> dict[str, str]:
     """Every variable the process gets beyond its parent's: torchrun's (from the plan, with the launch's
@@ -20,17 +21,17 @@ def child_environment(plan: Plan, record: ProcessRecord, paths: RunPaths, parent
     OMP_NUM_THREADS), where torch elastic's ``@record`` writes a failure, how many collectives torch's flight
     recorder keeps (log.collectives, for a hang's diagnosis: runner.worker.watch), and its temp folder (``tmpdir``,
     as TMPDIR: the attempt's scratch folder in the run folder, removed after it)."""
-    env = plan.env(record)
+    env = plan.env(place)
     env.update(MASTER_PORT=master_port, TORCHELASTIC_RUN_ID=paths.run_id,
                TORCHELASTIC_RESTART_COUNT=str(paths.attempt),
                TORCHELASTIC_MAX_RESTARTS=str(plan.job.spec.launcher.max_restarts),
-               TORCHELASTIC_ERROR_FILE=str(paths.rank(record.global_rank).elastic_error))
+               TORCHELASTIC_ERROR_FILE=str(paths.rank(place.global_rank).elastic_error))
     if parent.nccl_async_error_handling is None:  # as torchrun's agent: on, unless the user said otherwise
         env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"
     if agent_store:
         env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     env.update(network)
-    env["OMP_NUM_THREADS"] = parent.omp_num_threads or str(max(1, parent.cpu_count // record.local_world_size))
+    env["OMP_NUM_THREADS"] = parent.omp_num_threads or str(max(1, parent.cpu_count // place.local_world_size))
     collectives = plan.job.spec.log.collectives
     if parent.flight_recorder is None and collectives:
         env["TORCH_FR_BUFFER_SIZE"] = str(collectives)

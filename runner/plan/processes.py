@@ -1,4 +1,4 @@
-"""The plan: one record per process, from a validated job, by a pure function.
+"""The plan: one place per process (runner.spec.place.RankPlace), from a validated job, by a pure function.
 
 Rank assignment (:func:`make_plan`), for hosts h_0 .. h_{N-1} in spec order with n_i processes each:
 
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
+from runner.spec.place import RankPlace
 from runner.spec.schema import DeviceKind, InitMethod, ParallelMode
 from runner.spec.topology import Host
 
@@ -53,26 +54,13 @@ class LaunchRules:
     hosts_start_apart: bool = False  # each host's share is started by its own `run`, by hand (launcher=manual)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProcessRecord:
-    """One process of the job."""
-
-    global_rank: int
-    local_rank: int
-    node_rank: int
-    local_world_size: int
-    host: str  # the host's name, or node<i> when the launcher picks the machine
-    device: str  # "cpu", "cuda:<i>" (index among the host's visible GPUs)
-    device_ids: tuple[int, ...]  # visible GPU indices this process uses (DP: all of the host's); () on CPU
-
-
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """A job's processes: one record per process, and what every process of it shares (the master, the init URL,
+    """A job's processes: one place per process, and what every process of it shares (the master, the init URL,
     its launcher's rules). Made by :func:`make_plan`."""
 
     job: Job
-    records: tuple[ProcessRecord, ...]
+    records: tuple[RankPlace, ...]  # in global rank order
     master_addr: str
     master_port: str
     init_method: str  # the init_method URL every process passes to init_process_group
@@ -82,8 +70,8 @@ class Plan:
     def world_size(self) -> int:
         return len(self.records)
 
-    def host_records(self, node_rank: int) -> tuple[ProcessRecord, ...]:
-        """The records of one host: a contiguous block, found by the rank prefix sums."""
+    def host_records(self, node_rank: int) -> tuple[RankPlace, ...]:
+        """The places of one host: a contiguous block, found by the rank prefix sums."""
         start = self._host_starts[node_rank]
         return self.records[start:start + self._host_counts[node_rank]]
 
@@ -122,10 +110,10 @@ class Plan:
         env.update(job.spec.backend.env)
         return env
 
-    def env(self, record: ProcessRecord) -> dict[str, str]:
+    def env(self, place: RankPlace) -> dict[str, str]:
         """The full torchrun-compatible environment of one process."""
-        env = self.host_env(self.job.hosts[record.node_rank])
-        env.update(RANK=str(record.global_rank), LOCAL_RANK=str(record.local_rank), ROLE_RANK=str(record.global_rank))
+        env = self.host_env(self.job.hosts[place.node_rank])
+        env.update(RANK=str(place.global_rank), LOCAL_RANK=str(place.local_rank), ROLE_RANK=str(place.global_rank))
         return env
 
 
@@ -133,9 +121,10 @@ def _processes_on(host: Host, job: Job) -> int:
     return 1 if job.spec.parallel.mode is ParallelMode.dp else host.devices
 
 
-def _records(job: Job) -> Iterator[ProcessRecord]:
+def _records(job: Job) -> Iterator[RankPlace]:
     cuda = job.device is DeviceKind.cuda
     dp = job.spec.parallel.mode is ParallelMode.dp
+    world = job.world_size
     rank = 0
     for host in job.hosts:
         n = 1 if dp else host.devices
@@ -147,8 +136,8 @@ def _records(job: Job) -> Iterator[ProcessRecord]:
                 device, ids = "cuda:0", tuple(range(host.devices))
             else:
                 device, ids = f"cuda:{local}", (local,)
-            yield ProcessRecord(global_rank=rank, local_rank=local, node_rank=host.index, local_world_size=n,
-                                host=label, device=device, device_ids=ids)
+            yield RankPlace(global_rank=rank, local_rank=local, node_rank=host.index, world_size=world,
+                            local_world_size=n, host=label, device=device, device_ids=ids)
             rank += 1
 
 
@@ -171,7 +160,7 @@ def _url_host(addr: str) -> str:
 
 
 def make_plan(job: Job, rules: LaunchRules, run: RunPaths | None = None) -> Plan:
-    """Expand a validated job into its process records (see the module docstring for the ranks), under
+    """Expand a validated job into its processes' places (see the module docstring for the ranks), under
     its launcher's ``rules``. With ``run`` (the run's paths), run-specific values such as the rendezvous
     file are filled in.
     """

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from runner.plan.processes import Plan, ProcessRecord
+from runner.plan.processes import Plan
+from runner.spec.place import RankPlace
 from runner.spec.schema import DeviceKind
 
 SHOWN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -24,7 +25,7 @@ def verdict(plan: Plan) -> str:
             + ("; preflight: each host's checks and one all-reduce, no recipe" if spec.preflight else ""))
 
 
-def _row(plan: Plan, r: ProcessRecord, cuda: bool) -> list[str]:
+def _row(plan: Plan, r: RankPlace, cuda: bool) -> list[str]:
     env = plan.env(r)
     shown = " ".join(f"{k}={env[k]}" for k in SHOWN_ENV if k in env)
     return [str(r.global_rank), str(r.node_rank), str(r.local_rank), r.host, r.device if not cuda or len(r.device_ids) < 2
@@ -60,8 +61,13 @@ def plan_document(plan: Plan) -> dict:
         "init_method": plan.init_method,
         "hosts": [{"node_rank": h.index, "host": h.label, "addr": h.reach, "devices": h.devices, "gpus": list(h.gpus)}
                   for h in job.hosts],
-        "processes": [{**asdict(r), "env": plan.env(r)} for r in plan.records],
+        "processes": [{**_process(r), "env": plan.env(r)} for r in plan.records],
     }
+
+
+def _process(place: RankPlace) -> dict:
+    """A process's entry of plan.json: its place, less the world size the document gives once."""
+    return {k: v for k, v in asdict(place).items() if k != "world_size"}
 
 
 def write_plan(plan: Plan, path) -> None:

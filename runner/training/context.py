@@ -30,6 +30,7 @@ from runner.common.files import replaced_atomically
 from runner.common.formatting import number
 from runner.common.signals import StopRequest
 from runner.records.paths import RunPaths, checkpoint_file
+from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.training import checkpoints
 from runner.training.output import AgentChannel
@@ -41,14 +42,7 @@ from runner.training.sharding import OptimizerFactory, OptimizerRecipe, Placemen
 class ContextSettings:
     """Everything a run context is built from (by the worker, runner.worker.rank; not by recipes)."""
 
-    rank: int
-    local_rank: int
-    node_rank: int
-    world_size: int
-    local_world_size: int
-    host: str
-    device: torch.device
-    device_ids: tuple[int, ...]  # the GPU indices this process drives (DP: all of its host's); () on CPU
+    place: RankPlace  # where this process is: its ranks, host, device and the GPUs it drives (the plan's)
     parallel: ParallelConfig
     sharding: ShardingConfig
     global_batch_size: int | None
@@ -86,6 +80,7 @@ class RunContext:
 
     def __init__(self, settings: ContextSettings) -> None:
         self._settings = settings
+        self._device = torch.device(settings.place.device)
         self._ddp_options = {"find_unused_parameters": settings.parallel.find_unused_parameters,
                              "bucket_cap_mb": settings.parallel.bucket_cap_mb}
         self._stop_calls = 0
@@ -98,42 +93,42 @@ class RunContext:
     @property
     def rank(self) -> int:
         """This process's global rank, 0 .. world_size - 1."""
-        return self._settings.rank
+        return self._settings.place.global_rank
 
     @property
     def local_rank(self) -> int:
         """This process's rank on its host."""
-        return self._settings.local_rank
+        return self._settings.place.local_rank
 
     @property
     def node_rank(self) -> int:
         """Its host's index in the topology."""
-        return self._settings.node_rank
+        return self._settings.place.node_rank
 
     @property
     def world_size(self) -> int:
         """Processes in the job."""
-        return self._settings.world_size
+        return self._settings.place.world_size
 
     @property
     def local_world_size(self) -> int:
         """Processes on this host."""
-        return self._settings.local_world_size
+        return self._settings.place.local_world_size
 
     @property
     def host(self) -> str:
         """Its host, as the plan names it."""
-        return self._settings.host
+        return self._settings.place.host
 
     @property
     def is_main(self) -> bool:
         """Global rank 0: the process that logs metrics and writes checkpoints."""
-        return self._settings.rank == 0
+        return self._settings.place.is_main
 
     @property
     def device(self) -> torch.device:
         """This process's device: ``cuda:i`` (its local GPU) or ``cpu``."""
-        return self._settings.device
+        return self._device
 
     @property
     def seed(self) -> int:
@@ -173,8 +168,7 @@ class RunContext:
         """The sharding strategy of this job (runner.training.sharding); plain DDP/DP for sharding=none."""
         if self._strategy is None:
             settings = self._settings
-            self._strategy = strategy_for(Placement(rank=self.rank, world_size=self.world_size, device=self.device,
-                                                    device_ids=settings.device_ids, parallel=settings.parallel.mode,
+            self._strategy = strategy_for(Placement(place=settings.place, parallel=settings.parallel.mode,
                                                     sharding=settings.sharding, ddp_options=self._ddp_options))
         return self._strategy
 
@@ -455,10 +449,12 @@ def single_process_context(cfg: Mapping[str, Any] | None = None, output_dir: str
         torch.manual_seed(seed)
         batch = cfg.get("global_batch_size")
         where = torch.device(device)
+        place = RankPlace(global_rank=0, local_rank=0, node_rank=0, world_size=1, local_world_size=1,
+                          host=socket.gethostname(), device=str(where),  # as given ("cuda": torch's current GPU)
+                          device_ids=(where.index or 0,) if where.type == "cuda" else ())
         ctx = RunContext(ContextSettings(
-            rank=0, local_rank=0, node_rank=0, world_size=1, local_world_size=1, host=socket.gethostname(),
-            device=where, device_ids=(where.index or 0,) if where.type == "cuda" else (), parallel=ParallelConfig(),
-            sharding=ShardingConfig(), global_batch_size=int(batch) if batch is not None else None, seed=seed,
+            place=place, parallel=ParallelConfig(), sharding=ShardingConfig(),
+            global_batch_size=int(batch) if batch is not None else None, seed=seed,
             output_dir=root, metrics_file=paths.metrics, checkpoint_dir=paths.checkpoints))
         stack.callback(ctx._close)
         yield ctx

@@ -45,6 +45,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from runner.common.extras import FAIRSCALE, require
+from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelMode, ShardingConfig, ShardingMode
 
 OptimizerFactory = Callable[..., Optimizer]  # optimizer_class(params, **kwargs): a class or any factory
@@ -91,24 +92,21 @@ class OptimizerRecipe:
 
 @dataclass(frozen=True, kw_only=True)
 class Placement:
-    """Where the strategy runs: this process, its device, and the spec's parallel and sharding settings."""
+    """Where the strategy runs (this process: its ranks and device), and the spec's parallel and sharding settings."""
 
-    rank: int
-    world_size: int
-    device: torch.device
-    device_ids: tuple[int, ...] = ()
+    place: RankPlace
     parallel: ParallelMode = ParallelMode.ddp
     sharding: ShardingConfig = field(default_factory=ShardingConfig)
     ddp_options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+    def device(self) -> torch.device:
+        return torch.device(self.place.device)
 
     @property
     def distributed(self) -> bool:
         """Several processes that can shard across each other (DDP with world size > 1)."""
-        return self.parallel is ParallelMode.ddp and self.world_size > 1 and dist.is_initialized()
+        return self.parallel is ParallelMode.ddp and self.place.world_size > 1 and dist.is_initialized()
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -155,8 +153,8 @@ def state_bytes(state: Mapping[Any, Any]) -> int:
     return total
 
 
-def _notice(place: Placement, text: str) -> None:
-    if place.is_main:
+def _notice(placement: Placement, text: str) -> None:
+    if placement.place.is_main:
         print(f"notice: {text}", flush=True)  # stdout: rank 0's reaches the terminal
 
 
@@ -194,21 +192,22 @@ class Strategy:
 
     mode = ShardingMode.none
 
-    def __init__(self, place: Placement) -> None:
-        self.place = place
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
 
     # -- wrap and optimizer ---------------------------------------------------------------------
     def wrap(self, model: nn.Module) -> nn.Module:
-        place = self.place
-        model = model.to(place.device)
-        if place.parallel is ParallelMode.dp:
-            if place.device.type == "cuda" and len(place.device_ids) > 1:
-                return nn.DataParallel(model, device_ids=list(place.device_ids))
+        placement = self.placement
+        device, device_ids = placement.device, placement.place.device_ids
+        model = model.to(device)
+        if placement.parallel is ParallelMode.dp:
+            if device.type == "cuda" and len(device_ids) > 1:
+                return nn.DataParallel(model, device_ids=list(device_ids))
             return model
-        if not place.distributed:
+        if not placement.distributed:
             return model
-        ids = [place.device.index] if place.device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids, **place.ddp_options)
+        ids = [device.index] if device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids, **placement.ddp_options)
 
     def setup(self, model: nn.Module, optimizer: OptimizerRecipe,
               shard_units: Iterable[nn.Module] | None = None) -> tuple[nn.Module, Optimizer]:
@@ -229,7 +228,7 @@ class Strategy:
     def full_state(self, model: nn.Module, optimizer: Optimizer | None, copy: bool = True) -> dict[str, Any] | None:
         """``{"model": ..., "optimizer": ...}`` on rank 0, None elsewhere. Call on every rank (it may communicate)."""
         osd = self._full_optimizer_state(model, optimizer) if optimizer is not None else None
-        if not self.place.is_main:
+        if not self.placement.place.is_main:
             return None
         state = {"model": self.unwrap(model).state_dict()}
         if optimizer is not None:
@@ -237,7 +236,7 @@ class Strategy:
         return cpu_copy(state) if copy else state
 
     def _full_optimizer_state(self, model: nn.Module, optimizer: Optimizer) -> dict[str, Any] | None:
-        return optimizer.state_dict() if self.place.is_main else None
+        return optimizer.state_dict() if self.placement.place.is_main else None
 
     def load_full_state(self, model: nn.Module, optimizer: Optimizer | None, state: Mapping[str, Any]) -> None:
         """Load a full state (of any mode and world size) on every rank.
@@ -274,7 +273,7 @@ class OSSStrategy(Strategy):
 
     def _full_optimizer_state(self, model, optimizer):
         optimizer.consolidate_state_dict(recipient_rank=0)  # collective: every rank sends its shard to rank 0
-        if not self.place.is_main:
+        if not self.placement.place.is_main:
             return None
         osd = optimizer.state_dict()
         optimizer._all_states = []  # fairscale keeps the gathered shards: drop them, or rank 0 holds it all
@@ -302,10 +301,10 @@ class SDPStrategy(OSSStrategy):
         from fairscale.nn.data_parallel import ShardedDataParallel
         from fairscale.optim import OSS
 
-        model = model.to(self.place.device)
+        model = model.to(self.placement.device)
         optimizer_class, params, kwargs = optimizer.parts(model)  # ShardedDDP wraps the model with its optimizer
         optimizer = OSS(params, optim=optimizer_class, **kwargs)
-        wrapped = ShardedDataParallel(model, optimizer, reduce_buffer_size=self.place.sharding.reduce_buffer_size)
+        wrapped = ShardedDataParallel(model, optimizer, reduce_buffer_size=self.placement.sharding.reduce_buffer_size)
 
         def zero_grad(set_to_none: bool = True) -> None:
             wrapped.zero_grad(set_to_none=set_to_none)
@@ -328,7 +327,7 @@ class ZeroStrategy(Strategy):
 
     def _full_optimizer_state(self, model, optimizer):
         optimizer.consolidate_state_dict(to=0)
-        if not self.place.is_main:
+        if not self.placement.place.is_main:
             return None
         osd = optimizer.state_dict()
         optimizer._all_state_dicts = []  # as for OSS: do not keep every rank's shard on rank 0
@@ -375,10 +374,10 @@ class FSDPStrategy(Strategy):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        place = self.place
-        model = model.to(place.device)
-        mesh = init_device_mesh(place.device.type, (place.world_size,))
-        reshard = place.sharding.reshard_after_forward
+        placement = self.placement
+        model = model.to(placement.device)
+        mesh = init_device_mesh(placement.device.type, (placement.place.world_size,))
+        reshard = placement.sharding.reshard_after_forward
         units = default_shard_units(model) if shard_units is None else list(shard_units)
         for unit in units:
             if unit is not model:
@@ -397,9 +396,9 @@ class FSDPStrategy(Strategy):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         if optimizer is None:
             msd = get_model_state_dict(model, options=options)
-            return {"model": msd} if self.place.is_main else None
+            return {"model": msd} if self.placement.place.is_main else None
         msd, osd = get_state_dict(model, optimizer, options=options)
-        if not self.place.is_main:
+        if not self.placement.place.is_main:
             return None
         return {"model": msd, "optimizer": _by_index(osd, _param_names(model, optimizer))}
 
@@ -444,13 +443,14 @@ _STRATEGIES: dict[ShardingMode, type[Strategy]] = {
 }
 
 
-def strategy_for(place: Placement) -> Strategy:
-    """The strategy of ``place.sharding.mode``; plain (``none``) where there is nothing to shard across."""
-    mode = place.sharding.mode
+def strategy_for(placement: Placement) -> Strategy:
+    """The strategy of ``placement.sharding.mode``; plain (``none``) where there is nothing to shard across."""
+    mode = placement.sharding.mode
     if mode not in _STRATEGIES:
         raise ValueError(f"sharding={mode.value} is not offered (validation refuses it): use sharding=fsdp")
-    if mode is not ShardingMode.none and not place.distributed:
-        _notice(place, f"sharding={mode.value} with {'parallel=dp' if place.parallel is ParallelMode.dp else 'world size 1'} "
-                       f"shards nothing: training runs unsharded (as sharding=none)")
-        return Strategy(place)
-    return _STRATEGIES[mode](place)
+    if mode is not ShardingMode.none and not placement.distributed:
+        dp = placement.parallel is ParallelMode.dp
+        _notice(placement, f"sharding={mode.value} with {'parallel=dp' if dp else 'world size 1'} "
+                           f"shards nothing: training runs unsharded (as sharding=none)")
+        return Strategy(placement)
+    return _STRATEGIES[mode](placement)

@@ -31,11 +31,11 @@ if TYPE_CHECKING:  # the agent's record of its ranks' ends
 
 def _record(setup: RankSetup, code: int | None, stopped: bool, ended_at: float | None) -> dict[str, Any]:
     outcome = setup.outcome
-    dump = RankWatchFiles(setup.paths, setup.record.global_rank).dump()
+    dump = RankWatchFiles(setup.paths, setup.place.global_rank).dump()
     error = outcome.error()
     if error is None and code and not stopped and not outcome.done:  # it could say nothing: as its agent saw it
-        error = asdict(agent_seen_error(setup.record, silent_end(code), ended_at))
-    return {"host": setup.record.host, "code": code, "stopped": stopped, "error": error,
+        error = asdict(agent_seen_error(setup.place, silent_end(code), ended_at))
+    return {"host": setup.place.host, "code": code, "stopped": stopped, "error": error,
             "done": json.loads(outcome.done_file.read_text() or "{}") if outcome.done else None,
             "joined": outcome.backend if outcome.joined else None,
             "end_dump": dump.document() if dump is not None and dump.reason == "end" else None}
@@ -44,7 +44,7 @@ def _record(setup: RankSetup, code: int | None, stopped: bool, ended_at: float |
 def share_ended(channel: JobChannel, paths: RunPaths, setups: list[RankSetup], ending: HostEnding) -> None:
     """This agent's ranks have ended: their records on the channel."""
     for i, setup in enumerate(setups):
-        channel.say_ended(paths.attempt, setup.record.global_rank,
+        channel.say_ended(paths.attempt, setup.place.global_rank,
                           _record(setup, ending.codes.get(i), i in ending.stopped, ending.ended_at.get(i)))
 
 

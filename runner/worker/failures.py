@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 from runner.common import exits
 from runner.common.formatting import error_line
-from runner.plan.processes import ProcessRecord
 from runner.records.outcomes import ErrorRecord, RankOutcome, first_failures, timed_out
 from runner.records.paths import RunPaths
 from runner.records.watch_files import last_request, read_diagnosis, write_diagnosis
 from runner.reports.hangs import diagnose
+from runner.spec.place import RankPlace
 from runner.worker.channel import JobChannel, gather_dumps
 from runner.worker.setup import RankSetup
 
@@ -27,12 +27,12 @@ def _record_killed(setups: list[RankSetup], codes: dict[int, int]) -> None:
     """An error file for each rank that ended badly without a Python exception (it could write none), so that
     what reads the run folder afterwards (the run's summary, a sweep's) sees which rank failed first."""
     for i, code in codes.items():
-        setups[i].outcome.record_error(agent_seen_error(setups[i].record, f"{_exit_words(code)} (no Python exception)"))
+        setups[i].outcome.record_error(agent_seen_error(setups[i].place, f"{_exit_words(code)} (no Python exception)"))
 
 
-def agent_seen_error(rec: ProcessRecord, text: str, ended_at: float | None = None) -> ErrorRecord:
+def agent_seen_error(place: RankPlace, text: str, ended_at: float | None = None) -> ErrorRecord:
     """The error record of a rank that could write none, as its agent saw it end (``ended_at``; else now)."""
-    return ErrorRecord(rec.global_rank, rec.local_rank, rec.host, None, None, ended_at or time.time(), text,
+    return ErrorRecord(place.global_rank, place.local_rank, place.host, None, None, ended_at or time.time(), text,
                        killed=True)
 
 
@@ -105,14 +105,14 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
     if not ending.failed or stopped_on_request:
         if not announce:
             return exits.OK if not ending.failed else _stopped_status(ending)
-        rec = setups[0].record
-        where = f" on {rec.host}" if setups[0].world_size > n else ""  # this host's share of the job
+        place = setups[0].place
+        where = f" on {place.host}" if place.world_size > n else ""  # this host's share of the job
         how = "stopped on request (checkpoint and stop)" if ending.requested else "finished"
         print(f"\nrun {how}: {n} process(es){where} in {elapsed_s:.1f} s; outputs in {paths.root}/", flush=True)
         return exits.OK if not ending.failed else _stopped_status(ending)
     done = [s for s in setups if s.outcome.done]
     if len(done) == n:
-        codes = ", ".join(f"rank {setups[i].record.global_rank} {_exit_words(c)}" for i, c in ending.codes.items() if c)
+        codes = ", ".join(f"rank {setups[i].place.global_rank} {_exit_words(c)}" for i, c in ending.codes.items() if c)
         print(f"\nrun finished: every process completed its recipe, but {codes} while exiting "
               f"(a teardown crash after training, not a training failure); outputs in {paths.root}/", flush=True)
         return exits.OK
@@ -121,15 +121,15 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
     # ranks that ended badly without a Python exception (a signal from outside, os._exit, a crash in C): none
     # wrote an error file; the ranks that lost them fail after them, with errors about the lost peer
     silent = {i: c for i, c in ending.codes.items() if c and i not in ending.stopped and not setups[i].outcome.failed}
-    errors = first_failures(paths, (s.record.global_rank for s in setups))
+    errors = first_failures(paths, (s.place.global_rank for s in setups))
     print("\n== job failed ==", file=out)
     if first is not None and first in silent:
-        print(f"rank {setups[first].record.global_rank} (host {setups[first].record.host}) failed first: "
+        print(f"rank {setups[first].place.global_rank} (host {setups[first].place.host}) failed first: "
               f"{silent_end(silent[first])}", file=out)
         rest = errors
     elif errors:
-        head = next((e for e in errors if first is not None and e["rank"] == setups[first].record.global_rank), errors[0])
-        setup = next(s for s in setups if s.record.global_rank == head["rank"])
+        head = next((e for e in errors if first is not None and e["rank"] == setups[first].place.global_rank), errors[0])
+        setup = next(s for s in setups if s.place.global_rank == head["rank"])
         print(f"rank {head['rank']} (host {head['host']}, local rank {head['local_rank']}, pid {head['pid']}) "
               f"failed first:", file=out)
         if head["exception"].startswith("ScriptExit: "):
@@ -145,7 +145,7 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
         rest = []
         for i, c in ending.codes.items():
             if c:
-                print(f"rank {setups[i].record.global_rank} failed first: {_exit_words(c)} (no Python exception)",
+                print(f"rank {setups[i].place.global_rank} failed first: {_exit_words(c)} (no Python exception)",
                       file=out)
                 break
     for line in _hang_summary(errors, setups, paths, channel):
@@ -157,10 +157,10 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
             print(f"  rank {e['rank']} (host {e['host']}): {error_line(e['exception']).removeprefix('ScriptExit: ')}",
                   file=out)
         for i in others:
-            print(f"  rank {setups[i].record.global_rank} (host {setups[i].record.host}): {_exit_words(silent[i])} "
+            print(f"  rank {setups[i].place.global_rank} (host {setups[i].place.host}): {_exit_words(silent[i])} "
                   f"(no Python exception)", file=out)
-    accounted = {e["rank"] for e in errors} | {setups[i].record.global_rank for i in silent} | \
-        {s.record.global_rank for s in done}
+    accounted = {e["rank"] for e in errors} | {setups[i].place.global_rank for i in silent} | \
+        {s.place.global_rank for s in done}
     stopped = n - len(accounted)
     if stopped > 0:  # every rank of the host is accounted for: failed first, then, or stopped
         print(f"  {stopped} other process(es) were stopped by the host agent", file=out)
@@ -213,7 +213,7 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths,
     if not any(timed_out(e) for e in errors):
         return []
     timeout = setups[0].spec.init.timeout_s
-    world = setups[0].world_size
+    world = setups[0].place.world_size
     joined = {r for r in range(world) if RankOutcome(paths, r).joined}
     if channel is not None and len(joined) < world:  # the other hosts' ranks say so on the channel
         joined |= set(channel.joined(paths.attempt, range(world)))
@@ -233,7 +233,7 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths,
             write_diagnosis(paths, "timeout", text, found.document())
             return ["", text, "    hint: a rank that skips, repeats or reorders a collective, or is slower than the "
                               "timeout; init.timeout_s sets the limit, launcher.stall_timeout_s ends a stall sooner"]
-    local = {s.record.global_rank: s for s in setups}
+    local = {s.place.global_rank: s for s in setups}
     failed = {e["rank"] for e in errors}
     absent = [r for r in range(world) if r not in failed and not RankOutcome(paths, r).done]
     lines = ["", f"timeout: rank(s) {_ranks(waited)} waited init.timeout_s={timeout:g} s in a collective; "

@@ -119,8 +119,8 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, e
         env = child_environment(plan, rec, paths, environment, master_port=rdzv.master_port,
                                 agent_store=rdzv.agent_store, network=network.env if network else {},
                                 tmpdir=str(paths.scratch))
-        setups.append(RankSetup(spec=job.spec, recipe=recipe_settings(job.spec.recipe), recipe_cfg=recipe_cfg, record=rec,
-                                world_size=plan.world_size, backend=job.backend.value, device=job.device,
+        setups.append(RankSetup(spec=job.spec, recipe=recipe_settings(job.spec.recipe), recipe_cfg=recipe_cfg, place=rec,
+                                backend=job.backend.value, device=job.device,
                                 init_method=rdzv.init_method, env=env, paths=paths, stop_signal=plan.rules.stop_signal,
                                 echo=echo, notes=notes, preflight=preflight if rec.local_rank == 0 else None))
     return setups
@@ -273,7 +273,7 @@ class HostAgent:
             print(f"error: network: {e}", file=sys.stderr)
             return exits.INVALID
         if self.only is not None:
-            setups = [s for s in setups if s.record.global_rank == self.only]
+            setups = [s for s in setups if s.place.global_rank == self.only]
         unreachable = _master_unreachable(plan, node_rank, rdzv, setups) if report is None and self.only is None \
             else None
         if unreachable:
@@ -371,16 +371,16 @@ class HostAgent:
                 signum = self._pending.pop(0)
                 kill_at = self._signalled(signum, ranks, setups, ending, kill_at)
                 if channel is not None:  # Ctrl-C, SIGTERM or the stop request: every host passes it on
-                    channel.request_stop(signum, setups[0].record.host if setups else f"node {self.node_rank}")
+                    channel.request_stop(signum, setups[0].place.host if setups else f"node {self.node_rank}")
                     stop_seen = channel.stop_requested()
             now = time.monotonic()
             if kill_at is None and ending.failed_by_itself():
                 first = ending.first_failure()
                 if channel is not None and first is not None:  # the other hosts end their share too, and say why
-                    channel.say_failed(attempt, setups[first].record.global_rank, setups[first].record.host,
+                    channel.say_failed(attempt, setups[first].place.global_rank, setups[first].place.host,
                                        failure_line(setups[first], ending.codes[first]))
                     said = channel.failure(attempt)  # the job's first failure: another host's may have come first
-                    if said is not None and said.get("rank") != setups[first].record.global_rank:
+                    if said is not None and said.get("rank") != setups[first].place.global_rank:
                         ending.earlier = said  # (a rank killed there; this one's peer connection then closed)
                 self._stop_all(ranks, ending, signal.SIGTERM)  # a rank failed: the others end now
                 kill_at = now + FAILURE_STOP_S
@@ -477,7 +477,7 @@ class HostAgent:
     def _say_where_they_were(self, ranks: list[RankProcess], setups: list[RankSetup], signum: int,
                              channel: JobChannel | None) -> None:
         """Ranks still running launcher.grace_s after a SIGINT or SIGTERM: say where they are before killing them."""
-        left = [setups[r.index].record.global_rank for r in ranks if r.code is None]
+        left = [setups[r.index].place.global_rank for r in ranks if r.code is None]
         if not left:
             return
         grace = self.plan.job.spec.launcher.grace_s
@@ -500,7 +500,7 @@ class HostAgent:
         if channel is not None:
             share_ended(channel, paths, setups, ending)
             if self.serves and len(setups) < self.plan.world_size:
-                gather_endings(channel, paths, self.plan, {s.record.global_rank for s in setups},
+                gather_endings(channel, paths, self.plan, {s.place.global_rank for s in setups},
                                min(ENDINGS_WAIT_S, self.plan.job.spec.init.timeout_s), gone=self._gone)
         if ending.peer_failed:
             failure = ending.peer_failed

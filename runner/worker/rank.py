@@ -21,7 +21,7 @@ from typing import Any
 
 from runner.common.signals import StopRequest
 from runner.environments import provenance
-from runner.spec.schema import DeviceKind, InitMethod
+from runner.spec.schema import InitMethod
 from runner.spec.targets import load_target
 from runner.training.output import AgentChannel
 from runner.training.progress import StepCount
@@ -85,7 +85,7 @@ def joined(setup: RankSetup, channel: JobChannel | None, backend: str) -> None:
     """The rank joined the process group: in its run folder, and on the job's channel (the other hosts' reports)."""
     setup.outcome.mark_joined(backend)
     if channel is not None:
-        channel.say_joined(setup.paths.attempt, setup.record.global_rank)
+        channel.say_joined(setup.paths.attempt, setup.place.global_rank)
 
 
 def use_threads(setup: RankSetup) -> None:
@@ -189,9 +189,9 @@ def watch_own_process_group(setup: RankSetup, channel: JobChannel | None) -> Non
 
 
 def _record_runtime(setup: RankSetup) -> None:
-    rec, paths = setup.record, setup.paths
-    if rec.global_rank == 0:
-        provenance.add_runtime(paths.provenance, provenance.runtime(setup.device.value), rec.host, paths.attempt)
+    place, paths = setup.place, setup.paths
+    if place.is_main:
+        provenance.add_runtime(paths.provenance, provenance.runtime(setup.device.value), place.host, paths.attempt)
 
 
 def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -> Any:
@@ -200,12 +200,10 @@ def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -
 
     from runner.training.context import ContextSettings, RunContext
 
-    rec = setup.record
-    if setup.device is DeviceKind.cuda:
-        torch.cuda.set_device(rec.device_ids[0])
-        device = torch.device("cuda", rec.device_ids[0])
-    else:
-        device = torch.device("cpu")
+    place = setup.place
+    device = torch.device(place.device)  # the plan's: cpu, or cuda:<i> with i its first GPU (device_ids[0])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     if setup.spec.preflight:  # no recipe: one all-reduce with the exact spec (runner.worker.preflight)
         from runner.worker.preflight.collective import collective
 
@@ -213,8 +211,8 @@ def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -
         return None
     recipe = load_target(setup.recipe.target, setup.spec.code_dir or setup.spec.workdir)
     if setup.recipe.init_process_group:
-        dist.init_process_group(setup.backend, init_method=setup.init_method, rank=rec.global_rank,
-                                world_size=setup.world_size,
+        dist.init_process_group(setup.backend, init_method=setup.init_method, rank=place.global_rank,
+                                world_size=place.world_size,
                                 timeout=datetime.timedelta(seconds=setup.spec.init.timeout_s))
         joined(setup, channel, setup.backend)
         _record_runtime(setup)
@@ -223,11 +221,10 @@ def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -
     torch.manual_seed(setup.recipe.seed)
     paths = setup.paths
     ctx = RunContext(ContextSettings(
-        rank=rec.global_rank, local_rank=rec.local_rank, node_rank=rec.node_rank, world_size=setup.world_size,
-        local_world_size=rec.local_world_size, host=rec.host, device=device, device_ids=rec.device_ids,
-        parallel=setup.spec.parallel, sharding=setup.spec.sharding, global_batch_size=setup.recipe.global_batch_size,
-        seed=setup.recipe.seed, output_dir=paths.root, metrics_file=paths.metrics, checkpoint_dir=paths.checkpoints,
-        attempt=paths.attempt, stop=services.stop, steps=services.steps, agent=services.agent))
+        place=place, parallel=setup.spec.parallel, sharding=setup.spec.sharding,
+        global_batch_size=setup.recipe.global_batch_size, seed=setup.recipe.seed, output_dir=paths.root,
+        metrics_file=paths.metrics, checkpoint_dir=paths.checkpoints, attempt=paths.attempt, stop=services.stop,
+        steps=services.steps, agent=services.agent))
     try:
         result = recipe(ctx, setup.recipe_cfg)
     finally:

@@ -46,7 +46,7 @@ def run_script(setup: RankSetup, channel: JobChannel | None = None) -> int:
     cfg = setup.recipe_cfg
     args = [str(a) for a in cfg.get("args") or ()]
     if cfg.get("local_rank_arg"):
-        args.append(f"{cfg.local_rank_arg}={setup.record.local_rank}")
+        args.append(f"{cfg.local_rank_arg}={setup.place.local_rank}")
     base = interpreter_path()
     module = cfg.get("module")
     watch_own_process_group(setup, channel)

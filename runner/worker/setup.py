@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from runner.common.timeouts import is_collective_timeout
-from runner.plan.processes import ProcessRecord
 from runner.records.outcomes import ErrorRecord, RankOutcome
 from runner.records.paths import RunPaths
+from runner.spec.place import RankPlace
 from runner.spec.schema import DeviceKind, JobConfig, RecipeConfig, is_script
 from runner.worker.relay import Echo
 
@@ -32,8 +32,7 @@ class RankSetup:
     spec: JobConfig
     recipe: RecipeConfig  # what the runner reads of the recipe config
     recipe_cfg: DictConfig  # what the recipe function receives
-    record: ProcessRecord
-    world_size: int
+    place: RankPlace  # where it runs: its ranks, host and device (the plan's)
     backend: str
     device: DeviceKind
     init_method: str  # concrete: env://, tcp://addr:port, file:///path
@@ -51,17 +50,17 @@ class RankSetup:
 
     @property
     def outcome(self) -> RankOutcome:
-        return RankOutcome(self.paths, self.record.global_rank)
+        return RankOutcome(self.paths, self.place.global_rank)
 
     @property
     def log_file(self) -> Path:
-        return self.paths.rank(self.record.global_rank).log
+        return self.paths.rank(self.place.global_rank).log
 
     def error_record(self, exc: BaseException, shown: str | None = None) -> ErrorRecord:
         """This process's failure record: which rank, where, when, and the traceback (``shown``: as the rank
         printed it), for the report; whether torch.distributed timed out, decided here from the exception itself
         (its readers, the agent and the report, take this verdict rather than guess from the text)."""
-        rec = self.record
-        return ErrorRecord(rec.global_rank, rec.local_rank, rec.host, socket.gethostname(), os.getpid(), time.time(),
-                           f"{type(exc).__name__}: {exc}", shown if shown is not None else
+        place = self.place
+        return ErrorRecord(place.global_rank, place.local_rank, place.host, socket.gethostname(), os.getpid(),
+                           time.time(), f"{type(exc).__name__}: {exc}", shown if shown is not None else
                            "".join(traceback.format_exception(exc)), timeout=is_collective_timeout(exc))

@@ -153,7 +153,7 @@ class Watch(threading.Thread):
         super().__init__(name="runner-watch", daemon=True)
         self.setup = setup
         self.steps = steps if steps is not None else StepCount()  # the recipe's progress steps (none for a script)
-        self.files = RankWatchFiles(setup.paths, setup.record.global_rank)
+        self.files = RankWatchFiles(setup.paths, setup.place.global_rank)
         self.channel = channel  # the job's (runner.worker.channel): requests and dumps across hosts
         self.counter: _Counter | None = None
         self._began = time.time()
@@ -180,12 +180,12 @@ class Watch(threading.Thread):
             if reason != "end":  # the end's keeps all, for the straggler (runner.reports.hangs.straggler)
                 groups = tuple(GroupRecord(g.group, g.enqueued, g.completed, g.entries[-ENTRIES:]) for g in groups)
             source = "flight recorder" if doc is not None else "runner counter"
-            rec = self.setup.record
-            found = RankDump(rec.global_rank, rec.host, time.time(), reason, source, groups,
+            place = self.setup.place
+            found = RankDump(place.global_rank, place.host, time.time(), reason, source, groups,
                              main_thread_at(self.setup.spec.workdir))
             self.files.write_dump(found)  # the run folder's record (the summary's straggler reads it)
             if self.channel is not None:  # and for whoever asked, on whatever host
-                self.channel.put_dump(rec.global_rank, found.document())
+                self.channel.put_dump(place.global_rank, found.document())
 
     def finish(self) -> None:
         """The recipe returned: a last dump (the run's straggler is found from them), and the watch ends."""
@@ -197,7 +197,7 @@ class Watch(threading.Thread):
 
     # -- the thread --------------------------------------------------------------------------------------
     def run(self) -> None:
-        stall = self.setup.spec.launcher.stall_timeout_s if self.setup.record.global_rank == 0 else None
+        stall = self.setup.spec.launcher.stall_timeout_s if self.setup.place.global_rank == 0 else None
         while not self._done.wait(TICK_S):
             try:
                 self._look(stall)
@@ -222,7 +222,7 @@ class Watch(threading.Thread):
         if self._progressed > self._beat_written and now - self._beat_written >= BEAT_S:
             self.files.write_beat(self._progressed)
             if self.channel is not None:
-                self.channel.put_beat(self.setup.record.global_rank, self._progressed)
+                self.channel.put_beat(self.setup.place.global_rank, self._progressed)
             self._beat_written = now
         reason = self._requested()
         if reason is not None:
@@ -246,7 +246,7 @@ class Watch(threading.Thread):
 
     def _watch_for_a_stall(self, timeout_s: float, now: float) -> None:
         """Rank 0: when no rank has made progress for ``timeout_s``, say where every rank is and end the job."""
-        world = self.setup.world_size
+        world = self.setup.place.world_size
         latest = max([self._progressed, self._began, *(b for b in self._beats(world) if b is not None)])
         if now - latest < timeout_s:
             return

@@ -100,6 +100,7 @@ def test_ranks_are_contiguous_prefix_sums(spec) -> None:
             assert r.node_rank == h.index
             assert r.host == h.label
             assert r.local_world_size == n
+            assert r.world_size == world
             assert r.global_rank == starts[h.index] + r.local_rank
     assert tuple(blocks) == plan.records
 

@@ -51,3 +51,5 @@ def test_plan_json_has_every_process_with_its_environment(tmp_path) -> None:
     assert doc["hosts"] == [{"node_rank": 0, "host": "a", "addr": "10.0.0.1", "devices": 2, "gpus": [2, 3]}]
     assert [p["env"]["RANK"] for p in doc["processes"]] == ["0", "1"]
     assert [p["global_rank"] for p in doc["processes"]] == [0, 1]
+    assert set(doc["processes"][0]) == {"global_rank", "local_rank", "node_rank", "local_world_size", "host", "device",
+                                        "device_ids", "env"}  # the world size once, at the top

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ShardingConfig
 from runner.training.checkpoints import CheckpointError
 from runner.training.context import ContextSettings, RunContext
@@ -31,9 +32,10 @@ class _Planted:
 
 
 def _alone(tmp_path: Path) -> RunContext:
-    return RunContext(ContextSettings(rank=0, local_rank=0, node_rank=0, world_size=1, local_world_size=1, host="node0",
-                                      device=torch.device("cpu"), device_ids=(), parallel=ParallelConfig(),
-                                      sharding=ShardingConfig(), global_batch_size=1, seed=0, output_dir=tmp_path,
+    place = RankPlace(global_rank=0, local_rank=0, node_rank=0, world_size=1, local_world_size=1, host="node0",
+                      device="cpu", device_ids=())
+    return RunContext(ContextSettings(place=place, parallel=ParallelConfig(), sharding=ShardingConfig(),
+                                      global_batch_size=1, seed=0, output_dir=tmp_path,
                                       metrics_file=tmp_path / "metrics.jsonl", checkpoint_dir=tmp_path / "ck"))
 
 
@@ -88,6 +90,7 @@ RANKS = r'''
 import datetime, json, sys
 from pathlib import Path
 import torch, torch.distributed as dist
+from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ShardingConfig
 from runner.training import checkpoints
 from runner.training.context import ContextSettings, RunContext
@@ -96,9 +99,10 @@ rank, folder = int(sys.argv[1]), Path(sys.argv[2])
 dist.init_process_group("gloo", init_method=f"file://{folder}/group", rank=rank, world_size=2,
                         timeout=datetime.timedelta(seconds=60))
 mine = folder / f"host{rank}"  # each rank's own run folder, as on hosts that do not share one
-ctx = RunContext(ContextSettings(rank=rank, local_rank=0, node_rank=rank, world_size=2, local_world_size=1,
-                                 host=f"h{rank}", device=torch.device("cpu"), device_ids=(), parallel=ParallelConfig(),
-                                 sharding=ShardingConfig(), global_batch_size=2, seed=0, output_dir=mine,
+place = RankPlace(global_rank=rank, local_rank=0, node_rank=rank, world_size=2, local_world_size=1, host=f"h{rank}",
+                  device="cpu", device_ids=())
+ctx = RunContext(ContextSettings(place=place, parallel=ParallelConfig(), sharding=ShardingConfig(),
+                                 global_batch_size=2, seed=0, output_dir=mine,
                                  metrics_file=mine / "metrics.jsonl", checkpoint_dir=mine / "checkpoints"))
 said = {}
 received = checkpoints.broadcast_file(mine / "checkpoints" / "last.pt" if rank == 0 else None, torch.device("cpu"),

@@ -14,15 +14,17 @@ from torch.utils.data import TensorDataset
 from runner.api import Recipe, RunContext, single_process_context
 from runner.common.signals import StopRequest
 from runner.records.paths import RunPaths
+from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.training.context import ContextSettings
 
 pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("optimizers_imported")]
 
 
-def _context(tmp_path: Path, **kw) -> RunContext:
-    settings = dict(rank=3, local_rank=1, node_rank=1, world_size=4, local_world_size=2, host="b",
-                    device=torch.device("cpu"), device_ids=(), parallel=ParallelConfig(),
+def _context(tmp_path: Path, *, rank: int = 3, world_size: int = 4, **kw) -> RunContext:
+    place = RankPlace(global_rank=rank, local_rank=1, node_rank=1, world_size=world_size, local_world_size=2, host="b",
+                      device="cpu", device_ids=())
+    settings = dict(place=place, parallel=ParallelConfig(),
                     sharding=ShardingConfig(mode=ShardingMode.zero), global_batch_size=8, seed=7, output_dir=tmp_path,
                     metrics_file=tmp_path / "m.jsonl", checkpoint_dir=tmp_path / "ck", attempt=2)
     settings.update(kw)
@@ -32,6 +34,7 @@ def _context(tmp_path: Path, **kw) -> RunContext:
 def test_where_the_process_is(tmp_path) -> None:
     ctx = _context(tmp_path)
     assert (ctx.rank, ctx.local_rank, ctx.node_rank, ctx.world_size, ctx.local_world_size, ctx.host) == (3, 1, 1, 4, 2, "b")
+    assert ctx.device == torch.device("cpu") and isinstance(ctx.device, torch.device)
     assert not ctx.is_main and ctx.sharding_mode == "zero" and ctx.per_process_batch_size == 2
     assert (ctx.attempt, ctx.seed, ctx.output_dir, ctx.checkpoint_dir) == (2, 7, tmp_path, tmp_path / "ck")
     assert not hasattr(ctx, "place") and not hasattr(ctx, "strategy")  # internals are not the API

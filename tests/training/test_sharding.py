@@ -20,6 +20,7 @@ from torch import nn
 from runs import artifacts, run, run_folder
 from runner.training.context import ContextSettings, RunContext
 from runner.training.sharding import _by_index, _by_name, default_shard_units, state_bytes
+from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ParallelMode, ShardingConfig, ShardingMode
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("optimizers_imported")]
@@ -202,8 +203,9 @@ def test_digits_recipe_checkpoints_and_resumes_sharded(tmp_path):
 
 
 def context(tmp_path: Path, mode: str, world: int = 1, parallel: ParallelMode = ParallelMode.ddp) -> RunContext:
-    return RunContext(ContextSettings(rank=0, local_rank=0, node_rank=0, world_size=world, local_world_size=world,
-                                      host="here", device=torch.device("cpu"), device_ids=(),
+    place = RankPlace(global_rank=0, local_rank=0, node_rank=0, world_size=world, local_world_size=world, host="here",
+                      device="cpu", device_ids=())
+    return RunContext(ContextSettings(place=place,
                                       parallel=ParallelConfig(mode=parallel), sharding=ShardingConfig(mode=ShardingMode(mode)),
                                       global_batch_size=8, seed=0, output_dir=tmp_path,
                                       metrics_file=tmp_path / "metrics.jsonl", checkpoint_dir=tmp_path / "checkpoints"))

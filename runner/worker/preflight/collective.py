@@ -45,13 +45,13 @@ def _all_reduce(setup: RankSetup, device: object, timeout_s: float) -> float:
     import torch
     import torch.distributed as dist
 
-    rec = setup.record
+    place = setup.place
     if getattr(device, "type", None) == "cuda":
         torch.cuda.set_device(device)  # the current device is per thread
-    dist.init_process_group(setup.backend, init_method=setup.init_method, rank=rec.global_rank,
-                            world_size=setup.world_size, timeout=datetime.timedelta(seconds=timeout_s))
+    dist.init_process_group(setup.backend, init_method=setup.init_method, rank=place.global_rank,
+                            world_size=place.world_size, timeout=datetime.timedelta(seconds=timeout_s))
     try:
-        t = torch.tensor([float(rec.global_rank + 1)], device=device)
+        t = torch.tensor([float(place.global_rank + 1)], device=device)
         dist.all_reduce(t)
         return t.item()  # waits for the device
     finally:
@@ -66,11 +66,12 @@ def collective(setup: RankSetup, device: object) -> None:
     The collective runs in a daemon thread that is given up on at the deadline: the group's timeout
     does not bound everything (gloo's connect to an address that drops packets waits for the kernel's
     SYN retries, over two minutes); the process exits without it."""
-    rec, world = setup.record, setup.world_size
+    place = setup.place
+    world = place.world_size
     expected = world * (world + 1) // 2
     timeout_s = collective_timeout_s(setup.spec.init.timeout_s)
     deadline_s = timeout_s + DEADLINE_GRACE_S
-    report = setup.preflight or HostChecks(f"preflight {rec.host} rank {rec.global_rank}")
+    report = setup.preflight or HostChecks(f"preflight {place.host} rank {place.global_rank}")
     what = f"{setup.backend} all-reduce over {world} process(es)"
     found: dict[str, object] = {}
 
@@ -116,5 +117,5 @@ def outcome(ending: HostEnding, setups: Sequence[RankSetup], paths: RunPaths) ->
         print(errors[0][1]["exception"].removeprefix(f"{PreflightFailed.__name__}: "), file=sys.stderr)
     others = sum(1 for code in ending.codes.values() if code) - min(1, len(errors))
     also = f" ({others} other process(es) of this host failed or were stopped)" if others > 0 else ""
-    print(f"preflight failed on {setups[0].record.host}{also}; per-rank logs: {paths.logs}/", file=sys.stderr)
+    print(f"preflight failed on {setups[0].place.host}{also}; per-rank logs: {paths.logs}/", file=sys.stderr)
     return exits.FAILED
