@@ -210,6 +210,13 @@ class JobChannel:
         found = self._read("stop")
         return found if isinstance(found, dict) else None
 
+    def say_stop_told(self, asked: float) -> None:
+        """Host 0's agent said where every rank was at a stop (its request for dumps made at ``asked``)."""
+        self._put("stop/told", {"asked": asked, "time": time.time()})
+
+    def stop_told(self) -> bool:
+        return isinstance(self._read("stop/told"), dict)
+
     # -- ranks -------------------------------------------------------------------------------------------------
     def say_joined(self, attempt: int, rank: int) -> None:
         self._put(f"joined/{attempt}/{rank}", True)

@@ -175,7 +175,7 @@ def _stopped_status(ending: HostEnding) -> int:
     return exits.from_signal(-code) if code < 0 else code
 
 
-DUMP_WAIT_S = 2.0  # how long the report waits for the ranks' dumps after a timeout
+DUMP_WAIT_S = 5.0  # how long the report waits at most for the ranks' dumps after a timeout (returns once all have)
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.common import exits
+from runner.common.polling import poll
 from runner.common.signals import StopRequest
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
@@ -65,6 +66,7 @@ from runner.worker.setup import RankSetup
 from runner.worker.share import HostShare
 
 STOP_DUMP_WAIT_S = 2.0  # how long a stop waits for the ranks to say where they are
+STOP_TOLD_WAIT_S = 10.0  # how long another host's agent waits at most for host 0's to have said so, before killing
 ENDINGS_WAIT_S = 15.0  # how long host 0 waits for the other hosts to say how their ranks ended
 FAILURE_STOP_S = 5.0  # after a rank failed: how long the others have to end on SIGTERM before SIGKILL
 PEER_POLL_S = 0.5  # how often the job's channel is looked at: another host's failure, a stop request
@@ -486,8 +488,13 @@ class HostAgent:
         if self.serves or channel is None:  # every rank of every host (the others' grace may end a little later)
             found = diagnose(gather_dumps(paths, channel, range(world), asked, STOP_DUMP_WAIT_S), world)
             where = f": {found.text}" if found is not None else ""
+            if channel is not None:
+                channel.say_stop_told(asked)
         else:  # host 0's agent says where every rank was, once (under mpirun and Slurm, in the same stream):
             gather_dumps(paths, channel, left, asked, STOP_DUMP_WAIT_S)  # its ranks answer before they are killed
+            # and they are killed once it has (host 0's SIGTERM may come later on a busy machine: killing them
+            # first would fail host 0's ranks in their collectives, a failure in place of the stop's story)
+            poll(channel.stop_told, bool, STOP_TOLD_WAIT_S)
             where = " (host 0's agent says where every rank was)"
         print(f"{signal.Signals(signum).name}: rank(s) {', '.join(map(str, left))} still running "
               f"launcher.grace_s={grace:g} s after it; killing them{where}", file=sys.stderr, flush=True)

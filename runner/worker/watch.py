@@ -32,7 +32,8 @@ from runner.worker.setup import RankSetup
 TICK_S = 0.25  # how often the watch looks
 BEAT_S = 1.0  # a heartbeat is written at most this often (and only after progress)
 ENTRIES = 16  # entries per process group kept in a dump of a hang (the last ones tell where it is)
-DUMP_WAIT_S = 3.0  # how long rank 0 waits for the others' dumps at a stall
+DUMP_WAIT_S = 10.0  # how long rank 0 waits at most for the others' dumps at a stall (on a busy machine, another
+# host's ranks answer through the job's channel in seconds; it returns as soon as all have)
 _RUNNER_DIR = str(Path(__file__).resolve().parents[1])
 
 

@@ -103,7 +103,7 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host_with_the_true_cause(te
     assert re.search(seen("peer timed out", testbed), said1), said1
     for said in (said0, said1):  # both hosts' summaries tell the same story: rank 0 failed first, and why
         assert re.search(seen("status timed out", testbed), said), said
-    assert took < 10 + 25, took  # the timeout, then seconds: not host 1's sleeping rank's hour
+    assert took < 10 + 60, took  # the timeout, then a minute at most on a loaded machine: not host 1's sleeping rank's hour
     assert not processes_of(run_id)
 
 

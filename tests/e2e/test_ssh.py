@@ -272,26 +272,33 @@ def hang(marker: Path, grace_s: int = 2) -> list[str]:
             f"+recipe.marker={marker}", "recipe.global_batch_size=2", "init.timeout_s=300", f"launcher.grace_s={grace_s}"]
 
 
-def kill_host(testbed, host: str, run_id: str) -> int:
-    """The job's processes on ``host`` killed at once: its `run` and ranks (whose command lines name ``run_id``) and
-    the ssh logins they run in: the machine gone, as its peers see it. Only what the job's ssh login started: the
-    bed is shared, and the host's slurmd, its sshd daemon and other tests' logins stay. How many."""
+def job_processes(testbed, host: str, run_id: str) -> tuple[list[psutil.Process], list[psutil.Process]]:
+    """On ``host``: the sshd processes of the job's ssh login (between the host's sshd daemon and the job's `run`),
+    and the job's `run` and ranks (command lines naming ``run_id``, and what they started). Only what the job's
+    login started: the bed is shared, and the host's slurmd, its sshd daemon and other tests' logins are not these."""
     daemon = psutil.Process(int(testbed.ssh["hosts"][host]["sshd_pid"]))
-    doomed: dict[int, psutil.Process] = {}
+    logins: dict[int, psutil.Process] = {}
+    job: dict[int, psutil.Process] = {}
     for p in daemon.children(recursive=True):
         try:
-            if not any(run_id in word for word in p.cmdline()):
-                continue
-            doomed.update({q.pid: q for q in (p, *p.children(recursive=True))})
-            doomed.update({q.pid: q for q in p.parents() if q.pid != daemon.pid and daemon in q.parents()})
+            if any(run_id in word for word in p.cmdline()):
+                job.update({q.pid: q for q in (p, *p.children(recursive=True))})
+                logins.update({q.pid: q for q in p.parents() if q.pid != daemon.pid and daemon in q.parents()})
         except psutil.Error:
             continue
-    for p in doomed.values():
+    return [p for pid, p in logins.items() if pid not in job], list(job.values())
+
+
+def kill_host(testbed, host: str, run_id: str) -> int:
+    """The job's processes on ``host`` killed at once (its ssh login, its `run`, its ranks): the machine gone, as its
+    peers see it. How many."""
+    logins, job = job_processes(testbed, host, run_id)
+    for p in (*logins, *job):
         try:
             p.kill()
         except psutil.Error:
             continue
-    return len(doomed)
+    return len(logins) + len(job)
 
 
 def test_a_host_killed_mid_run_ends_the_job_on_every_host_within_seconds(testbed, job, tmp_path):
@@ -353,18 +360,22 @@ def test_the_stop_signal_makes_every_rank_checkpoint_and_return(testbed, job):
     assert not processes_of(run_id)
 
 
-def test_a_host_cut_off_the_network_is_lost_after_its_keepalives_and_stops_by_itself(testbed, job, tmp_path):
-    """Host 1's link down (its end of the bridge): no connection closes, so ssh's keepalives tell this `run`
-    (launcher.ssh.keepalive_s=1: lost after 3 s), which ends the job on host 0; host 1's `run`, which hears no beat,
-    stops its share by itself: nothing is left there either."""
+def test_a_host_whose_login_stops_answering_is_lost_after_its_keepalives_and_stops_by_itself(testbed, job, tmp_path):
+    """Host 1's end of the ssh connection frozen (SIGSTOP to its sshd session: as a machine cut off the network, no
+    connection closes and nothing answers), so ssh's keepalives tell this `run` (launcher.ssh.keepalive_s=1: lost
+    after 3 s), which ends the job on host 0; host 1's `run`, which hears no beat, stops its share by itself:
+    nothing is left there either. (Not the host's link taken down: the bed is shared, and its slurmd is on it.)"""
     run_id = f"m{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"
-    veth = testbed.description["hosts"][1]["veth"]
+    frozen: list[psutil.Process] = []
     try:
         with start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker), "launcher.ssh.keepalive_s=1"],
                    run_id) as proc:
             wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
-            subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+            frozen, _ = job_processes(testbed, testbed.names[1], run_id)
+            assert frozen, "no ssh login of the job on host 1"
+            for p in frozen:
+                p.suspend()
             cut = time.monotonic()
             ((code, said),) = finish([proc], timeout=60)
         assert code == 1, said
@@ -374,7 +385,11 @@ def test_a_host_cut_off_the_network_is_lost_after_its_keepalives_and_stops_by_it
                          said), said
         wait_until(lambda: not processes_of(run_id), 40, "host 1's share stopped by itself")
     finally:
-        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
+        for p in frozen:
+            try:
+                p.kill()  # its client is gone: nothing to resume
+            except psutil.Error:
+                pass
 
 
 def test_nothing_outlives_run_when_it_is_killed(testbed, job, tmp_path):
