@@ -53,12 +53,22 @@ def preload() -> None:
     os.environ.update(before)
 
 
+def _libc_prctl() -> Callable[..., int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# looked up once, in the process that forks: a forked child must not dlopen/dlsym (the loader's lock may be held by
+# another thread of its parent at the fork, and nothing in the child would ever release it)
+_PRCTL = _libc_prctl()
+
+
 def die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when its parent dies, so no rank outlives its agent."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def fresh_signal_dispositions() -> None:

@@ -158,6 +158,7 @@ class Watch(threading.Thread):
         self.channel = channel  # the job's (runner.worker.channel): requests and dumps across hosts
         self.counter: _Counter | None = None
         self._began = time.time()
+        self._joined_s: float | None = None  # when rank 0's watch saw it join the process group (the stall clock's start)
         self._handled = self._began
         self._last_marker: object = None
         self._progressed = self._began
@@ -246,9 +247,15 @@ class Watch(threading.Thread):
         return [RankWatchFiles(self.setup.paths, r).last_progress() for r in range(world)]
 
     def _watch_for_a_stall(self, timeout_s: float, now: float) -> None:
-        """Rank 0: when no rank has made progress for ``timeout_s``, say where every rank is and end the job."""
+        """Rank 0: when no rank has made progress for ``timeout_s`` since the process group formed, say where every
+        rank is and end the job. Forming the group is not a stall (init.timeout_s bounds it): a host slow to start
+        would otherwise be taken for a hang."""
+        if self._joined_s is None:
+            if not self.setup.outcome.joined:  # this rank joins once every rank has reached the rendezvous
+                return
+            self._joined_s = now
         world = self.setup.place.world_size
-        latest = max([self._progressed, self._began, *(b for b in self._beats(world) if b is not None)])
+        latest = max([self._progressed, self._joined_s, *(b for b in self._beats(world) if b is not None)])
         if now - latest < timeout_s:
             return
         asked = ask_for_dumps(self.setup.paths, self.channel, "stall")

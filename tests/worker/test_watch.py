@@ -92,3 +92,34 @@ def test_where_the_main_thread_is_from_another_thread(tmp_path) -> None:
     thread.join()  # the main thread waits here, in this test's own function
     line = inspect.currentframe().f_lineno - 1
     assert seen == [f"test_watch.py:{line} in test_where_the_main_thread_is_from_another_thread"]
+
+
+def test_the_stall_clock_starts_when_the_process_group_has_formed(tmp_path, monkeypatch) -> None:
+    """Rank 0's stall watchdog does not count the time the group takes to form (a host slow to start is no stall):
+    long after the watch began, nothing happens until rank 0 has joined; then the clock starts at that moment."""
+    from conftest import validate
+    from runner.environments.process import ProcessEnvironment
+    from runner.launchers import plan_for
+    from runner.records.paths import RunPaths
+    from runner.worker import watch as watches
+    from runner.worker.host_agent import rank_setups
+    from runner.worker.rendezvous import Rendezvous
+
+    got = validate(("topology=1x2", "device=cpu", "launcher.stall_timeout_s=5"))
+    paths = RunPaths(tmp_path, "r1")
+    paths.make()
+    setup = rank_setups(plan_for(got.job, paths), 0, Rendezvous("env://", "29500", True), paths,
+                        ProcessEnvironment.read({}))[0]
+    ended: list[str] = []
+    monkeypatch.setattr(watches, "ask_for_dumps", lambda *a: 0.0)
+    monkeypatch.setattr(watches, "gather_dumps", lambda *a: {})
+    monkeypatch.setattr(watches, "_end_rank", lambda _setup, text: ended.append(text))
+    watch = watches.Watch(setup)
+    began = watch._began
+    watch._watch_for_a_stall(5, began + 60)  # a minute on, the group not formed: forming it is init.timeout_s's
+    assert ended == [] and watch._joined_s is None
+    setup.outcome.mark_joined("gloo")
+    watch._watch_for_a_stall(5, began + 61)  # joined now: the clock starts here
+    assert ended == [] and watch._joined_s == began + 61
+    watch._watch_for_a_stall(5, began + 66.5)  # 5.5 s of no progress since
+    assert len(ended) == 1 and ended[0].startswith("stall: no rank completed a collective or a progress step for 6 s")
