@@ -33,26 +33,6 @@ _PR_SET_PDEATHSIG = 1
 _FRESH = {signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN, signal.SIGXFSZ: signal.SIG_IGN}
 
 
-def preload() -> None:
-    """Import, once in the process that forks the ranks, what each rank would import on its own: torch._dynamo,
-    which DDP's constructor (and FSDP's, and torch.compile) imports — about 800 modules, sympy among them, 1.4 s of
-    CPU in every rank otherwise. Forked ranks share it as they share torch.
-
-    (Forking after torch._dynamo was imported was once seen to deadlock ranks at process-group teardown, a gloo
-    thread waiting for the GIL, when ranks ended through the interpreter's teardown. Ranks end with ``os._exit``
-    now (below), and no such hang was seen in 73 runs of 4 ranks each, a script's destroy_process_group and the
-    runner's alike, nor in the test suite since.)
-
-    The import sets TORCHINDUCTOR_CACHE_DIR in os.environ, which the ranks would inherit (a torchrun rank has no
-    such variable until its own import): the environment is put back as it was."""
-    before = dict(os.environ)
-    import torch._dynamo  # noqa: F401
-
-    for name in set(os.environ) - set(before):
-        del os.environ[name]
-    os.environ.update(before)
-
-
 def _libc_prctl() -> Callable[..., int] | None:
     try:
         return ctypes.CDLL("libc.so.6", use_errno=True).prctl
