@@ -23,10 +23,12 @@ from pathlib import Path
 import pytest
 from hydra import compose as _hydra_compose
 from hydra import initialize_config_module
+from hydra._internal.config_loader_impl import ConfigLoaderImpl  # Hydra's own way of setting keys: its errors too
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 import runner.app.cli
+from runner.app.topology_shapes import parse_shape
 from runner.environments.process import ProcessEnvironment
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
@@ -75,33 +77,59 @@ def hydra_compose(*overrides: str) -> DictConfig:
 
 
 @functools.cache
+def _group_node(choice: str) -> DictConfig:
+    """What ``group=option`` composes under its group: the option composed as a primary config of its own (its
+    schema, then itself; half the time of composing it into `job`), each option once."""
+    group, option = choice.split("=", 1)
+    if not _is_option(group, option):
+        return hydra_compose(choice)[group]  # not an option of the group: Hydra's own refusal
+    runner.app.cli.register((choice,))  # topology=NxM shapes
+    with initialize_config_module(config_module="runner.conf", version_base=None):
+        return _hydra_compose(config_name=f"{group}/{option}")[group]
+
+
+def _is_option(group: str, option: str) -> bool:
+    return importlib.resources.files("runner.conf").joinpath(group, f"{option}.yaml").is_file() or (
+        group == "topology" and parse_shape(option) is not None)
+
+
+@functools.cache
 def _composed_groups(choices: tuple[str, ...]) -> DictConfig:
-    return hydra_compose(*choices)
+    """What Hydra composes for these group choices alone. Every option of runner.conf fills its own group's
+    package and nothing else (its schema @_here_, then itself), so a combination is the defaults' config with
+    each chosen group's node as that option composes it: one composition per option, not per combination
+    (test_fixtures.py: the same as Hydra's, option by option and for combinations)."""
+    cfg = copy.deepcopy(_defaults())
+    for choice in choices:
+        cfg[choice.split("=", 1)[0]] = copy.deepcopy(_group_node(choice))
+    return cfg
 
 
-def compose(*overrides: str) -> JobConfig:
-    """The typed spec `run <overrides>` would get. Hydra composes each combination of group options once (a
-    defaults list is most of a composition's time); the plain keys are then set on a copy as Hydra sets them,
-    after the defaults, through the schema's types (test_conftest.py: the same spec as a full composition)."""
+@functools.cache
+def _defaults() -> DictConfig:
+    return hydra_compose()
+
+
+def compose_config(*overrides: str) -> DictConfig:
+    """The config `run <overrides>` composes (what :func:`hydra_compose` gives), made faster: Hydra composes each
+    group option once (a defaults list is most of a composition's time, see _composed_groups), then Hydra's own
+    code sets the plain keys on a copy, as it does after the defaults, with its own errors
+    (test_fixtures.py: the same config as a full composition, and the same refusals)."""
     groups = config_groups()
     choices = tuple(o for o in overrides if o.split("=", 1)[0] in groups)
     keys = [o for o in overrides if o.split("=", 1)[0] not in groups]
     cfg = copy.deepcopy(_composed_groups(choices))
-    for override in OverridesParser.create().parse_overrides(keys):
-        key = override.key_or_group
-        if override.is_delete():
-            parent, _, leaf = key.rpartition(".")
-            with open_dict(cfg):
-                del (OmegaConf.select(cfg, parent) if parent else cfg)[leaf]
-        elif override.is_add() or override.is_force_add():
-            value = override.value()
-            taken = OmegaConf.select(cfg, key, throw_on_missing=False) is not None
-            if override.is_add() and taken and not isinstance(value, (dict, list)):
-                raise ValueError(f"Could not append to config. An item is already at '{key}'")
-            OmegaConf.update(cfg, key, value, merge=True, force_add=True)
-        else:
-            OmegaConf.update(cfg, key, override.value(), merge=True)
-    return OmegaConf.to_object(cfg)
+    if keys:
+        ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(keys), cfg)
+    return cfg
+
+
+def compose(*overrides: str) -> JobConfig:
+    """The typed spec `run <overrides>` would get (:func:`compose_config`, as the schema's dataclasses)."""
+    if not any(o.split("=", 1)[0] not in config_groups() for o in overrides):
+        # no key to set: the cached config is not changed, and to_object makes new objects
+        return OmegaConf.to_object(_composed_groups(tuple(overrides)))
+    return OmegaConf.to_object(compose_config(*overrides))
 
 
 def hosts_override(*hosts: Mapping[str, object] | str) -> tuple[str, ...]:

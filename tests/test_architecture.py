@@ -16,7 +16,6 @@ import pytest
 
 from conftest import REPO
 
-pytestmark = pytest.mark.unit
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
@@ -25,12 +24,14 @@ def lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(LINT_IMPORTS), "--no-cache", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.unit
 def test_the_layers_point_one_way() -> None:
     done = lint_imports(REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Contracts: 2 kept, 0 broken." in done.stdout
 
 
+@pytest.mark.unit
 def test_an_import_from_a_lower_layer_to_a_higher_one_breaks_the_contract(tmp_path) -> None:
     """The check is real: a copy of runner/ in which the plan imports a launcher fails it, naming the import."""
     shutil.copytree(REPO / "runner", tmp_path / "runner", ignore=shutil.ignore_patterns("__pycache__"))
@@ -51,6 +52,7 @@ def _imports(path: Path) -> Iterator[str]:
             yield from (a.name for a in node.names)
 
 
+@pytest.mark.unit
 def test_the_bundled_recipes_use_the_public_api_only() -> None:
     """recipes/ ships as runner.recipes, outside runner/'s folder (so import-linter does not see it)."""
     used = {m for path in (REPO / "recipes").glob("*.py") for m in _imports(path) if m.startswith("runner")}
@@ -82,6 +84,7 @@ class _Recording(Mapping[str, str]):
         return len(self.values)
 
 
+@pytest.mark.unit
 def test_each_environment_class_reads_the_variables_it_declares_and_no_others() -> None:
     from runner.environments import mpi, process, slurm
 
@@ -117,6 +120,7 @@ def _class_state_writes(tree: ast.AST, classes: set[str]) -> Iterator[tuple[int,
                 yield node.lineno, f"{target.value.id}.{target.attr}"  # type: ignore[attr-defined]
 
 
+@pytest.mark.unit
 def test_no_process_state_lives_in_class_attributes() -> None:
     """What a process knows (its stop request, its channel to its host agent, a sweep's outcome) is an object made
     and handed down, never a class attribute written from wherever (class attributes stay constants)."""
@@ -131,6 +135,7 @@ def test_no_process_state_lives_in_class_attributes() -> None:
 # ------------------------------------------------------------------------------ other packages' private APIs
 
 
+@pytest.mark.unit
 def test_nothing_of_the_runner_uses_hydras_internals() -> None:
     """``hydra._internal`` changes without notice between Hydra's releases: the runner uses Hydra's public API only
     (topology=NxM is a ConfigStore entry, runner.app.topology_shapes), named, imported or as a string."""
@@ -143,6 +148,7 @@ def test_nothing_of_the_runner_uses_hydras_internals() -> None:
     assert imported == []
 
 
+@pytest.mark.unit
 def test_optimizer_internals_the_sharding_strategies_empty() -> None:
     """runner.training.sharding drops the gathered shards that fairscale's OSS (``_all_states``) and torch's
     ZeroRedundancyOptimizer (``_all_state_dicts``) keep after consolidating, or rank 0 would hold every
@@ -156,6 +162,7 @@ def test_optimizer_internals_the_sharding_strategies_empty() -> None:
     assert "_all_state_dicts" in inspect.getsource(ZeroRedundancyOptimizer.consolidate_state_dict)
 
 
+@pytest.mark.unit
 def test_torch_reads_the_default_timeouts_the_runner_sets_for_scripts() -> None:
     """A torchrun-style script's process group made without a timeout gets init.timeout_s because torch
     reads these module attributes when ``timeout`` is None (runner.worker.rank sets both)."""
@@ -187,6 +194,7 @@ dist.destroy_process_group()
 """
 
 
+# not marked unit: it starts a process with a process group (the suite, not `pytest -m unit`, runs it)
 def test_the_flight_recorder_dump_the_hang_report_reads() -> None:
     """runner.worker.watch reads a rank's collectives from torch's flight recorder through a private function
     (``torch._C._distributed_c10d._dump_fr_trace_json``) and parses its JSON: both must still be what they were

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import TARGET, compose, environ_changes, hosts_override, hydra_compose, make_spec, validate
+from conftest import TARGET, compose, config_groups, environ_changes, hosts_override, hydra_compose, make_spec, validate
 from runner.spec.probe import FixedProbe
 from runner.spec.schema import JobConfig
 
@@ -30,16 +31,38 @@ def test_compose_gives_the_typed_spec() -> None:
     ("~recipe.epochs",),  # a schema's key cannot be deleted: both refuse
     ("+recipe.note='héllo'", "+recipe.epochs=3"),  # a key added to a schema's node; one it has: both refuse
     ("+backend.env={NCCL_DEBUG: INFO}",),  # `+` onto a mapping that is there merges into it
+    # a choice in every group at once, in two orders, and a shape that is no file
+    ("topology=hetero_2_1", "init=tcp", "launcher=mpi", "backend=gloo", "parallel=dp", "sharding=fsdp", "recipe=script"),
+    ("recipe=custom", "sharding=oss", "parallel=ddp", "backend=nccl", "launcher=ssh", "init=file", "topology=3x5"),
+    ("launcher=slurm", "topology=2x8", "launcher.tasks=per_device", "sharding=zero", "recipe.global_batch_size=64"),
 ])
 def test_compose_gives_what_hydra_composes(overrides) -> None:
-    """compose() composes each combination of groups once, then sets the keys itself: the same spec as Hydra's."""
+    """compose() composes each group option once, then Hydra's code sets the keys: the same spec as Hydra's, and the
+    same refusals."""
     try:
         expected = OmegaConf.to_object(hydra_compose(*overrides))
-    except Exception:  # noqa: BLE001 (refused then too)
-        with pytest.raises(Exception):  # noqa: B017
+    except Exception as refused:  # noqa: BLE001 (refused then too, in Hydra's words)
+        with pytest.raises(type(refused)) as caught:
             compose(*overrides)
+        assert str(caught.value) == str(refused)
         return
     assert compose(*overrides) == expected
+
+
+def _every_option() -> list[str]:
+    conf = importlib.resources.files("runner.conf")
+    return sorted(f"{group}={option.name.removesuffix('.yaml')}" for group in config_groups()
+                  for option in conf.joinpath(group).iterdir() if option.name.endswith(".yaml"))
+
+
+@pytest.mark.parametrize("choice", _every_option())
+def test_every_option_composes_as_hydra_composes_it(choice) -> None:
+    """compose() takes a group's node from a composition of that option alone: true only while every option fills
+    its own group and nothing else; an option that set another group's key would fail here."""
+    group = choice.split("=")[0]
+    others = [c for c in ("topology=2x2", "launcher=manual", "recipe=custom") if c.split("=")[0] != group]
+    overrides = (*others, choice, f"recipe.target={TARGET}")
+    assert compose(*overrides) == OmegaConf.to_object(hydra_compose(*overrides))
 
 
 def test_hosts_override_round_trips() -> None:

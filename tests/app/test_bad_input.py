@@ -22,7 +22,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 import runner.recipes.digits  # noqa: F401  (validation tries the default recipe in a forked child: imported once here)
-from conftest import REPO, hydra_compose
+from conftest import REPO, compose_config
 from runner.app.cli import input_problems, typed_spec
 from runner.launchers import validate
 from runner.spec.probe import LocalProbe
@@ -135,7 +135,7 @@ def refusal(c: Case, folder: Path) -> str:
     if said:
         return "\n".join(said)
     try:
-        cfg = hydra_compose(*c.args, "device=cpu")
+        cfg = compose_config(*c.args, "device=cpu")
     except (HydraException, OmegaConfBaseException) as e:  # `run` prints Hydra's message and exits 2
         return str(e)
     spec = typed_spec(cfg)

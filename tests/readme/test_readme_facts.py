@@ -95,8 +95,8 @@ CLAIMS = [
     Claim(r"`TORCH_VERSION=([\d.]+)` by default", lambda: setup_default("TORCH_VERSION")),
     Claim(r"with Python ≥ ([\d.]+):",
           lambda: tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"].removeprefix(">=")),
-    Claim(r"`pytest -m unit` runs the pure-logic tests \((about a \w+)", lambda: re.search(
-        r"pytest -m unit runs them in ([^,)]+)", " ".join(_pytest_settings()["markers"]))[1]),
+    Claim(r"`pytest -m unit` runs the pure-logic tests \((about [^;]+);", lambda: re.search(
+        r"pytest -m unit runs them in ([^;]+);", " ".join(_pytest_settings()["markers"]))[1]),
     Claim(r'`-m "not (\w+)"` leaves out the namespace hosts', lambda: _marker("testbed")),
     # the default job
     Claim(r"the default job: digits, (\d+) host x (\d+) CPU processes", lambda: _default_job()[:2]),

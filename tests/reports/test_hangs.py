@@ -8,7 +8,6 @@ import pytest
 from runner.records.dumps import Collective, GroupRecord, RankDump
 from runner.reports.hangs import diagnose, straggler
 
-pytestmark = pytest.mark.unit
 NOW = 1000.0
 
 
@@ -20,6 +19,7 @@ def dump(rank: int, enqueued: int, ops: dict[int, str] | None = None, at: str = 
     return RankDump(rank, host, NOW, "timeout", "flight recorder", (GroupRecord(group, enqueued, -1, entries),), at)
 
 
+@pytest.mark.unit
 def test_ranks_waiting_and_a_rank_that_never_entered() -> None:
     dumps = {0: dump(0, 21), 1: dump(1, 21), 2: dump(2, 20, at="train.py:57 in main"), 3: dump(3, 21)}
     found = diagnose(dumps, 4)
@@ -28,6 +28,7 @@ def test_ranks_waiting_and_a_rank_that_never_entered() -> None:
     assert (found.seq, found.op, found.waiting, found.absent, found.silent) == (21, "all_reduce", (0, 1, 3), (2,), ())
 
 
+@pytest.mark.unit
 def test_different_collectives_at_the_same_number() -> None:
     dumps = {0: dump(0, 21), 1: dump(1, 21, {21: "broadcast"}), 2: dump(2, 21), 3: dump(3, 21)}
     found = diagnose(dumps, 4)
@@ -41,6 +42,7 @@ def test_different_collectives_at_the_same_number() -> None:
     assert found.mismatched == {"all_reduce": (0, 2, 3), "broadcast": (1,)}
 
 
+@pytest.mark.unit
 def test_a_rank_that_said_nothing_and_one_that_never_made_a_collective() -> None:
     found = diagnose({0: dump(0, 2), 1: dump(1, 0)}, 3)
     assert found.text == ("rank 0 waits in all_reduce #2 (process group 0) since 15.0 s (Float[4]); rank 1 never "
@@ -49,6 +51,7 @@ def test_a_rank_that_said_nothing_and_one_that_never_made_a_collective() -> None
     assert diagnose({0: dump(0, 0)}, 1) is None and diagnose({}, 2) is None
 
 
+@pytest.mark.unit
 def test_the_group_the_ranks_are_furthest_apart_in() -> None:
     a = RankDump(0, "n", NOW, "t", "fr", (GroupRecord("0", 5, -1, ()), GroupRecord("3", 9, -1, ())))
     b = RankDump(1, "n", NOW, "t", "fr", (GroupRecord("0", 5, -1, ()), GroupRecord("3", 7, -1, ())))
@@ -63,6 +66,7 @@ def _timed(rank: int, per_step: float, late: float, steps: int = 12) -> RankDump
     return RankDump(rank, f"node{rank // 2}", NOW, "end", "flight recorder", (GroupRecord("0", steps, steps, entries),))
 
 
+@pytest.mark.unit
 def test_the_rank_the_others_waited_for() -> None:
     # every rank works 1.0 s between collectives but rank 3, which works 1.4 s (and so enters each 0.4 s later)
     dumps = {r: _timed(r, 1.4, 0.4) if r == 3 else _timed(r, 1.4, 0.0) for r in range(4)}
@@ -73,12 +77,14 @@ def test_the_rank_the_others_waited_for() -> None:
                            "11 collectives")
 
 
+@pytest.mark.unit
 def test_no_straggler_among_equals_or_with_too_little_to_tell() -> None:
     assert straggler({r: _timed(r, 0.1, 0.001 * r) for r in range(4)}) is None
     assert straggler({r: _timed(r, 0.1, 0.05 if r else 0.0, steps=4) for r in range(2)}) is None
     assert straggler({0: _timed(0, 0.1, 0.0)}) is None
 
 
+@pytest.mark.unit
 def test_no_straggler_where_the_others_waited_too_little_to_matter() -> None:
     """A 1.5-second job whose slow rank is 1.4x slower, but made the others wait 0.44 s in all: nothing to act on
     (the same shape ten times slower is the straggler above)."""
@@ -111,6 +117,7 @@ except KeyError as e:
 """
 
 
+# not marked unit: it starts a process with a process group (the suite, not `pytest -m unit`, runs it)
 def test_torchs_flight_recorder_analyzer_cannot_read_a_gloo_dump() -> None:
     """Why runner.reports.hangs matches the ranks' dumps itself (its docstring): torch's analyzer stops at a gloo
     rank's buffer, whose process group it cannot find. Once this fails, torch reads one: see whether it can serve."""
