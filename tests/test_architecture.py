@@ -180,15 +180,20 @@ def test_torch_reads_the_default_timeouts_the_runner_sets_for_scripts() -> None:
 
 
 FLIGHT_RECORDER = """
-import os, sys, tempfile
+import os, sys, tempfile, time
 import torch, torch.distributed as dist
 from runner.worker.watch import _fr_dump, _groups_from_fr
 os.environ["TORCH_FR_BUFFER_SIZE"] = "20"
 dist.init_process_group("gloo", init_method="file://" + os.path.join(tempfile.mkdtemp(), "rdzv"), rank=0, world_size=1)
 dist.all_reduce(torch.ones(3))
-doc = _fr_dump()
-assert doc is not None, "no flight-recorder document"
-(group,) = _groups_from_fr(doc)
+deadline = time.monotonic() + 60
+while True:  # the recorder marks a collective completed a moment after it returns (late on a busy machine)
+    doc = _fr_dump()
+    assert doc is not None, "no flight-recorder document"
+    (group,) = _groups_from_fr(doc)
+    if group.completed == group.enqueued or time.monotonic() > deadline:
+        break
+    time.sleep(0.05)
 print(group.enqueued, group.completed, [(c.seq, c.op, c.sizes) for c in group.entries])
 dist.destroy_process_group()
 """
