@@ -1,0 +1,237 @@
+"""runner.worker.endings: each host agent puts its ranks' records on the job's channel, and host 0's writes the other
+hosts' (or a word that they are gone) into its own run folder; another host's failure is recorded there too."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+
+import pytest
+
+from conftest import make_spec, validate
+from runner.environments.process import ProcessEnvironment
+from runner.launchers import plan_for
+from runner.plan.processes import Plan
+from runner.records.dumps import Collective, GroupRecord, RankDump
+from runner.records.outcomes import ErrorRecord, RankOutcome
+from runner.records.paths import RunPaths
+from runner.records.watch_files import RankWatchFiles
+from runner.spec.job import Job
+from runner.spec.schema import BackendConfig
+from runner.worker.channel import JobChannel
+from runner.worker.endings import gather_endings, peer_failure, share_ended
+from runner.worker.failures import silent_end
+from runner.worker.host_agent import HostEnding, rank_setups
+from runner.worker.rendezvous import Rendezvous
+from runner.worker.setup import RankSetup
+
+pytestmark = pytest.mark.unit
+
+RESULT = {"loss": 0.25, "steps": 40}
+
+
+@pytest.fixture(scope="module")
+def job() -> Job:
+    """Two hosts, a (ranks 0, 1) and b (ranks 2, 3), started by hand: each has its own run folder."""
+    got = validate(make_spec(devices=[2, 2], names=["a", "b"], addrs=["127.0.0.1", "127.0.0.2"], launcher="manual",
+                             backend=BackendConfig(pick_interface=False)))  # no routes asked: no network here
+    assert got.valid, got.rendered()
+    return got.job
+
+
+def host_paths(tmp_path, host: str, attempt: int = 0) -> RunPaths:
+    paths = RunPaths(tmp_path / host, "r1", attempt)
+    paths.make()
+    return paths
+
+
+def shared_channel(tmp_path) -> JobChannel:
+    """The channel of an init=file job: a folder in init.dir, which both hosts see."""
+    return JobChannel.in_folder(RunPaths(tmp_path / "a", "r1").channel_folder(str(tmp_path / "shared")))
+
+
+def host_b(job: Job, tmp_path) -> tuple[Plan, RunPaths, list[RankSetup]]:
+    paths = host_paths(tmp_path, "b")
+    plan = plan_for(job, paths)
+    return plan, paths, rank_setups(plan, 1, Rendezvous("env://", "29500", True), paths, ProcessEnvironment.read({}))
+
+
+def end_dump(rank: int, reason: str = "end") -> RankDump:
+    return RankDump(rank, "b", 1000.0, reason, "runner counter",
+                    (GroupRecord("0", 7, -1, (Collective(7, "all_reduce", ((4, 2),), ("torch.float32",), 999.5),)),),
+                    "train.py:57 in main")
+
+
+def files_of(paths: RunPaths, rank: int) -> list[str]:
+    return sorted(p.name for p in paths.logs.glob(f"rank{rank:05d}.*"))
+
+
+def b_ends_with_a_return_and_a_kill(paths: RunPaths, setups: list[RankSetup]) -> HostEnding:
+    """Rank 2 joined, returned RESULT and wrote its end dump; rank 3 joined, wrote only a requested dump, and was
+    killed by SIGKILL at 1234.5 without a word."""
+    setups[0].outcome.mark_joined("gloo")
+    setups[0].outcome.mark_done(False, RESULT)
+    RankWatchFiles(paths, 2).write_dump(end_dump(2))
+    setups[1].outcome.mark_joined("gloo")
+    RankWatchFiles(paths, 3).write_dump(end_dump(3, "request"))
+    return HostEnding(codes={0: 0, 1: -9}, order=[1, 0], ended_at={0: 1230.0, 1: 1234.5})
+
+
+def test_each_ranks_record_on_the_channel_is_its_outcome_as_its_host_saw_it(job, tmp_path) -> None:
+    _, paths, setups = host_b(job, tmp_path)
+    channel = shared_channel(tmp_path)
+    share_ended(channel, paths, setups, b_ends_with_a_return_and_a_kill(paths, setups))
+    assert channel.ended(0, 2) == {"host": "b", "code": 0, "stopped": False, "error": None,
+                                   "done": {"stopped": False, "result": RESULT}, "joined": "gloo",
+                                   "end_dump": json.loads(json.dumps(end_dump(2).document()))}
+    killed = ErrorRecord(3, 1, "b", None, None, 1234.5, silent_end(-9), killed=True)
+    assert channel.ended(0, 3) == {"host": "b", "code": -9, "stopped": False, "error": asdict(killed), "done": None,
+                                   "joined": "gloo", "end_dump": None}  # a requested dump is not its end's
+    assert channel.ended(0, 0) is None and channel.ended(0, 1) is None and channel.ended(1, 2) is None
+
+
+def test_a_rank_that_raised_shares_its_own_error_and_a_rank_the_agent_stopped_or_still_running_none(
+        job, tmp_path) -> None:
+    _, paths, setups = host_b(job, tmp_path)
+    channel = shared_channel(tmp_path)
+    own = ErrorRecord(2, 0, "b", "machine-b", 4242, 1100.0, "RuntimeError: boom", "Traceback ...\n", timeout=True)
+    setups[0].outcome.record_error(own)
+    share_ended(channel, paths, setups, HostEnding(codes={0: 1, 1: -15}, order=[0, 1], stopped={1},
+                                                   ended_at={0: 1101.0, 1: 1102.0}))
+    assert channel.ended(0, 2) == {"host": "b", "code": 1, "stopped": False, "error": asdict(own), "done": None,
+                                   "joined": None, "end_dump": None}
+    assert channel.ended(0, 3) == {"host": "b", "code": -15, "stopped": True, "error": None, "done": None,
+                                   "joined": None, "end_dump": None}
+    share_ended(channel, paths, setups[1:], HostEnding(codes={}, order=[]))  # its process not seen to end
+    assert channel.ended(0, 3) == {"host": "b", "code": None, "stopped": False, "error": None, "done": None,
+                                   "joined": None, "end_dump": None}
+
+
+def test_a_rank_that_exited_0_without_returning_shares_no_error(job, tmp_path) -> None:
+    _, paths, setups = host_b(job, tmp_path)
+    channel = shared_channel(tmp_path)
+    share_ended(channel, paths, setups[:1], HostEnding(codes={0: 0}, order=[0]))
+    assert channel.ended(0, 2) == {"host": "b", "code": 0, "stopped": False, "error": None, "done": None,
+                                   "joined": None, "end_dump": None}
+
+
+def test_host_0_writes_the_other_hosts_records_into_its_run_folder(job, tmp_path) -> None:
+    plan, b_paths, setups = host_b(job, tmp_path)
+    channel = shared_channel(tmp_path)
+    share_ended(channel, b_paths, setups, b_ends_with_a_return_and_a_kill(b_paths, setups))
+    a_paths = host_paths(tmp_path, "a")
+
+    assert gather_endings(channel, a_paths, plan, {0, 1}, wait_s=5.0) == []
+
+    two, three = RankOutcome(a_paths, 2), RankOutcome(a_paths, 3)
+    assert (two.backend, two.done, two.returned_on_request, two.result, two.error()) == ("gloo", True, False, RESULT,
+                                                                                        None)
+    assert RankWatchFiles(a_paths, 2).dump() == end_dump(2)
+    assert two.done_file.read_text() == RankOutcome(b_paths, 2).done_file.read_text()
+    assert (three.backend, three.done, three.error()) == ("gloo", False, asdict(
+        ErrorRecord(3, 1, "b", None, None, 1234.5, silent_end(-9), killed=True)))
+    assert files_of(a_paths, 2) == ["rank00002.collectives.json", "rank00002.done", "rank00002.joined"]
+    assert files_of(a_paths, 3) == ["rank00003.error.json", "rank00003.joined"]  # not its requested dump
+    assert files_of(a_paths, 0) == files_of(a_paths, 1) == []  # host 0's own ranks are its own
+
+
+def test_a_record_replaces_an_earlier_attempts_files_of_its_rank(job, tmp_path) -> None:
+    plan, b_paths, setups = host_b(job, tmp_path)
+    channel = shared_channel(tmp_path)
+    a_paths = host_paths(tmp_path, "a")
+    earlier = RankOutcome(a_paths, 3)
+    earlier.mark_joined("nccl")
+    earlier.mark_done(True, {"old": 1})
+    share_ended(channel, b_paths, setups, HostEnding(codes={0: 0, 1: -9}, order=[1, 0], ended_at={1: 50.0}))
+
+    assert gather_endings(channel, a_paths, plan, {0, 1}, wait_s=5.0) == []
+
+    assert files_of(a_paths, 3) == ["rank00003.error.json"]
+    assert earlier.error() == asdict(ErrorRecord(3, 1, "b", None, None, 50.0, silent_end(-9), killed=True))
+
+
+def test_ranks_of_a_host_that_never_says_are_recorded_gone_once_wait_s_is_over(job, tmp_path) -> None:
+    a_paths = host_paths(tmp_path, "a")
+    plan = plan_for(job, a_paths)
+    before = time.time()
+
+    assert gather_endings(shared_channel(tmp_path), a_paths, plan, [0, 1], wait_s=0.05) == [2, 3]
+
+    after = time.time()
+    for rank, local_rank in ((2, 0), (3, 1)):
+        error = RankOutcome(a_paths, rank).error()
+        assert error is not None and before <= error["timestamp"] <= after
+        assert error == asdict(ErrorRecord(rank, local_rank, "b", None, None, error["timestamp"],
+                                           "no word from its host b within 0.05 s of the end (its agent gone?)",
+                                           killed=True))
+        assert files_of(a_paths, rank) == [f"rank{rank:05d}.error.json"]
+    assert files_of(a_paths, 0) == files_of(a_paths, 1) == []
+
+
+def test_records_of_another_attempt_are_not_taken(job, tmp_path) -> None:
+    plan, b_paths, setups = host_b(job, tmp_path)
+    channel = shared_channel(tmp_path)
+    share_ended(channel, b_paths, setups, b_ends_with_a_return_and_a_kill(b_paths, setups))  # attempt 0
+    a_paths = host_paths(tmp_path, "a", attempt=1)
+
+    assert gather_endings(channel, a_paths, plan, {0, 1}, wait_s=0.05) == [2, 3]
+
+    assert [RankOutcome(a_paths, r).error()["exception"] for r in (2, 3)] == \
+        ["no word from its host b within 0.05 s of the end (its agent gone?)"] * 2
+    assert not RankOutcome(a_paths, 2).done and not RankOutcome(a_paths, 2).joined
+
+
+@pytest.mark.timeout(10)  # a host known gone is not waited for: wait_s=60 would run past this
+def test_a_host_known_gone_is_not_waited_for_and_what_it_said_before_is_kept(job, tmp_path) -> None:
+    plan, b_paths, setups = host_b(job, tmp_path)
+    channel = shared_channel(tmp_path)
+    setups[0].outcome.mark_done(True, {})
+    share_ended(channel, b_paths, setups[:1], HostEnding(codes={0: 0}, order=[0]))  # rank 2 said, then b was lost
+    a_paths = host_paths(tmp_path, "a")
+    before = time.time()
+
+    assert gather_endings(channel, a_paths, plan, {0, 1}, wait_s=60.0, gone={"b": "ssh: connection lost"}) == [3]
+
+    two, three = RankOutcome(a_paths, 2), RankOutcome(a_paths, 3)
+    assert (two.done, two.returned_on_request, two.result, two.error()) == (True, True, {}, None)
+    error = three.error()
+    assert error is not None and before <= error["timestamp"] <= time.time()
+    assert error == asdict(ErrorRecord(3, 1, "b", None, None, error["timestamp"],
+                                       "its host b is gone: ssh: connection lost", killed=True))
+
+
+def test_a_peer_failure_is_recorded_for_its_rank_as_its_host_said_it(job, tmp_path) -> None:
+    a_paths = host_paths(tmp_path, "a")
+    peer_failure(a_paths, plan_for(job, a_paths), {"rank": 3, "host": "b-machine", "text": "RuntimeError: boom",
+                                                   "time": 100.0})
+    assert RankOutcome(a_paths, 3).error() == asdict(ErrorRecord(3, 1, "b-machine", None, None, 100.0,
+                                                                 "RuntimeError: boom", killed=False))
+    assert sorted(p.name for p in a_paths.logs.iterdir()) == ["rank00003.error.json"]
+
+
+def test_a_peer_failure_without_host_or_time_takes_the_plans_host_and_now(job, tmp_path) -> None:
+    a_paths = host_paths(tmp_path, "a")
+    before = time.time()
+    peer_failure(a_paths, plan_for(job, a_paths), {"rank": 2})
+    error = RankOutcome(a_paths, 2).error()
+    assert error is not None and before <= error["timestamp"] <= time.time()
+    assert error == asdict(ErrorRecord(2, 0, "b", None, None, error["timestamp"], "", killed=False))
+
+
+def test_a_peer_failure_leaves_the_ranks_own_record(job, tmp_path) -> None:
+    a_paths = host_paths(tmp_path, "a")
+    own = ErrorRecord(2, 0, "b", "machine-b", 4242, 90.0, "ValueError: bad batch", "Traceback ...\n")
+    RankOutcome(a_paths, 2).record_error(own)  # a run folder both hosts share
+    peer_failure(a_paths, plan_for(job, a_paths), {"rank": 2, "host": "b", "text": "ValueError: bad batch",
+                                                   "time": 91.0})
+    assert RankOutcome(a_paths, 2).error() == asdict(own)
+
+
+@pytest.mark.parametrize("rank", [None, 4, -1, "2", 2.0], ids=["a host itself", "past the world", "negative",
+                                                              "a string", "a float"])
+def test_a_peer_failure_of_no_rank_of_the_job_writes_nothing(job, tmp_path, rank) -> None:
+    a_paths = host_paths(tmp_path, "a")
+    peer_failure(a_paths, plan_for(job, a_paths), {"rank": rank, "host": "b", "text": "host b lost", "time": 1.0})
+    assert list(a_paths.logs.iterdir()) == []
+
