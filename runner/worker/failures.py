@@ -123,6 +123,7 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
     silent = {i: c for i, c in ending.codes.items() if c and i not in ending.stopped and not setups[i].outcome.failed}
     errors = first_failures(paths, (s.place.global_rank for s in setups))
     print("\n== job failed ==", file=out)
+    named_first: set[int] = set()  # a rank named first that wrote no record and is in no list below
     if first is not None and first in silent:
         print(f"rank {setups[first].place.global_rank} (host {setups[first].place.host}) failed first: "
               f"{silent_end(silent[first])}", file=out)
@@ -135,19 +136,18 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
         if head["exception"].startswith("ScriptExit: "):
             print("\n".join(_script_exit(head, setup)), file=out)
         elif setup.echo.shown and head["traceback"]:  # its stderr, the traceback with it, is on this terminal
-            print(f"{head['exception'].strip().splitlines()[-1] if head['exception'].strip() else head['exception']}"
-                  f" (its traceback is above, and in {setup.log_file})", file=out)
+            print(f"{error_line(head['exception'])} (its traceback is above, and in {setup.log_file})", file=out)
         else:
             print("", file=out)
             print(head["traceback"].rstrip(), file=out)
         rest = [e for e in errors if e is not head]
-    else:
+    else:  # no rank said why: the first whose process ended badly, as the agent saw them end
         rest = []
-        for i, c in ending.codes.items():
-            if c:
-                print(f"rank {setups[i].place.global_rank} failed first: {_exit_words(c)} (no Python exception)",
-                      file=out)
-                break
+        named = next((i for i in ending.order if ending.codes.get(i)), None)
+        if named is not None:
+            print(f"rank {setups[named].place.global_rank} failed first: {_exit_words(ending.codes[named])} "
+                  f"(no Python exception)", file=out)
+            named_first = {setups[named].place.global_rank}
     for line in _hang_summary(errors, setups, paths, channel):
         print(line, file=out)
     others = [i for i in silent if i != first]
@@ -160,7 +160,7 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
             print(f"  rank {setups[i].place.global_rank} (host {setups[i].place.host}): {_exit_words(silent[i])} "
                   f"(no Python exception)", file=out)
     accounted = {e["rank"] for e in errors} | {setups[i].place.global_rank for i in silent} | \
-        {s.place.global_rank for s in done}
+        {s.place.global_rank for s in done} | named_first
     stopped = n - len(accounted)
     if stopped > 0:  # every rank of the host is accounted for: failed first, then, or stopped
         print(f"  {stopped} other process(es) were stopped by the host agent", file=out)
