@@ -14,8 +14,8 @@ host sees by the rule of file:// init). Keys, each under ``runner/``:
   "formed, then stuck");
 * ``dumps/request``, ``dumps/<rank>`` — a request for every rank to say where it is, and each rank's answer
   (runner.records.dumps.RankDump): a hang's paragraph names every rank of every host;
-* ``ended/<attempt>/<node>`` — how a host's ranks ended (their outcome records), which host 0 writes into its run
-  folder: the run's summary covers every rank of every host.
+* ``ended/<attempt>/<rank>`` — how a rank ended (its outcome record, as its host agent saw it), which host 0 writes
+  into its run folder: the run's summary covers every rank of every host.
 
 Values are JSON. A store that has gone away (host 0 finished, or died) answers nothing: a host that loses it
 learns of its peers' end from its own ranks.
@@ -248,12 +248,12 @@ class JobChannel:
         return float(found) if isinstance(found, (int, float)) else None
 
     # -- endings -----------------------------------------------------------------------------------------------
-    def say_ended(self, attempt: int, node: int, records: dict[str, Any]) -> None:
-        """How host ``node``'s ranks ended (their outcome records, by rank)."""
-        self._put(f"ended/{attempt}/{node}", records)
+    def say_ended(self, attempt: int, rank: int, record: dict[str, Any]) -> None:
+        """How global rank ``rank`` ended (its outcome record, as its host agent saw it)."""
+        self._put(f"ended/{attempt}/{rank}", record)
 
-    def ended(self, attempt: int, node: int) -> dict[str, Any] | None:
-        found = self._read(f"ended/{attempt}/{node}")
+    def ended(self, attempt: int, rank: int) -> dict[str, Any] | None:
+        found = self._read(f"ended/{attempt}/{rank}")
         return found if isinstance(found, dict) else None
 
 

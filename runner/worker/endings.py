@@ -70,7 +70,9 @@ def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iter
         rec = plan.records[rank]
         why = f"its host {rec.host} is gone: {gone[rec.host]}" if rec.host in gone else \
             f"no word from its host {rec.host} within {wait_s:g} s of the end (its agent gone?)"
-        RankOutcome(paths, rank).record_error(agent_seen_error(rec, why))
+        outcome = RankOutcome(paths, rank)
+        outcome.clear()  # an earlier attempt's files of that rank would tell another story
+        outcome.record_error(agent_seen_error(rec, why))
     return missing
 
 

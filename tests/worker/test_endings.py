@@ -154,6 +154,8 @@ def test_a_record_replaces_an_earlier_attempts_files_of_its_rank(job, tmp_path) 
 def test_ranks_of_a_host_that_never_says_are_recorded_gone_once_wait_s_is_over(job, tmp_path) -> None:
     a_paths = host_paths(tmp_path, "a")
     plan = plan_for(job, a_paths)
+    RankOutcome(a_paths, 2).mark_joined("gloo")  # an earlier attempt's files of rank 2: gone with the new record
+    RankOutcome(a_paths, 2).mark_done(stopped=False)
     before = time.time()
 
     assert gather_endings(shared_channel(tmp_path), a_paths, plan, [0, 1], wait_s=0.05) == [2, 3]
