@@ -9,7 +9,6 @@ sweep's table and the straggler then count every rank of every host.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
@@ -36,7 +35,7 @@ def _record(setup: RankSetup, code: int | None, stopped: bool, ended_at: float |
     if error is None and code and not stopped and not outcome.done:  # it could say nothing: as its agent saw it
         error = asdict(agent_seen_error(setup.place, silent_end(code), ended_at))
     return {"host": setup.place.host, "code": code, "stopped": stopped, "error": error,
-            "done": json.loads(outcome.done_file.read_text() or "{}") if outcome.done else None,
+            "done": {"stopped": outcome.returned_on_request, "result": outcome.result} if outcome.done else None,
             "joined": outcome.backend if outcome.joined else None,
             "end_dump": dump.document() if dump is not None and dump.reason == "end" else None}
 
