@@ -116,6 +116,15 @@ def test_a_rank_that_exited_0_without_returning_shares_no_error(job, tmp_path) -
                                    "joined": None, "end_dump": None}
 
 
+def test_a_torn_done_file_is_shared_as_a_return_with_nothing_said(job, tmp_path) -> None:
+    _, paths, setups = host_b(job, tmp_path)
+    setups[0].outcome.done_file.write_text('{"stopped": tr')  # cut short as it was written
+    channel = shared_channel(tmp_path)
+    share_ended(channel, paths, setups[:1], HostEnding(codes={0: 0}, order=[0]))
+    assert channel.ended(0, 2) == {"host": "b", "code": 0, "stopped": False, "error": None,
+                                   "done": {"stopped": False, "result": {}}, "joined": None, "end_dump": None}
+
+
 def test_host_0_writes_the_other_hosts_records_into_its_run_folder(job, tmp_path) -> None:
     plan, b_paths, setups = host_b(job, tmp_path)
     channel = shared_channel(tmp_path)
