@@ -23,11 +23,13 @@ if TYPE_CHECKING:  # the agent's record of its ranks' ends
     from runner.worker.host_agent import HostEnding
 
 
-def _record_killed(setups: list[RankSetup], codes: dict[int, int]) -> None:
-    """An error file for each rank that ended badly without a Python exception (it could write none), so that
-    what reads the run folder afterwards (the run's summary, a sweep's) sees which rank failed first."""
+def _record_killed(setups: list[RankSetup], codes: dict[int, int], ended_at: dict[int, float]) -> None:
+    """An error file for each rank that ended badly without a Python exception (it could write none), stamped with
+    when its agent saw it end, so that what reads the run folder afterwards (the run's summary, a sweep's) sees
+    which rank failed first."""
     for i, code in codes.items():
-        setups[i].outcome.record_error(agent_seen_error(setups[i].place, f"{_exit_words(code)} (no Python exception)"))
+        setups[i].outcome.record_error(agent_seen_error(setups[i].place, f"{_exit_words(code)} (no Python exception)",
+                                                        ended_at.get(i)))
 
 
 def agent_seen_error(place: RankPlace, text: str, ended_at: float | None = None) -> ErrorRecord:
@@ -165,7 +167,7 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
     if stopped > 0:  # every rank of the host is accounted for: failed first, then, or stopped
         print(f"  {stopped} other process(es) were stopped by the host agent", file=out)
     print(f"\nper-rank logs: {paths.logs}/", file=out)
-    _record_killed(setups, silent)
+    _record_killed(setups, silent, ending.ended_at)
     return exits.FAILED
 
 

@@ -279,7 +279,7 @@ def test_a_rank_killed_first_is_named_with_its_signal_and_the_agent_writes_its_e
 def test_ranks_that_died_silently_after_the_first_are_listed_then_and_recorded_too(paths, capsys) -> None:
     setups = host_setups(paths, 3)
     ending = HostEnding(codes={0: -signal.SIGKILL, 1: -signal.SIGSEGV, 2: -signal.SIGTERM}, order=[1, 0, 2],
-                        stopped={2})
+                        stopped={2}, ended_at={1: 100.0, 0: 100.5, 2: 101.0})
     code, _, err = report(capsys, ending, setups, paths)
     assert code == 1
     assert err == ("\n== job failed ==\n"
@@ -290,6 +290,8 @@ def test_ranks_that_died_silently_after_the_first_are_listed_then_and_recorded_t
                    f"\nper-rank logs: {paths.logs}/\n")
     assert [(o.error() or {}).get("exception") for o in (s.outcome for s in setups)] == [
         "killed by SIGKILL (no Python exception)", "killed by SIGSEGV (no Python exception)", None]
+    # stamped when the agent saw each end, so the run's summary finds the same first failure
+    assert [setups[i].outcome.error()["timestamp"] for i in (0, 1)] == [100.5, 100.0]
 
 
 def test_a_rank_that_exited_with_a_status_without_an_error_is_named_by_it(paths, capsys) -> None:
