@@ -24,7 +24,6 @@ NOT_YET = {
     "runner/worker/preflight/checks.py",  # tests/worker/test_preflight.py
     "runner/worker/preflight/collective.py",  # tests/worker/test_preflight.py
     "runner/worker/preflight/host.py",  # tests/worker/test_preflight.py
-    "runner/worker/script.py",  # tests/e2e/test_torchrun_parity.py, tests/app/test_script_shorthand.py
     "runner/worker/setup.py",  # every rank
 }
 
