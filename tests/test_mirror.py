@@ -19,7 +19,6 @@ FACES = {"runner/api.py"}
 # modules with no test module of their name yet, tested only through others (the list may only shrink)
 NOT_YET = {
     "runner/app/launch.py",  # every `run` in tests/e2e and tests/launchers
-    "runner/worker/channel.py",  # tests/e2e/test_job_across_hosts.py
     "runner/worker/host_agent.py",  # tests/app/test_agent.py, every local `run`
     "runner/worker/preflight/checks.py",  # tests/worker/test_preflight.py
     "runner/worker/preflight/collective.py",  # tests/worker/test_preflight.py
