@@ -27,6 +27,7 @@ import datetime
 import json
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -88,12 +89,18 @@ class FolderKeyValue:
             return None
 
     def first(self, key: str, value: bytes) -> bool:
+        # written whole under a name of its own, then linked to the key's name, which fails if that is taken: a
+        # reader never sees the key half written, and a writer that dies midway leaves no empty key behind
+        path = self._path(key)
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{path.name}.")
         try:
-            fd = os.open(self._path(key), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(value)
+            os.link(tmp, path)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(value)
+        finally:
+            os.unlink(tmp)
         return True
 
 
@@ -102,7 +109,7 @@ class ChannelError(Exception):
 
 
 class JobChannel:
-    """One process's end of its job's channel (see the module docstring). Every call but :meth:`wait_for_attempt`
+    """One process's end of its job's channel (see the module docstring). Every call but :meth:`reach_attempt`
     returns at once; a channel whose store went away reads as empty."""
 
     def __init__(self, kv: KeyValue) -> None:

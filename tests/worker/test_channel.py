@@ -344,3 +344,12 @@ def test_dumps_are_gathered_from_the_channel_or_the_run_folder_and_only_fresh_on
 
     assert gather_dumps(paths, ends.host0, range(4), since) == {0: on_channel, 1: in_folder, 3: fresh_in_folder}
     assert gather_dumps(paths, None, range(4), since) == {1: in_folder, 3: fresh_in_folder}
+
+
+def test_a_first_word_in_a_folder_is_a_whole_file_and_leaves_nothing_else(tmp_path) -> None:
+    """A key set first is written under a name of its own and linked: a reader never sees it half written, a
+    writer that dies midway leaves no empty key that would take the place of a later first word."""
+    kv = FolderKeyValue(tmp_path / "channel")
+    assert kv.first("failed/0", b'{"rank": 1}') and not kv.first("failed/0", b'{"rank": 2}')
+    assert kv.get("failed/0") == b'{"rank": 1}'
+    assert sorted(p.name for p in (tmp_path / "channel").iterdir()) == ["failed__0"]
