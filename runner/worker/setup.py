@@ -62,5 +62,12 @@ class RankSetup:
         (its readers, the agent and the report, take this verdict rather than guess from the text)."""
         place = self.place
         return ErrorRecord(place.global_rank, place.local_rank, place.host, socket.gethostname(), os.getpid(),
-                           time.time(), f"{type(exc).__name__}: {exc}", shown if shown is not None else
+                           time.time(), _exception_line(exc), shown if shown is not None else
                            "".join(traceback.format_exception(exc)), timeout=is_collective_timeout(exc))
+
+
+def _exception_line(exc: BaseException) -> str:
+    """``ValueError: message``, or the bare name of an exception without one (``KeyboardInterrupt``), as Python
+    ends a traceback."""
+    said = str(exc)
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__

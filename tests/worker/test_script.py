@@ -263,7 +263,7 @@ def test_an_uncaught_keyboard_interrupt_ends_the_rank_by_sigint(tmp_path, capsys
     shown = (f'Traceback (most recent call last):\n  File "{script}", line 1, in <module>\n'
              f'    raise KeyboardInterrupt\nKeyboardInterrupt\n')
     assert capsys.readouterr().err == shown
-    assert the_rank_ended(setup) == (False, {"exception": "KeyboardInterrupt: ", "traceback": shown})
+    assert the_rank_ended(setup) == (False, {"exception": "KeyboardInterrupt", "traceback": shown})
 
 
 def test_the_scripts_own_process_group_gets_the_jobs_init_timeout(tmp_path) -> None:
