@@ -25,16 +25,16 @@ def duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
-def error_line(text: str, limit: int = 160) -> str:
+def error_line(text: str, limit: int | None = 160) -> str:
     """The one line of an error's text that says what went wrong: the first line that says something, or, when
     the text carries a traceback of its own (torch.multiprocessing's ProcessRaisedException begins with a
     newline and a header), its last line, the innermost error; cut at ``limit`` characters between words,
-    never inside a number ("Timed out waiting 300000ms", not "3000...")."""
+    never inside a number ("Timed out waiting 300000ms", not "3000..."); ``limit`` None: the whole line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if not lines:
         return ""
     line = lines[-1] if any(line.startswith("Traceback (most recent call last)") for line in lines) else lines[0]
-    if len(line) <= limit:
+    if limit is None or len(line) <= limit:
         return line
     cut = line[:limit - 1].rsplit(" ", 1)[0] if " " in line[:limit - 1] else line[:limit - 1]
     return cut.rstrip(" ,;:") + "…"

@@ -138,7 +138,8 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
         if head["exception"].startswith("ScriptExit: "):
             print("\n".join(_script_exit(head, setup)), file=out)
         elif setup.echo.shown and head["traceback"]:  # its stderr, the traceback with it, is on this terminal
-            print(f"{error_line(head['exception'])} (its traceback is above, and in {setup.log_file})", file=out)
+            print(f"{error_line(head['exception'], limit=None)} (its traceback is above, and in {setup.log_file})",
+                  file=out)
         else:
             print("", file=out)
             print(head["traceback"].rstrip(), file=out)

@@ -31,5 +31,6 @@ def test_the_error_line_is_the_line_that_says_what_went_wrong() -> None:
 def test_a_long_error_line_is_cut_between_words_never_inside_a_number() -> None:
     line = "RuntimeError: " + "x" * 123 + " Timed out waiting 300000ms for recv"
     assert error_line(line) == "RuntimeError: " + "x" * 123 + " Timed out waiting…"
+    assert error_line(line + "\nsecond line", limit=None) == line  # the whole first line
     assert error_line("y" * 200, limit=10) == "y" * 9 + "…"  # one word: cut where it must
     assert error_line("a, b; c " * 3, limit=12) == "a, b; c a…"  # no comma left hanging before the mark

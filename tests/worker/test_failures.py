@@ -213,6 +213,14 @@ def test_a_traceback_already_on_the_terminal_is_pointed_to_not_printed_again(pat
                    f"\nper-rank logs: {paths.logs}/\n")
 
 
+def test_the_line_pointing_to_a_traceback_on_the_terminal_is_the_errors_whole_first_line(paths, capsys) -> None:
+    setups = host_setups(paths, 1, shown=(0,))
+    long = "StallError: stall: " + " ".join(f"rank {r} waits" for r in range(40))  # far past error_line's 160
+    raised(setups[0], long, 100.0)
+    _, _, err = report(capsys, HostEnding(codes={0: 1}, order=[0]), setups, paths)
+    assert err.splitlines()[3] == f"{long} (its traceback is above, and in {paths.logs}/rank00000.log)"
+
+
 def test_the_first_rank_to_fail_is_the_one_the_agent_saw_end_first_not_the_earliest_record(paths, capsys) -> None:
     setups = host_setups(paths, 2)
     raised(setups[0], "RuntimeError: Connection closed by peer", 100.0, traceback="Traceback (peer)\n")

@@ -24,7 +24,7 @@ COLLECTIVE_TIMEOUT_S = 30.0  # rendezvous + all-reduce at most (init.timeout_s w
 DEADLINE_GRACE_S = 5.0  # after that timeout, the collective is given up on (not every wait honours it)
 CONNECT_ATTEMPT_S = 3.0  # one TCP connection attempt to master:port
 REFUSED_AGAIN_S = 0.25  # a refused connection (host 0 not listening yet) is tried again this often
-CONNECT_WINDOW_S = 10.0  # how long a refused port is tried again: host 0 may start a little later
+CONNECT_WINDOW_S = 30.0  # how long a refused port is tried again: host 0 may start later (a busy node, srun's skew)
 MANUAL_CONNECT_WINDOW_S = 30.0  # launcher=manual: hosts are started by hand, one after the other
 
 
