@@ -236,16 +236,13 @@ def test_the_common_home_is_a_different_folder_on_each_host(testbed: Bed):
             (testbed.home_of(h) / f"only-on-{h}-{tag}").unlink()
 
 
-def test_a_host_without_the_key_refuses_the_login(testbed: Bed):
-    keys = Path(testbed.ssh["hosts"][testbed.names[1]]["authorized_keys"])
-    saved = keys.read_text()
-    keys.write_text("")
-    try:
-        done = ssh(testbed, testbed.names[1], "true")
-    finally:
-        keys.write_text(saved)
+def test_a_host_without_the_key_refuses_the_login(testbed: Bed, tmp_path):
+    config = testbed.ssh_config_refused_by(testbed.names[1], tmp_path)
+    login = ["ssh", "-F", config, "-o", "BatchMode=yes"]
+    done = run([*login, testbed.names[1], "--", "true"])
     assert done.returncode == 255 and "Permission denied (publickey)" in done.stderr, done.stderr
-    assert ssh(testbed, testbed.names[1], "true").returncode == 0
+    assert run([*login, testbed.addrs[testbed.names[1]], "--", "true"]).returncode == 255  # by address too
+    assert ok(run([*login, testbed.names[0], "--", "echo in"])) == "in\n"  # the other host takes the same config
 
 
 # --------------------------------------------------------------------------- down

@@ -71,6 +71,24 @@ class Bed:
         assert self.ssh is not None, "this bed has no sshd"
         return str(self.ssh["config"])
 
+    def ssh_config_refused_by(self, host: str, folder: Path) -> str:
+        """An ssh_config written under ``folder``: :attr:`ssh_config`, but with a fresh key for ``host``, which it
+        does not know, so that ``host`` refuses the login and the others accept it. (Emptying ``host``'s
+        authorized_keys would refuse the login of every test on the shared bed meanwhile.)"""
+        lines = Path(self.ssh_config).read_text().splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("Host "))
+        refusing = {host, self.addrs[host]}
+        others = [name for name in lines[at].split()[1:] if name not in refusing]
+        settings = lines[at + 1:]
+        stranger = folder / "stranger_key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "stranger", "-f", str(stranger)],
+                       check=True)
+        theirs = [f"  IdentityFile {stranger}" if s.strip().startswith("IdentityFile ") else s for s in settings]
+        config = folder / "ssh_config"
+        config.write_text("\n".join([*lines[:at], f"Host {' '.join(sorted(refusing))}", *theirs,
+                                      f"Host {' '.join(others)}", *settings]) + "\n")
+        return str(config)
+
     def home_of(self, host: str | None) -> Path:
         """The folder that is the bed's common home path (``ssh["home"]``) on ``host``; None: in the root namespace."""
         assert self.ssh is not None, "this bed has no sshd"

@@ -61,17 +61,17 @@ def job(testbed, tmp_path) -> Job:
     return Job(Path(testbed.ssh["home"]) / name, views)
 
 
-def ssh_options(testbed) -> list[str]:
-    return ["launcher=ssh", f"launcher.ssh.config_file={testbed.ssh_config}", "init=tcp"]
+def ssh_options(testbed, ssh_config: str | None = None) -> list[str]:
+    return ["launcher=ssh", f"launcher.ssh.config_file={ssh_config or testbed.ssh_config}", "init=tcp"]
 
 
 def start(testbed, job: Job, args: list[str], run_id: str, on_host_0: bool = False,
-          env: dict[str, str] | None = None) -> Started:
+          env: dict[str, str] | None = None, ssh_config: str | None = None) -> Started:
     """`run ARGS launcher=ssh ... run_id=...` in the job's folder (``with start(...) as proc``: reaped whatever
     happens): in the root namespace, or (``on_host_0``) on host 0, in its network and mount namespaces, where its
-    run folder is host 0's."""
+    run folder is host 0's; with ``ssh_config`` instead of the bed's."""
     cut = args.index("--") if "--" in args else len(args)  # a script's own arguments follow `--`
-    argv = [RUN, *ssh_options(testbed), *args[:cut], f"run_id={run_id}", *args[cut:]]
+    argv = [RUN, *ssh_options(testbed, ssh_config), *args[:cut], f"run_id={run_id}", *args[cut:]]
     if on_host_0:
         h = testbed.hosts[0]
         # (nsenter --wd would open the folder before entering the mount namespace: the root namespace's)
@@ -80,9 +80,9 @@ def start(testbed, job: Job, args: list[str], run_id: str, on_host_0: bool = Fal
     return started(argv, cwd=job.views[None], env={**testbed.env(), **(env or {})}, run_id=run_id, merged=True)
 
 
-def check_argv(testbed, job: Job, host: str) -> str:
+def check_argv(testbed, job: Job, host: str, ssh_config: str | None = None) -> str:
     """The check's command for ``host``, as `run` prints it to try by hand."""
-    return shlex.join(["ssh", "-T", "-F", testbed.ssh_config, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o",
+    return shlex.join(["ssh", "-T", "-F", ssh_config or testbed.ssh_config, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o",
                        "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "--", host,
                        f"cd {shlex.quote(str(job.path))} && exec {shlex.quote(RUN)} --version"])
 
@@ -209,28 +209,23 @@ def test_a_torchrun_script_runs_unchanged_with_every_ranks_output_prefixed(testb
 # --------------------------------------------------------------------------- refused before anything starts
 
 
-def refused(testbed, job: Job, run_id: str, key: str) -> str:
+def refused(testbed, job: Job, run_id: str, key: str, ssh_config: str | None = None) -> str:
     started = time.monotonic()
-    with start(testbed, job, [*bed_hosts(testbed, [1, 1])], run_id) as proc:
+    with start(testbed, job, [*bed_hosts(testbed, [1, 1])], run_id, ssh_config=ssh_config) as proc:
         ((code, said),) = finish([proc], timeout=60)
     assert code == 2, said
     assert time.monotonic() - started < 30
     assert re.search(seen(key, testbed), said), said
-    assert f"    try by hand: {check_argv(testbed, job, testbed.names[1])}\n" in said, said
+    assert f"    try by hand: {check_argv(testbed, job, testbed.names[1], ssh_config)}\n" in said, said
     assert "\nnothing was started.\n" in said
     assert not any(job.run_folder(h, run_id).exists() for h in testbed.names)  # no host started its share
     assert not processes_of(run_id)
     return said
 
 
-def test_a_host_that_refuses_the_login_is_named_and_nothing_starts(testbed, job):
-    keys = Path(testbed.ssh["hosts"][testbed.names[1]]["authorized_keys"])
-    saved = keys.read_text()
-    keys.write_text("")  # sshd reads it at each login
-    try:
-        said = refused(testbed, job, f"d{uuid.uuid4().hex[:8]}", "refused")
-    finally:
-        keys.write_text(saved)
+def test_a_host_that_refuses_the_login_is_named_and_nothing_starts(testbed, job, tmp_path):
+    config = testbed.ssh_config_refused_by(testbed.names[1], tmp_path)  # host 1 does not know its key
+    said = refused(testbed, job, f"d{uuid.uuid4().hex[:8]}", "refused", config)
     assert "hint: is this machine's key in its authorized_keys" in said
 
 
