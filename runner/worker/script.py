@@ -61,7 +61,9 @@ def run_script(setup: RankSetup, channel: JobChannel | None = None) -> int:
         else:
             given = str(cfg.path)
             path = os.path.abspath(given)
-            sys.path[:] = [os.path.dirname(path), *base]
+            # a file: its folder first, as Python makes it; a folder or zip file: itself, as the path was given
+            first = os.path.join(os.getcwd(), given) if _is_main_container(path) else os.path.dirname(path)
+            sys.path[:] = [first, *base]
             sys.orig_argv = [sys.executable, "-u", given, *args]
             sys.argv = [given, *args]
             _run_main(path)
@@ -89,21 +91,27 @@ def run_script(setup: RankSetup, channel: JobChannel | None = None) -> int:
 
 
 def _run_main(path: str) -> None:
-    """Run the file at ``path`` as ``__main__``, as ``python path`` does; a folder or zip file with a
-    ``__main__.py`` as runpy runs it."""
-    if os.path.isdir(path) or not path.endswith(".py") and _is_zip(path):
-        runpy.run_path(path, run_name="__main__")
+    """Run the file at ``path`` as ``__main__`` in a fresh module, as ``python path`` does; a folder or zip file (first
+    on sys.path), its ``__main__`` module, as ``python app/`` does: CPython's own call, runpy's private
+    ``_run_module_as_main`` with sys.argv left as it is (tests/worker/test_script.py checks it is still there)."""
+    main = types.ModuleType("__main__")
+    main.__builtins__ = __builtins__  # type: ignore[attr-defined]
+    sys.modules["__main__"] = main
+    if _is_main_container(path):
+        runpy._run_module_as_main("__main__", alter_argv=False)  # type: ignore[attr-defined]
         return
     with open(path, "rb") as f:
         source = f.read()
-    main = types.ModuleType("__main__")
     main.__file__ = path
     main.__cached__ = None  # type: ignore[attr-defined]
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)  # type: ignore[attr-defined]
-    main.__builtins__ = __builtins__  # type: ignore[attr-defined]
-    sys.modules["__main__"] = main
     code = compile(source, path, "exec", dont_inherit=True)
     exec(code, main.__dict__)
+
+
+def _is_main_container(path: str) -> bool:
+    """A folder, or a zip file not named .py: what Python runs by its ``__main__`` module."""
+    return os.path.isdir(path) or not path.endswith(".py") and _is_zip(path)
 
 
 def _is_zip(path: str) -> bool:

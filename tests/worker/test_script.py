@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import inspect
 import json
 import os
+import runpy
 import signal
 import sys
 import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -137,6 +140,34 @@ def test_a_script_in_another_folder_has_that_folder_first_on_its_path(tmp_path) 
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert seen["argv"] == ["code/train.py", str(tmp_path / "seen.json")]  # the path as given, as Python keeps it
     assert (seen["path"][0], seen["file"]) == (str(tmp_path / "code"), str(tmp_path / "code" / "train.py"))
+
+
+@pytest.mark.parametrize("given", ["app", "./app/", "app.zip", str(Path("/").joinpath("TMP", "app"))])
+def test_a_folder_or_zip_file_runs_its_main_module_as_python_app_does(tmp_path, given: str) -> None:
+    """`python app/` (CPython 3.11 and 3.12, checked by hand): sys.argv[0] is the path as given, sys.path[0] the
+    current folder joined with it (not normalised: '/cwd/./app/'), ``__file__`` the ``__main__.py`` in it, run in a
+    fresh ``__main__``; the folder that holds it is not on the path."""
+    given = given.replace("/TMP", str(tmp_path))
+    written(tmp_path / "app" / "__main__.py", PROBE)
+    written(tmp_path / "app" / "helper.py", "")
+    if given == "app.zip":
+        with zipfile.ZipFile(tmp_path / "app.zip", "w") as z:
+            z.write(tmp_path / "app" / "__main__.py", "__main__.py")
+    base = [p for p in sys.path if p != str(tmp_path / "bin")]
+    setup = script_setup(tmp_path, path=given, args=["seen.json"])
+    assert run_script(setup) == 0
+    first = os.path.join(str(tmp_path), given)
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen == {"argv": [given, "seen.json"], "orig_argv": [sys.executable, "-u", given, "seen.json"],
+                    "path": [first, *base], "file": os.path.join(first, "__main__.py"), "name": "__main__",
+                    "main_is_this": True, "pg_timeout_s": TIMEOUT_S}
+    assert the_rank_ended(setup) == (True, None)
+
+
+def test_runpys_private_call_for_a_folder_is_still_there() -> None:
+    """What CPython calls for `python app/`, and runner.worker.script with it."""
+    assert callable(runpy._run_module_as_main)
+    assert list(inspect.signature(runpy._run_module_as_main).parameters) == ["mod_name", "alter_argv"]
 
 
 @pytest.mark.parametrize("flag", ["--local_rank", "--local-rank"])
