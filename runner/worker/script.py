@@ -6,7 +6,8 @@ args`` (or ``python -u -m module args``) started by torchrun runs it: the script
   ``sys.orig_argv`` is the command torchrun would have run; ``sys.path[0]`` the script's folder (``-m``: the
   current folder) before the interpreter's own path; ``__main__`` is the script's module (``__file__`` absolute,
   as Python >= 3.9 sets it);
-* it exits as Python exits: 0 when it ends, ``sys.exit``'s status, 1 after an uncaught exception (the traceback
+* it exits as Python exits: 0 when it ends, ``sys.exit``'s status, 2 when the file cannot be opened (removed after
+  the spec was checked), 1 after an uncaught exception (the traceback
   printed from the script's first frame on, the runner's own below it left out), killed by SIGINT after an
   uncaught KeyboardInterrupt; ``os._exit`` and signals end the process itself, which its agent sees at once;
 * the process group it makes without a timeout gets init.timeout_s, and its collectives are watched
@@ -100,8 +101,12 @@ def _run_main(path: str) -> None:
     if _is_main_container(path):
         runpy._run_module_as_main("__main__", alter_argv=False)  # type: ignore[attr-defined]
         return
-    with open(path, "rb") as f:
-        source = f.read()
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as e:  # as Python says it, and its status
+        print(f"{sys.executable}: can't open file {path!r}: [Errno {e.errno}] {e.strerror}", file=sys.stderr)
+        raise SystemExit(2) from None
     main.__file__ = path
     main.__cached__ = None  # type: ignore[attr-defined]
     main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)  # type: ignore[attr-defined]

@@ -266,12 +266,22 @@ def test_a_modules_traceback_leaves_runpy_out(tmp_path, capsys) -> None:
     assert the_rank_ended(setup) == (False, {"exception": "KeyError: 'lr'", "traceback": shown})
 
 
-def test_a_missing_script_is_status_1_and_says_which_file(tmp_path, capsys) -> None:
+def test_a_missing_script_is_status_2_as_python_says_it(tmp_path, capsys) -> None:
+    """`python gone.py`: "<interpreter>: can't open file '<absolute path>': [Errno 2] No such file or directory",
+    status 2 (the spec's check refuses a missing script first: only one removed in between gets here)."""
     setup = script_setup(tmp_path, path="gone.py")
-    assert run_script(setup) == 1
-    said = f"FileNotFoundError: [Errno 2] No such file or directory: '{tmp_path / 'gone.py'}'"
+    assert run_script(setup) == 2
+    said = f"{sys.executable}: can't open file '{tmp_path / 'gone.py'}': [Errno 2] No such file or directory"
     assert capsys.readouterr().err == said + "\n"  # no frame of the runner's
-    assert the_rank_ended(setup) == (False, {"exception": said, "traceback": said + "\n"})
+    assert the_rank_ended(setup) == (False, {"exception": "ScriptExit: gone.py exited with status 2", "traceback": ""})
+
+
+def test_a_folder_without_a_main_module_is_status_1_as_python_says_it(tmp_path, capsys) -> None:
+    (tmp_path / "app").mkdir()
+    setup = script_setup(tmp_path, path="app")
+    assert run_script(setup) == 1
+    assert capsys.readouterr().err == f"{sys.executable}: can't find '__main__' module in '{tmp_path / 'app'}'\n"
+
 
 
 def test_a_missing_module_is_status_1_as_python_m_says(tmp_path, capsys) -> None:
