@@ -20,7 +20,6 @@ FACES = {"runner/api.py"}
 NOT_YET = {
     "runner/app/launch.py",  # every `run` in tests/e2e and tests/launchers
     "runner/worker/host_agent.py",  # tests/app/test_agent.py, every local `run`
-    "runner/worker/preflight/checks.py",  # tests/worker/test_preflight.py
     "runner/worker/preflight/collective.py",  # tests/worker/test_preflight.py
     "runner/worker/preflight/host.py",  # tests/worker/test_preflight.py
     "runner/worker/setup.py",  # every rank

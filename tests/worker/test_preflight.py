@@ -1,172 +1,18 @@
-"""preflight=true: each host's checks with real sockets of this machine, then `run ... preflight=true`
-here and on the Slurm test bed (scripts/testbed.py): one line per host, a closed port and a loopback
-master caught fast, with the address, the port and a hint."""
+"""`run ... preflight=true` here and on the Slurm test bed (scripts/testbed.py): one line per host, a closed port
+and a loopback master caught fast, with the address, the port and a hint. The checks one by one:
+tests/worker/preflight/test_checks.py."""
 
 from __future__ import annotations
 
-import errno
 import re
 import socket
 import time
 
 import pytest
 
-from runner.worker.preflight.checks import (
-    Check,
-    HostChecks,
-    check_devices,
-    check_init_folder,
-    check_interface,
-    check_master,
-    check_reachable,
-    connect_failure,
-    hold_port,
-)
-from runner.worker.network import InterfaceChoice
-from runner.spec.schema import DeviceKind
-from runner.spec.topology import Host
 from runs import processes_of, run, run_folder
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def closed_port():
-    """A port of 127.0.0.1 nobody listens on (held bound, so no one else takes it meanwhile)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        yield s.getsockname()[1]
-
-
-@pytest.fixture
-def listening_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(8)
-        yield s.getsockname()[1]
-
-
-# -------------------------------------------------------------------------- the checks, with real sockets
-
-
-@pytest.mark.unit
-def test_a_closed_port_is_refused_with_its_address_and_port(closed_port):
-    check = check_reachable("127.0.0.1", closed_port, window_s=0, ifname="lo")
-    assert not check.ok
-    assert f"port {closed_port} on 127.0.0.1 (reached via lo) refused the connection: nothing listens there" in \
-        check.failure
-    assert "is host 0 started" in check.hint and "init.master_addr" in check.hint and "firewall" in check.hint
-
-
-@pytest.mark.unit
-def test_a_refused_port_is_tried_again_for_the_window_then_given_up(closed_port):
-    started = time.monotonic()
-    check = check_reachable("127.0.0.1", closed_port, window_s=1.0)
-    assert 1.0 <= time.monotonic() - started < 5
-    assert "refused the connection for 1 s" in check.failure
-
-
-@pytest.mark.unit
-def test_host_0_that_cannot_reach_its_own_store_names_the_master_address(closed_port):
-    check = check_reachable("127.0.0.1", closed_port, window_s=30, serving_here=True)  # no retry: it would not help
-    assert "this host (host 0) serves the rendezvous" in check.failure
-    assert "the master address leads elsewhere" in check.failure
-    assert "init.master_addr must be host 0's address" in check.hint
-
-
-@pytest.mark.unit
-def test_a_listening_port_is_reachable(listening_port):
-    assert check_reachable("127.0.0.1", listening_port, window_s=0) == Check(f"port {listening_port} reachable")
-
-
-@pytest.mark.unit
-def test_a_bound_port_is_not_free_and_a_free_one_is_held_for_the_checks(listening_port):
-    sock, check = hold_port("127.0.0.1", listening_port)
-    assert sock is None and not check.ok
-    assert f"port {listening_port} is not free" in check.failure and f"127.0.0.1:{listening_port}" in check.failure
-    assert "init.master_port=0" in check.hint
-    sock, check = hold_port("127.0.0.1", 0)
-    try:
-        port = sock.getsockname()[1]
-        assert check.ok
-        served = check_reachable("127.0.0.1", port, window_s=0, serving_here=True)
-        assert served.text == f"port {port} free and served here"
-    finally:
-        sock.close()
-
-
-@pytest.mark.unit
-def test_timeouts_and_unreachable_networks_point_to_firewall_and_routing():
-    timeout = connect_failure("10.0.0.11", 23456, TimeoutError("timed out"), "lan0", 3.0, False)
-    assert "no answer from 10.0.0.11:23456" in timeout.failure and "(reached via lan0)" in timeout.failure
-    assert timeout.hint.startswith("firewall") and "port 23456" in timeout.hint
-    unreachable = connect_failure("10.0.0.11", 23456, OSError(errno.EHOSTUNREACH, "No route to host"), "lan0", 0, False)
-    assert "unreachable" in unreachable.failure and unreachable.hint.startswith("interface or routing")
-
-
-@pytest.mark.unit
-def test_a_loopback_master_with_several_hosts_is_refused_on_the_others():
-    check, ip = check_master("localhost", hosts=2, one_machine=False, master_host=False)
-    assert ip is None and not check.ok
-    assert "the master address localhost -> 127.0.0.1 is loopback, but the job has 2 hosts" in check.failure
-    assert check.hint.startswith("name resolution") and "init.master_addr" in check.hint
-
-
-@pytest.mark.parametrize("hosts, one_machine, master_host, why", [
-    (1, False, False, "loopback: one host"),
-    (2, True, False, "loopback: every host is this machine"),
-    (2, False, True, "loopback here, on host 0 itself"),  # Debian's 127.0.1.1 for the host's own name
-])
-@pytest.mark.unit
-def test_a_loopback_master_is_fine_where_nobody_else_dials_it(hosts, one_machine, master_host, why):
-    check, ip = check_master("localhost", hosts, one_machine, master_host)
-    assert check.ok and ip == "127.0.0.1" and check.text == f"master localhost -> 127.0.0.1 ({why})"
-
-
-@pytest.mark.unit
-def test_a_master_name_that_does_not_resolve_hints_at_name_resolution():
-    check, ip = check_master("no-such-host.invalid", hosts=2, one_machine=False, master_host=False)
-    assert ip is None and "'no-such-host.invalid' does not resolve" in check.failure
-    assert check.hint.startswith("name resolution") and "/etc/hosts" in check.hint
-
-
-@pytest.mark.unit
-def test_the_interface_gloo_would_use_is_checked():
-    route = InterfaceChoice({"GLOO_SOCKET_IFNAME": "lan0", "NCCL_SOCKET_IFNAME": "lan0"}, "network: ...")
-    assert check_interface(route, "lan0", None, None, "gloo", frozenset({"lo", "lan0"}), None, False).text == \
-        "gloo/NCCL on lan0 (the route's)"
-    named = InterfaceChoice({"GLOO_SOCKET_IFNAME": "ib0", "NCCL_SOCKET_IFNAME": "ib0"}, "network: ...")
-    missing = check_interface(named, "lan0", "ib0", None, "gloo", frozenset({"lo", "lan0"}), None, False)
-    assert "interface ib0 (backend.socket_ifname) is not on this host (it has lan0, lo)" in missing.failure
-    assert "the route's: lan0" in missing.hint
-    left = InterfaceChoice({}, "network: backend.pick_interface=false: gloo and NCCL choose their interface")
-    own_loopback = check_interface(left, "lan0", None, None, "gloo", frozenset({"lo", "lan0"}), "127.0.1.1", False,
-                                   pick_interface=False)
-    assert "gloo picks its interface itself (backend.pick_interface=false) and would listen on 127.0.1.1, the " \
-           "loopback address this host's name resolves to" in own_loopback.failure
-    assert "backend.pick_interface=true" in own_loopback.hint and "backend.socket_ifname (lan0)" in own_loopback.hint
-    assert check_interface(left, "lan0", None, None, "gloo", frozenset({"lan0"}), "10.0.0.12", False, False).ok
-
-
-@pytest.mark.unit
-def test_devices_and_the_init_folder(tmp_path):
-    host = Host(1, None, None, 2, (0, 1))
-    assert check_devices(host, DeviceKind.cpu, 2, 2, None).text == "2 CPU process(es) as the spec says"
-    assert check_devices(host, DeviceKind.cuda, 2, 2, 8).text == "2 GPU(s) as the spec says (GPUs 0,1 of 8)"
-    few = check_devices(host, DeviceKind.cuda, 2, 2, 1)
-    assert "gives this host 2 GPU(s) (GPUs 0,1), but torch.cuda.device_count() = 1" in few.failure
-    assert check_init_folder(tmp_path).ok
-    assert not list(tmp_path.iterdir())  # its probe file is gone
-    gone = check_init_folder(tmp_path / "missing")
-    assert "does not exist on this host" in gone.failure and gone.hint.startswith("shared storage")
-
-
-@pytest.mark.unit
-def test_a_host_line_lists_its_checks_and_ends_at_a_failure():
-    report = HostChecks("preflight node1 (h2, 10.0.0.12)", (Check("master h1 -> 10.0.0.11 (not loopback)"),))
-    assert report.line() == "preflight node1 (h2, 10.0.0.12): master h1 -> 10.0.0.11 (not loopback)"
-    failed = report.add(Check.failed("port 1 refused", "a firewall?"))
-    assert failed.failed and failed.line().endswith(" · FAILED: port 1 refused — hint: a firewall?")
 
 
 # -------------------------------------------------------------------------- this machine
@@ -186,12 +32,15 @@ def test_preflight_on_this_machine_runs_no_recipe(tmp_path):
     assert not processes_of(done.run_id)
 
 
-def test_preflight_on_this_machine_with_the_port_taken(tmp_path, listening_port):
-    started = time.monotonic()
-    done = run("topology=1x2", "init=tcp", f"init.master_port={listening_port}", "preflight=true", cwd=tmp_path)
+def test_preflight_on_this_machine_with_the_port_taken(tmp_path):
+    with socket.socket() as taken:  # another job's store, listening on the port
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(8)
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        done = run("topology=1x2", "init=tcp", f"init.master_port={port}", "preflight=true", cwd=tmp_path)
     assert done.code == 1, done.output
-    assert f"FAILED: port {listening_port} is not free on this host (host 0): cannot listen on " \
-        f"127.0.0.1:{listening_port}" in done.stdout
+    assert f"FAILED: port {port} is not free on this host (host 0): cannot listen on 127.0.0.1:{port}" in done.stdout
     assert "hint: another job holds the port" in done.stdout
     assert time.monotonic() - started < 30
     assert not list((run_folder(tmp_path) / "logs").glob("rank*.log"))  # no rank started
