@@ -152,6 +152,8 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
                       early_stop=early_stop)
     hard_stop_s = max(0.0, spec.launcher.grace_s) + FAILURE_STOP_S + HARD_STOP_MARGIN_S
     DriverWatch(stream, agent, hard_stop_s, spec.launcher.ssh.keepalive_s).start()
+    # Ctrl-\ to the launching `run` comes to host 0's: its agent says where every rank of every host is
+    signal.signal(signal.SIGQUIT, lambda _s, _f: agent.ask_where())
     return agent.run()
 
 
@@ -161,7 +163,7 @@ def main(argv: list[str]) -> None:
         signal.signal(s, _until_agent)
     early_stop = StopRequest()
     early_stop.install(signal.SIGUSR1)  # the default stop signal, early: the agent passes it on once it runs
-    signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # this host's ranks dump their stacks; the launching `run` answers
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # until the agent runs (run_share): host 0's then answers Ctrl-\
     if len(argv) != 2 or not argv[0].isdigit():
         print(USAGE, file=sys.stderr)
         code = exits.INVALID

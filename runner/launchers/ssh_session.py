@@ -8,7 +8,8 @@ and this `run` as the job's one terminal.
   the stop signal are passed to every host over its stdin (runner.launchers.ssh_protocol), where its `run` takes them
   as its own (and, through host 0's store, every host would anyway). Hosts still running ``launcher.grace_s`` +
   :data:`STOP_MARGIN_S` after a SIGINT or SIGTERM have their sessions closed (ssh terminated), which ends them (their
-  stdin ends); a second Ctrl-C closes them at once.
+  stdin ends); a second Ctrl-C closes them at once. Ctrl-\\ (SIGQUIT) goes to host 0 alone, whose agent says where
+  every rank of every host is (the hosts share no folder this `run` could read their dumps from).
 * **Beats.** Every ``launcher.ssh.keepalive_s`` each host hears that this `run` is there; a host that stops hearing
   it (a network that drops everything: no connection closes) stops its share as if its stdin had ended.
 * **A host lost.** An ssh that exits 255 (the connection lost, the host or its `run` killed) while the job runs:
@@ -102,7 +103,8 @@ class Sessions:
         previous = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         self.selector.register(wake_r, selectors.EVENT_READ, None)
         try:
-            with handling((signal.SIGINT, signal.SIGTERM, self.stop_signal), lambda s, _f: self.pending.append(s)):
+            with handling((signal.SIGINT, signal.SIGTERM, self.stop_signal, signal.SIGQUIT),
+                          lambda s, _f: self.pending.append(s)):
                 self._start()
                 while any(s.code is None or s.partial for s in self.sessions):
                     self._step()
@@ -190,7 +192,9 @@ class Sessions:
 
     def _signalled(self, signum: int) -> None:
         running = [s for s in self.sessions if s.code is None]
-        if signum in (signal.SIGINT, signal.SIGTERM):
+        if signum == signal.SIGQUIT:  # where the ranks are: host 0's agent says it, for every host
+            running = [s for s in running if s.host.index == 0]
+        elif signum in (signal.SIGINT, signal.SIGTERM):
             if self.signalled is not None:  # the second: close the sessions now
                 self._close(signal.SIGTERM)
                 self.kill_at = time.monotonic() + KILL_WAIT_S

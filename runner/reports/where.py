@@ -1,13 +1,16 @@
 """Where the ranks are, asked by `run` itself: Ctrl-\\ (SIGQUIT) to `run`, and a followed Slurm job cancelled by
 Ctrl-C or SIGTERM (Slurm signals every process of the job at once, so the ranks are asked before). Every rank
 writes its collectives and where its main thread is (runner.records.watch_files) into the run folder, which `run`
-reads: on the launching machine, that is the one place every host writes to."""
+reads: on the launching machine, that is the one place every host writes to. Where the hosts share no folder
+(launcher=ssh), host 0's agent answers instead, through the job's channel (runner.worker.host_agent)."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable
 
 from runner.plan.processes import Plan
+from runner.records.dumps import RankDump
 from runner.records.paths import RunPaths
 from runner.records.watch_files import collect_dumps, request_dumps
 from runner.reports.hangs import diagnose
@@ -15,10 +18,14 @@ from runner.reports.hangs import diagnose
 DUMP_WAIT_S = 3.0  # how long `run` waits for the ranks' dumps
 
 
-def where_the_ranks_are(plan: Plan, paths: RunPaths, then: str = "the job goes on") -> None:
-    """Ask every rank where it is, and say it in one paragraph (each rank also writes its full stack to its log)."""
-    asked = request_dumps(paths, "request")
-    dumps = collect_dumps(paths, range(plan.world_size), asked, DUMP_WAIT_S)
+def where_the_ranks_are(plan: Plan, paths: RunPaths, then: str = "the job goes on",
+                        ask: Callable[[RunPaths, str], float] = request_dumps,
+                        gather: Callable[[RunPaths, Iterable[int], float, float], dict[int, RankDump]] = collect_dumps
+                        ) -> None:
+    """Ask every rank where it is, and say it in one paragraph (each rank also writes its full stack to its log).
+    ``ask`` and ``gather``: through the run folder, or (an agent's) the job's channel as well."""
+    asked = ask(paths, "request")
+    dumps = gather(paths, range(plan.world_size), asked, DUMP_WAIT_S)
     found = diagnose(dumps, plan.world_size)
     said = found.text if found else f"{len(dumps)} of {plan.world_size} rank(s) answered, none in a collective yet"
     logs, _ = paths.rank_files(lambda r: r.log)

@@ -47,6 +47,7 @@ from runner.records.outcomes import timed_out
 from runner.records.paths import RunPaths
 from runner.records.watch_files import clear_diagnosis
 from runner.reports.hangs import diagnose
+from runner.reports.where import where_the_ranks_are
 from runner.spec.document import recipe_config
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
@@ -165,6 +166,7 @@ class HostAgent:
         self._ends: list[dict] = []  # the job ended from outside (end_job), not yet acted on
         self._final = False  # the job ends with this attempt, whatever launcher.max_restarts allows
         self._gone: dict[str, str] = {}  # host -> why it is gone: its ranks will say nothing
+        self._where_asked = False  # ask_where: say where every rank is, at the next tick
         self._wakeup: tuple[int, int] | None = None
 
     # -- the whole share, attempt after attempt -------------------------------------------------------------
@@ -213,6 +215,16 @@ class HostAgent:
         if failure.get("rank") is None and failure.get("host"):
             self._gone[str(failure["host"])] = str(failure.get("text", ""))
         self._ends.append(failure)
+        self._wake()
+
+    def ask_where(self) -> None:
+        """Say where every rank of every host is, in one paragraph, asked and gathered through the job's channel
+        (Ctrl-\\ to the launching `run` under launcher=ssh, which passes it to host 0's): at the attempt's next tick.
+        Callable from any thread, or a signal handler."""
+        self._where_asked = True
+        self._wake()
+
+    def _wake(self) -> None:
         if self._wakeup is not None:
             try:
                 os.write(self._wakeup[1], b"\0")
@@ -374,6 +386,10 @@ class HostAgent:
                 if channel is not None:  # Ctrl-C, SIGTERM or the stop request: every host passes it on
                     channel.request_stop(signum, setups[0].place.host if setups else f"node {self.node_rank}")
                     stop_seen = channel.stop_requested()
+            if self._where_asked:
+                self._where_asked = False
+                where_the_ranks_are(self.plan, self.paths, ask=lambda p, why: ask_for_dumps(p, channel, why),
+                                    gather=lambda p, r, since, wait: gather_dumps(p, channel, r, since, wait))
             now = time.monotonic()
             if kill_at is None and ending.failed_by_itself():
                 first = ending.first_failure()

@@ -26,7 +26,7 @@ import psutil
 import pytest
 import torch
 
-from runs import (RUN, TESTS, Started, artifacts, bed_hosts, check_readme_quotes, check_views, finish, processes_of,
+from runs import (QUIT_SAID, RUN, TESTS, Started, artifacts, bed_hosts, check_readme_quotes, check_views, finish, processes_of,
                   seen_in, stage_workloads, started, wait_until)
 from runner.environments.versions import installed
 
@@ -335,6 +335,26 @@ def test_a_signal_to_run_reaches_every_rank_on_every_host(testbed, job, tmp_path
         assert re.search(rf"\[host {testbed.names[0]}\] SIGTERM: rank\(s\) 0 still running launcher.grace_s=2 s after "
                          rf"it; killing them: rank 0 waits in all_reduce #4", said), said
     assert f"status    stopped by {signal.Signals(signum).name} (exit {128 + signum})" in said
+    assert not processes_of(run_id)
+
+
+def test_ctrl_backslash_says_where_every_rank_of_every_host_is_and_the_job_goes_on(testbed, job, tmp_path):
+    """Ctrl-\\ to `run`, whose hosts share no folder with it: host 0's agent asks every rank through the job's
+    channel and says, on this terminal, where each one is whatever its host; the job goes on (SIGTERM ends it)."""
+    run_id = f"q{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "rank1.stuck"
+    with start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker)], run_id) as proc:
+        wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+        proc.send_signal(signal.SIGQUIT)
+        wait_until(lambda: proc.said(QUIT_SAID + "the job goes on)"), 30, "told where the ranks are", alive=[proc])
+        assert proc.proc.poll() is None  # the job goes on
+        proc.send_signal(signal.SIGTERM)
+        ((code, said),) = finish([proc], timeout=60)
+    host_0 = re.escape(f"[host {testbed.names[0]}] ")
+    assert re.search(host_0 + r"where the ranks are: rank 0 waits in all_reduce #4 .*; rank 1 never entered it: .* "
+                     r"at workloads/hang\.py:\d+ in main", said), said
+    assert said.count("where the ranks are: ") == 1, said  # host 0 alone answers; this `run` does not
+    assert code == 128 + signal.SIGTERM, said
     assert not processes_of(run_id)
 
 

@@ -15,19 +15,27 @@ from runner.records.dumps import Collective, GroupRecord, RankDump
 from runner.records.paths import RunPaths
 from runner.records.watch_files import RankWatchFiles, last_request
 from runner.reports import where
+from runner.worker.channel import JobChannel, ask_for_dumps, gather_dumps
 from runs import QUIT_SAID, wait_until
 
 pytestmark = pytest.mark.unit
 
 
-def answering(paths: RunPaths, dumps: dict[int, tuple[int, str]]) -> threading.Thread:
-    """Ranks that, once asked, write where they are: rank -> (the all-reduce it entered last, where it is)."""
+def answering(paths: RunPaths, dumps: dict[int, tuple[int, str]], channel: JobChannel | None = None
+              ) -> threading.Thread:
+    """Ranks that, once asked, write where they are: rank -> (the all-reduce it entered last, where it is); with a
+    ``channel``, as ranks on another host do: asked and answering through it alone."""
     def answer() -> None:
-        wait_until(lambda: last_request(paths) is not None, 10, "the ranks asked")
+        asked = (lambda: channel.dump_request() is not None) if channel else (lambda: last_request(paths) is not None)
+        wait_until(asked, 10, "the ranks asked")
         for rank, (enqueued, at) in dumps.items():
             entries = tuple(Collective(s, "all_reduce", ((1,),), ("Float",), time.time() - 2) for s in range(1, enqueued + 1))
-            RankWatchFiles(paths, rank).write_dump(RankDump(rank, "node0", time.time(), "request", "runner counter",
-                                                       (GroupRecord("0", enqueued, enqueued - 1, entries),), at))
+            dump = RankDump(rank, "node1", time.time(), "request", "runner counter",
+                            (GroupRecord("0", enqueued, enqueued - 1, entries),), at)
+            if channel is not None:
+                channel.put_dump(rank, dump.document())
+            else:
+                RankWatchFiles(paths, rank).write_dump(dump)
 
     return threading.Thread(target=answer, daemon=True)
 
@@ -55,3 +63,20 @@ def test_ranks_that_do_not_answer_are_counted(tmp_path, capsys, monkeypatch) -> 
     assert capsys.readouterr().err == ("\nwhere the ranks are: 0 of 2 rank(s) answered, none in a collective yet\n"
                                        "    (stacks: logs/rank*.log; stopping them)\n")
     assert last_request(paths) is not None  # they were asked
+
+
+def test_an_agent_asks_and_hears_through_the_jobs_channel(tmp_path, capsys) -> None:
+    """Host 0's agent under launcher=ssh (runner.worker.host_agent): the ranks of the other host see no folder of
+    its, and answer through the job's channel."""
+    paths = RunPaths(tmp_path / "host0", "R1")
+    paths.make()
+    channel = JobChannel.in_folder(tmp_path / "channel")
+    plan = plan_for(validate(("topology=1x2", "device=cpu", "recipe.global_batch_size=2")).job, paths)
+    ranks = answering(paths, {0: (4, "train.py:20 in main"), 1: (3, "train.py:16 in main")}, channel)
+    ranks.start()
+    where.where_the_ranks_are(plan, paths, ask=lambda p, why: ask_for_dumps(p, channel, why),
+                              gather=lambda p, r, since, wait: gather_dumps(p, channel, r, since, wait))
+    ranks.join()
+    err = capsys.readouterr().err
+    assert err.startswith("\nwhere the ranks are: rank 0 waits in all_reduce #4 (process group 0) since "), err
+    assert "rank 1 never entered it: its last collective was all_reduce #3, and it is at train.py:16 in main" in err
