@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.app import snapshot
 from runner.app.agent import LaunchAgent
@@ -21,7 +22,7 @@ from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
 from runner.launchers.base import Invocation, Launcher, LaunchRequest
 from runner.launchers.slurm_array import ArrayMember
-from runner.plan.processes import Plan, make_plan
+from runner.plan.processes import Deferred, Plan, make_plan
 from runner.plan.render import plan_table, verdict, write_plan
 from runner.records.paths import RunPaths
 from runner.reports.run_summary import report_run
@@ -32,6 +33,9 @@ from runner.spec.pins import Pins, pinned
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import Problem, Severity, errors, render_problems
 from runner.spec.schema import InitMethod, JobConfig, ScriptRecipeConfig
+
+if TYPE_CHECKING:
+    from runner.worker.channel import JobChannel
 
 
 def _snapshot(spec: JobConfig, by_default: bool, paths: RunPaths) -> Snapshot | None:
@@ -192,11 +196,39 @@ def _refuse_a_stale_rendezvous_file(plan: Plan, paths: RunPaths) -> None:
         raise _Refused from None
 
 
+REACH_STORE_S = 2.0  # Ctrl-\\ under launcher=manual: how long `run` tries host 0's store
+
+
+def _say_where(plan: Plan, paths: RunPaths) -> None:
+    """Ctrl-\\ (or kill -QUIT): where the ranks are. Hosts started apart (launcher=manual) share no run folder: the
+    ranks of every host are asked and heard through the job's channel, which this `run` reaches as its agent does."""
+    from runner.worker.channel import where_through
+
+    channel = _job_channel(plan, paths) if plan.rules.hosts_start_apart and len(plan.job.hosts) > 1 else None
+    where_the_ranks_are(plan, paths, **where_through(channel))
+
+
+def _job_channel(plan: Plan, paths: RunPaths) -> JobChannel | None:
+    """The job's channel as this `run` reaches it (init=file: its folder; else host 0's store), or None."""
+    from runner.worker.channel import ChannelError, JobChannel
+
+    init = plan.job.spec.init
+    if init.method is InitMethod.file:
+        return JobChannel.in_folder(paths.channel_folder(init.dir))
+    if isinstance(plan.master_addr, Deferred) or isinstance(plan.master_port, Deferred):
+        return None
+    try:
+        return JobChannel.reach(plan.master_addr, int(plan.master_port), REACH_STORE_S)
+    except ChannelError as e:
+        print(f"where the ranks are: {e}; asking this host's ranks only", file=sys.stderr, flush=True)
+        return None
+
+
 def _launch(launcher: Launcher, request: LaunchRequest, started: float) -> int:
     """Launch, answering Ctrl-\\ (or kill -QUIT) with where the ranks are; then the run on one screen, and
     run_summary.json."""
     plan, paths = launcher.plan, launcher.paths
-    with handling((signal.SIGQUIT,), lambda _s, _f: where_the_ranks_are(plan, paths)):
+    with handling((signal.SIGQUIT,), lambda _s, _f: _say_where(plan, paths)):
         code = launcher.launch(request)
     report_run(plan, paths, code, time.perf_counter() - started, launcher.not_followed, launcher.cause)
     return code

@@ -29,7 +29,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -279,6 +279,12 @@ def gather_dumps(paths: RunPaths, channel: JobChannel | None, ranks: Iterable[in
     ``wait_s`` for the missing ones."""
     elsewhere = (lambda r: RankDump.from_document(channel.dump(r) or {})) if channel is not None else None
     return collect_dumps(paths, ranks, since, wait_s, elsewhere)
+
+
+def where_through(channel: JobChannel | None) -> dict[str, Callable[..., Any]]:
+    """runner.reports.where.where_the_ranks_are's ``ask`` and ``gather``, through ``channel`` and the run folder."""
+    return {"ask": lambda paths, reason: ask_for_dumps(paths, channel, reason),
+            "gather": lambda paths, ranks, since, wait_s: gather_dumps(paths, channel, ranks, since, wait_s)}
 
 
 def channel_of(paths: RunPaths, init_dir: str | None, file_init: bool, addr: str | None, port: str | None,

@@ -51,7 +51,7 @@ from runner.reports.where import where_the_ranks_are
 from runner.spec.document import recipe_config
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
-from runner.worker.channel import ChannelError, JobChannel, ask_for_dumps, gather_dumps
+from runner.worker.channel import ChannelError, JobChannel, ask_for_dumps, gather_dumps, where_through
 from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.failures import failure_line
 from runner.worker.failures import report_host_ending
@@ -388,8 +388,7 @@ class HostAgent:
                     stop_seen = channel.stop_requested()
             if self._where_asked:
                 self._where_asked = False
-                where_the_ranks_are(self.plan, self.paths, ask=lambda p, why: ask_for_dumps(p, channel, why),
-                                    gather=lambda p, r, since, wait: gather_dumps(p, channel, r, since, wait))
+                where_the_ranks_are(self.plan, self.paths, **where_through(channel))
             now = time.monotonic()
             if kill_at is None and ending.failed_by_itself():
                 first = ending.first_failure()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from runs import (RUN, TESTS, Started, bed_hosts, check_readme_quotes, finish, mpi_options, processes_of, running, seen_in,
+from runs import (QUIT_SAID, RUN, TESTS, Started, bed_hosts, check_readme_quotes, finish, mpi_options, processes_of, running, seen_in,
                   stage_workloads, started,
                   wait_until)
 
@@ -172,21 +172,46 @@ def _hang_rank_1(marker: Path) -> list[str]:
             f"+recipe.marker={marker}", "recipe.global_batch_size=2"]
 
 
+@contextmanager
+def rank_1_stuck(testbed, tmp_path: Path, run_id: str) -> Iterator[list[Started]]:
+    """Each host's `run` (:func:`apart`, init=tcp, launcher.grace_s=2) once rank 1 (host 1) is stuck before its 4th
+    all-reduce and rank 0 (host 0) waits in it."""
+    marker = tmp_path / "rank1.stuck"
+    with apart(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "init.timeout_s=300",
+                                   "launcher.grace_s=2", *_hang_rank_1(marker)], run_id) as procs:
+        wait_until(marker.exists, 90, "rank 1 stuck", alive=procs)
+        yield procs
+
+
 def test_sigterm_on_one_host_stops_every_host_and_host_0_says_where_every_rank_was(testbed, tmp_path):
     """SIGTERM to host 0's `run` while rank 1 (host 1) is stuck: the stop reaches host 1 through the channel (its
     `run` was not signalled), neither rank can honour it, and after launcher.grace_s host 0 names where rank 1 is
     on the other host. Both hosts end with 128 + SIGTERM, nothing left running."""
     run_id = f"t{uuid.uuid4().hex[:8]}"
-    marker = tmp_path / "rank1.stuck"
-    with apart(testbed, tmp_path, [*bed_hosts(testbed, [1, 1]), "init=tcp", "init.timeout_s=300",
-                                   "launcher.grace_s=2", *_hang_rank_1(marker)], run_id) as procs:
-        wait_until(marker.exists, 90, "rank 1 stuck", alive=procs)
+    with rank_1_stuck(testbed, tmp_path, run_id) as procs:
         procs[0].send_signal(signal.SIGTERM)
         (code0, said0), (code1, said1) = finish(procs, timeout=60)
     assert (code0, code1) == (143, 143), (said0, said1)
     assert re.search(seen("stop on host 0"), said0), said0
     assert re.search(seen("stop reached host 1", testbed), said1), said1
     assert re.search(seen("stop on host 1"), said1), said1
+    assert not processes_of(run_id)
+
+
+def test_ctrl_backslash_on_either_host_says_where_every_rank_is_and_the_job_goes_on(testbed, tmp_path):
+    """Ctrl-\\ to host 1's `run` (it serves no store and has no run folder in common with host 0): it asks every
+    rank through the job's channel and says where each one is, host 0's rank included; the job goes on."""
+    run_id = f"w{uuid.uuid4().hex[:8]}"
+    with rank_1_stuck(testbed, tmp_path, run_id) as procs:
+        procs[1].send_signal(signal.SIGQUIT)
+        wait_until(lambda: procs[1].said(QUIT_SAID + "the job goes on)"), 30, "told where the ranks are", alive=procs)
+        assert all(p.proc.poll() is None for p in procs)  # the job goes on
+        procs[0].send_signal(signal.SIGTERM)
+        (code0, said0), (code1, said1) = finish(procs, timeout=60)
+    found = re.findall(r"where the ranks are: (.*)", said1)
+    assert len(found) == 1 and re.match(WHERE, found[0]), said1
+    assert "where the ranks are" not in said0, said0  # asked on host 1: answered there
+    assert (code0, code1) == (143, 143), (said0, said1)
     assert not processes_of(run_id)
 
 

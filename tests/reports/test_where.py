@@ -15,7 +15,7 @@ from runner.records.dumps import Collective, GroupRecord, RankDump
 from runner.records.paths import RunPaths
 from runner.records.watch_files import RankWatchFiles, last_request
 from runner.reports import where
-from runner.worker.channel import JobChannel, ask_for_dumps, gather_dumps
+from runner.worker.channel import JobChannel, where_through
 from runs import QUIT_SAID, wait_until
 
 pytestmark = pytest.mark.unit
@@ -74,8 +74,7 @@ def test_an_agent_asks_and_hears_through_the_jobs_channel(tmp_path, capsys) -> N
     plan = plan_for(validate(("topology=1x2", "device=cpu", "recipe.global_batch_size=2")).job, paths)
     ranks = answering(paths, {0: (4, "train.py:20 in main"), 1: (3, "train.py:16 in main")}, channel)
     ranks.start()
-    where.where_the_ranks_are(plan, paths, ask=lambda p, why: ask_for_dumps(p, channel, why),
-                              gather=lambda p, r, since, wait: gather_dumps(p, channel, r, since, wait))
+    where.where_the_ranks_are(plan, paths, **where_through(channel))
     ranks.join()
     err = capsys.readouterr().err
     assert err.startswith("\nwhere the ranks are: rank 0 waits in all_reduce #4 (process group 0) since "), err
