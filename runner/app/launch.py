@@ -10,7 +10,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from runner.app import snapshot
 from runner.app.agent import LaunchAgent
@@ -33,9 +32,6 @@ from runner.spec.pins import Pins, pinned
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import Problem, Severity, errors, render_problems
 from runner.spec.schema import InitMethod, JobConfig, ScriptRecipeConfig
-
-if TYPE_CHECKING:
-    from runner.worker.channel import JobChannel
 
 
 def _snapshot(spec: JobConfig, by_default: bool, paths: RunPaths) -> Snapshot | None:
@@ -201,27 +197,19 @@ REACH_STORE_S = 2.0  # Ctrl-\\ under launcher=manual: how long `run` tries host 
 
 def _say_where(plan: Plan, paths: RunPaths) -> None:
     """Ctrl-\\ (or kill -QUIT): where the ranks are. Hosts started apart (launcher=manual) share no run folder: the
-    ranks of every host are asked and heard through the job's channel, which this `run` reaches as its agent does."""
-    from runner.worker.channel import where_through
+    ranks of every host are asked and heard through the job's channel, which this `run` reaches as its ranks do."""
+    from runner.worker.channel import channel_of, where_through
 
-    channel = _job_channel(plan, paths) if plan.rules.hosts_start_apart and len(plan.job.hosts) > 1 else None
+    channel = None
+    if plan.rules.hosts_start_apart and len(plan.job.hosts) > 1:
+        init = plan.job.spec.init
+        known = not isinstance(plan.master_addr, Deferred) and not isinstance(plan.master_port, Deferred)
+        channel = channel_of(paths, init.dir, init.method is InitMethod.file, plan.master_addr if known else None,
+                             plan.master_port if known else None, REACH_STORE_S)
+        if channel is None:
+            print("where the ranks are: host 0's store cannot be reached; asking this host's ranks only",
+                  file=sys.stderr, flush=True)
     where_the_ranks_are(plan, paths, **where_through(channel))
-
-
-def _job_channel(plan: Plan, paths: RunPaths) -> JobChannel | None:
-    """The job's channel as this `run` reaches it (init=file: its folder; else host 0's store), or None."""
-    from runner.worker.channel import ChannelError, JobChannel
-
-    init = plan.job.spec.init
-    if init.method is InitMethod.file:
-        return JobChannel.in_folder(paths.channel_folder(init.dir))
-    if isinstance(plan.master_addr, Deferred) or isinstance(plan.master_port, Deferred):
-        return None
-    try:
-        return JobChannel.reach(plan.master_addr, int(plan.master_port), REACH_STORE_S)
-    except ChannelError as e:
-        print(f"where the ranks are: {e}; asking this host's ranks only", file=sys.stderr, flush=True)
-        return None
 
 
 def _launch(launcher: Launcher, request: LaunchRequest, started: float) -> int:

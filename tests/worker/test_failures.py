@@ -38,6 +38,8 @@ OOM_HINT = "killed from outside; the kernel's OOM killer? `dmesg` says"
 NATIVE = "a crash in native code (a library's bug, a corrupt tensor, a failed assertion in C++)"
 TRACEBACK = ('Traceback (most recent call last):\n  File "/work/train.py", line 12, in main\n    step()\n'
              'RuntimeError: boom\n')
+# the head of a host's report whose rank 0 raised first, its traceback not on this terminal
+RANK_0_RAISED_FIRST = f"\n== job failed ==\nrank 0 (host node0, local rank 0, pid 4000) failed first:\n\n{TRACEBACK}\n"
 
 
 def host_setups(paths: RunPaths, n: int = 2, *, world: int | None = None, node: int = 0, shown: tuple[int, ...] = (),
@@ -336,11 +338,7 @@ def test_a_rendezvous_timeout_names_the_ranks_that_waited_and_those_that_did_not
     ending = HostEnding(codes={0: 1, 1: 1}, order=[0, 1])
     code, _, err = report(capsys, ending, setups, paths)
     assert code == 1
-    assert err == ("\n== job failed ==\n"
-                   "rank 0 (host node0, local rank 0, pid 4000) failed first:\n"
-                   "\n"
-                   f"{TRACEBACK}"
-                   "\n"
+    assert err == (RANK_0_RAISED_FIRST +
                    "timeout: the process group did not form within init.timeout_s=30 s: rank(s) 0, 1 waited, "
                    "rank(s) 2, 3 did not arrive (as seen from this host)\n"
                    "    hint: were their hosts started, and can they reach the master? `run ... preflight=true` "
@@ -378,11 +376,7 @@ def test_a_collective_timeout_says_where_each_rank_is_from_their_dumps_and_recor
             "10.0 s (float32[4]); rank 1 never entered it: its last collective was all_reduce #2, and it is at "
             "train.py:57 in main")
     assert code == 1
-    assert err == ("\n== job failed ==\n"
-                   "rank 0 (host node0, local rank 0, pid 4000) failed first:\n"
-                   "\n"
-                   f"{TRACEBACK}"
-                   "\n"
+    assert err == (RANK_0_RAISED_FIRST +
                    f"{said}\n"
                    "    hint: a rank that skips, repeats or reorders a collective, or is slower than the timeout; "
                    "init.timeout_s sets the limit, launcher.stall_timeout_s ends a stall sooner\n"

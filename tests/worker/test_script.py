@@ -245,25 +245,27 @@ def test_arguments_argparse_refuses_are_its_usage_and_status_2(tmp_path, capsys)
                                              "traceback": ""})
 
 
+def raises_as_python(setup: RankSetup, capsys, exception: str, shown: str) -> None:
+    """The script raised: status 1, ``shown`` (the traceback from its first frame) on stderr, and the rank's record
+    of ``exception`` with it."""
+    assert run_script(setup) == 1
+    assert capsys.readouterr().err == shown
+    assert the_rank_ended(setup) == (False, {"exception": exception, "traceback": shown})
+
+
 def test_an_exception_is_status_1_with_the_traceback_from_the_scripts_first_frame(tmp_path, capsys) -> None:
     script = written(tmp_path / "train.py", "def main():\n    raise ValueError('boom')\n\n\nmain()\n")
-    setup = script_setup(tmp_path, path="train.py")
-    assert run_script(setup) == 1
     shown = (f'Traceback (most recent call last):\n  File "{script}", line 5, in <module>\n    main()\n'
              f'  File "{script}", line 2, in main\n    raise ValueError(\'boom\')\nValueError: boom\n')
-    assert capsys.readouterr().err == shown
-    assert the_rank_ended(setup) == (False, {"exception": "ValueError: boom", "traceback": shown})
+    raises_as_python(script_setup(tmp_path, path="train.py"), capsys, "ValueError: boom", shown)
 
 
 def test_a_modules_traceback_leaves_runpy_out(tmp_path, capsys) -> None:
     module = written(tmp_path / "pkg_raise" / "train.py", "raise KeyError('lr')\n")
     written(tmp_path / "pkg_raise" / "__init__.py", "")
-    setup = script_setup(tmp_path, module="pkg_raise.train")
-    assert run_script(setup) == 1
     shown = (f'Traceback (most recent call last):\n  File "{module}", line 1, in <module>\n'
              f'    raise KeyError(\'lr\')\nKeyError: \'lr\'\n')
-    assert capsys.readouterr().err == shown
-    assert the_rank_ended(setup) == (False, {"exception": "KeyError: 'lr'", "traceback": shown})
+    raises_as_python(script_setup(tmp_path, module="pkg_raise.train"), capsys, "KeyError: 'lr'", shown)
 
 
 def test_a_missing_script_is_status_2_as_python_says_it(tmp_path, capsys) -> None:
