@@ -7,7 +7,8 @@ starts for launcher=slurm and mpi (runner.app.task): one per host with ``launche
 with ``per_device``. Its phases, named as torch elastic's agent names its own:
 
 1. **prepare** — preflight's host checks (preflight=true), the rendezvous (host 0 serves the store for env:// and
-   tcp://, as torchrun's agent does), each rank's setup (runner.worker.setup);
+   tcp://, as torchrun's agent does, from a process of its own: runner.worker.store_server), each rank's setup
+   (runner.worker.setup);
 2. **start** — fork every rank;
 3. **monitor** — until every rank has exited: a rank's exit is known at once (a pidfd), whatever ended it (a
    return, ``sys.exit``, ``os._exit``, a signal); a rank that fails, another host that says its share failed
@@ -316,7 +317,8 @@ class HostAgent:
                 channel.open_attempt(paths.attempt)
             return channel, paths.attempt
         if self.serves:
-            channel = JobChannel.served(rdzv.store)
+            assert rdzv.server is not None  # host 0 serves the store for env:// and tcp://
+            channel = JobChannel.served(rdzv.server.client())
             channel.open_attempt(paths.attempt)
             return channel, paths.attempt
         if isinstance(self.plan.master_addr, Deferred):

@@ -1,9 +1,9 @@
-"""Where a host's processes meet the others: the store that host 0 serves (env:// and tcp://), or the run's
-fresh init file (file://), made ready before any of the host's processes starts."""
+"""Where a host's processes meet the others: the store that host 0 serves (env:// and tcp://; from a process of
+its own, runner.worker.store_server), or the run's fresh init file (file://), made ready before any of the host's
+processes starts."""
 
 from __future__ import annotations
 
-import datetime
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -13,6 +13,7 @@ from runner.plan.processes import Deferred, Plan
 from runner.records.paths import RunPaths
 from runner.spec.schema import InitMethod
 from runner.spec.topology import is_loopback
+from runner.worker.store_server import StoreServer, StoreServerError, serve_from_child
 
 
 @dataclass
@@ -22,12 +23,14 @@ class Rendezvous:
     init_method: str
     master_port: str  # the port the processes get (MASTER_PORT; with file:// init, the plan's, unused)
     agent_store: bool  # this host's agent serves the store (TORCHELASTIC_USE_AGENT_STORE)
-    store: object | None = None  # the TCPStore this host serves (its listening socket too), kept alive for the run
+    server: StoreServer | None = None  # the process that serves this host's store (and holds its socket)
     file: Path | None = None  # the init file, removed afterwards
     notes: list[str] = field(default_factory=list)
 
     def close(self) -> None:
-        self.store = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
         if self.file is not None:
             self.file.unlink(missing_ok=True)
             try:
@@ -45,12 +48,12 @@ class RendezvousError(Exception):
         self.hint = hint
 
 
-def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float, may_move: bool = True) -> tuple[object, int]:
-    """Serve the rendezvous TCPStore from this process on a socket we bind ourselves: loopback only for one host
-    whose master is loopback, and the port is ours from the moment it is chosen (no free-port race). ``may_move``:
-    nobody else was told the port (one host, one agent), so a taken one may give way to a free one."""
-    import torch.distributed as dist
-
+def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float,
+                 may_move: bool = True) -> StoreServer:
+    """Serve the rendezvous TCPStore (from a process of its own: runner.worker.store_server) on a socket we bind
+    ourselves: loopback only for one host whose master is loopback, and the port is ours from the moment it is
+    chosen (no free-port race). ``may_move``: nobody else was told the port (one host, one agent), so a taken one
+    may give way to a free one."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     bind = "127.0.0.1" if single_host and is_loopback(addr) else "0.0.0.0"
@@ -58,6 +61,7 @@ def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float, may_
         sock.bind((bind, port))
     except OSError as e:
         if not (single_host and may_move):  # the other hosts (or tasks) were told this port
+            sock.close()
             raise RendezvousError(f"cannot listen on {bind}:{port} for the rendezvous store: {e.strerror}",
                                   "another job holds the port; leave init.master_port=0, or pick another") from None
         sock.bind((bind, 0))  # one host: nobody else needs to know the port, take a free one
@@ -65,16 +69,10 @@ def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float, may_
               f"{sock.getsockname()[1]} instead", file=sys.stderr)
     sock.listen(1024)
     port = sock.getsockname()[1]
-    try:
-        store = dist.TCPStore(addr, port, None, True, datetime.timedelta(seconds=timeout_s),
-                              wait_for_workers=False, master_listen_fd=sock.fileno())
-    except BaseException:
-        sock.close()
-        raise
-    # the store owns the listening socket from here and closes it when it goes: were Python's socket object to
-    # close the same descriptor too, it could close whatever reuses the number by then (a later attempt's store)
-    sock.detach()
-    return store, port
+    try:  # the store's process owns the listening socket from here (serve_from_child closes ours)
+        return serve_from_child(addr, sock.detach(), port, timeout_s)
+    except StoreServerError as e:
+        raise RendezvousError(f"cannot serve the rendezvous store on {bind}:{port}: {e}") from None
 
 
 def stale_rendezvous_file(path: Path) -> None:
@@ -102,7 +100,8 @@ def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths, serve: bool 
         return Rendezvous(f"file://{path}", str(plan.master_port), False, file=path if serve else None)
     addr = plan.master_addr
     port = int(plan.master_port) if not isinstance(plan.master_port, Deferred) else 0
-    store = None
+    server = None
     if serve:
-        store, port = _serve_store(addr, port, single, spec.init.timeout_s, may_move=not only)
-    return Rendezvous(plan.init_url(port), str(port), True, store=store)
+        server = _serve_store(addr, port, single, spec.init.timeout_s, may_move=not only)
+        port = server.port
+    return Rendezvous(plan.init_url(port), str(port), True, server=server)

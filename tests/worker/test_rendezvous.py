@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import gc
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ from runner.launchers import plan_for
 from runner.records.paths import RunPaths
 from runner.worker.rendezvous import RendezvousError, prepare_rendezvous
 
-pytestmark = pytest.mark.unit
 
 
 def _plan(tmp_path, *overrides):
@@ -24,6 +22,7 @@ def _plan(tmp_path, *overrides):
     return plan_for(got.job, paths), paths
 
 
+@pytest.mark.unit
 def test_file_init_gets_a_private_folder_and_refuses_a_stale_file(tmp_path) -> None:
     plan, paths = _plan(tmp_path, "init=file")
     rdzv = prepare_rendezvous(plan, 0, paths)
@@ -61,7 +60,7 @@ def test_host_0_serves_the_store_on_a_port_it_holds(tmp_path) -> None:
     rdzv = prepare_rendezvous(plan, 0, paths)
     try:
         port = int(rdzv.master_port)
-        assert rdzv.agent_store and rdzv.store is not None and rdzv.init_method == f"tcp://127.0.0.1:{port}"
+        assert rdzv.agent_store and rdzv.server is not None and rdzv.init_method == f"tcp://127.0.0.1:{port}"
         assert _listening(port) == ["127.0.0.1"]  # one host: loopback only
         assert _reachable(port)
     finally:
@@ -69,16 +68,13 @@ def test_host_0_serves_the_store_on_a_port_it_holds(tmp_path) -> None:
 
 
 def test_an_earlier_attempts_store_going_away_leaves_the_next_one_listening(tmp_path) -> None:
-    """The store owns its listening socket: the first attempt's store, dropped only after the second attempt's
-    opened (as the job's channel, runner.worker.channel, kept it), must not close the descriptor the second one got."""
+    """Each attempt's store process owns its listening socket: the first one stopped after the second opened
+    must not take the second one's with it."""
     plan, paths = _plan(tmp_path, "init=tcp")
     first = prepare_rendezvous(plan, 0, paths)
-    kept = first.store
-    first.close()
     second = prepare_rendezvous(plan, 0, paths)
     try:
-        del kept
-        gc.collect()
+        first.close()
         port = int(second.master_port)
         assert _listening(port) == ["127.0.0.1"] and _reachable(port)
     finally:

@@ -202,11 +202,13 @@ def connect_failure(ip: str, port: int, err: OSError, ifname: str | None, waited
 def check_reachable(ip: str, port: int, window_s: float, ifname: str | None = None,
                     serving_here: bool = False) -> Check:
     """A TCP connection to ``ip:port`` opens. A refused one is tried again for ``window_s`` (host 0 may be
-    starting still), unless this host serves the port itself; timeouts and unreachable networks are not."""
+    starting still), and so is one reset while it opened (host 0 hands the port from its own checks, which hold it,
+    to the store: a connection caught in the first socket's queue is reset), unless this host serves the port
+    itself; timeouts and unreachable networks are not."""
     start = time.monotonic()
     try:
         retry(lambda: socket.create_connection((ip, port), timeout=CONNECT_ATTEMPT_S).close(),
-              () if serving_here else ConnectionRefusedError, window_s, REFUSED_AGAIN_S)
+              () if serving_here else (ConnectionRefusedError, ConnectionResetError), window_s, REFUSED_AGAIN_S)
     except OSError as e:
         return connect_failure(ip, port, e, ifname, time.monotonic() - start, serving_here)
     return Check(f"port {port} {'free and served here' if serving_here else 'reachable'}")

@@ -63,6 +63,32 @@ def test_a_refused_port_is_tried_again_for_the_window_then_given_up(closed_port)
     assert "refused the connection for 1 s" in check.failure
 
 
+def test_a_connection_reset_while_host_0_hands_its_port_to_the_store_is_tried_again(listening_port, monkeypatch):
+    """Host 0 holds the master port during its checks, then closes it and the store binds it: a connection caught
+    in the first socket's queue is reset. The next try reaches the store."""
+    tries = []
+    real = socket.create_connection
+
+    def connect(address, timeout):  # the first try meets the handover
+        tries.append(address)
+        if len(tries) == 1:
+            raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+        return real(address, timeout=timeout)
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    assert check_reachable("127.0.0.1", listening_port, window_s=10) == Check(f"port {listening_port} reachable")
+    assert len(tries) == 2
+
+
+def test_a_reset_on_the_host_that_serves_the_port_is_not_tried_again(listening_port, monkeypatch):
+    def reset(address, timeout):
+        raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+
+    monkeypatch.setattr(socket, "create_connection", reset)
+    check = check_reachable("127.0.0.1", listening_port, window_s=30, serving_here=True)
+    assert not check.ok and "Connection reset by peer" in check.failure
+
+
 def test_host_0_that_cannot_reach_its_own_store_names_the_master_address(closed_port):
     check = check_reachable("127.0.0.1", closed_port, window_s=30, serving_here=True)  # no retry: it would not help
     assert "this host (host 0) serves the rendezvous" in check.failure

@@ -1,0 +1,99 @@
+"""runner.worker.store_server: host 0's store served from a process of its own, so the agent that forks the ranks
+has no thread of torch's (a thread inside a name lookup at a fork left the child's resolver locked for good)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from runs import wait_until
+from runner.worker.store_server import StoreServerError, serve_from_child
+
+
+def _tasks() -> set[str]:
+    return set(os.listdir("/proc/self/task"))
+
+
+def _bound() -> tuple[int, int]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    port = sock.getsockname()[1]
+    return sock.detach(), port
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_the_store_serves_from_another_process_and_the_caller_gains_no_thread() -> None:
+    import torch.distributed  # noqa: F401 - whatever torch starts when imported is not the store's
+
+    before = _tasks()
+    fd, port = _bound()
+    server = serve_from_child("127.0.0.1", fd, port, 10)
+    try:
+        assert not _tasks() - before  # no new thread here: the store's is in the other process
+        assert server.pid != os.getpid() and os.getsid(server.pid) == server.pid  # its own session
+        with pytest.raises(OSError):
+            os.fstat(fd)  # the socket is the store process's alone
+        client = server.client()
+        client.set("k", b"v")
+        assert server.client().get("k") == b"v"
+    finally:
+        server.stop()
+    assert _gone(server.pid)  # killed and reaped
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_signals_that_stop_a_job_leave_the_store_serving_until_it_is_stopped() -> None:
+    fd, port = _bound()
+    server = serve_from_child("127.0.0.1", fd, port, 10)
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+            os.kill(server.pid, signum)
+        client = server.client()
+        client.set("still", b"here")
+        assert client.get("still") == b"here"
+    finally:
+        server.stop()
+
+
+def test_a_socket_torch_cannot_serve_on_is_refused_with_torchs_reason() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # bound, never listening: the store cannot accept
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    r, w = os.pipe()
+    os.close(w)
+    with pytest.raises(StoreServerError):
+        serve_from_child("127.0.0.1", r, port, 2)  # a pipe is no socket
+    sock.close()
+
+
+def test_the_store_dies_with_the_process_that_served_it(tmp_path) -> None:
+    """An agent killed outright leaves no store behind (PR_SET_PDEATHSIG)."""
+    pid_file = tmp_path / "store.pid"
+    code = textwrap.dedent(f"""
+        import os, socket, sys
+        from runner.worker.store_server import serve_from_child
+        sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(4)
+        port = sock.getsockname()[1]
+        server = serve_from_child("127.0.0.1", sock.detach(), port, 10)
+        open({str(pid_file)!r}, "w").write(str(server.pid))
+        os.kill(os.getpid(), 9)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], timeout=120)
+    assert done.returncode == -signal.SIGKILL
+    store_pid = int(pid_file.read_text())
+    wait_until(lambda: _gone(store_pid), 30, f"the store process {store_pid} to end with its agent")
