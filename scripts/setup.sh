@@ -24,4 +24,7 @@ if .venv/bin/python -m pip show runner 2>/dev/null | grep -qx "Editable project 
 fi
 # the extras too (fairscale, examples: the default job's digits data, plots), and the test tools
 pip install -e ".[all,test]"
+# the checkout's modules compiled once (pip did the installed packages'): where PYTHONDONTWRITEBYTECODE is set, as
+# on some machines, every `run` and every Slurm or mpirun task would otherwise compile them again when it starts
+.venv/bin/python -m compileall -q -j 0 runner recipes > /dev/null
 echo "ready: .venv (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"
