@@ -61,7 +61,7 @@ from runner.worker.preflight import collective as preflight_collective
 from runner.worker.preflight import host as preflight_host
 from runner.worker.preflight.checks import Check, HostChecks
 from runner.worker.rank import STACK_SIGNAL, rank_main
-from runner.worker.rank_process import RankProcess, start_rank
+from runner.worker.rank_process import RankProcess, import_once_for_all, start_rank
 from runner.worker.relay import Echo, OutputRelay
 from runner.worker.rendezvous import Rendezvous, RendezvousError, prepare_rendezvous
 from runner.worker.setup import RankSetup
@@ -350,6 +350,7 @@ class HostAgent:
         return exits.FAILED
 
     def _start(self, setups: list[RankSetup], relay: OutputRelay) -> list[RankProcess]:
+        import_once_for_all(len(setups))
         ranks = []
         for i, setup in enumerate(setups):
             ranks.append(start_rank(i, str(setup.log_file), setup.echo, relay,

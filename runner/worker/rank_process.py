@@ -115,6 +115,15 @@ class RankProcess:
             pass
 
 
+def import_once_for_all(ranks: int) -> None:
+    """What nearly every rank imports, imported here once before ``ranks`` ranks are forked (they share its pages
+    and skip the work): ``torch._dynamo``, which torch imports with the first optimizer a process makes (about
+    1.5-2 s of CPU each). Only for two ranks or more: for one it would save nothing, and cost that much where the
+    rank never makes an optimizer. (It starts no thread: the agent stays safe to fork from.)"""
+    if ranks >= 2:
+        import torch._dynamo  # noqa: F401
+
+
 def start_rank(index: int, log_path: str, echo: Echo, relay: OutputRelay, body: Callable[[int], int]) -> RankProcess:
     """Fork one rank: its output on new pipes that ``relay`` reads (into ``log_path``, and the terminal as ``echo``
     says), then ``body(events_fd)`` in the child, whose return value is the process's exit status."""
