@@ -30,7 +30,8 @@ def test_the_agent_tries_targets_then_exits_when_no_launch_follows(tmp_path) -> 
     ok, bad, code = (part.strip() for part in done.stdout.strip().split("|"))
     assert ok == "None" and code == "0"
     assert bad.startswith("module 'runner.recipes.digits' (") and bad.endswith("defines no 'nope'; its functions: "
-                                                                                "accuracy, build_model, datasets, main")
+                                                                                "accuracy, build_model, datasets, load_digits, main, "
+                                                                                "stratified_split")
 
 
 def test_no_agent_for_help_the_composed_config_or_a_sweep() -> None:
