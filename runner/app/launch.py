@@ -82,6 +82,9 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
     try:
         job, problems = _validate(spec, agent)
         launcher_class = LAUNCHERS[job.spec.launcher.kind]
+        if agent is not None and (job.spec.dry_run or not launcher_class.forks_here):
+            agent.dismiss()  # it tried the target (validation); no process of this job starts from here
+            agent = None
         paths = _open_run_folder(job, launcher_class, out, run_id)
         job, copy = _pin(job, launcher_class, paths, environment)
         launcher = launcher_class(plan=make_plan(job, launcher_class.launch_rules(job, paths), paths), paths=paths,

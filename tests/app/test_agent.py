@@ -39,3 +39,25 @@ def test_no_agent_for_help_the_composed_config_or_a_sweep() -> None:
 
     for argv in (["--help"], ["--cfg", "job"], ["-m", "topology=1x1,1x2"]):
         assert LaunchAgent.start_if_useful(argv) is None
+
+
+DISMISSED = textwrap.dedent("""
+    import os, time
+    from runner.app.agent import LaunchAgent
+    agent = LaunchAgent.start_if_useful([])
+    assert agent is not None, "no agent on this machine"
+    started = time.monotonic()
+    agent.dismiss()  # at once, while it still imports torch
+    try:
+        os.waitpid(agent.pid, os.WNOHANG)
+        print("still a child of ours")
+    except ChildProcessError:
+        print("gone", os.path.exists(f"/proc/{agent.pid}"))
+""")
+
+
+def test_an_agent_with_nothing_left_to_do_is_killed_and_reaped_at_once(tmp_path) -> None:
+    """A dry run, or a launcher whose processes a scheduler starts: the agent is not left importing torch."""
+    done = subprocess.run([sys.executable, "-c", DISMISSED], cwd=tmp_path, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "gone False"
