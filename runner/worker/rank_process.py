@@ -119,9 +119,15 @@ def import_once_for_all(ranks: int) -> None:
     """What nearly every rank imports, imported here once before ``ranks`` ranks are forked (they share its pages
     and skip the work): ``torch._dynamo``, which torch imports with the first optimizer a process makes (about
     1.5-2 s of CPU each). Only for two ranks or more: for one it would save nothing, and cost that much where the
-    rank never makes an optimizer. (It starts no thread: the agent stays safe to fork from.)"""
-    if ranks >= 2:
+    rank never makes an optimizer. (It starts no thread: the agent stays safe to fork from.) What the import sets
+    in the environment is taken back: ``TORCHINDUCTOR_CACHE_DIR``, from the agent's TMPDIR, is not the ranks' (a
+    rank's own import sets it from its own TMPDIR, as under torchrun)."""
+    if ranks >= 2 and "torch._dynamo" not in sys.modules:
+        before = dict(os.environ)
         import torch._dynamo  # noqa: F401
+
+        os.environ.clear()
+        os.environ.update(before)
 
 
 def start_rank(index: int, log_path: str, echo: Echo, relay: OutputRelay, body: Callable[[int], int]) -> RankProcess:

@@ -120,15 +120,16 @@ def test_the_end_waits_for_non_daemon_threads_and_runs_atexit_functions(tmp_path
 
 def test_what_every_rank_imports_is_imported_once_before_two_or_more_are_forked_and_starts_no_thread():
     """torch._dynamo (which the first optimizer imports, ~2 s of CPU) is imported by the agent for two ranks or
-    more, not for one; it leaves the agent with no new thread (a fork copies only the forking one)."""
+    more, not for one; it leaves the agent with no new thread (a fork copies only the forking one) and its
+    environment as it was (the import sets TORCHINDUCTOR_CACHE_DIR, which a script under torchrun does not see)."""
     code = (
         "import os, sys, torch\n"
         "from runner.worker.rank_process import import_once_for_all\n"
-        "before = set(os.listdir('/proc/self/task'))\n"
+        "before, env = set(os.listdir('/proc/self/task')), dict(os.environ)\n"
         "import_once_for_all(1); one = 'torch._dynamo' in sys.modules\n"
         "import_once_for_all(2); two = 'torch._dynamo' in sys.modules\n"
-        "print(one, two, sorted(set(os.listdir('/proc/self/task')) - before))\n"
+        "print(one, two, sorted(set(os.listdir('/proc/self/task')) - before), dict(os.environ) == env)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[0] == "False True []"
+    assert done.stdout.split("\n")[0] == "False True [] True"  # the ranks' environment is the agent's as it was
