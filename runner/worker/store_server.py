@@ -9,7 +9,9 @@ thread of torch's at any fork.
 
 The store process: forked before any rank, its own session (a terminal's Ctrl-C is the agent's to pass on), deaf to
 the signals that stop a job (the ranks may still use the store while they end), killed when the agent closes the
-rendezvous or dies (``PR_SET_PDEATHSIG``).
+rendezvous or dies (``PR_SET_PDEATHSIG``). It keeps the descriptors it inherited: closing descriptors it does not
+own is unsafe in a process that goes on running library code (the C library's name lookups may hold some), and it
+never outlives the agent that holds them anyway.
 """
 
 from __future__ import annotations
@@ -100,7 +102,6 @@ def _serve(addr: str, listen_fd: int, port: int, timeout_s: float, ready_w: int,
             os._exit(1)
         for signum in _IGNORED:
             signal.signal(signum, signal.SIG_IGN)
-        _keep_only((0, 1, 2, listen_fd, ready_w))
         import torch.distributed as dist
 
         store = dist.TCPStore(addr, port, None, True, datetime.timedelta(seconds=timeout_s),
@@ -113,15 +114,3 @@ def _serve(addr: str, listen_fd: int, port: int, timeout_s: float, ready_w: int,
     while store is not None:  # until the agent kills this process, or dies
         signal.pause()
     os._exit(0)
-
-
-def _keep_only(keep: tuple[int, ...]) -> None:
-    """Close every descriptor inherited from the agent but ``keep`` (the ranks' pipes, the logs, the terminal's
-    other ends): the store holds nothing of theirs open."""
-    high = os.sysconf("SC_OPEN_MAX")
-    start = 0
-    for fd in sorted(keep):
-        if fd > start:  # (os.closerange(n, n) is not empty: it closes from n on)
-            os.closerange(start, fd)
-        start = fd + 1
-    os.closerange(start, high)
