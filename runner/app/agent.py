@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from runner.common import exits
-from runner.common.signals import handling
+from runner.common.signals import handling, kill_child
 from runner.spec.targets import TargetProblem, target_problem
 from runner.worker.share import HostShare
 
@@ -124,11 +124,7 @@ class LaunchAgent:
     def dismiss(self) -> None:
         """Nothing more for the agent to do (a dry run, or a launcher whose processes a scheduler or another host
         starts): it is killed now, not left to finish importing torch for nothing (seconds of CPU)."""
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+        kill_child(self.pid)
         self.cancel()
 
     def cancel(self) -> None:

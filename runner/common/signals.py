@@ -11,6 +11,7 @@ ranks; in a rank it only sets a flag (:class:`StopRequest`), which the recipe po
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 from collections.abc import Callable, Iterable, Iterator
@@ -66,3 +67,12 @@ class StopRequest:
 
     def _handle(self, signum: int, _frame: object) -> None:
         self.requested = True
+
+
+def kill_child(pid: int) -> None:
+    """SIGKILL to a child process of this one, and reap it (gone already: nothing to do)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass

@@ -118,7 +118,7 @@ class JobChannel:
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
     def served(cls, store: Any) -> JobChannel:
-        """Host 0's end: the store its agent serves."""
+        """An end on a store this process holds already (a TCPStore, served or reached, or any torch Store)."""
         return cls(StoreKeyValue(store))
 
     @classmethod

@@ -316,9 +316,9 @@ class HostAgent:
             if self.serves:
                 channel.open_attempt(paths.attempt)
             return channel, paths.attempt
-        if self.serves:
-            assert rdzv.server is not None  # host 0 serves the store for env:// and tcp://
-            channel = JobChannel.served(rdzv.server.client())
+        if self.serves:  # the store this agent serves (from its own process), reached over loopback as a client:
+            # it listens there on one host, and on every address with several
+            channel = JobChannel.reach("127.0.0.1", int(rdzv.master_port), spec.init.timeout_s)
             channel.open_attempt(paths.attempt)
             return channel, paths.attempt
         if isinstance(self.plan.master_addr, Deferred):

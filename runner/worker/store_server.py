@@ -22,6 +22,7 @@ import signal
 import sys
 from dataclasses import dataclass
 
+from runner.common.signals import kill_child
 from runner.worker.rank_process import die_with_parent
 
 READY = b"ok"
@@ -34,31 +35,15 @@ class StoreServerError(Exception):
 
 @dataclass
 class StoreServer:
-    """The agent's handle on the process that serves the store; ``client()`` reaches it."""
+    """The agent's handle on the process that serves the store."""
 
     pid: int
     port: int
-    timeout_s: float
-
-    def client(self) -> object:
-        """A TCPStore client of this store (over loopback: the server listens there on one host and on every
-        address with several)."""
-        import torch.distributed as dist
-
-        return dist.TCPStore("127.0.0.1", self.port, None, False, datetime.timedelta(seconds=self.timeout_s),
-                             wait_for_workers=False)
 
     def stop(self) -> None:
         """Kill the store's process and reap it; every client's next call fails."""
         if self.pid:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
+            kill_child(self.pid)
             self.pid = 0
 
 
@@ -80,7 +65,7 @@ def serve_from_child(addr: str, listen_fd: int, port: int, timeout_s: float) -> 
         said = _read_all(ready_r)
     finally:
         os.close(ready_r)
-    server = StoreServer(pid, port, timeout_s)
+    server = StoreServer(pid, port)
     if said != READY:
         server.stop()
         raise StoreServerError(said.decode(errors="replace") or "the store's process ended before it served")

@@ -3,6 +3,7 @@ has no thread of torch's (a thread inside a name lookup at a fork left the child
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import socket
@@ -28,6 +29,12 @@ def _bound() -> tuple[int, int]:
     return sock.detach(), port
 
 
+def _client(port: int):
+    import torch.distributed as dist
+
+    return dist.TCPStore("127.0.0.1", port, None, False, datetime.timedelta(seconds=10), wait_for_workers=False)
+
+
 def _gone(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -47,9 +54,9 @@ def test_the_store_serves_from_another_process_and_the_caller_gains_no_thread() 
         assert server.pid != os.getpid() and os.getsid(server.pid) == server.pid  # its own session
         with pytest.raises(OSError):
             os.fstat(fd)  # the socket is the store process's alone
-        client = server.client()
+        client = _client(server.port)
         client.set("k", b"v")
-        assert server.client().get("k") == b"v"
+        assert _client(server.port).get("k") == b"v"
     finally:
         server.stop()
     assert _gone(server.pid)  # killed and reaped
@@ -63,7 +70,7 @@ def test_signals_that_stop_a_job_leave_the_store_serving_until_it_is_stopped() -
     try:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
             os.kill(server.pid, signum)
-        client = server.client()
+        client = _client(server.port)
         client.set("still", b"here")
         assert client.get("still") == b"here"
     finally:
