@@ -10,8 +10,9 @@ export RUNNER_TESTBED=required  # the test bed is set up above: not being able t
 set +e
 # -P: the checkout is not on the tests' path (a user's is not either); the runner finds it installed
 # -n: tests run on TEST_WORKERS workers at once (pytest-xdist; many wait on Slurm, a timeout or another host),
-# a file's tests on one worker (its module fixtures made once); the workers share one test bed
-.venv/bin/python -P -m pytest -p no:cacheprovider -n "${TEST_WORKERS:-3}" --dist loadfile "$@"
+# a file's tests on one worker (its module fixtures made once), the longest files first (tests/scheduling.py; not
+# xdist's own order, by number of tests); the workers share one test bed
+.venv/bin/python -P -m pytest -p no:cacheprovider -n "${TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

@@ -16,6 +16,7 @@ import copy
 import functools
 import importlib.resources
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,13 @@ from runner.spec.schema import (
 )
 from runner.launchers import validate as validate_spec
 
-pytest_plugins = ["pytester", "testbed_fixtures"]
+pytest_plugins = ["pytester", "testbed_fixtures", "scheduling"]
+
+# pytest rewrites the asserts of every test module it imports (about 3 s of CPU for the suite, in every xdist worker)
+# and keeps the result in __pycache__, unless the machine turns bytecode writing off (PYTHONDONTWRITEBYTECODE, as
+# CI's machines do): the suite's own modules are kept whatever it says. What the tests start (`run`, its ranks)
+# gets the environment as it is.
+sys.dont_write_bytecode = False
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -47,12 +48,18 @@ def test_metrics_go_to_the_file_the_worker_names(tmp_path) -> None:
     assert '"loss": 0.25' in (tmp_path / "m.jsonl").read_text()
 
 
-def test_a_function_of_ctx_and_cfg_is_a_recipe() -> None:
-    def main(ctx: RunContext, cfg) -> dict:
-        return {}
+def test_a_recipe_is_called_with_the_context_and_the_config_and_the_bundled_one_takes_them() -> None:
+    """Recipe's call takes the context and the config, in that order, positionally (the worker calls
+    ``recipe(ctx, cfg)``), and may return final metrics; the bundled recipe takes exactly that call."""
+    from runner.recipes.digits import main
 
-    recipe: Recipe = main
-    assert recipe(None, None) == {}
+    call = inspect.signature(Recipe.__call__)
+    assert [(p.name, p.kind, p.annotation) for p in list(call.parameters.values())[1:]] == [
+        ("ctx", inspect.Parameter.POSITIONAL_ONLY, "RunContext"), ("cfg", inspect.Parameter.POSITIONAL_ONLY, "DictConfig")]
+    assert call.return_annotation == "Mapping[str, Any] | None"
+    inspect.signature(main).bind(object(), object())  # TypeError if it could not be called so
+    with pytest.raises(TypeError):
+        inspect.signature(main).bind(object())
 
 
 @pytest.mark.parametrize("name", ["rank", "local_rank", "node_rank", "world_size", "local_world_size", "host",

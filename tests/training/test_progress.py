@@ -12,21 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from clocks import Clock
 from runner.common.formatting import duration
 from runner.training.progress import Progress
 from runs import run, run_folder
 
 LINE = re.compile(r"^progress: (?:(\w+) )?step (\d+)(?:/(\d+) \((\d+)%\))?")
-
-
-class Clock:
-    """Time that moves only when the test says."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def progress_lines(text: str) -> list[str]:
@@ -42,10 +33,10 @@ def steps_of(lines: list[str]) -> list[int]:
 
 @pytest.mark.unit
 def test_a_line_at_every_tenth_with_throughput_loss_elapsed_and_eta():
-    clock, log = Clock(), io.StringIO()
+    clock, log = Clock(1000.0), io.StringIO()
     bar = Progress(20, "train", lines=[log], clock=clock)
     for _ in range(20):
-        clock.t += 0.5
+        clock.now += 0.5
         bar.update(loss=0.5, samples=64)
     bar.close()
     lines = progress_lines(log.getvalue())
@@ -56,10 +47,10 @@ def test_a_line_at_every_tenth_with_throughput_loss_elapsed_and_eta():
 
 @pytest.mark.unit
 def test_a_resumed_run_counts_only_its_own_steps_for_throughput_and_eta():
-    clock, log = Clock(), io.StringIO()
+    clock, log = Clock(1000.0), io.StringIO()
     with Progress(100, initial=60, lines=[log], clock=clock) as bar:
         for _ in range(40):
-            clock.t += 1.0
+            clock.now += 1.0
             bar.update(samples=10)
     lines = progress_lines(log.getvalue())
     assert steps_of(lines) == [70, 80, 90, 100]
@@ -68,10 +59,10 @@ def test_a_resumed_run_counts_only_its_own_steps_for_throughput_and_eta():
 
 @pytest.mark.unit
 def test_closing_early_says_where_it_stopped_once():
-    clock, log = Clock(), io.StringIO()
+    clock, log = Clock(1000.0), io.StringIO()
     bar = Progress(20, "train", lines=[log], clock=clock)
     for _ in range(7):
-        clock.t += 1.0
+        clock.now += 1.0
         bar.update()
     bar.close()
     bar.close()
@@ -84,10 +75,10 @@ def test_closing_early_says_where_it_stopped_once():
 
 @pytest.mark.unit
 def test_without_a_total_lines_come_every_interval():
-    clock, log = Clock(), io.StringIO()
+    clock, log = Clock(1000.0), io.StringIO()
     bar = Progress(None, lines=[log], interval_s=5.0, clock=clock)
     for _ in range(12):
-        clock.t += 1.0
+        clock.now += 1.0
         bar.update()
     bar.close()
     assert progress_lines(log.getvalue()) == ["progress: step 5 · 5.0 s elapsed", "progress: step 10 · 10.0 s elapsed",
@@ -96,17 +87,17 @@ def test_without_a_total_lines_come_every_interval():
 
 @pytest.mark.unit
 def test_a_slow_run_gets_a_line_between_tenths_once_the_interval_passed():
-    clock, log = Clock(), io.StringIO()
+    clock, log = Clock(1000.0), io.StringIO()
     bar = Progress(1000, lines=[log], interval_s=30.0, clock=clock)
     for _ in range(50):
-        clock.t += 1.0
+        clock.now += 1.0
         bar.update()
     assert steps_of(progress_lines(log.getvalue())) == [30]  # no tenth yet (100 steps), one line for liveness
 
 
 @pytest.mark.unit
 def test_the_loss_shown_is_smoothed():
-    bar = Progress(10, lines=[io.StringIO()], clock=Clock())
+    bar = Progress(10, lines=[io.StringIO()], clock=Clock(1000.0))
     assert bar.loss is None
     bar.update(loss=2.0)
     assert bar.loss == pytest.approx(2.0)  # no bias towards zero at the start
@@ -132,10 +123,10 @@ def test_durations_read_as_seconds_minutes_hours():
 def test_the_bars_state_goes_to_its_sink_at_most_every_tenth_of_a_second_and_at_the_close():
     """A rank does not draw its bar: it sends the state to its host agent, which draws it (runner.worker.relay).
     The log gets the plain lines."""
-    clock, log, states = Clock(), io.StringIO(), []
+    clock, log, states = Clock(1000.0), io.StringIO(), []
     with Progress(20, "train", bar=states.append, lines=[log], clock=clock) as bar:
         for _ in range(20):
-            clock.t += 1 / 32
+            clock.now += 1 / 32
             bar.update(loss=0.5, samples=64)
     assert [s["n"] for s in states] == [1, 5, 9, 13, 17, 20]  # every 0.1 s of the clock at most, then the close
     assert [s["closed"] for s in states] == [False] * 5 + [True]

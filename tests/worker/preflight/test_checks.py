@@ -5,16 +5,20 @@ test bed's hosts: tests/worker/test_preflight.py."""
 from __future__ import annotations
 
 import errno
-import re
+import functools
 import socket
-import time
+from types import SimpleNamespace
 
 import pytest
 
+from clocks import Clock
+from runner.common.polling import retry
 from runner.spec.schema import DeviceKind
 from runner.spec.topology import Host
 from runner.worker.network import InterfaceChoice
+from runner.worker.preflight import checks
 from runner.worker.preflight.checks import (
+    REFUSED_AGAIN_S,
     Check,
     HostChecks,
     check_devices,
@@ -56,10 +60,21 @@ def test_a_closed_port_is_refused_with_its_address_and_port(closed_port):
     assert "is host 0 started" in check.hint and "init.master_addr" in check.hint and "firewall" in check.hint
 
 
-def test_a_refused_port_is_tried_again_for_the_window_then_given_up(closed_port):
-    started = time.monotonic()
+def test_a_refused_port_is_tried_again_for_the_window_then_given_up(closed_port, monkeypatch):
+    """Real refusals, on a made-up clock: tried every REFUSED_AGAIN_S until the window has passed, the last try at
+    its end, then the failure says for how long."""
+    clock, tries = Clock(), []
+    real = socket.create_connection
+
+    def connect(address, timeout):
+        tries.append(clock())
+        return real(address, timeout=timeout)
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    monkeypatch.setattr(checks, "retry", functools.partial(retry, clock=clock, sleep=clock.sleep))
+    monkeypatch.setattr(checks, "time", SimpleNamespace(monotonic=clock))
     check = check_reachable("127.0.0.1", closed_port, window_s=1.0)
-    assert 1.0 <= time.monotonic() - started < 5
+    assert tries == [0.0, 0.25, 0.5, 0.75, 1.0] and REFUSED_AGAIN_S == 0.25
     assert "refused the connection for 1 s" in check.failure
 
 
