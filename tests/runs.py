@@ -290,13 +290,14 @@ def wait_for_pids(proc: Started, folder: Path, ranks: int, timeout: float = 60) 
 def processes_of(run_id: str) -> list[psutil.Process]:
     """Live processes of a run: ranks carry TORCHELASTIC_RUN_ID; `run` and its launch agent carry
     `run_id=<id>` on their command line (the tests always pass one); launcher=ssh's ssh clients and each host's
-    `run --ssh-host <i> <run folder>` end with the run's folder, ``.../runs/<id>``."""
+    `run --ssh-host <i> <run folder>` end with the run's folder, ``.../runs/<id>``; mpirun, srun and the tasks they
+    start end with its spec, ``.../runs/<id>/spec.yaml``."""
     found = []
     for p in psutil.process_iter():
         try:
             cmdline = p.cmdline()
             mine = (p.environ().get("TORCHELASTIC_RUN_ID") == run_id or f"run_id={run_id}" in cmdline
-                    or bool(cmdline) and cmdline[-1].endswith(f"/runs/{run_id}"))
+                    or bool(cmdline) and cmdline[-1].endswith((f"/runs/{run_id}", f"/runs/{run_id}/spec.yaml")))
             if mine and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):

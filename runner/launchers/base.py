@@ -121,6 +121,7 @@ class Launcher(ABC):
     forks_here: ClassVar[bool] = False  # `run` forks this host's processes itself (through its launch agent)
     sets_visible_devices: ClassVar[bool] = True  # CUDA_VISIBLE_DEVICES from topology.hosts[].gpus
     hosts_start_apart: ClassVar[bool] = False  # each host's share is started by its own `run`
+    tasks_end_together: ClassVar[bool] = False  # its scheduler kills every task once one has ended badly
     master_source: ClassVar[str] = "host 0"  # who the master is, when default_master leaves it to the launch
     pins_master_port: ClassVar[bool] = False  # its hosts or tasks cannot learn a port chosen at launch: the spec
     # carries the one master_port agreed on for the run
@@ -157,7 +158,7 @@ class Launcher(ABC):
         """What this launcher decides about the job's plan."""
         return LaunchRules(master_port=cls.master_port(job, paths), master_source=cls.master_source,
                            stop_signal=cls.stop_signal(job.spec), sets_visible_devices=cls.sets_visible_devices,
-                           hosts_start_apart=cls.hosts_start_apart)
+                           hosts_start_apart=cls.hosts_start_apart, tasks_end_together=cls.tasks_end_together)
 
     @classmethod
     def pins(cls, job: Job, paths: RunPaths) -> Pins:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
+import signal
+import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 
 from runner.common import exits
+from runner.common.signals import handling
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError, TaskPlace, named_hosts_problems
 from runner.plan.processes import Deferred, port_for
@@ -16,20 +19,31 @@ from runner.records.paths import RunPaths
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
-from runner.spec.schema import JobConfig, TaskMode
+from runner.spec.schema import InitMethod, JobConfig, TaskMode
 from runner.spec.validation import ENV_NAME
+from runner.worker.channel import channel_of
+from runner.worker.rank_process import die_with_parent
 
 
-STOP_MARGIN_S = 10  # after launcher.grace_s: the stop's report (where the ranks were, every host's records)
 ATTEMPT = "RUNNER_ATTEMPT"  # tells each task which attempt it is (runner.environments.process)
+REACH_STORE_S = 2.0  # a signal to `run`: how long it tries host 0's store, to pass the signal on through it
+WAIT_TICK_S = 0.1  # while mpirun runs, `run` looks for signals it got this often
 
 
 class MpiLauncher(Launcher):
+    """mpirun's own stop (Open MPI 4: on SIGINT or SIGTERM, and once a task has ended badly) sends the tasks
+    SIGCONT, nothing for ``odls_base_sigkill_timeout`` seconds (1 by default), then SIGTERM, the same pause, then
+    SIGKILL, and every pause is waited in full. So `run` does not leave a stop to mpirun: a signal to `run` reaches
+    every task through the job's channel (host 0's store, as under launcher=manual), and the tasks end each attempt
+    together, once host 0 has reported it (LaunchRules.tasks_end_together), so that mpirun's own kill, when it comes,
+    finds nothing left to cut short."""
+
     name = "mpi"
     gives_mpi_ranks = True
     supports_restarts = True  # mpirun is started again, in the same run folder
     master_source = "host of MPI rank 0"
     pins_master_port = True
+    tasks_end_together = True
 
     @classmethod
     def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:
@@ -72,9 +86,6 @@ class MpiLauncher(Launcher):
             argv.append("--oversubscribe")
         # map by slot: -H order and slot counts give rank blocks per host, the plan's prefix sums
         argv += ["-np", str(sum(slots)), "-H", hosts, "--map-by", "slot", "--bind-to", "none"]
-        # mpirun passes SIGINT/SIGTERM on to the tasks, then kills them after this many seconds (1 by default):
-        # leave them launcher.grace_s to stop their ranks, the time to say where those were, and to report
-        argv += ["--mca", "odls_base_sigkill_timeout", str(math.ceil(job.spec.launcher.grace_s) + STOP_MARGIN_S)]
         for name in opts.export:
             argv += ["-x", name]  # Open MPI passes only its own variables to other hosts unless told
         if job.spec.launcher.max_restarts:
@@ -93,7 +104,7 @@ class MpiLauncher(Launcher):
         while True:
             print(f"mpi: {shlex.join(command.argv)}", file=sys.stderr, flush=True)
             try:
-                code = self.run_forwarding_signals(list(command.argv), command.cwd, {**os.environ, ATTEMPT: str(attempt)})
+                code = self._run_mpirun(list(command.argv), command.cwd, {**os.environ, ATTEMPT: str(attempt)})
             except FileNotFoundError:
                 print(f"error: launcher=mpi: {command.argv[0]!r} is not on PATH; hint: install Open MPI, or give its "
                       f"path: launcher.mpi.mpirun=/path/to/mpirun", file=sys.stderr)
@@ -104,3 +115,48 @@ class MpiLauncher(Launcher):
             attempt += 1
             print(f"\nrestarting: attempt {attempt + 1} of {restarts + 1} (launcher.max_restarts={restarts}): mpirun "
                   f"again; the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
+
+    def _run_mpirun(self, argv: list[str], cwd: str | None, env: dict[str, str]) -> int:
+        """Run mpirun to its end; the exit status for `run` (as :meth:`Launcher.run_forwarding_signals` gives it).
+        mpirun runs in a process group of its own (a Ctrl-C at the terminal reaches `run` alone), without the
+        terminal's input, and dies with `run`. SIGINT, SIGTERM and the stop signal to `run` go to every task through
+        the job's channel; where `run` cannot reach it, and for a second SIGINT or SIGTERM, to mpirun (its own stop)."""
+        pending: list[int] = []
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, process_group=0,
+                                preexec_fn=lambda: die_with_parent(signal.SIGTERM))
+        with handling((signal.SIGINT, signal.SIGTERM, self.plan.rules.stop_signal),
+                      lambda signum, _frame: pending.append(signum)):
+            while True:
+                try:
+                    code = proc.wait(WAIT_TICK_S)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                while pending:
+                    self._pass_on(pending.pop(0), proc)
+        code = code if code >= 0 else exits.from_signal(-code)
+        if code and self.signalled is not None:
+            return exits.from_signal(self.signalled)
+        return exits.FAILED if code and self.rank_failed() else code
+
+    def _pass_on(self, signum: int, proc: subprocess.Popen) -> None:
+        """A signal `run` got while mpirun runs: to every task through the job's channel (the tasks' agents pass it
+        on as they would their own), else to mpirun."""
+        again = signum in (signal.SIGINT, signal.SIGTERM) and self.signalled is not None
+        if signum in (signal.SIGINT, signal.SIGTERM):
+            self.signalled = self.signalled or signum
+        else:
+            self.stop_passed_on = True
+        if not again:
+            init = self.plan.job.spec.init
+            channel = channel_of(self.paths, init.dir, init.method is InitMethod.file, self.plan.master_addr,
+                                 self.plan.master_port, REACH_STORE_S)
+            if channel is not None:
+                channel.request_stop(signum, socket.gethostname())
+                return
+            print(f"{signal.Signals(signum).name}: host 0's store cannot be reached from here: passed on to mpirun "
+                  f"(its own stop)", file=sys.stderr, flush=True)
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass

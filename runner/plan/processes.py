@@ -52,6 +52,8 @@ class LaunchRules:
     stop_signal: signal.Signals  # asks the ranks to checkpoint and stop (ctx.should_stop)
     sets_visible_devices: bool = True  # CUDA_VISIBLE_DEVICES from topology.hosts[].gpus (Slurm sets its own)
     hosts_start_apart: bool = False  # each host's share is started by its own `run`, by hand (launcher=manual)
+    tasks_end_together: bool = False  # the scheduler kills every task once one has ended badly (mpirun): the tasks
+    # end an attempt together, once host 0 has reported it
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,11 @@ host sees by the rule of file:// init). Keys, each under ``runner/``:
 * ``dumps/request``, ``dumps/<rank>`` — a request for every rank to say where it is, and each rank's answer
   (runner.records.dumps.RankDump): a hang's paragraph names every rank of every host;
 * ``ended/<attempt>/<rank>`` — how a rank ended (its outcome record, as its host agent saw it), which host 0 writes
-  into its run folder: the run's summary covers every rank of every host.
+  into its run folder: the run's summary covers every rank of every host;
+* ``reported/<attempt>``, ``left/<attempt>/<agent>`` — host 0 has written every rank's record of the attempt and
+  said how it ended; another host's agent has heard it and asks nothing more of the store. Under a scheduler that
+  kills every task once one ends (mpirun), the other tasks wait for the first before they end theirs, and host 0's
+  waits for the second (for a moment) before its store goes away.
 
 Values are JSON. A store that has gone away (host 0 finished, or died) answers nothing: a host that loses it
 learns of its peers' end from its own ranks.
@@ -262,6 +266,25 @@ class JobChannel:
     def ended(self, attempt: int, rank: int) -> dict[str, Any] | None:
         found = self._read(f"ended/{attempt}/{rank}")
         return found if isinstance(found, dict) else None
+
+    def say_reported(self, attempt: int) -> None:
+        """Host 0 has written every rank's record of ``attempt`` and said how it ended."""
+        self._put(f"reported/{attempt}", True)
+
+    def reported(self, attempt: int) -> bool:
+        """Whether host 0 has reported ``attempt``, or is gone (its store went away: nobody is left to report)."""
+        try:
+            return self._kv.get(f"reported/{attempt}") is not None
+        except (RuntimeError, OSError):
+            return True
+
+    def say_left(self, attempt: int, agent: int) -> None:
+        """The agent of global rank ``agent`` (a host's first) heard host 0's report and asks nothing more."""
+        self._put(f"left/{attempt}/{agent}", True)
+
+    def left(self, attempt: int, agents: Iterable[int]) -> list[int]:
+        """Those of ``agents`` that said they left."""
+        return [a for a in agents if self._read(f"left/{attempt}/{a}")]
 
 
 def ask_for_dumps(paths: RunPaths, channel: JobChannel | None, reason: str) -> float:

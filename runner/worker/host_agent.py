@@ -15,7 +15,8 @@ with ``per_device``. Its phases, named as torch elastic's agent names its own:
    (the job's channel, runner.worker.channel) or a signal to the agent starts the stop;
 4. **stop** — what each cause sends the ranks, then SIGKILL to what is left of their process groups;
 5. **report** — runner.worker.failures; every agent puts its ranks' records on the job's channel, and host 0's
-   writes them all into its run folder (runner.worker.endings).
+   writes them all into its run folder (runner.worker.endings). Under mpirun, which kills every task once one has
+   ended badly, the tasks end each attempt together, once host 0's has reported it (:meth:`HostAgent._end_together`).
 
 Signals to the agent reach the ranks at once, as under torchrun: SIGINT as SIGINT; SIGTERM as SIGTERM to a
 script (which may trap it) and as the stop request to a recipe (``ctx.should_stop()``: it checkpoints and
@@ -36,7 +37,6 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from runner.common import exits
 from runner.common.polling import poll
@@ -70,6 +70,8 @@ from runner.worker.share import HostShare
 STOP_DUMP_WAIT_S = 2.0  # how long a stop waits for the ranks to say where they are
 STOP_TOLD_WAIT_S = 10.0  # how long another host's agent waits at most for host 0's to have said so, before killing
 ENDINGS_WAIT_S = 15.0  # how long host 0 waits for the other hosts to say how their ranks ended
+REPORTED_WAIT_S = ENDINGS_WAIT_S + 15.0  # how long another task waits for host 0's report, where tasks end together
+LEFT_WAIT_S = 2.0  # ... and how long host 0's keeps its store for them to say they heard it
 FAILURE_STOP_S = 5.0  # after a rank failed: how long the others have to end on SIGTERM before SIGKILL
 PEER_POLL_S = 0.5  # how often the job's channel is looked at: another host's failure, a stop request
 TICK_S = 0.1  # the monitor's longest sleep while something is to be looked at
@@ -262,7 +264,30 @@ class HostAgent:
         try:
             return self._report(ending, setups, paths, report, channel, time.perf_counter() - started), paths
         finally:
+            self._end_together(channel, setups, paths.attempt)
             rdzv.close()  # host 0: the store goes with the attempt (after the others said how they ended)
+
+    def _end_together(self, channel: JobChannel | None, setups: list[RankSetup], attempt: int) -> None:
+        """Under a scheduler that kills every task once one has ended badly (mpirun: the others get SIGTERM, then
+        SIGKILL, a second apart), no task ends its attempt before host 0 has reported it, so that no report is cut
+        short: host 0's agent says it has, the others wait for that word (or for host 0's store to go away) and say
+        they heard it, and host 0's keeps its store until they have (for a moment at most)."""
+        if channel is None or not self.plan.rules.tasks_end_together:
+            return
+        if self.serves:
+            channel.say_reported(attempt)
+            others = [rank for rank in self._agents() if rank != 0]
+            poll(lambda: channel.left(attempt, others), lambda heard: len(heard) == len(others), LEFT_WAIT_S, TICK_S)
+        elif setups:
+            poll(lambda: channel.reported(attempt), bool, REPORTED_WAIT_S, TICK_S)
+            channel.say_left(attempt, setups[0].place.global_rank)
+
+    def _agents(self) -> list[int]:
+        """Every agent of the job, each named by the global rank of its first rank: a host's (one per host), or each
+        rank's (a task per process)."""
+        if self.only is not None:
+            return [rec.global_rank for rec in self.plan.records]
+        return [self.plan.host_records(h.index)[0].global_rank for h in self.plan.job.hosts]
 
     def _prepare(self, paths: RunPaths) -> tuple[Rendezvous, list[RankSetup], HostChecks | None, JobChannel | None,
                                                  RunPaths] | int:

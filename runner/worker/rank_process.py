@@ -45,10 +45,10 @@ def _libc_prctl() -> Callable[..., int] | None:
 _PRCTL = _libc_prctl()
 
 
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so no rank outlives its agent."""
+def die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """Ask Linux to send this process ``signum`` when its parent dies, so no rank outlives its agent."""
     if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        _PRCTL(_PR_SET_PDEATHSIG, int(signum))
 
 
 def fresh_signal_dispositions() -> None:

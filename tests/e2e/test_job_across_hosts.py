@@ -217,9 +217,10 @@ def test_ctrl_backslash_on_either_host_says_where_every_rank_is_and_the_job_goes
 
 @pytest.mark.parametrize("launcher", ["mpi", "slurm"])
 def test_a_stop_under_a_scheduler_says_where_every_rank_was_once(testbed, tmp_path, launcher):
-    """SIGTERM to `run` under mpirun (a task per rank on two hosts; mpirun passes it on and waits grace_s and the
-    report before killing): the job's output says once, from rank 0's task, where every rank was, rank 1's
-    collective and file:line included, though rank 1's task is on another host with no run folder in common.
+    """SIGTERM to `run` under mpirun (a task per rank on two hosts; `run` passes it to every task through host 0's
+    store, and the tasks end together once rank 0's has reported): the job's output says once, from rank 0's task,
+    where every rank was, rank 1's collective and file:line included, though rank 1's task is on another host with no
+    run folder in common.
     Under Slurm, which signals every process of a cancelled job at once, `run` asks the ranks before cancelling."""
     run_id = f"t{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"

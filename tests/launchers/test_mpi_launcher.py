@@ -4,13 +4,15 @@ namespace hosts for real is in test_multihost.py."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
 from conftest import environment, hosts_override, make_spec, validate
 from runner.common import exits
-from runner.launchers import Invocation, plan_for
+from runner.launchers import LAUNCHERS, Invocation, plan_for
+from runner.launchers import mpi
 from runner.launchers.base import TaskError
 from runner.launchers.mpi import ATTEMPT, MpiLauncher
 from runner.records.paths import RunPaths
@@ -40,8 +42,7 @@ def argv(*overrides: str) -> tuple[str, ...]:
 
 
 def test_one_rank_per_process_in_the_plans_blocks() -> None:
-    assert argv(*AB) == ("mpirun", "-np", "3", "-H", "a:2,b:1", "--map-by", "slot", "--bind-to", "none", "--mca",
-                         "odls_base_sigkill_timeout", "20", *TASK)  # grace_s 10 + 10
+    assert argv(*AB) == ("mpirun", "-np", "3", "-H", "a:2,b:1", "--map-by", "slot", "--bind-to", "none", *TASK)
     assert launcher(*AB).request().commands[0].note == "one MPI rank per process"
 
 
@@ -52,13 +53,12 @@ def test_one_task_per_host_that_forks_its_processes() -> None:
     assert argv("topology=1x4", "recipe.global_batch_size=4")[1:5] == ("-np", "4", "-H", "localhost:4")  # unnamed
 
 
-def test_options_exports_restarts_and_the_stop_time() -> None:
+def test_options_exports_and_restarts() -> None:
     line = argv(*AB, "launcher.mpi.mpirun=/opt/ompi/bin/mpirun", "launcher.mpi.allow_run_as_root=true",
                 "launcher.mpi.oversubscribe=true", "launcher.mpi.export=[HF_HOME,WANDB_API_KEY]",
                 "launcher.max_restarts=2", "init=tcp", "launcher.grace_s=2.5", "launcher.mpi.extra=[--tag-output]")
     assert line == ("/opt/ompi/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", "-H", "a:2,b:1",
-                    "--map-by", "slot", "--bind-to", "none", "--mca", "odls_base_sigkill_timeout", "13",  # 2.5 s + 10
-                    "-x", "HF_HOME", "-x", "WANDB_API_KEY", "-x", ATTEMPT, "--tag-output", *TASK)
+                    "--map-by", "slot", "--bind-to", "none", "-x", "HF_HOME", "-x", "WANDB_API_KEY", "-x", ATTEMPT, "--tag-output", *TASK)
 
 
 def test_an_export_that_is_no_variable_name_is_refused() -> None:
@@ -97,3 +97,56 @@ def test_a_launch_without_mpirun_says_how_to_get_it(capsys) -> None:
     assert err.startswith("mpi: /nonexistent/mpirun -np 3 ")
     assert ("error: launcher=mpi: '/nonexistent/mpirun' is not on PATH; hint: install Open MPI, or give its path: "
             "launcher.mpi.mpirun=/path/to/mpirun") in err
+
+
+class Recorder:
+    """What a signal to `run` reaches: the job's channel (its stop requests) and mpirun (the signals it got)."""
+
+    def __init__(self) -> None:
+        self.stops: list[tuple[int, str]] = []
+        self.sent: list[int] = []
+
+    def request_stop(self, signum: int, host: str) -> None:
+        self.stops.append((signum, host))
+
+    def send_signal(self, signum: int) -> None:
+        self.sent.append(signum)
+
+
+def passing_on(monkeypatch, reachable: bool = True) -> tuple[MpiLauncher, Recorder]:
+    chosen, seen = launcher(*AB), Recorder()
+    monkeypatch.setattr(mpi, "channel_of", lambda *_args: seen if reachable else None)
+    monkeypatch.setattr(mpi.socket, "gethostname", lambda: "login1")
+    return chosen, seen
+
+
+def test_a_signal_to_run_reaches_the_tasks_through_host_0s_store_and_mpirun_is_left_alone(monkeypatch) -> None:
+    """Open MPI's own stop sends the tasks nothing for odls_base_sigkill_timeout, then SIGTERM, then waits as long
+    again: Ctrl-C, SIGTERM and the stop signal go on the job's channel, which every task's agent reads."""
+    chosen, seen = passing_on(monkeypatch)
+    chosen._pass_on(signal.SIGUSR1, seen)
+    assert (seen.stops, seen.sent, chosen.stop_passed_on, chosen.signalled) == ([(signal.SIGUSR1, "login1")], [],
+                                                                                True, None)
+    chosen._pass_on(signal.SIGTERM, seen)
+    assert (seen.stops[1:], seen.sent, chosen.signalled) == ([(signal.SIGTERM, "login1")], [], signal.SIGTERM)
+
+
+def test_a_second_ctrl_c_is_mpiruns_own_stop(monkeypatch) -> None:
+    chosen, seen = passing_on(monkeypatch)
+    chosen._pass_on(signal.SIGINT, seen)
+    chosen._pass_on(signal.SIGINT, seen)
+    assert (seen.stops, seen.sent, chosen.signalled) == ([(signal.SIGINT, "login1")], [signal.SIGINT], signal.SIGINT)
+
+
+def test_without_host_0s_store_the_signal_goes_to_mpirun_and_run_says_so(monkeypatch, capsys) -> None:
+    chosen, seen = passing_on(monkeypatch, reachable=False)
+    chosen._pass_on(signal.SIGTERM, seen)
+    assert (seen.stops, seen.sent) == ([], [signal.SIGTERM])
+    assert capsys.readouterr().err == ("SIGTERM: host 0's store cannot be reached from here: passed on to mpirun (its "
+                                       "own stop)\n")
+
+
+def test_the_tasks_end_each_attempt_together_under_mpirun_only() -> None:
+    """mpirun kills every task once one ends badly: under it, and under it only, the agents end together."""
+    assert launcher(*AB).plan.rules.tasks_end_together
+    assert {name for name, kind in LAUNCHERS.items() if kind.tasks_end_together} == {"mpi"}

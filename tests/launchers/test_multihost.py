@@ -7,11 +7,19 @@ work, as the control test shows."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+
+from conftest import environment, validate
+from runner.launchers import Invocation, plan_for
+from runner.launchers.mpi import MpiLauncher
+from runner.records.paths import RunPaths
 from runs import (
     SNAPSHOT,
     artifacts,
@@ -22,6 +30,9 @@ from runs import (
     processes_of,
     run,
     run_folder,
+    running,
+    wait_for_pids,
+    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(240)
@@ -110,3 +121,41 @@ def test_control_without_the_runners_interface_choice_the_same_job_fails(testbed
     assert not artifacts(art)
     assert time.monotonic() - started < 120
     assert not processes_of(done.run_id)
+
+
+def test_nothing_of_an_mpirun_job_outlives_run_when_it_is_killed(testbed, tmp_path):
+    """SIGKILL to `run` itself, which can pass nothing on: mpirun is signalled as `run` dies (it runs in a process
+    group of its own, out of reach of a Ctrl-C at the terminal), and its own stop ends every task and rank on both
+    hosts."""
+    out = tmp_path / "out"
+    out.mkdir()
+    with running(*bed_hosts(testbed, [1, 1]), *mpi_options(testbed), "launcher.tasks=per_device", "recipe=custom",
+                 "recipe.target=workloads.failing:main", f"+recipe.out_dir={out}", "+recipe.fail_rank=-1",
+                 "+recipe.fail_step=0", cwd=tmp_path, env=testbed.env()) as proc:
+        wait_for_pids(proc, out, 2)
+        found = processes_of(proc.run_id)  # mpirun, and each host's task and its rank (forked: the same command)
+        assert sum(p.name() == "mpirun" for p in found) == 1 and sum("-m" in p.cmdline() for p in found) >= 4, found
+        proc.reap()
+    wait_until(lambda: not processes_of(proc.run_id), 30, "nothing of the run left on any host")
+
+
+STAND_IN = """
+import ctypes, os, sys
+death = ctypes.c_int()
+ctypes.CDLL(None).prctl(2, ctypes.byref(death), 0, 0, 0)  # PR_GET_PDEATHSIG
+with open(sys.argv[1], "w") as f:
+    print(os.getpid(), os.getpgid(0), os.readlink("/proc/self/fd/0"), death.value, file=f)
+"""
+
+
+def test_mpirun_has_no_terminal_input_a_process_group_of_its_own_and_dies_with_run(tmp_path) -> None:
+    """A Ctrl-C at the terminal reaches the foreground process group: `run` alone, which passes it on. mpirun reads
+    the terminal (it forwards input to rank 0), which would stop it in a group of its own; and it must not outlive
+    `run`. (A Python stand-in for mpirun says what it was given.)"""
+    seen, paths = tmp_path / "seen", RunPaths(tmp_path, "R1")
+    job = validate(("launcher=mpi", "device=cpu", "topology=1x2")).job
+    chosen = MpiLauncher(plan=plan_for(job, paths), paths=paths, environment=environment(),
+                         invocation=Invocation(python=sys.executable, cwd=str(tmp_path)))
+    code = chosen._run_mpirun([sys.executable, "-c", STAND_IN, str(seen)], str(tmp_path), dict(os.environ))
+    pid, pgid, stdin, death = seen.read_text().split()
+    assert code == 0 and (pgid, stdin, int(death)) == (pid, "/dev/null", signal.SIGTERM)

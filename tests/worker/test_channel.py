@@ -213,6 +213,18 @@ def test_a_ranks_ending_is_read_for_its_own_attempt_and_rank_only(ends) -> None:
     assert ends.host0.ended(0, 2) is None and ends.host0.ended(1, 3) is None
 
 
+def test_host_0s_report_of_an_attempt_and_who_heard_it_are_read_for_that_attempt(ends) -> None:
+    """Where the tasks end together (mpirun): the others wait for host 0's word that it reported the attempt, and
+    say they heard it, each named by its first rank."""
+    assert not ends.other.reported(1) and ends.host0.left(1, [1, 2]) == []
+    ends.host0.say_reported(1)
+    sent(ends.host0)
+    assert ends.other.reported(1) and not ends.other.reported(0)
+    ends.other.say_left(1, 2)
+    sent(ends.other)
+    assert ends.host0.left(1, [1, 2]) == [2] and ends.host0.left(0, [1, 2]) == []
+
+
 def test_values_not_json_or_of_another_shape_read_as_nothing(ends) -> None:
     for key, value in (("attempt", b'"0"'), ("failed/0", b"[1, 2]"), ("stop", b""), ("stop/told", b"{torn"),
                        ("joined/0/0", b"false"), ("joined/0/1", b"null"), ("dumps/request", b"3"), ("dumps/1", b'"x"'),
@@ -247,6 +259,8 @@ def test_a_channel_whose_store_went_away_reads_as_empty_and_takes_words_without_
     assert everything(other) == NOTHING
     say_everything(other)  # nobody is left to tell: no exception
     assert everything(other) == NOTHING
+    if backing == "store":  # nobody is left to report: a task waits no longer for host 0's word
+        assert other.reported(0)
 
 
 # -- reaching host 0's store --------------------------------------------------------------------------------------
