@@ -8,6 +8,7 @@
 * :func:`make_spec` builds a JobConfig straight from the dataclasses (no Hydra: fast, for property
   tests and benchmarks).
 * The autouse fixture ``no_env_leaks`` fails any test that leaves ``os.environ`` changed.
+* ``closed_port`` and ``listening_port``: a port of 127.0.0.1 that refuses connections, and one that takes them.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import copy
 import functools
 import importlib.resources
 import os
+import socket
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -299,6 +301,24 @@ def paths(tmp_path) -> RunPaths:
     paths = RunPaths(tmp_path, "r1")
     paths.make()
     return paths
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port of 127.0.0.1 nobody listens on (held bound, so no one else takes it meanwhile): connections are
+    refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
+@pytest.fixture
+def listening_port() -> Iterator[int]:
+    """A port of 127.0.0.1 that listens (nothing accepts: a connection opens in its queue)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        yield s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

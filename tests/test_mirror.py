@@ -17,13 +17,7 @@ pytestmark = pytest.mark.unit
 FACES = {"runner/api.py"}
 
 # modules with no test module of their name yet, tested only through others (the list may only shrink)
-NOT_YET = {
-    "runner/app/launch.py",  # every `run` in tests/e2e and tests/launchers
-    "runner/worker/host_agent.py",  # tests/app/test_agent.py, every local `run`
-    "runner/worker/preflight/collective.py",  # tests/worker/test_preflight.py
-    "runner/worker/preflight/host.py",  # tests/worker/test_preflight.py
-    "runner/worker/setup.py",  # every rank
-}
+NOT_YET: set[str] = set()
 
 
 def mirrors(module: Path) -> list[Path]:

@@ -33,22 +33,6 @@ from runner.worker.preflight.checks import (
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture
-def closed_port():
-    """A port of 127.0.0.1 nobody listens on (held bound, so no one else takes it meanwhile)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        yield s.getsockname()[1]
-
-
-@pytest.fixture
-def listening_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(8)
-        yield s.getsockname()[1]
-
-
 # -------------------------------------------------------------------------- the checks, with real sockets
 
 
