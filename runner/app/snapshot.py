@@ -65,6 +65,13 @@ def take(workdir: Path, dest: Path, globs: list[str], max_mb: float, required: b
                                 f"launcher.snapshot_code=false")
         return None
     files, source = chosen
+    if not files:
+        if required:
+            named = f"launcher.snapshot_files={globs}" if globs else "git (no tracked file)"
+            raise SnapshotError(f"launcher.snapshot_code: {named} names no file in {workdir}; hint: globs are relative "
+                                f"to the job's folder, e.g. launcher.snapshot_files=['**/*.py'], or "
+                                f"launcher.snapshot_code=false")
+        return None
     sizes = {f: (workdir / f).stat().st_size for f in files}
     total = sum(sizes.values())
     if total > max_mb * 1e6:

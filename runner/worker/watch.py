@@ -73,10 +73,12 @@ def _groups_from_fr(doc: dict[str, Any]) -> tuple[GroupRecord, ...]:
 def group_key(group: Any) -> str:
     """A process group as every rank names it, as the flight recorder does: torch's name of the group ("0" the
     default one, then "1", "2", ... in the order the ranks made them, which is the same on every rank)."""
-    if group is None:
-        return "0"
-    from torch.distributed.distributed_c10d import _get_process_group_name
+    from torch.distributed.distributed_c10d import GroupMember, _get_process_group_name
 
+    if group is None:  # the default group, by its own name: "0", unless an earlier default group was destroyed
+        group = GroupMember.WORLD
+        if group is None:
+            return "0"
     return _get_process_group_name(group)
 
 

@@ -65,6 +65,18 @@ def test_outside_a_repository(tmp_path) -> None:
         take(tmp_path / "plain", tmp_path / "code", [], max_mb=1, required=True)
 
 
+def test_globs_that_name_no_file_are_refused_when_a_copy_is_asked_for_and_copy_nothing(tmp_path) -> None:
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "train.py").write_text("")
+    assert take(tmp_path / "job", tmp_path / "code", ["*.nomatch"], max_mb=1, required=False) is None
+    with pytest.raises(SnapshotError) as e:
+        take(tmp_path / "job", tmp_path / "code", ["*.nomatch"], max_mb=1, required=True)
+    assert str(e.value) == (f"launcher.snapshot_code: launcher.snapshot_files=['*.nomatch'] names no file in "
+                            f"{tmp_path / 'job'}; hint: globs are relative to the job's folder, e.g. "
+                            f"launcher.snapshot_files=['**/*.py'], or launcher.snapshot_code=false")
+    assert not (tmp_path / "code").exists()
+
+
 def test_too_large_names_the_largest_files_and_copies_nothing(repo, tmp_path) -> None:
     (repo / "weights.pt").write_bytes(b"w" * 600_000)
     git(repo, "add", "weights.pt")

@@ -58,24 +58,28 @@ def gloo_world():
 
 
 def test_the_counter_names_a_process_group_as_every_rank_does(gloo_world) -> None:
-    """A group is keyed by torch's name for it ("1": the first group the ranks made, the same on every rank, as the
-    flight recorder keys it), not by anything of this process (an object's id differs on each rank), and however
-    the group is passed."""
+    """A group is keyed by torch's name for it (in a rank's own process "0" for the default group, "1" for the first
+    group the ranks made, the same on every rank, as the flight recorder keys it; here, after other tests' groups,
+    the next names), not by anything of this process (an object's id differs on each rank), and however the group
+    is passed."""
     import torch
+    from torch.distributed.distributed_c10d import _get_process_group_name
 
     dist = gloo_world
     counter = _Counter()
     all_reduce = counter._wrap("all_reduce", dist.all_reduce)
     sub = dist.new_group([0])
+    world, mine = _get_process_group_name(dist.group.WORLD), _get_process_group_name(sub)
+    assert int(mine) == int(world) + 1  # torch's count of the groups made in this process: not an object's id
     all_reduce(torch.ones(1))
     all_reduce(torch.ones(2), group=sub)
     all_reduce(torch.ones(3), dist.ReduceOp.SUM, sub)  # dist.all_reduce(t, op, group): positionally
     all_reduce(torch.ones(4), group=dist.group.WORLD)
     groups = {g.group: g for g in counter.groups()}
-    assert sorted(groups) == ["0", "1"] and group_key(sub) == "1" and group_key(None) == "0"
-    assert [(e.seq, e.sizes) for e in groups["1"].entries] == [(1, ((2,),)), (2, ((3,),))]
-    assert [(e.seq, e.sizes) for e in groups["0"].entries] == [(1, ((1,),)), (2, ((4,),))]
-    assert (groups["1"].completed, groups["0"].completed) == (2, 2)
+    assert sorted(groups) == [world, mine] and (group_key(None), group_key(sub)) == (world, mine)
+    assert [(e.seq, e.sizes) for e in groups[mine].entries] == [(1, ((2,),)), (2, ((3,),))]
+    assert [(e.seq, e.sizes) for e in groups[world].entries] == [(1, ((1,),)), (2, ((4,),))]
+    assert (groups[mine].completed, groups[world].completed) == (2, 2)
 
 
 def test_where_the_main_thread_is_from_another_thread(tmp_path) -> None:

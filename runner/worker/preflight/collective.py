@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 def _explain(e: BaseException, setup: RankSetup, timeout_s: float) -> Check:
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    text = f"{type(e).__name__}: {first}"[:300]
+    text = (f"{type(e).__name__}: {first}" if first else type(e).__name__)[:300]  # a bare exception: its name, as Python
     lowered = str(e).lower()
     if is_collective_timeout(e):
         shared = "; init=file: is init.dir shared by every host?" if setup.init_method.startswith("file://") else ""
@@ -116,6 +116,7 @@ def outcome(ending: HostEnding, setups: Sequence[RankSetup], paths: RunPaths) ->
     if errors:
         print(errors[0][1]["exception"].removeprefix(f"{PreflightFailed.__name__}: "), file=sys.stderr)
     others = sum(1 for code in ending.codes.values() if code) - min(1, len(errors))
-    also = f" ({others} other process(es) of this host failed or were stopped)" if others > 0 else ""
+    what = "other process(es)" if errors else "process(es)"  # "other" than the one whose line is above
+    also = f" ({others} {what} of this host failed or were stopped)" if others > 0 else ""
     print(f"preflight failed on {setups[0].place.host}{also}; per-rank logs: {paths.logs}/", file=sys.stderr)
     return exits.FAILED

@@ -133,3 +133,16 @@ def test_a_failed_preflight_shows_one_processs_line_then_the_others_count_and_ex
         raised(setups[index], line, at)
     assert outcome(HostEnding(codes=codes, order=list(codes)), setups, paths) == 1
     assert capsys.readouterr().err == f"{shown}\npreflight failed on node0{also}; per-rank logs: {paths.logs}/\n"
+
+
+def test_a_failed_preflight_without_any_processs_line_counts_its_processes_not_others(paths, capsys) -> None:
+    setups = setups_of(paths, 2, "env://")
+    assert outcome(HostEnding(codes={0: -9, 1: 0}, order=[0, 1]), setups, paths) == 1
+    assert capsys.readouterr().err == (f"preflight failed on node0 (1 process(es) of this host failed or were stopped); "
+                                       f"per-rank logs: {paths.logs}/\n")
+
+
+def test_an_error_without_a_message_is_its_name_alone(paths) -> None:
+    (setup,) = setups_of(paths, 1, "env://")
+    assert _explain(RuntimeError(), setup, 30.0) == Check.failed("RuntimeError",
+                                                                 f"the traceback is in {paths.logs}/rank00000.log")
