@@ -318,7 +318,7 @@ def test_a_signal_to_run_reaches_every_rank_on_every_host(testbed, job, tmp_path
     what still runs (rank 1 sleeps, rank 0 waits for it), host 0 saying where every rank was. Exit 128 + n."""
     run_id = f"h{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "rank1.stuck"
-    with start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker, grace_s=10 if signum == signal.SIGINT
+    with start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker, grace_s=60 if signum == signal.SIGINT
                                                                    else 2)], run_id) as proc:
         wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
         proc.send_signal(signum)
@@ -326,7 +326,7 @@ def test_a_signal_to_run_reaches_every_rank_on_every_host(testbed, job, tmp_path
         ((code, said),) = finish([proc], timeout=60)
     assert code == 128 + signum, said
     if signum == signal.SIGINT:
-        assert time.monotonic() - asked < 10, said  # at once, not after launcher.grace_s=10
+        assert time.monotonic() - asked < 30, said  # at once, not after launcher.grace_s=60
         assert re.search(seen("sigint", testbed), said), said
         assert f"[host {testbed.names[0]}] SIGINT: stopping 1 process(es)" in said
     else:

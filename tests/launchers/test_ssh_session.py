@@ -196,16 +196,16 @@ def test_the_stop_signal_is_passed_on_and_a_job_that_stops_on_it_is_ok(tmp_path)
 
 
 def test_a_second_ctrl_c_closes_the_sessions_at_once(tmp_path) -> None:
-    """The hosts hear the first and go on (launcher.grace_s is 10 s); the second terminates every ssh at once."""
+    """The hosts hear the first and go on (launcher.grace_s is 60 s here); the second terminates every ssh at once."""
     told = tmp_path / "told"
     job = sessions(host(0, TAKE_SPEC + 'kill -INT "$3" && ' + HEARD + ' && kill -INT "$3" && read -r more',
                         "/dev/null", told, os.getpid()),
-                   host(1, TAKE_SPEC + "read -r first && read -r more", "/dev/null"))
+                   host(1, TAKE_SPEC + "read -r first && read -r more", "/dev/null"), grace_s=60.0)
     started = time.monotonic()
     ended = job.run()
     assert ended == Ended(130, signal.SIGINT, None, frozenset())  # closed by this `run`: not lost
     assert [s.code for s in job.sessions] == [128 + signal.SIGTERM] * 2
-    assert heard(told) == {"signal": signal.SIGINT} and time.monotonic() - started < 5
+    assert heard(told) == {"signal": signal.SIGINT} and time.monotonic() - started < 30  # not after the grace
 
 
 def test_hosts_still_running_after_the_grace_are_closed_and_one_that_ignores_sigterm_is_killed(monkeypatch) -> None:

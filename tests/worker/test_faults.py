@@ -105,8 +105,8 @@ def test_a_rank_killed_with_sigkill_ends_the_job(tmp_path):
     art.mkdir()
     run_id = f"kill-{uuid.uuid4().hex[:8]}"
     with running("topology=1x3", "recipe.global_batch_size=3", "recipe=custom", "recipe.target=workloads.failing:main",
-                 f"+recipe.out_dir={art}", "+recipe.fail_rank=-1", "+recipe.fail_step=0", run_id=run_id,
-                 cwd=tmp_path) as proc:
+                 f"+recipe.out_dir={art}", "+recipe.fail_rank=-1", "+recipe.fail_step=0", "init.timeout_s=300",
+                 run_id=run_id, cwd=tmp_path) as proc:
         os.kill(wait_for_pids(proc, art, 3)[1], signal.SIGKILL)
         started = time.monotonic()
         done = proc.wait(30)
@@ -118,5 +118,5 @@ def test_a_rank_killed_with_sigkill_ends_the_job(tmp_path):
     listed = re.findall(r"^  rank (\d+) \(host node0\): ", after, flags=re.M)
     stopped = re.search(r"^  (\d+) other process\(es\) were stopped by the host agent$", after, flags=re.M)
     assert set(map(int, listed)) <= {0, 2} and len(listed) + (int(stopped.group(1)) if stopped else 0) == 2, err
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # the others stopped at once: not at init.timeout_s=300
     assert not processes_of(run_id)
