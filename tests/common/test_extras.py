@@ -6,14 +6,13 @@ making the import fail (``sys.modules[name] = None``), in this process or, throu
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from runs import RUN, user_env
+from runs import run, user_env
 from conftest import REPO
 from runner.common import extras
 
@@ -70,9 +69,9 @@ def _without(tmp_path: Path, *modules: str) -> dict[str, str]:
 
 
 def test_a_fairscale_mode_without_fairscale_is_refused_before_anything_starts(tmp_path) -> None:
-    done = subprocess.run([RUN, "sharding=oss", "topology=1x2", "device=cpu"], cwd=tmp_path,
-                          env=_without(tmp_path, "fairscale"), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stdout + done.stderr
+    done = run("sharding=oss", "topology=1x2", "device=cpu", cwd=tmp_path, env=_without(tmp_path, "fairscale"),
+               workloads=False, timeout=120)
+    assert done.code == 2, done.output
     assert ("error: sharding.mode: oss: sharding=oss and sharding=sdp (fairscale's OSS and ShardedDDP) needs fairscale, "
             "which is not installed here (the extra torch-jobspec[fairscale])\n"
             "    hint: pip install 'torch-jobspec[fairscale]'; or torch's own: sharding=zero") in done.stderr
@@ -81,9 +80,8 @@ def test_a_fairscale_mode_without_fairscale_is_refused_before_anything_starts(tm
 
 def test_the_digits_recipe_without_scikit_learn_is_refused_before_anything_starts(tmp_path) -> None:
     """The default job, as the README's first command runs it, in an install without the extra ``examples``."""
-    done = subprocess.run([RUN, "device=cpu"], cwd=tmp_path, env=_without(tmp_path, "sklearn"),
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stdout + done.stderr
+    done = run("device=cpu", cwd=tmp_path, env=_without(tmp_path, "sklearn"), workloads=False, timeout=120)
+    assert done.code == 2, done.output
     assert ("error: recipe.target: runner.recipes.digits:main: the bundled digits recipe (scikit-learn's digits data) "
             "needs scikit-learn, which is not installed here (the extra torch-jobspec[examples])\n"
             "    hint: pip install 'torch-jobspec[examples]'") in done.stderr
