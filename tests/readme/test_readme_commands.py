@@ -4,7 +4,9 @@
   (Hydra, pkg://runner.conf, `--config-dir` as `run` takes it) and passes validation the way `run` would, every
   job of a sweep (`-m`) included; script forms (`run ... -- train.py`) go through `run`'s own rewriting first;
   a command with a placeholder is skipped only for a reason listed in SKIPPED;
-* every other command of a ```bash block runs a script of this checkout, with options that script has;
+* every other command of a ```bash block runs a script of this checkout, with options that script has (also those
+  its comment names);
+* the `mpirun` line "Launchers" shows is the one launcher=mpi builds;
 * a job file shown in the README composes and validates as a job file of a user's folder.
 """
 
@@ -23,10 +25,14 @@ from hydra import initialize_config_dir, initialize_config_module
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 import runner.app.cli
-from conftest import REPO, compose
+from conftest import REPO, compose, environment, hosts_override, validate
 from readme_text import code_of, readme
 from runner.app.cli import script_overrides, typed_spec
+from runner.launchers import Invocation, plan_for
 from runner.launchers import validate as check
+from runner.launchers.mpi import MpiLauncher
+from runner.records.paths import RunPaths
+from runner.spec.pins import pinned
 from runner.spec.probe import FixedProbe
 from runner.spec.problems import render_problems
 from runner.spec.schema import JobConfig
@@ -276,6 +282,17 @@ def _script_path(words: list[str]) -> tuple[Path, list[str]] | None:
     return None
 
 
+def _script_options(script: Path) -> str:
+    source = script.read_text()
+    if script == REPO / "scripts" / "testbed.py":  # the command; its options are its package's (scripts/bed/)
+        source += "".join(p.read_text() for p in sorted((REPO / "scripts" / "bed").glob("*.py")))
+    return source
+
+
+def _has_option(source: str, option: str) -> bool:
+    return f'"{option}"' in source or f"{option})" in source or f"{option}=" in source or f"{option} " in source
+
+
 OTHERS = other_commands()
 
 
@@ -287,12 +304,44 @@ def test_every_other_command_runs_a_script_of_this_checkout_with_options_it_has(
     assert found is not None, f"{where}: `{' '.join(words)}` runs nothing of this checkout"
     script, args = found
     assert script.is_file(), f"{where}: {script.relative_to(REPO)} does not exist"
-    source = script.read_text()
-    if script == REPO / "scripts" / "testbed.py":  # the command; its options are its package's (scripts/bed/)
-        source += "".join(p.read_text() for p in sorted((REPO / "scripts" / "bed").glob("*.py")))
+    source = _script_options(script)
     for option in (a.split("=")[0] for a in args if a.startswith("--")):
-        assert f'"{option}"' in source or f"{option})" in source or f"{option}=" in source or \
-            f"{option} " in source, f"{where}: {script.relative_to(REPO)} has no option {option}"
+        assert _has_option(source, option), f"{where}: {script.relative_to(REPO)} has no option {option}"
+
+
+def test_every_option_a_commands_comment_names_is_its_scripts() -> None:
+    """`benchmarks/run_all.py  # the whole suite ...; --quick to check it runs, --only NAME...`: options the comment
+    beside a command names are options of the script it runs."""
+    checked = 0
+    for where, _, line in _shell_lines():
+        found = [_script_path(words) for words in _simple_commands(line)]
+        if "#" not in line or not any(found):
+            continue
+        [(script, _)] = [f for f in found if f]
+        for option in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", line.split("#", 1)[1]):
+            assert _has_option(_script_options(script), option), f"{where}: {script.name} has no option {option}"
+            checked += 1
+    assert checked >= 2
+
+
+def test_the_mpirun_line_is_what_launcher_mpi_runs() -> None:
+    """"`run` calls `mpirun -np N -H a:2,b:1 --map-by slot --bind-to none ...`": up to its "...", the line
+    launcher=mpi builds for the hosts and slots its -H gives, one rank per process."""
+    section = " ".join(readme().section("Launchers").split())
+    shown = re.search(r"`run` calls `(mpirun -np N -H ([\w:,]+) [^`]*) \.\.\.`", section)
+    assert shown is not None
+    hosts = [{"name": name, "devices": int(slots)} for name, slots in (h.split(":") for h in shown[2].split(","))]
+    world = sum(h["devices"] for h in hosts)
+    paths = RunPaths(Path("/runs/R1"), "R1")
+    got = validate(("launcher=mpi", "launcher.tasks=per_device", "device=cpu", f"recipe.global_batch_size={world}",
+                    *hosts_override(*hosts)))
+    assert got.valid, got.rendered()
+    job = pinned(got.job, MpiLauncher.pins(got.job, paths))
+    launcher = MpiLauncher(plan=plan_for(job, paths), paths=paths, environment=environment(),
+                           invocation=Invocation(python="/venv/bin/python", cwd="/work/proj"))
+    [command] = launcher.request().commands
+    words = shown[1].replace("-np N", f"-np {world}").split()
+    assert list(command.argv[:len(words)]) == words, command.argv
 
 
 def test_the_invalid_spec_shown_is_what_validation_says() -> None:

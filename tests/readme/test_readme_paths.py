@@ -1,6 +1,7 @@
 """Every path into this checkout that README.md names (inline code, code blocks, links) exists, every module it
-names imports (and has the attribute it names), and every link to a section finds its heading. The files of a
-run folder are checked against the code that names them in test_readme_run_folder.py."""
+names imports (and has the attribute it names), every link to a section finds its heading, and the modules of the
+test bed it lists are scripts/bed/'s. The files of a run folder are checked against the code that names them in
+test_readme_run_folder.py."""
 
 from __future__ import annotations
 
@@ -101,3 +102,16 @@ def test_every_link_finds_its_target() -> None:
             assert link.text[1:] in anchors, f"README.md:{link.line}: no section has the anchor {link.text}"
         elif not link.text.startswith(("http://", "https://")):
             assert (REPO / link.text).exists(), f"README.md:{link.line}: the link {link.text} leads nowhere"
+
+
+# Modules of scripts/bed/ that are no part of the bed: name -> why the Layout's list leaves them out.
+BED_HELPERS = {"common": "what every part uses (its error, messages, running a command, the lock)"}
+
+
+def test_the_test_beds_parts_are_its_modules() -> None:
+    """Layout: "`bed/`, one module per part: layout, network, ...": every module of scripts/bed/ but its helpers."""
+    listed = re.search(r"`bed/`, one module per part: ([\w, ]+)\)", " ".join(readme().text.split()))
+    assert listed is not None
+    modules = {p.stem for p in (REPO / "scripts" / "bed").glob("*.py")} - {"__init__"}
+    assert set(BED_HELPERS) <= modules
+    assert sorted(listed[1].split(", ")) == sorted(modules - set(BED_HELPERS))

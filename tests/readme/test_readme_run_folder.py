@@ -1,10 +1,12 @@
 """README's "What a run leaves behind": the table names the files of a run folder that the code names, in its order
 (runner.records.paths.RunPaths.entries, Hydra's own included); the run folders it and the rest of the README name
-are those `run` makes; a run-folder path elsewhere in the README
-(`logs/...`, `checkpoints/...`) is one of these files."""
+are those `run` makes; a run-folder path elsewhere in the README (`logs/...`, `checkpoints/...`) is one of these
+files; the error file's flag for a killed rank is its record's (runner.records.outcomes.ErrorRecord); a file of a
+sweep's folder that "Sweeps" names is one runner.records.paths.SweepPaths names (or one of its jobs' run folders)."""
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 
@@ -15,7 +17,8 @@ from omegaconf import OmegaConf
 
 import runner.app.cli
 from readme_text import code_of, readme
-from runner.records.paths import RunPaths
+from runner.records.outcomes import ErrorRecord
+from runner.records.paths import RunPaths, SweepPaths
 
 pytestmark = pytest.mark.unit
 
@@ -40,6 +43,13 @@ def table_names() -> list[str]:
 
 def test_the_table_names_the_files_the_code_names() -> None:
     assert table_names() == code_names()
+
+
+def test_the_error_files_flag_for_a_killed_rank_is_the_records() -> None:
+    """`logs/rankNNNNN.error.json`: "for a rank killed by a signal, by its launcher: `"killed": true`"."""
+    [row] = [row for row in readme().table("path", "what").rows if "`logs/rankNNNNN.error.json`" in row[0]]
+    [flag] = re.findall(r'by its launcher: `"(\w+)": true`', row[1])
+    assert flag in {f.name for f in dataclasses.fields(ErrorRecord) if f.type in (bool, "bool")}, flag
 
 
 def _entry_pattern(path: str) -> re.Pattern[str]:
@@ -77,3 +87,19 @@ def test_the_run_folders_are_those_run_makes() -> None:
     assert len(named) >= 4, named
     for text in named:
         assert any(_template(text).fullmatch(folder) for folder in made), (text, made)
+
+
+def _placeholders(path: str) -> re.Pattern[str]:
+    """An entry's path, its placeholders standing for the README's (one or several: `<job id>` for `<array>_<i>`)."""
+    parts = re.split(r"<[^>]+>", path)
+    return re.compile(r"<[\w ]+>(?:_<[\w ]+>)*".join(map(re.escape, parts)))
+
+
+def test_every_file_of_a_sweep_the_readme_names_is_one() -> None:
+    """`summary.csv`, `summary.md`, `scaling.png`, `array<k>.sbatch`: SweepPaths's; `job.sbatch`,
+    `<i>/slurm-<array>_<i>.out`: a job's run folder's (`<i>/`)."""
+    named = [s.text for s in readme().spans if s.section == "Sweeps" and re.fullmatch(r"[\w<>/.-]+\.[a-z]+", s.text)]
+    assert len(named) >= 5, named
+    entries = [e.path for e in SweepPaths.entries()] + [f"{prefix}{e}" for e in code_names() for prefix in ("", "<n>/")]
+    for name in named:
+        assert any(_placeholders(e).fullmatch(name) for e in entries), (name, entries)

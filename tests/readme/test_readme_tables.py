@@ -1,9 +1,11 @@
 """README.md's tables (and table-like lists) that mirror the code hold what the code holds: the config groups and
-their options, the variables each process gets, what the dry run shows of them, the exit statuses, the sharding
-modes, the launchers that restart, the scheduler variables read, and the layers of the Layout."""
+their options, the keys of launcher=ssh, the variables each process gets, what the dry run shows of them, the exit
+statuses, the sharding modes, the launchers that restart, the scheduler variables read, the layers of the Layout and
+what runner.api offers."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 import re
@@ -22,7 +24,7 @@ from runner.launchers import LAUNCHERS
 from runner.launchers import plan_for
 from runner.records.paths import RunPaths
 from runner.plan.render import SHOWN_ENV, plan_table
-from runner.spec.schema import BackendName, ParallelMode, ShardingMode, TaskMode
+from runner.spec.schema import BackendName, ParallelMode, ShardingMode, SshOptions, TaskMode
 from runner.training.sharding import _STRATEGIES
 
 pytestmark = pytest.mark.unit
@@ -84,6 +86,17 @@ def test_the_sharding_table_has_every_mode() -> None:
 def test_the_restart_table_has_every_launcher() -> None:
     rows = readme().table("launcher", "what restarts", "how", "state resumes from").rows
     assert [code_of(r[0])[0] for r in rows] == list(LAUNCHERS)
+
+
+def test_the_ssh_key_table_has_every_key_of_the_schema() -> None:
+    """A row names a key and, bare, its siblings (`launcher.ssh.user`, `port`, `identity_file`): together every key of
+    launcher.ssh, each once."""
+    named = []
+    for row in readme().table("key", "what").rows:
+        first, *siblings = code_of(row[0])
+        parent = first.rsplit(".", 1)[0]
+        named += [first, *(f"{parent}.{s}" for s in siblings)]
+    assert sorted(named) == sorted(f"launcher.ssh.{f.name}" for f in dataclasses.fields(SshOptions))
 
 
 # --------------------------------------------------------------------------- what each process gets
@@ -217,6 +230,19 @@ def test_the_layout_names_every_module_of_the_layers_it_lists(package: str) -> N
         description = description.split(f"{name}:", 1)[1].split(";")[0]
     modules = {m.name for m in pkgutil.iter_modules(importlib.import_module(package).__path__)} - {"base"}
     assert not {m for m in modules if not re.search(rf"\b{m}\b", description)}, description
+
+
+def test_the_readme_lists_what_runner_api_offers() -> None:
+    """Recipes: "`runner.api` is the stable API ...: `RunContext`, `Progress`, the `Recipe` protocol and
+    `single_process_context`"; Layout: "api: what recipes use (RunContext, ...)": runner.api.__all__, both."""
+    offered = sorted(importlib.import_module("runner.api").__all__)
+    recipes = re.search(r"is the stable API for training code\*\*: (.+?) \(a context", " ".join(readme().text.split()))
+    assert recipes is not None
+    assert sorted(code_of(recipes[1])) == offered
+    [description] = [d for packages, d in _layout() if "runner.api" in packages]
+    listed = re.search(r"api: what recipes use \(([^)]+)\)", description)
+    assert listed is not None, description
+    assert sorted(listed[1].split(", ")) == offered
 
 
 # --------------------------------------------------------------------------- measured figures
