@@ -375,7 +375,7 @@ class HostAgent:
         return exits.FAILED
 
     def _start(self, setups: list[RankSetup], relay: OutputRelay) -> list[RankProcess]:
-        import_once_for_all(len(setups))
+        import_once_for_all(len(setups), setups[0].code_file if setups else None)
         ranks = []
         for i, setup in enumerate(setups):
             ranks.append(start_rank(i, str(setup.log_file), setup.echo, relay,

@@ -24,6 +24,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from runner.worker.relay import Echo, OutputRelay, close_fds, pipes_for
 from runner.worker.stdio import reopen_standard_streams
@@ -115,19 +116,32 @@ class RankProcess:
             pass
 
 
-def import_once_for_all(ranks: int) -> None:
+def import_once_for_all(ranks: int, code: Path | None = None) -> None:
     """What nearly every rank imports, imported here once before ``ranks`` ranks are forked (they share its pages
     and skip the work): ``torch._dynamo``, which torch imports with the first optimizer a process makes (about
-    1.5-2 s of CPU each). Only for two ranks or more: for one it would save nothing, and cost that much where the
-    rank never makes an optimizer. (It starts no thread: the agent stays safe to fork from.) What the import sets
+    1.5-2 s of CPU each). Only for two ranks or more (for one it would save nothing), and only where the ranks' code
+    may make an optimizer (:func:`may_make_an_optimizer`): elsewhere it costs the agent a second of CPU and delays
+    every rank's start by as much. (It starts no thread: the agent stays safe to fork from.) What the import sets
     in the environment is taken back: ``TORCHINDUCTOR_CACHE_DIR``, from the agent's TMPDIR, is not the ranks' (a
     rank's own import sets it from its own TMPDIR, as under torchrun)."""
-    if ranks >= 2 and "torch._dynamo" not in sys.modules:
+    if ranks >= 2 and "torch._dynamo" not in sys.modules and may_make_an_optimizer(code):
         before = dict(os.environ)
         import torch._dynamo  # noqa: F401
 
         os.environ.clear()
         os.environ.update(before)
+
+
+def may_make_an_optimizer(code: Path | None) -> bool:
+    """Whether the code the ranks start from (``code``: the script, or the recipe's module, where it is a file of the
+    job's folder) may make a torch optimizer: unless its source names none ("optim" nowhere in it, in any case), yes.
+    Code that is not at hand (an installed package's module, a zip file) is taken to make one."""
+    if code is None:
+        return True
+    try:
+        return "optim" in code.read_text(errors="replace").lower()
+    except OSError:
+        return True
 
 
 def start_rank(index: int, log_path: str, echo: Echo, relay: OutputRelay, body: Callable[[int], int]) -> RankProcess:

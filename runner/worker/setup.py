@@ -49,6 +49,21 @@ class RankSetup:
         return is_script(self.recipe)
 
     @property
+    def code_file(self) -> Path | None:
+        """The file of the job's folder (its copy of the code first) this rank's code starts from: the script (a
+        folder's ``__main__.py``), the module ``-m`` runs, or the recipe's module; None where it is no such file (an
+        installed package's module, a zip file)."""
+        spec, recipe = self.spec, self.recipe
+        root = Path(spec.code_dir or spec.workdir or os.getcwd())
+        if is_script(recipe):
+            if recipe.module:
+                return _module_file(root, recipe.module, "__main__.py")
+            path = Path(spec.workdir or os.getcwd(), str(recipe.path))  # the rank runs it from the job's folder
+            path = path / "__main__.py" if path.is_dir() else path
+            return path if path.suffix == ".py" and path.is_file() else None
+        return _module_file(root, str(recipe.target).split(":", 1)[0], "__init__.py")
+
+    @property
     def outcome(self) -> RankOutcome:
         return RankOutcome(self.paths, self.place.global_rank)
 
@@ -64,6 +79,16 @@ class RankSetup:
         return ErrorRecord(place.global_rank, place.local_rank, place.host, socket.gethostname(), os.getpid(),
                            time.time(), _exception_line(exc), shown if shown is not None else
                            "".join(traceback.format_exception(exc)), timeout=is_collective_timeout(exc))
+
+
+def _module_file(root: Path, module: str, in_package: str) -> Path | None:
+    """``module``'s file under ``root`` (``pkg/mod.py``, or ``pkg/mod/<in_package>`` for a package), found without
+    importing anything; None: not there."""
+    base = root.joinpath(*module.split("."))
+    for found in (base.with_suffix(".py"), base / in_package):
+        if found.is_file():
+            return found
+    return None
 
 
 def _exception_line(exc: BaseException) -> str:

@@ -16,7 +16,7 @@ import traceback
 import psutil
 import pytest
 
-from runner.worker.rank_process import start_rank
+from runner.worker.rank_process import may_make_an_optimizer, start_rank
 from runner.worker.relay import Echo, OutputRelay
 from runs import wait_until
 
@@ -118,18 +118,31 @@ def test_the_end_waits_for_non_daemon_threads_and_runs_atexit_functions(tmp_path
 
 
 
-def test_what_every_rank_imports_is_imported_once_before_two_or_more_are_forked_and_starts_no_thread():
+def test_what_every_rank_imports_is_imported_once_before_two_or_more_are_forked_and_starts_no_thread(tmp_path):
     """torch._dynamo (which the first optimizer imports, ~2 s of CPU) is imported by the agent for two ranks or
-    more, not for one; it leaves the agent with no new thread (a fork copies only the forking one) and its
-    environment as it was (the import sets TORCHINDUCTOR_CACHE_DIR, which a script under torchrun does not see)."""
+    more, not for one, nor for code that names no optimizer; it leaves the agent with no new thread (a fork copies
+    only the forking one) and its environment as it was (the import sets TORCHINDUCTOR_CACHE_DIR, which a script
+    under torchrun does not see)."""
+    (tmp_path / "plain.py").write_text("dist.all_reduce(torch.ones(1))\n")
     code = (
         "import os, sys, torch\n"
+        "from pathlib import Path\n"
         "from runner.worker.rank_process import import_once_for_all\n"
         "before, env = set(os.listdir('/proc/self/task')), dict(os.environ)\n"
         "import_once_for_all(1); one = 'torch._dynamo' in sys.modules\n"
+        f"import_once_for_all(2, Path({str(tmp_path / 'plain.py')!r})); plain = 'torch._dynamo' in sys.modules\n"
         "import_once_for_all(2); two = 'torch._dynamo' in sys.modules\n"
-        "print(one, two, sorted(set(os.listdir('/proc/self/task')) - before), dict(os.environ) == env)\n"
+        "print(one, plain, two, sorted(set(os.listdir('/proc/self/task')) - before), dict(os.environ) == env)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[0] == "False True [] True"  # the ranks' environment is the agent's as it was
+    assert done.stdout.split("\n")[0] == "False False True [] True"  # the ranks' environment is the agent's
+
+
+def test_code_that_names_no_optimizer_is_taken_not_to_make_one_and_code_not_at_hand_to_make_one(tmp_path) -> None:
+    sources = {"adam.py": "model, opt = ctx.setup(net, torch.optim.Adam)\n", "own.py": "o = build_Optimizer()\n",
+               "plain.py": "dist.all_reduce(torch.ones(1))\n"}
+    for name, text in sources.items():
+        (tmp_path / name).write_text(text)
+    assert [may_make_an_optimizer(tmp_path / name) for name in sources] == [True, True, False]
+    assert may_make_an_optimizer(None) and may_make_an_optimizer(tmp_path / "gone.py")
