@@ -14,17 +14,28 @@ if [ ! -x .venv/bin/python ]; then
 fi
 pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
 # torch first and pinned (then the extras and test tools take the one installed), from TORCH_INDEX_URL when set
-if ! .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
-  pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$TORCH_VERSION"
+# (the installed version read from its metadata: importing torch takes a second)
+torch_version() { .venv/bin/python -c 'from importlib.metadata import version; print(version("torch"))' 2>/dev/null; }
+if [ "$(torch_version | cut -d+ -f1)" != "$TORCH_VERSION" ]; then
+  pip install --no-compile ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$TORCH_VERSION"
 fi
 # this package was called `runner` on the index before (a name taken there): drop such an install of this
 # checkout, whose top-level `recipes` package would shadow a user's own
 if .venv/bin/python -m pip show runner 2>/dev/null | grep -qx "Editable project location: $PWD"; then
   pip uninstall -y runner
 fi
+# Every module compiled once, here: where PYTHONDONTWRITEBYTECODE is set, as on some machines, every `run` and every
+# Slurm or mpirun task would otherwise compile what it imports again when it starts. pip compiles what it installs one
+# file at a time (two thirds of torch's install); compileall uses every core, and compiles torch's files (those
+# installed so far) while pip installs the rest. A file that does not compile (a package's Python 2 leftovers) is
+# skipped, as pip skips it.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+compile() { .venv/bin/python -m compileall -q -j 0 "$@" > /dev/null 2>&1 || true; }
+mapfile -t installed < <(find "$site" -mindepth 1 -maxdepth 1 -type d)
+compile "${installed[@]}" &
+compiling=$!
 # the extras too (fairscale, examples: the default job's digits data, plots), and the test tools
-pip install -e ".[all,test]"
-# the checkout's modules compiled once (pip did the installed packages'): where PYTHONDONTWRITEBYTECODE is set, as
-# on some machines, every `run` and every Slurm or mpirun task would otherwise compile them again when it starts
-.venv/bin/python -m compileall -q -j 0 runner recipes > /dev/null
-echo "ready: .venv (torch $(.venv/bin/python -c 'import torch; print(torch.__version__)'))"
+pip install --no-compile -e ".[all,test]"
+wait "$compiling"
+compile "$site" runner recipes
+echo "ready: .venv (torch $(torch_version))"
