@@ -195,6 +195,8 @@ while True:  # the recorder marks a collective completed a moment after it retur
         break
     time.sleep(0.05)
 print(group.enqueued, group.completed, [(c.seq, c.op, c.sizes) for c in group.entries])
+status = _fr_dump(entries=False)  # what the watch asks every tick: the groups' status without the entries
+print(sorted(status), [(s["last_enqueued_collective"], s["last_completed_collective"]) for s in status["pg_status"].values()])
 dist.destroy_process_group()
 """
 
@@ -211,3 +213,6 @@ def test_the_flight_recorder_dump_the_hang_report_reads() -> None:
                           cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split("\n")[0] == "1 1 [(1, 'all_reduce', ((3,),))]", done.stdout
+    status_keys, counts = done.stdout.split("\n")[1].split("] [")
+    assert "'pg_status'" in status_keys and "'entries'" not in status_keys, done.stdout
+    assert counts == "('1', '1')]", done.stdout

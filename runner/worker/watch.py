@@ -37,12 +37,14 @@ DUMP_WAIT_S = 10.0  # how long rank 0 waits at most for the others' dumps at a s
 _RUNNER_DIR = str(Path(__file__).resolve().parents[1])
 
 
-def _fr_dump() -> dict[str, Any] | None:
-    """The flight recorder's record of this process's collectives; None without one."""
+def _fr_dump(entries: bool = True) -> dict[str, Any] | None:
+    """The flight recorder's record of this process's collectives (``entries=False``: only each group's status, the
+    last collective enqueued and completed; what the watch asks four times a second: a few microseconds, where the
+    entries are tens of kilobytes of JSON per hundred collectives, milliseconds of the GIL); None without one."""
     try:
         import torch
 
-        raw = torch._C._distributed_c10d._dump_fr_trace_json(True, False)
+        raw = torch._C._distributed_c10d._dump_fr_trace_json(entries, False)  # (includeCollectives, onlyActive)
     except (AttributeError, RuntimeError, TypeError):
         return None
     doc = json.loads(raw)
@@ -171,7 +173,7 @@ class Watch(threading.Thread):
     # -- what the rank calls -----------------------------------------------------------------------------
     def begin(self) -> None:
         """Start watching (after the process group exists, or before a script makes its own)."""
-        if _fr_dump() is None and self.setup.spec.log.collectives:
+        if _fr_dump(entries=False) is None and self.setup.spec.log.collectives:
             self.counter = _Counter()
             self.counter.install()
         self.start()
@@ -210,7 +212,7 @@ class Watch(threading.Thread):
                 return
 
     def _marker(self) -> object:
-        doc = _fr_dump()
+        doc = _fr_dump(entries=False)
         if doc is not None:
             completed = tuple(sorted((pg, s.get("last_completed_collective"), s.get("last_enqueued_collective"))
                                      for pg, s in doc.get("pg_status", {}).items()))
