@@ -37,18 +37,30 @@ DUMP_WAIT_S = 10.0  # how long rank 0 waits at most for the others' dumps at a s
 _RUNNER_DIR = str(Path(__file__).resolve().parents[1])
 
 
+# torch's flight recorders: NCCL's groups are kept in one of their own (CUDA builds only), every other backend's in
+# the other; a job may have groups of both (NCCL for tensors, gloo for objects)
+_RECORDERS = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
+
+
 def _fr_dump(entries: bool = True) -> dict[str, Any] | None:
-    """The flight recorder's record of this process's collectives (``entries=False``: only each group's status, the
-    last collective enqueued and completed; what the watch asks four times a second: a few microseconds, where the
-    entries are tens of kilobytes of JSON per hundred collectives, milliseconds of the GIL); None without one."""
+    """The flight recorders' record of this process's collectives, every group's in one document (``entries=False``:
+    only each group's status, the last collective enqueued and completed; what the watch asks four times a second: a
+    few microseconds, where the entries are tens of kilobytes of JSON per hundred collectives, milliseconds of the
+    GIL); None without a recorder."""
     try:
         import torch
 
-        raw = torch._C._distributed_c10d._dump_fr_trace_json(entries, False)  # (includeCollectives, onlyActive)
-    except (AttributeError, RuntimeError, TypeError):
+        c10d = torch._C._distributed_c10d
+        raws = [getattr(c10d, name)(entries, False) for name in _RECORDERS if hasattr(c10d, name)]
+    except (AttributeError, RuntimeError, TypeError):  # (includeCollectives, onlyActive) no longer what they were
         return None
-    doc = json.loads(raw)
-    return doc if isinstance(doc, dict) and "pg_status" in doc else None
+    docs = [doc for doc in map(json.loads, raws) if isinstance(doc, dict) and "pg_status" in doc]
+    if not docs:
+        return None
+    merged = {**docs[0], "pg_status": {pg: status for doc in docs for pg, status in doc["pg_status"].items()}}
+    if entries:
+        merged["entries"] = [entry for doc in docs for entry in doc.get("entries", ())]
+    return merged
 
 
 def _op(name: str) -> str:

@@ -10,7 +10,7 @@ import traceback
 
 import pytest
 
-from runner.worker.watch import _Counter, _groups_from_fr, group_key, main_thread_at
+from runner.worker.watch import _Counter, _fr_dump, _groups_from_fr, group_key, main_thread_at
 from runs import wait_until
 
 pytestmark = pytest.mark.unit
@@ -28,6 +28,38 @@ def test_the_flight_recorders_record_as_groups() -> None:
     assert [(e.seq, e.op, e.sizes, e.entered_s) for e in group.entries] == [(4, "broadcast", ((10,),), 2.0),
                                                                            (5, "all_reduce", ((2, 3),), 3.5)]
     assert group.entry(5).shape() == "Float[2, 3]"
+
+
+def test_nccls_recorder_and_the_others_are_read_as_one(monkeypatch) -> None:
+    """A CUDA build keeps NCCL's groups in a flight recorder of their own (_dump_nccl_trace_json; seen on an H200 with
+    torch 2.11: the other recorder's pg_status empty under NCCL): the watch reads both, and a job's gloo group and NCCL
+    group are both in its record; without the entries, neither recorder is asked for them."""
+    import json
+
+    import torch
+
+    c10d = torch._C._distributed_c10d
+    asked = []
+
+    def recorder(groups: dict, entries: list):
+        def dump(include_collectives: bool, only_active: bool) -> str:
+            asked.append((include_collectives, only_active))
+            doc = {"version": "2.10", "pg_status": groups}
+            return json.dumps({**doc, "entries": entries} if include_collectives else doc)
+        return dump
+
+    monkeypatch.setattr(c10d, "_dump_fr_trace_json", recorder(
+        {"1": {"last_enqueued_collective": "2", "last_completed_collective": "2"}},
+        [{"pg_id": 1, "collective_seq_id": 2, "profiling_name": "gloo:broadcast", "input_sizes": [[4]]}]))
+    monkeypatch.setattr(c10d, "_dump_nccl_trace_json", recorder(
+        {"0": {"last_enqueued_collective": "7", "last_completed_collective": "6"}},
+        [{"pg_id": 0, "collective_seq_id": 7, "profiling_name": "nccl:all_reduce", "input_sizes": [[8]]}]), raising=False)
+    groups = {g.group: (g.enqueued, g.completed, [(e.seq, e.op) for e in g.entries]) for g in _groups_from_fr(_fr_dump())}
+    assert groups == {"0": (7, 6, [(7, "all_reduce")]), "1": (2, 2, [(2, "broadcast")])}
+    asked.clear()
+    status = _fr_dump(entries=False)
+    assert asked == [(False, False), (False, False)] and "entries" not in status
+    assert sorted(status["pg_status"]) == ["0", "1"]
 
 
 def test_the_runners_own_counter() -> None:
