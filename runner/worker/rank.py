@@ -214,6 +214,13 @@ def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -
         dist.init_process_group(setup.backend, init_method=setup.init_method, rank=place.global_rank,
                                 world_size=place.world_size,
                                 timeout=datetime.timedelta(seconds=setup.spec.init.timeout_s))
+        # every rank's connections made before any rank goes on: gloo lets a rank out of init_process_group once its
+        # own side is connected, and one whose recipe then returns at once (no collective) closes its sockets while a
+        # slower rank is still connecting to it ("Connection closed by peer" in connectFullMesh on a busy machine)
+        if device.type == "cuda":
+            dist.barrier(device_ids=[device.index])
+        else:
+            dist.barrier()
         joined(setup, channel, setup.backend)
         _record_runtime(setup)
     else:

@@ -1,9 +1,10 @@
-"""runner.worker.rank, the parts without a process: what a recipe's return value becomes, and a rank's own
-error record. (Ranks themselves run in the launcher tests.)"""
+"""runner.worker.rank, the parts without a process: what a recipe's return value becomes, a rank's own error
+record, the order of a recipe's process group calls. (Ranks themselves run in the launcher tests.)"""
 
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -13,7 +14,11 @@ from runner.environments.process import ProcessEnvironment
 from runner.launchers import plan_for
 from runner.records.paths import RunPaths
 from runner.worker.host_agent import rank_setups
-from runner.worker.rank import _plain_result
+from runner.common.signals import StopRequest
+from runner.training.output import AgentChannel
+from runner.training.progress import StepCount
+from runner.worker import rank as rank_module
+from runner.worker.rank import RankServices, _plain_result, _run
 from runner.worker.rendezvous import Rendezvous
 
 pytestmark = pytest.mark.unit
@@ -38,3 +43,30 @@ def test_a_ranks_error_record(tmp_path) -> None:
     assert (record.rank, record.local_rank, record.host, record.exception) == (1, 1, "node0", "RuntimeError: boom")
     assert "raise RuntimeError(\"boom\")" in record.traceback and not record.killed
     assert setup.log_file == paths.logs / "rank00001.log" and setup.outcome.rank == 1
+
+
+def test_no_rank_starts_its_recipe_before_every_rank_has_made_the_process_group(tmp_path, monkeypatch) -> None:
+    """gloo lets a rank out of init_process_group once its own side is connected: a recipe that then returned at once
+    closed that rank's sockets while a slower rank was still connecting ("Connection closed by peer" in
+    connectFullMesh, seen in a full run on a busy machine). The runner waits at a barrier between the two."""
+    import torch.distributed as dist
+
+    got = validate(("topology=1x2", "device=cpu"))
+    paths = RunPaths(tmp_path, "r1")
+    setup = rank_setups(plan_for(got.job, paths), 0, Rendezvous("env://", "29500", True), paths,
+                        ProcessEnvironment.read({}))[1]
+    paths.logs.mkdir(parents=True)
+    calls: list[str] = []
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: calls.append("init"))
+    monkeypatch.setattr(dist, "barrier", lambda *a, **k: calls.append("barrier"))
+    monkeypatch.setattr(dist, "is_initialized", lambda: "init" in calls)
+    monkeypatch.setattr(dist, "destroy_process_group", lambda *a, **k: calls.append("destroy"))
+    monkeypatch.setattr(rank_module, "load_target", lambda *a: lambda ctx, cfg: calls.append("recipe") or {})
+    read, write = os.pipe()
+    try:
+        services = RankServices(agent=AgentChannel(write, False), stop=StopRequest(), steps=StepCount())
+        assert _run(setup, None, services) == {}
+    finally:
+        os.close(read)
+    assert calls == ["init", "barrier", "recipe", "destroy"]
+    assert setup.outcome.joined
