@@ -4,6 +4,7 @@ recipe function under the runner's process group, or a torchrun-style script as 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import faulthandler
 import functools
@@ -15,7 +16,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ STACK_SIGNAL = signal.SIGQUIT  # a rank writes every thread's Python stack to it
 # that did not arrive at a collective that timed out; Ctrl-\ too)
 TIMEOUT_PAUSE_S = 1.0  # a rank whose collective timed out waits this long before exiting, so that its agent can
 # ask the ranks it waited for where they are
+INIT_BARRIER = "TORCH_DIST_INIT_BARRIER"  # torch's switch for a store-based barrier at the end of init_process_group
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,6 +196,27 @@ def _record_runtime(setup: RankSetup) -> None:
         provenance.add_runtime(paths.provenance, provenance.runtime(setup.device.value), place.host, paths.attempt)
 
 
+@contextlib.contextmanager
+def _barrier_after_init(backend: str) -> Iterator[None]:
+    """init_process_group waits until every rank has made the group (torch's store-based barrier, asked for by
+    TORCH_DIST_INIT_BARRIER=1 for this call alone: the recipe's environment is what it was). gloo lets a rank out once
+    its own side is connected; one whose recipe then returned at once closed its sockets while a slower rank was still
+    connecting ("Connection closed by peer" in connectFullMesh, on a busy machine). Through the store, not a
+    collective: the recipe's collectives keep their numbers (hang reports name them). MPI has no such race."""
+    if backend == "mpi":
+        yield
+        return
+    before = os.environ.get(INIT_BARRIER)
+    os.environ[INIT_BARRIER] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[INIT_BARRIER]
+        else:
+            os.environ[INIT_BARRIER] = before
+
+
 def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -> Any:
     import torch
     import torch.distributed as dist
@@ -211,16 +234,10 @@ def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -
         return None
     recipe = load_target(setup.recipe.target, setup.spec.code_dir or setup.spec.workdir)
     if setup.recipe.init_process_group:
-        dist.init_process_group(setup.backend, init_method=setup.init_method, rank=place.global_rank,
-                                world_size=place.world_size,
-                                timeout=datetime.timedelta(seconds=setup.spec.init.timeout_s))
-        # every rank's connections made before any rank goes on: gloo lets a rank out of init_process_group once its
-        # own side is connected, and one whose recipe then returns at once (no collective) closes its sockets while a
-        # slower rank is still connecting to it ("Connection closed by peer" in connectFullMesh on a busy machine)
-        if device.type == "cuda":
-            dist.barrier(device_ids=[device.index])
-        else:
-            dist.barrier()
+        with _barrier_after_init(setup.backend):
+            dist.init_process_group(setup.backend, init_method=setup.init_method, rank=place.global_rank,
+                                    world_size=place.world_size,
+                                    timeout=datetime.timedelta(seconds=setup.spec.init.timeout_s))
         joined(setup, channel, setup.backend)
         _record_runtime(setup)
     else:

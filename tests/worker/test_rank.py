@@ -48,7 +48,9 @@ def test_a_ranks_error_record(tmp_path) -> None:
 def test_no_rank_starts_its_recipe_before_every_rank_has_made_the_process_group(tmp_path, monkeypatch) -> None:
     """gloo lets a rank out of init_process_group once its own side is connected: a recipe that then returned at once
     closed that rank's sockets while a slower rank was still connecting ("Connection closed by peer" in
-    connectFullMesh, seen in a full run on a busy machine). The runner waits at a barrier between the two."""
+    connectFullMesh, seen in a full run on a busy machine). The runner's init_process_group ends with torch's
+    store-based barrier (TORCH_DIST_INIT_BARRIER=1 for that call alone: no collective, so the recipe's keep their
+    numbers, and the recipe's environment is unchanged)."""
     import torch.distributed as dist
 
     got = validate(("topology=1x2", "device=cpu"))
@@ -57,16 +59,25 @@ def test_no_rank_starts_its_recipe_before_every_rank_has_made_the_process_group(
                         ProcessEnvironment.read({}))[1]
     paths.logs.mkdir(parents=True)
     calls: list[str] = []
-    monkeypatch.setattr(dist, "init_process_group", lambda *a, **k: calls.append("init"))
-    monkeypatch.setattr(dist, "barrier", lambda *a, **k: calls.append("barrier"))
-    monkeypatch.setattr(dist, "is_initialized", lambda: "init" in calls)
+
+    def init(*args, **kwargs) -> None:
+        calls.append(f"init with TORCH_DIST_INIT_BARRIER={os.environ.get('TORCH_DIST_INIT_BARRIER')}")
+
+    def recipe(ctx, cfg) -> dict:
+        calls.append(f"recipe with TORCH_DIST_INIT_BARRIER={os.environ.get('TORCH_DIST_INIT_BARRIER')}")
+        return {}
+
+    monkeypatch.delenv("TORCH_DIST_INIT_BARRIER", raising=False)
+    monkeypatch.setattr(dist, "init_process_group", init)
+    monkeypatch.setattr(dist, "barrier", lambda *a, **k: calls.append("a collective barrier"))
+    monkeypatch.setattr(dist, "is_initialized", lambda: bool(calls))
     monkeypatch.setattr(dist, "destroy_process_group", lambda *a, **k: calls.append("destroy"))
-    monkeypatch.setattr(rank_module, "load_target", lambda *a: lambda ctx, cfg: calls.append("recipe") or {})
+    monkeypatch.setattr(rank_module, "load_target", lambda *a: recipe)
     read, write = os.pipe()
     try:
         services = RankServices(agent=AgentChannel(write, False), stop=StopRequest(), steps=StepCount())
         assert _run(setup, None, services) == {}
     finally:
         os.close(read)
-    assert calls == ["init", "barrier", "recipe", "destroy"]
+    assert calls == ["init with TORCH_DIST_INIT_BARRIER=1", "recipe with TORCH_DIST_INIT_BARRIER=None", "destroy"]
     assert setup.outcome.joined
