@@ -68,6 +68,17 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 TARGET = "runner.recipes.digits:main"  # a real recipe: validation checks the function exists
 
 
+@pytest.fixture(scope="module")
+def zygote():
+    """A host's zygote (runner.worker.zygote: the fresh interpreter the ranks and host 0's store are forked from), one
+    for a test module, as an agent keeps one for all its attempts."""
+    from runner.worker.zygote import Zygote
+
+    started = Zygote.start()
+    yield started
+    started.close()
+
+
 # --------------------------------------------------------------------------- composing specs
 
 

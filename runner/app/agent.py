@@ -1,11 +1,12 @@
-"""The launch agent: a process forked as `run` starts, that imports torch while `run` composes and
-validates the spec, tries the recipe target for validation (runner.spec.targets, in a child of its own),
-then starts this host's processes when handed the launch.
+"""The launch agent: a process forked as `run` starts, that starts this host's zygote (runner.worker.zygote: a
+fresh interpreter that imports torch, from which the ranks are forked) and imports torch itself while `run` composes
+and validates the spec, has the zygote try the recipe target for validation (runner.spec.targets), then runs this
+host's share when handed the launch.
 
 Importing torch takes over a second and Hydra's composition about half of one; on a machine with a
-core to spare they overlap, the recipe's module (which imports torch first, as a rule) is tried in a
-child that has torch already, and the ranks are still forked from a process that holds torch (and has
-not initialised CUDA). Without the agent (one core, a multirun) `run` does both in-process.
+core to spare they overlap, and the recipe's module (which imports torch first, as a rule) is tried in a
+child that has torch already, as the ranks will have it. Without the agent (one core, a multirun) `run` does both
+in-process.
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ import signal
 import sys
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 from runner.common import exits
 from runner.common.signals import handling, kill_child
 from runner.spec.targets import TargetProblem, target_problem
-from runner.worker.share import HostShare
+
+if TYPE_CHECKING:  # imported once the zygote has started (runner.app.start: as early as `run` can)
+    from runner.worker.share import HostShare
 
 
 # arguments of `run` that mean no job is validated here (help, the composed config), or several are (a
@@ -42,13 +47,14 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
     None); a :class:`~runner.worker.share.HostShare` is run (this host's processes), then the agent exits with its
     status. The closed pipe without a share: `run` needed none."""
     from runner.worker.rank_process import die_with_parent
+    from runner.worker.zygote import Zygote, ZygoteGone
 
     die_with_parent()
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # Ctrl-\ is for `run` to answer (runner.app.launch); ranks dump stacks
+    zygote = Zygote.start()
     try:
-        import torch.distributed  # noqa: F401  (the point of the agent)
-
         from runner.worker.host_agent import launch_host
+        from runner.worker.share import HostShare
 
         with os.fdopen(requests_fd, "rb") as requests, os.fdopen(answers_fd, "wb") as answers:
             while True:
@@ -58,10 +64,13 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
                     os._exit(0)
                 if isinstance(message, HostShare):
                     break
-                # forked from here: torch is imported already
-                pickle.dump(target_problem(message.target, message.workdir), answers)
+                try:  # in a child of the zygote, which has imported torch as the ranks will have
+                    problem = zygote.try_target(message.target, message.workdir)
+                except ZygoteGone:
+                    problem = target_problem(message.target, message.workdir)
+                pickle.dump(problem, answers)
                 answers.flush()
-        code = launch_host(message)
+        code = launch_host(message, zygote)
     except KeyboardInterrupt:
         code = exits.from_signal(signal.SIGINT)
     except BaseException:
@@ -69,6 +78,7 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
 
         traceback.print_exc()
         code = exits.FAILED
+    zygote.close()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -300,10 +300,13 @@ def script_overrides(argv: list[str]) -> list[str]:
     return [*ours, "recipe=script", chosen, "recipe.args=[" + ",".join(_hydra_quoted(a) for a in script[1:]) + "]"]
 
 
-def main() -> None:
-    """Console entry point. Two forms are not jobs: ``run --version`` (this runner's and torch's versions: the ssh
-    launch asks every host) and ``run --ssh-host <node rank> <run folder>`` (one host's share of a launcher=ssh job,
-    started over ssh: runner.app.ssh_host)."""
+def main(agent: LaunchAgent | None = None) -> None:
+    """Console entry point (after runner.app.start, which may have started the launch ``agent``). Two forms are not
+    jobs: ``run --version`` (this runner's and torch's versions: the ssh launch asks every host) and ``run --ssh-host
+    <node rank> <run folder>`` (one host's share of a launcher=ssh job, started over ssh: runner.app.ssh_host)."""
+    if agent is not None and (sys.argv[1:] == ["--version"] or sys.argv[1:2] == ["--ssh-host"]):
+        agent.dismiss()
+        agent = None
     if sys.argv[1:] == ["--version"]:
         print(versions.installed().line(), flush=True)
         os._exit(exits.OK)
@@ -314,17 +317,21 @@ def main() -> None:
     try:
         sys.argv[1:] = script_overrides(sys.argv[1:])
     except ScriptArgsError as e:
+        if agent is not None:
+            agent.dismiss()
         print(f"error: {e}", file=sys.stderr)
         sys.exit(exits.INVALID)
     problems = input_problems(sys.argv[1:])
     if problems:
+        if agent is not None:
+            agent.dismiss()
         print("\n".join(problems), file=sys.stderr)
         print("\nnothing was started.", file=sys.stderr)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exits.INVALID)
     register(sys.argv[1:])
-    task = JobTask(ProcessEnvironment.read(), LaunchAgent.start_if_useful(sys.argv[1:]))
+    task = JobTask(ProcessEnvironment.read(), agent)
     # The user's modules are imported from the job's folder by the ranks, and tried by validation in a
     # child process (runner.spec.targets); `run` itself never puts that folder on its path, so nothing there
     # (a runner.py, a hydra/ folder) can shadow what `run` imports.

@@ -34,6 +34,8 @@ def error_line(text: str, limit: int | None = 160) -> str:
     if not lines:
         return ""
     line = lines[-1] if any(line.startswith("Traceback (most recent call last)") for line in lines) else lines[0]
+    if line.endswith(":") and line == lines[0] and len(lines) > 1 and " " not in line:  # "RuntimeError:" and the
+        line = f"{line} {lines[1]}"  # message on the lines below it (one that began with blank lines)
     if limit is None or len(line) <= limit:
         return line
     cut = line[:limit - 1].rsplit(" ", 1)[0] if " " in line[:limit - 1] else line[:limit - 1]

@@ -1,7 +1,8 @@
 """What a rank records of its collectives: per process group the last collective it entered and the last that
 completed, its last entries (sequence number, operation, shapes, dtypes, when it entered), and where its main thread
 is. A rank's watch (runner.worker.watch) makes one from torch's flight recorder, or from the runner's own counter of
-the recipe's torch.distributed calls where torch has none; it travels as JSON, in the run folder
+the recipe's torch.distributed calls where torch has none; its host agent makes one for a rank whose watch cannot run
+(the GIL held by native code: ``stuck`` says what its threads do); it travels as JSON, in the run folder
 (runner.records.watch_files) and on the job's channel (runner.worker.channel). What it says of a hang or a slow rank
 is runner.reports.hangs.
 """
@@ -53,6 +54,7 @@ class RankDump:
     source: str  # "flight recorder" or "runner counter"
     groups: tuple[GroupRecord, ...] = ()
     at: str = ""  # where its main thread is: "train.py:57 in main"
+    stuck: str = ""  # written by its host agent for a rank that cannot answer: why, in words
 
     def group(self, name: str) -> GroupRecord | None:
         return next((g for g in self.groups if g.group == name), None)
@@ -76,4 +78,4 @@ def _from_json(doc: Mapping[str, Any]) -> RankDump:
                                      for e in g.get("entries", ())))
                    for g in doc.get("groups", ()))
     return RankDump(doc["rank"], doc.get("host", ""), doc.get("time", 0.0), doc.get("reason", ""),
-                    doc.get("source", ""), groups, doc.get("at", ""))
+                    doc.get("source", ""), groups, doc.get("at", ""), doc.get("stuck", ""))

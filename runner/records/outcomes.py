@@ -5,7 +5,8 @@ the one module that writes and reads them.
   ranks without one); it holds the backend the group uses (a script chooses its own);
 * ``rank<r>.done`` — its recipe returned: JSON ``{"stopped": bool, "result": {...}}``, ``stopped`` when it
   returned because it was asked to (and checkpointed), ``result`` what the recipe returned (a mapping of
-  plain values; ``{}`` otherwise);
+  plain values; ``{}`` otherwise); and ``"ended"``, where its work was over but its process did not end by itself and
+  its agent ended it (runner.worker.rank_life), in words;
 * ``rank<r>.error.json`` — it raised (written by the rank), or its launcher saw it die without a Python
   exception (``"killed": true``, written by the launcher): :class:`ErrorRecord`'s fields.
 
@@ -40,6 +41,7 @@ class ErrorRecord:
     traceback: str = ""
     killed: bool = False  # died without a Python exception; its launcher wrote this
     timeout: bool = False  # torch.distributed timed out (runner.common.timeouts), as the rank saw the exception
+    first: bool = False  # its host agent's report named it the first failure (the run's summary names the same)
 
 
 def timed_out(error: Mapping[str, Any]) -> bool:
@@ -82,11 +84,25 @@ class RankOutcome:
     def mark_joined(self, backend: str = "") -> None:
         write_atomically(self.joined_file, backend)
 
-    def mark_done(self, stopped: bool, result: Mapping[str, Any] | None = None) -> None:
-        write_atomically(self.done_file, json.dumps({"stopped": stopped, "result": dict(result or {})}))
+    def mark_done(self, stopped: bool, result: Mapping[str, Any] | None = None, ended: str | None = None) -> None:
+        document: dict[str, Any] = {"stopped": stopped, "result": dict(result or {})}
+        if ended:
+            document["ended"] = ended
+        write_atomically(self.done_file, json.dumps(document))
+
+    def mark_ended_after_its_work(self, text: str) -> None:
+        """Its work was over, its process did not end, and its agent ended it (``text`` says so): it counts as done,
+        with what it had recorded of its result."""
+        self.mark_done(self.returned_on_request, self.result, ended=text)
 
     def record_error(self, record: ErrorRecord) -> None:
         write_atomically(self.error_file, json.dumps(asdict(record)))
+
+    def mark_first_failure(self) -> None:
+        """Its host agent's report named this rank's failure the first (see :func:`first_failures`)."""
+        error = self.error()
+        if error is not None:
+            write_atomically(self.error_file, json.dumps({**error, "first": True}))
 
     # -- read by launchers and reports ------------------------------------------------------------------
     @property
@@ -122,6 +138,12 @@ class RankOutcome:
         return bool(self._done_document().get("stopped"))
 
     @property
+    def ended_by_its_agent(self) -> str | None:
+        """How its agent ended it after its work (``mark_ended_after_its_work``); None: it ended by itself."""
+        text = self._done_document().get("ended")
+        return str(text) if text else None
+
+    @property
     def result(self) -> dict[str, Any]:
         """What its recipe returned (a mapping; {} when it returned something else, or has not returned)."""
         result = self._done_document().get("result")
@@ -140,10 +162,11 @@ def outcomes(paths: RunPaths, ranks: Iterable[int]) -> list[RankOutcome]:
 
 
 def first_failures(paths: RunPaths, ranks: Iterable[int]) -> list[dict[str, Any]]:
-    """The error records of ``ranks``, the first failure first: ranks killed by a signal (the peers that lost
-    them fail after them, with errors about the lost peer), then ranks that raised, by time."""
+    """The error records of ``ranks``, the first failure first: the one its host agent's report named first (it saw
+    the processes end, in one clock), then ranks killed by a signal (the peers that lost them fail after them, with
+    errors about the lost peer), then ranks that raised, by time."""
     records = (o.error() for o in outcomes(paths, ranks))
-    return sorted((e for e in records if e), key=lambda e: (not e.get("killed"), e["timestamp"]))
+    return sorted((e for e in records if e), key=lambda e: (not e.get("first"), not e.get("killed"), e["timestamp"]))
 
 
 def all_done(paths: RunPaths, ranks: Iterable[int]) -> bool:

@@ -60,9 +60,16 @@ class Diagnosis:
                 "mismatched": {k: list(v) for k, v in self.mismatched.items()}, "silent": list(self.silent)}
 
 
+def stuck_ranks(dumps: Mapping[int, RankDump]) -> str:
+    """The ranks that cannot answer (their host agent said why), in words; "" when none."""
+    return "; ".join(f"rank {r} cannot answer: {d.stuck}" for r, d in sorted(dumps.items()) if d.stuck)
+
+
 def diagnose(dumps: Mapping[int, RankDump], world_size: int) -> Diagnosis | None:
     """The paragraph for a hang from the ranks' dumps; None when no rank recorded a collective."""
     silent = tuple(r for r in range(world_size) if r not in dumps)
+    stuck = stuck_ranks(dumps)
+    dumps = {r: d for r, d in dumps.items() if not d.stuck}
     # the process group the hang is in: the one whose collectives the ranks are furthest apart in, else the default
     groups = sorted({g.group for d in dumps.values() for g in d.groups}, key=lambda g: (g != "0", g))
     if not groups:
@@ -115,6 +122,8 @@ def diagnose(dumps: Mapping[int, RankDump], world_size: int) -> Diagnosis | None
         before = f"{prev.op} #{prev.seq}" if prev else (f"#{v.enqueued}" if v.enqueued else "none")
         at = dumps[r].at
         parts.append(f"rank {r} never entered it: its last collective was {before}" + (f", and it is at {at}" if at else ""))
+    if stuck:
+        parts.append(stuck)
     if silent:
         parts.append(f"{_plural(list(silent))} said nothing (gone, or on a host whose run folder is not this one)")
     mismatched = {op: tuple(sorted(rs)) for op, rs in ops.items()} if len(ops) > 1 else {}

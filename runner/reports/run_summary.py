@@ -69,6 +69,7 @@ class RunSummary:
     code: str | None = None  # the git state of the job's folder, in words (provenance.json has it all)
     hang: dict[str, Any] | None = None  # where the ranks were when a collective timed out or the job stalled
     straggler: str | None = None  # the rank the others waited for, in words
+    ended: tuple[str, ...] = ()  # ranks whose work was over but which did not end, ended by their agent, in words
     files: tuple[str, ...] = ()  # what the run folder holds, relative to it, grouped (logs/rank*.log (2), ...)
     paths: dict[str, Any] = field(default_factory=dict)  # the same, as absolute paths by kind
 
@@ -103,6 +104,8 @@ class RunSummary:
             lines.append(f"  hang      {_wrapped(self.hang['text'], 12)}")
         if self.straggler:
             lines.append(f"  slowest   {self.straggler}")
+        for text in self.ended:
+            lines.append(f"  ended     {_wrapped(text, 12)}")
         lines.append(f"  outputs   {_shown_path(self.root, cwd)}/")
         row = ""
         for item in self.files:
@@ -123,7 +126,7 @@ class RunSummary:
             "device": self.device, "backend": self.backend, "parallel": self.parallel, "sharding": self.sharding,
             "launcher": self.launcher, "recipe": self.recipe,
             "first_failure": self.first_failure, "signal": self.signal, "slurm_job_id": self.slurm_job_id,
-            "code": self.code, "hang": self.hang, "straggler": self.straggler,
+            "code": self.code, "hang": self.hang, "straggler": self.straggler, "ended_by_agent": list(self.ended),
             "metrics_step": self.metrics_step, "final_metrics": self.final_metrics,
             "paths": self.paths,
         }
@@ -174,6 +177,10 @@ def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None,
         if done == n and any(r.returned_on_request for r in rank_outcomes):
             return ("stopped", "stopped on request (Slurm's time-limit signal, SIGTERM or the stop signal): every "
                     "rank returned, asked to checkpoint (exit 0)", None, None)
+        ended = sum(1 for r in rank_outcomes if r.ended_by_its_agent)
+        if done == n and ended:
+            return ("done", f"done: every rank finished its work; {ended} did not end by itself and was ended by its "
+                    f"host agent (exit 0)", None, None)
         if done == n:
             what = "preflight passed, every rank returned" if spec.preflight else "every rank returned"
             return "done", f"done: {what} (exit 0)", None, None
@@ -193,6 +200,11 @@ def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None,
         returned = f"; {done} of {n} rank(s) had returned" if done else ""
         return "stopped", f"stopped by {name} (exit {code}){returned}", None, name
     errors = first_failures(paths, ranks)
+    said = read_diagnosis(paths)
+    if said is not None and said.get("kind") == "left":  # a rank left early; the others failed on its connection
+        left = said.get("left") or [None]
+        return "failed", f"failed (exit {code}): {said['text']}", {"rank": left[0], "host": None,
+                                                                  "exception": "left early"}, None
     if cause is not None:
         return "failed", f"failed (exit {code}): {cause}", {"rank": None, "host": None, "exception": cause}, None
     if not errors:
@@ -275,8 +287,15 @@ def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_fo
         hosts=tuple(h.label for h in job.hosts), device=job.device.value, backend=_backend(plan, paths),
         parallel=spec.parallel.mode.value, sharding=spec.sharding.mode.value, launcher=spec.launcher.kind,
         recipe=recipe, root=paths.root, first_failure=failure, signal=sig, slurm_job_id=slurm_job_id,
-        metrics_step=metrics.step, final_metrics=metrics.final, code=_code(paths), hang=read_diagnosis(paths),
-        straggler=slow.text() if slow else None, files=shown, paths=by_kind)
+        metrics_step=metrics.step, final_metrics=metrics.final, code=_code(paths), hang=_hang(paths),
+        straggler=slow.text() if slow else None, files=shown, paths=by_kind,
+        ended=tuple(text for r in ranks if (text := RankOutcome(paths, r).ended_by_its_agent)))
+
+
+def _hang(paths: RunPaths) -> dict[str, Any] | None:
+    """Where the ranks were when a collective timed out or the job stalled (not how an uneven end was said)."""
+    said = read_diagnosis(paths)
+    return said if said is not None and said.get("kind") != "left" else None
 
 
 def _backend(plan: Plan, paths: RunPaths) -> str:

@@ -13,7 +13,7 @@ from runner.plan.processes import Plan
 from runner.records.dumps import RankDump
 from runner.records.paths import RunPaths
 from runner.records.watch_files import collect_dumps, request_dumps
-from runner.reports.hangs import diagnose
+from runner.reports.hangs import diagnose, stuck_ranks
 
 DUMP_WAIT_S = 3.0  # how long `run` waits for the ranks' dumps
 
@@ -27,6 +27,9 @@ def where_the_ranks_are(plan: Plan, paths: RunPaths, then: str = "the job goes o
     asked = ask(paths, "request")
     dumps = gather(paths, range(plan.world_size), asked, DUMP_WAIT_S)
     found = diagnose(dumps, plan.world_size)
-    said = found.text if found else f"{len(dumps)} of {plan.world_size} rank(s) answered, none in a collective yet"
+    stuck = stuck_ranks(dumps)
+    answered = sum(1 for d in dumps.values() if not d.stuck)
+    said = found.text if found else (f"{answered} of {plan.world_size} rank(s) answered, none in a collective yet"
+                                     + (f"; {stuck}" if stuck else ""))
     logs, _ = paths.rank_files(lambda r: r.log)
     print(f"\nwhere the ranks are: {said}\n    (stacks: {logs}; {then})", file=sys.stderr, flush=True)

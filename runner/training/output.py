@@ -8,7 +8,11 @@ runner's own lines do not go there. Events are JSON lines on a pipe the agent ga
   the agent's terminal for rank 0 (unless its bar is live there) and for ranks shown with a prefix;
 * ``{"k": "bar", ...}`` — the state of rank 0's live bar, drawn by the agent on its terminal (a TTY);
 * ``{"k": "note", "text": ...}`` — a line for the rank's log only (what the launch decided for it: its
-  interface, its attempt).
+  interface, its attempt);
+* ``{"k": "life", "event": ...}`` — a moment of the rank's life its agent watches for (runner.worker.rank_life):
+  ``joined`` its default process group, ``destroyed`` it, ``returned`` (its script or recipe: the process is ending);
+* ``{"k": "alive", "progressed": ...}`` — its watch thread runs (so the GIL is to be had), about once a second, and
+  when the rank last completed a collective or a progress step (``time.time()``).
 
 A process the runner did not start (a recipe called on its own, a test) has no channel (its run context's is
 None), and progress goes to its stdout.
@@ -46,6 +50,14 @@ class AgentChannel:
         """A line for this rank's log alone."""
         for line in text.splitlines():
             self.send({"k": "note", "text": line})
+
+    def life(self, event: str) -> None:
+        """``joined``, ``destroyed`` or ``returned`` (see the module docstring)."""
+        self.send({"k": "life", "event": event})
+
+    def alive(self, progressed_s: float) -> None:
+        """The watch runs; the rank last made progress at ``progressed_s``."""
+        self.send({"k": "alive", "progressed": progressed_s})
 
     def lines(self) -> LineSink:
         """Where plain progress lines go, as events."""

@@ -35,7 +35,8 @@ def _record(setup: RankSetup, code: int | None, stopped: bool, ended_at: float |
     if error is None and code and not stopped and not outcome.done:  # it could say nothing: as its agent saw it
         error = asdict(agent_seen_error(setup.place, silent_end(code), ended_at))
     return {"host": setup.place.host, "code": code, "stopped": stopped, "error": error,
-            "done": {"stopped": outcome.returned_on_request, "result": outcome.result} if outcome.done else None,
+            "done": {"stopped": outcome.returned_on_request, "result": outcome.result,
+                     "ended": outcome.ended_by_its_agent} if outcome.done else None,
             "joined": outcome.backend if outcome.joined else None,
             "end_dump": dump.document() if dump is not None and dump.reason == "end" else None}
 
@@ -81,7 +82,7 @@ def _write(paths: RunPaths, rank: int, doc: dict[str, Any]) -> None:
     if doc.get("joined") is not None:
         outcome.mark_joined(str(doc["joined"]))
     if isinstance(doc.get("done"), dict):
-        outcome.mark_done(bool(doc["done"].get("stopped")), doc["done"].get("result") or {})
+        outcome.mark_done(bool(doc["done"].get("stopped")), doc["done"].get("result") or {}, doc["done"].get("ended"))
     if isinstance(doc.get("error"), dict):  # its own, or how its agent saw it end (_record)
         outcome.record_error(ErrorRecord(**doc["error"]))
     if isinstance(doc.get("end_dump"), dict) and (dump := RankDump.from_document(doc["end_dump"])) is not None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from runner.common import exits
 from runner.common.formatting import error_line
+from runner.common.lost_peers import lost_a_peer
 from runner.records.outcomes import ErrorRecord, RankOutcome, first_failures, timed_out
 from runner.records.paths import RunPaths
 from runner.records.watch_files import last_request, read_diagnosis, write_diagnosis
@@ -113,26 +114,31 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
         print(f"\nrun {how}: {n} process(es){where} in {elapsed_s:.1f} s; outputs in {paths.root}/", flush=True)
         return exits.OK if not ending.failed else _stopped_status(ending)
     done = [s for s in setups if s.outcome.done]
-    if len(done) == n:
+    if len(done) == n and not any(s.outcome.failed for s in setups):
         codes = ", ".join(f"rank {setups[i].place.global_rank} {_exit_words(c)}" for i, c in ending.codes.items() if c)
         print(f"\nrun finished: every process completed its recipe, but {codes} while exiting "
               f"(a teardown crash after training, not a training failure); outputs in {paths.root}/", flush=True)
         return exits.OK
     out = sys.stderr
+    errors = first_failures(paths, (s.place.global_rank for s in setups))
+    left = _left_early(ending, setups, errors)
+    if left is not None:
+        return _report_left_early(left, ending, setups, paths, errors)
     first = ending.first_failure()
     # ranks that ended badly without a Python exception (a signal from outside, os._exit, a crash in C): none
     # wrote an error file; the ranks that lost them fail after them, with errors about the lost peer
     silent = {i: c for i, c in ending.codes.items() if c and i not in ending.stopped and not setups[i].outcome.failed}
-    errors = first_failures(paths, (s.place.global_rank for s in setups))
     print("\n== job failed ==", file=out)
     named_first: set[int] = set()  # a rank named first that wrote no record and is in no list below
+    named: int | None = None  # the index of the rank this report names first
     if first is not None and first in silent:
+        named = first
         print(f"rank {setups[first].place.global_rank} (host {setups[first].place.host}) failed first: "
               f"{silent_end(silent[first])}", file=out)
         rest = errors
     elif errors:
         head = next((e for e in errors if first is not None and e["rank"] == setups[first].place.global_rank), errors[0])
-        setup = next(s for s in setups if s.place.global_rank == head["rank"])
+        named, setup = next((i, s) for i, s in enumerate(setups) if s.place.global_rank == head["rank"])
         print(f"rank {head['rank']} (host {head['host']}, local rank {head['local_rank']}, pid {head['pid']}) "
               f"failed first:", file=out)
         if head["exception"].startswith("ScriptExit: "):
@@ -168,6 +174,46 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
     if stopped > 0:  # every rank of the host is accounted for: failed first, then, or stopped
         print(f"  {stopped} other process(es) were stopped by the host agent", file=out)
     print(f"\nper-rank logs: {paths.logs}/", file=out)
+    _record_killed(setups, silent, ending.ended_at)
+    if named is not None:  # the run's summary names the rank this report named
+        setups[named].outcome.mark_first_failure()
+    return exits.FAILED
+
+
+def _left_early(ending: HostEnding, setups: list[RankSetup], errors: list[dict]) -> list[int] | None:
+    """The ranks (indices) that ended well while the others still ran, before any rank failed, where every failure
+    says its connection to another rank closed (runner.common.lost_peers): those that left early, whom the others
+    lost. None: no such story."""
+    if not errors or not all(lost_a_peer(e.get("exception", "")) for e in errors):
+        return None
+    first_error = min(float(e["timestamp"]) for e in errors)
+    left = [i for i in ending.order if ending.codes.get(i) == 0
+            and ending.returned_at.get(i, ending.ended_at.get(i, first_error)) < first_error]
+    return left or None
+
+
+def _report_left_early(left: list[int], ending: HostEnding, setups: list[RankSetup], paths: RunPaths,
+                       errors: list[dict]) -> int:
+    """Ranks ended while the others were still running, which then failed on their closed connections: say it as
+    that (the rank that left, not the first that lost it), here and in the run folder (the run's summary says the
+    same: runner.records.watch_files' diagnosis)."""
+    out = sys.stderr
+    who = [setups[i].place for i in left]
+    at = ending.returned_at.get(left[0], ending.ended_at[left[0]]) - ending.began
+    lost = sorted(e["rank"] for e in errors)
+    names = ", ".join(str(p.global_rank) for p in who)
+    text = (f"rank{'s' if len(who) > 1 else ''} {names} (host {who[0].host}) left at {at:.1f} s while the others were "
+            f"still running: {'their processes' if len(who) > 1 else 'its process'} ended with status 0, and "
+            f"rank(s) {', '.join(map(str, lost))} then failed on {'their' if len(who) > 1 else 'its'} closed "
+            f"connection")
+    print(f"\n== job failed ==\n{text}", file=out)
+    head = errors[0]
+    print(f"  rank {head['rank']} (host {head['host']}) failed first: {error_line(head['exception'])}", file=out)
+    print("    hint: every rank must make the same collectives in the same order until each destroys its process "
+          "group (a rank that returns early, on fewer batches or steps, leaves the others waiting for it)", file=out)
+    print(f"\nper-rank logs: {paths.logs}/", file=out)
+    write_diagnosis(paths, "left", text, {"left": [p.global_rank for p in who], "lost": lost, "at_s": round(at, 1)})
+    silent = {i: c for i, c in ending.codes.items() if c and i not in ending.stopped and not setups[i].outcome.failed}
     _record_killed(setups, silent, ending.ended_at)
     return exits.FAILED
 

@@ -46,26 +46,28 @@ from runner.environments.process import ProcessEnvironment
 from runner.plan.processes import Deferred, Plan
 from runner.records.outcomes import timed_out
 from runner.records.paths import RunPaths
-from runner.records.watch_files import clear_diagnosis
-from runner.reports.hangs import diagnose
+from runner.records.dumps import RankDump
+from runner.records.watch_files import RankWatchFiles, clear_diagnosis, last_request, write_diagnosis
+from runner.reports.hangs import diagnose, stuck_ranks
 from runner.reports.where import where_the_ranks_are
 from runner.spec.document import recipe_config
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
 from runner.worker.channel import ChannelError, JobChannel, ask_for_dumps, gather_dumps, where_through
 from runner.worker.endings import gather_endings, peer_failure, share_ended
-from runner.worker.failures import failure_line
-from runner.worker.failures import report_host_ending
+from runner.worker.failures import agent_seen_error, failure_line, report_host_ending
 from runner.worker.network import NetworkError, network_choice
 from runner.worker.preflight import collective as preflight_collective
 from runner.worker.preflight import host as preflight_host
 from runner.worker.preflight.checks import Check, HostChecks
-from runner.worker.rank import STACK_SIGNAL, rank_main
-from runner.worker.rank_process import RankProcess, import_once_for_all, start_rank
-from runner.worker.relay import Echo, OutputRelay
+from runner.worker.process_state import what_it_waits_for
+from runner.worker.rank import STACK_SIGNAL
+from runner.worker.rank_life import STACKS_S, EndGuard, Stuck, stalled
+from runner.worker.relay import Echo, OutputRelay, close_fds, pipes_for
 from runner.worker.rendezvous import Rendezvous, RendezvousError, prepare_rendezvous
 from runner.worker.setup import RankSetup
 from runner.worker.share import HostShare
+from runner.worker.zygote import RankProcess, Zygote, ZygoteGone
 
 STOP_DUMP_WAIT_S = 2.0  # how long a stop waits for the ranks to say where they are
 STOP_TOLD_WAIT_S = 10.0  # how long another host's agent waits at most for host 0's to have said so, before killing
@@ -75,6 +77,7 @@ LEFT_WAIT_S = 2.0  # ... and how long host 0's keeps its store for them to say t
 FAILURE_STOP_S = 5.0  # after a rank failed: how long the others have to end on SIGTERM before SIGKILL
 PEER_POLL_S = 0.5  # how often the job's channel is looked at: another host's failure, a stop request
 TICK_S = 0.1  # the monitor's longest sleep while something is to be looked at
+SILENT_S = 2.0  # a rank whose watch has not run for this long cannot answer where it is: its agent answers for it
 
 
 @dataclass
@@ -89,18 +92,25 @@ class HostEnding:
     peer_failed: dict | None = None  # another host said its rank failed: {"rank", "host", "text", "time"}
     earlier: dict | None = None  # this host's rank failed, but another host's had failed before it (same keys)
     ended_at: dict[int, float] = field(default_factory=dict)  # index -> when the agent saw its process end
+    stuck: dict[int, Stuck] = field(default_factory=dict)  # index -> a rank the end guard ended (runner.worker.rank_life)
+    began: float = field(default_factory=time.time)  # when the attempt's ranks started
+    returned_at: dict[int, float] = field(default_factory=dict)  # index -> when its script or recipe returned
+
+    def _bad(self, i: int) -> bool:
+        """Rank ``i`` ended badly: a failure status, unless its work was over and the end guard ended it."""
+        return bool(self.codes[i]) and not (i in self.stuck and self.stuck[i].work_done)
 
     @property
     def failed(self) -> bool:
-        return any(self.codes.values())
+        return any(self._bad(i) for i in self.codes)
 
     def failed_by_itself(self) -> bool:
         """A rank ended badly that the agent had not signalled (a failure, not a stop)."""
-        return any(code and i not in self.stopped for i, code in self.codes.items())
+        return any(self._bad(i) and i not in self.stopped for i in self.codes)
 
     def first_failure(self) -> int | None:
         """The index of the first rank that failed by itself (not one the agent stopped), else None."""
-        return next((i for i in self.order if self.codes[i] and i not in self.stopped), None)
+        return next((i for i in self.order if self._bad(i) and i not in self.stopped), None)
 
 
 def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, environment: ProcessEnvironment,
@@ -155,7 +165,7 @@ class HostAgent:
     share ended (a Slurm or MPI task, whose `run` is elsewhere; `run` itself ends with its summary)."""
 
     def __init__(self, plan: Plan, node_rank: int, paths: RunPaths, environment: ProcessEnvironment, *, announce: bool = False, restarts: int = 0,
-                 only: int | None = None, early_stop: StopRequest | None = None) -> None:
+                 only: int | None = None, early_stop: StopRequest | None = None, zygote: Zygote | None = None) -> None:
         self.plan = plan
         self.node_rank = node_rank
         self.paths = paths
@@ -171,6 +181,9 @@ class HostAgent:
         self._gone: dict[str, str] = {}  # host -> why it is gone: its ranks will say nothing
         self._where_asked = False  # ask_where: say where every rank is, at the next tick
         self._wakeup: tuple[int, int] | None = None
+        self._zygote = zygote  # where its ranks are forked from (runner.worker.zygote); started by run() if not given
+        self._answered = 0.0  # the last request for the ranks' dumps it answered for the silent ones
+        self._beats_read = 0.0  # when it last read the other hosts' ranks' heartbeats (the stall watchdog)
 
     # -- the whole share, attempt after attempt -------------------------------------------------------------
     def run(self) -> int:
@@ -187,6 +200,9 @@ class HostAgent:
         os.set_blocking(wake_r, False)
         self._wakeup = (wake_r, wake_w)
         previous_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        owned = self._zygote is None
+        if owned:  # it imports torch while this agent prepares the rendezvous
+            self._zygote = Zygote.start()
         try:
             while True:
                 code, paths = self._attempt(paths)
@@ -195,10 +211,13 @@ class HostAgent:
                 paths = dataclasses.replace(paths, attempt=paths.attempt + 1)
                 print(f"\nrestarting: attempt {paths.attempt + 1} of {self.restarts + 1} (launcher.max_restarts="
                       f"{self.restarts}); the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
-        except ChannelError as e:
+        except (ChannelError, ZygoteGone) as e:
             print(f"error: {e}", file=sys.stderr)
             return exits.FAILED
         finally:
+            if owned:
+                self._zygote.close()
+                self._zygote = None
             signal.set_wakeup_fd(previous_wakeup)
             for s, handler in previous.items():
                 signal.signal(s, handler)
@@ -254,7 +273,7 @@ class HostAgent:
         relay.start()
         ranks: list[RankProcess] = []
         try:
-            ranks = self._start(setups, relay)
+            self._start(setups, relay, ranks)
             ending = self._monitor(ranks, setups, relay, channel, paths.attempt)
         finally:
             for rank in ranks:  # whatever happened above, nothing of this attempt stays behind
@@ -341,7 +360,10 @@ class HostAgent:
             if self.serves:
                 channel.open_attempt(paths.attempt)
             return channel, paths.attempt
-        if self.serves:  # the store this agent serves (from its own process), reached over loopback as a client:
+        if len(self._agents()) == 1:  # the job's one agent: its ranks, its run folder and it are all there is (a
+            # client of the store would cost this process torch's import, over a second of CPU beside the ranks)
+            return None, paths.attempt
+        if self.serves:  # the store served from host 0 (from its own process), reached over loopback as a client:
             # it listens there on one host, and on every address with several
             channel = JobChannel.reach("127.0.0.1", int(rdzv.master_port), spec.init.timeout_s)
             channel.open_attempt(paths.attempt)
@@ -354,7 +376,8 @@ class HostAgent:
     def _rendezvous(self, paths: RunPaths) -> Rendezvous:
         """This agent's part of the rendezvous: host 0's agent (a task per process: global rank 0's) serves the store
         for every rank, as torchrun's agent does."""
-        return prepare_rendezvous(self.plan, self.node_rank, paths, serve=self.serves, only=self.only is not None)
+        return prepare_rendezvous(self.plan, self.node_rank, paths, self._zygote, serve=self.serves,
+                                  only=self.only is not None)
 
     def _preflight_host(self, paths: RunPaths) -> tuple[Rendezvous, HostChecks] | int:
         """preflight=true: this host's checks, before any rank starts (runner.worker.preflight); then its part of
@@ -374,13 +397,20 @@ class HostAgent:
         print(report.line(), flush=True)
         return exits.FAILED
 
-    def _start(self, setups: list[RankSetup], relay: OutputRelay) -> list[RankProcess]:
-        import_once_for_all(len(setups), setups[0].code_file if setups else None)
-        ranks = []
+    def _start(self, setups: list[RankSetup], relay: OutputRelay, ranks: list[RankProcess]) -> None:
+        """Fork every rank from the zygote (runner.worker.rank.rank_main with its setup), appending each to ``ranks``
+        as it starts; its output on new pipes the relay reads."""
         for i, setup in enumerate(setups):
-            ranks.append(start_rank(i, str(setup.log_file), setup.echo, relay,
-                                    lambda events, setup=setup: rank_main(setup, events)))
-        return ranks
+            pipes, fds = pipes_for(i, str(setup.log_file), setup.echo)
+            try:
+                rank = self._zygote.fork(i, fds, setup)
+            except ZygoteGone:
+                close_fds(pipes.fds())
+                raise
+            finally:
+                close_fds(fds)
+            relay.add(pipes)
+            ranks.append(rank)
 
     # -- while they run ----------------------------------------------------------------------------------------
     def _monitor(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
@@ -390,11 +420,12 @@ class HostAgent:
         channel_polled = time.monotonic()
         asked_for_stacks = False
         stop_seen = channel.stop_requested() if channel is not None else None  # an earlier attempt's is not for us
+        guard, stuck_kill_at = EndGuard(), {}
+        answers_checked = 0.0
         wake_r = self._wakeup[0] if self._wakeup else None
         while len(ending.codes) < len(ranks):
-            pidfds = [r.pidfd for r in ranks if r.code is None]
-            try:
-                select.select(pidfds + ([wake_r] if wake_r is not None else []), [], [], TICK_S)
+            try:  # the zygote says when a rank has ended
+                select.select([self._zygote.fileno()] + ([wake_r] if wake_r is not None else []), [], [], TICK_S)
             except InterruptedError:
                 pass
             if wake_r is not None:
@@ -407,6 +438,9 @@ class HostAgent:
                     ending.codes[rank.index] = rank.code
                     ending.order.append(rank.index)
                     ending.ended_at[rank.index] = time.time()
+                    life = relay.life(rank.index)
+                    if life is not None and life.returned is not None:  # it said so before its process ended
+                        ending.returned_at[rank.index] = life.returned
                     relay.drain(rank.index)
             while self._pending:
                 signum = self._pending.pop(0)
@@ -416,7 +450,15 @@ class HostAgent:
                     stop_seen = channel.stop_requested()
             if self._where_asked:
                 self._where_asked = False
-                where_the_ranks_are(self.plan, self.paths, **where_through(channel))
+                through = where_through(channel)
+                ask = through["ask"]
+
+                def ask_and_answer(paths: RunPaths, reason: str) -> float:
+                    asked = ask(paths, reason)
+                    self._speak_for_the_silent(ranks, setups, relay, channel, reason, asked)
+                    return asked
+
+                where_the_ranks_are(self.plan, self.paths, ask=ask_and_answer, gather=through["gather"])
             now = time.monotonic()
             if kill_at is None and ending.failed_by_itself():
                 first = ending.first_failure()
@@ -444,13 +486,110 @@ class HostAgent:
                     kill_at = now + FAILURE_STOP_S
             if not asked_for_stacks and kill_at is None:
                 asked_for_stacks = self._ask_for_stacks_after_a_timeout(ranks, setups)
+            if now - answers_checked >= PEER_POLL_S:
+                answers_checked = now
+                self._answer_for_the_silent(ranks, setups, relay, channel)
+            if kill_at is None:
+                self._guard_the_end(ranks, setups, relay, ending, guard, stuck_kill_at)
+                kill_at = self._stall_watch(ranks, setups, relay, ending, channel, attempt)
             if kill_at is not None and now >= kill_at:
                 if ending.signum is not None and not ending.peer_failed:
-                    self._say_where_they_were(ranks, setups, ending.signum, channel)
+                    self._say_where_they_were(ranks, setups, relay, ending.signum, channel)
                 for rank in ranks:
                     rank.send(signal.SIGKILL, group=True)
                 kill_at = float("inf")  # killed: they are reaped as they go
         return ending
+
+    def _guard_the_end(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
+                       ending: HostEnding, guard: EndGuard, kill_at: dict[int, float]) -> None:
+        """The end guard (runner.worker.rank_life): a rank stuck at its end is said to be so, asked for its stacks,
+        and killed a moment later."""
+        now = time.time()
+        whole_job = len(setups) == self.plan.world_size  # every other rank's end is known here
+        for rank in ranks:
+            if rank.code is not None:
+                continue
+            if rank.index in kill_at:
+                if now >= kill_at[rank.index]:
+                    rank.send(signal.SIGKILL, group=True)
+                continue
+            life = relay.life(rank.index)
+            if life is None:
+                continue
+            others = [i for i in range(len(ranks)) if i != rank.index]
+            peers = max((ending.ended_at[i] for i in others), default=None) if whole_job and others and all(
+                ending.codes.get(i) == 0 for i in others) else None
+            found = guard.look(rank.index, setups[rank.index].place.global_rank, rank.pid, life, peers)
+            if found is not None:
+                ending.stuck[rank.index] = found
+                print(f"\n{found.text} (its stacks: {setups[rank.index].log_file})", file=sys.stderr, flush=True)
+                rank.send(STACK_SIGNAL)  # faulthandler writes every thread's stack without the GIL
+                kill_at[rank.index] = now + STACKS_S
+
+    def _stall_watch(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
+                     ending: HostEnding, channel: JobChannel | None, attempt: int) -> float | None:
+        """The stall watchdog from outside the ranks (runner.worker.rank_life.stalled): when no rank made progress
+        for launcher.stall_timeout_s and a margin, say where the ranks are, stop this host's, and fail the attempt
+        (as rank 0's watch does where it can); the time to kill what is left, else None."""
+        timeout_s = self.plan.job.spec.launcher.stall_timeout_s
+        if timeout_s is None:
+            return None
+        lives = {r.index: life for r in ranks if r.code is None and (life := relay.life(r.index)) is not None}
+        beats: dict[int, float] = {}
+        now = time.time()
+        if channel is not None and len(setups) < self.plan.world_size and now - self._beats_read >= PEER_POLL_S:
+            self._beats_read = now
+            beats = {r: b for r in range(self.plan.world_size) if (b := channel.beat(r)) is not None}
+        quiet = stalled(lives, beats, timeout_s, now)
+        if quiet is None:
+            return None
+        asked = ask_for_dumps(self.paths, channel, "stall")
+        self._speak_for_the_silent(ranks, setups, relay, channel, "stall", asked)
+        dumps = gather_dumps(self.paths, channel, range(self.plan.world_size), asked, STOP_DUMP_WAIT_S)
+        found = diagnose(dumps, self.plan.world_size)
+        said = found.text if found else stuck_ranks(dumps)
+        text = (f"stall: no rank completed a collective or a progress step for {quiet:.0f} s "
+                f"(launcher.stall_timeout_s={timeout_s:g}; seen by the host agent: rank 0's watch could not say it)"
+                + (f": {said}" if said else ""))
+        write_diagnosis(self.paths, "stall", text, found.document() if found else None)
+        host = setups[0].place.host if setups else f"node {self.node_rank}"
+        failure = {"rank": None, "host": host, "text": text, "time": now}
+        if channel is not None:
+            channel.say_failed(attempt, None, host, text)
+        ending.peer_failed = failure
+        self._stop_all(ranks, ending, signal.SIGTERM)
+        return time.monotonic() + FAILURE_STOP_S
+
+    def _answer_for_the_silent(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
+                               channel: JobChannel | None) -> None:
+        """Where the ranks were asked where they are (Ctrl-\\, a timeout, a stop, a stall: the run folder's request
+        or the channel's), the ranks here that cannot answer get an answer from their agent."""
+        asked = channel.dump_request() if channel is not None else None
+        request = (asked.get("time"), asked.get("reason")) if asked else (last_request(self.paths), "request")
+        if request[0] is None or request[0] <= self._answered:
+            return
+        self._answered = float(request[0])
+        self._speak_for_the_silent(ranks, setups, relay, channel, str(request[1] or "request"), self._answered)
+
+    def _speak_for_the_silent(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
+                              channel: JobChannel | None, reason: str, asked: float) -> None:
+        """A dump for each running rank here whose watch has not run for :data:`SILENT_S` (the GIL is held: it cannot
+        answer), saying what its threads do (runner.worker.process_state)."""
+        now = time.time()
+        self._answered = max(self._answered, asked)
+        for rank in ranks:
+            life = relay.life(rank.index) if rank.code is None else None
+            if life is None or now - (life.alive if life.alive is not None else life.started) < SILENT_S:
+                continue
+            waits = what_it_waits_for(rank.pid)
+            quiet = now - (life.alive if life.alive is not None else life.started)
+            said = f"its watch has not run for {quiet:.0f} s (the GIL is held)" + (
+                f"; stuck in {waits.place}" if waits.place else "") + (f": {waits.detail}" if waits.detail else "")
+            place = setups[rank.index].place
+            dump = RankDump(place.global_rank, place.host, now, reason, "host agent", stuck=said)
+            RankWatchFiles(self.paths, place.global_rank).write_dump(dump)
+            if channel is not None:
+                channel.put_dump(place.global_rank, dump.document())
 
     def _ended_from_outside(self, failure: dict, ranks: list[RankProcess], ending: HostEnding,
                             channel: JobChannel | None, attempt: int, kill_at: float | None) -> float | None:
@@ -518,8 +657,8 @@ class HostAgent:
                 rank.send(STACK_SIGNAL)
         return True
 
-    def _say_where_they_were(self, ranks: list[RankProcess], setups: list[RankSetup], signum: int,
-                             channel: JobChannel | None) -> None:
+    def _say_where_they_were(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
+                             signum: int, channel: JobChannel | None) -> None:
         """Ranks still running launcher.grace_s after a SIGINT or SIGTERM: say where they are before killing them."""
         left = [setups[r.index].place.global_rank for r in ranks if r.code is None]
         if not left:
@@ -527,9 +666,12 @@ class HostAgent:
         grace = self.plan.job.spec.launcher.grace_s
         world, paths = self.plan.world_size, self.paths
         asked = ask_for_dumps(paths, channel, "stop")  # every host asks at its grace's end: the same moment
+        self._speak_for_the_silent(ranks, setups, relay, channel, "stop", asked)
         if self.serves or channel is None:  # every rank of every host (the others' grace may end a little later)
-            found = diagnose(gather_dumps(paths, channel, range(world), asked, STOP_DUMP_WAIT_S), world)
-            where = f": {found.text}" if found is not None else ""
+            dumps = gather_dumps(paths, channel, range(world), asked, STOP_DUMP_WAIT_S)
+            found = diagnose(dumps, world)
+            said = found.text if found is not None else stuck_ranks(dumps)
+            where = f": {said}" if said else ""
             if channel is not None:
                 channel.say_stop_told(asked)
         else:  # host 0's agent says where every rank was, once (under mpirun and Slurm, in the same stream):
@@ -546,6 +688,12 @@ class HostAgent:
                 channel: JobChannel | None, elapsed_s: float) -> int:
         """Say how this host's share ended; its exit status. Every agent puts its ranks' records on the job's
         channel; host 0's then writes the other hosts' into its run folder (the run's summary covers every rank)."""
+        for i, stuck in ending.stuck.items():  # the end guard's: recorded as what they were
+            outcome = setups[i].outcome
+            if stuck.work_done:
+                outcome.mark_ended_after_its_work(stuck.text)
+            elif not outcome.failed:
+                outcome.record_error(agent_seen_error(setups[i].place, stuck.text, ending.ended_at.get(i)))
         if channel is not None:
             share_ended(channel, paths, setups, ending)
             if self.serves and len(setups) < self.plan.world_size:
@@ -583,6 +731,8 @@ def _is_tty(stream: object) -> bool:
         return False
 
 
-def launch_host(share: HostShare) -> int:
-    """Run a host's share of a plan with a :class:`HostAgent` in this process; its exit status."""
-    return HostAgent(share.plan, share.node_rank, share.paths, share.environment, restarts=share.restarts).run()
+def launch_host(share: HostShare, zygote: Zygote | None = None) -> int:
+    """Run a host's share of a plan with a :class:`HostAgent` in this process; its exit status. ``zygote``: one started
+    already (else the agent starts its own)."""
+    return HostAgent(share.plan, share.node_rank, share.paths, share.environment, restarts=share.restarts,
+                     zygote=zygote).run()

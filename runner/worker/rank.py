@@ -8,7 +8,6 @@ import contextlib
 import datetime
 import faulthandler
 import functools
-import gc
 import math
 import os
 import signal
@@ -48,12 +47,9 @@ class RankServices:
 
 
 def rank_main(setup: RankSetup, events_fd: int) -> int:
-    """The body of one rank; its exit status."""
-    # Everything inherited from the agent (torch, Hydra, ...) stays alive for the rank's life: keep it out of the
-    # cyclic GC's full passes, which would otherwise walk it again and again (and touch, so copy, its pages).
-    gc.freeze()
+    """The body of one rank (runner.worker.zygote forks it); its exit status."""
     os.environ.update(setup.env)
-    # forked, not started: a temp folder the agent's tempfile cached is not this process's; a fresh interpreter
+    # forked, not started: a temp folder the zygote's tempfile cached is not this process's; a fresh interpreter
     # takes TMPDIR from its environment (the run's scratch folder: runner.environments.child)
     tempfile.tempdir = None
     if setup.spec.workdir:
@@ -69,10 +65,13 @@ def rank_main(setup: RankSetup, events_fd: int) -> int:
     if setup.runs_script:
         from runner.worker.script import run_script
 
-        return run_script(setup, channel)
-    stop = StopRequest()  # this rank's: the recipe asks it through its run context (ctx.should_stop)
-    stop.install(setup.stop_signal)
-    return _run_recipe(setup, channel, RankServices(agent=agent, stop=stop, steps=StepCount()))
+        code = run_script(setup, channel, agent)
+    else:
+        stop = StopRequest()  # this rank's: the recipe asks it through its run context (ctx.should_stop)
+        stop.install(setup.stop_signal)
+        code = _run_recipe(setup, channel, RankServices(agent=agent, stop=stop, steps=StepCount()))
+    agent.life("returned")  # what is left is the process's own end (runner.worker.rank_process.exit_like_python)
+    return code
 
 
 def rank_channel(setup: RankSetup) -> JobChannel | None:
@@ -83,11 +82,13 @@ def rank_channel(setup: RankSetup) -> JobChannel | None:
                       setup.env.get("MASTER_PORT"), spec.init.timeout_s)
 
 
-def joined(setup: RankSetup, channel: JobChannel | None, backend: str) -> None:
-    """The rank joined the process group: in its run folder, and on the job's channel (the other hosts' reports)."""
+def joined(setup: RankSetup, channel: JobChannel | None, backend: str, agent: AgentChannel) -> None:
+    """The rank joined the process group: in its run folder, on the job's channel (the other hosts' reports), and to
+    its agent."""
     setup.outcome.mark_joined(backend)
     if channel is not None:
         channel.say_joined(setup.paths.attempt, setup.place.global_rank)
+    agent.life("joined")
 
 
 def use_threads(setup: RankSetup) -> None:
@@ -99,7 +100,7 @@ def use_threads(setup: RankSetup) -> None:
 
 
 def _run_recipe(setup: RankSetup, channel: JobChannel | None, services: RankServices) -> int:
-    watch = None if setup.spec.preflight else Watch(setup, channel, services.steps)
+    watch = None if setup.spec.preflight else Watch(setup, channel, services.steps, services.agent)
     try:
         if watch is not None:
             watch.begin()
@@ -118,6 +119,7 @@ def _run_recipe(setup: RankSetup, channel: JobChannel | None, services: RankServ
     if watch is not None:
         watch.finish()
     setup.outcome.mark_done(services.stop.requested, _plain_result(result))
+    _destroy_process_group()
     return 0
 
 
@@ -168,26 +170,42 @@ def _plain_result(result: Any) -> dict[str, Any]:
     return kept
 
 
-def watch_own_process_group(setup: RankSetup, channel: JobChannel | None) -> None:
-    """For a recipe or script that makes its own process group: the groups it makes without a timeout get
-    init.timeout_s rather than torch's 30 minutes (torch reads these public defaults when ``timeout`` is None),
-    and joining is marked (with the backend it chose) as for a recipe's group, so that a hang in its collectives is
-    reported the same way (runner.worker.failures); rank 0 records the runtime it loaded (provenance)."""
+def watch_process_groups(setup: RankSetup, channel: JobChannel | None, agent: AgentChannel, own: bool) -> None:
+    """Every rank: joining the default process group is marked (with the backend it uses: runner.worker.failures tells
+    a hang in its collectives from one that never formed), rank 0 records the runtime it loaded (provenance), and its
+    agent hears when the group is made and when it is destroyed (runner.worker.rank_life: the end of a rank's work).
+    ``own``: the recipe or script makes its own group; the groups it makes without a timeout get init.timeout_s
+    rather than torch's 30 minutes (torch reads these public defaults when ``timeout`` is None)."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    timeout = datetime.timedelta(seconds=setup.spec.init.timeout_s)
-    c10d.default_pg_timeout = timeout
-    c10d.default_pg_nccl_timeout = timeout
-    original = c10d.init_process_group
+    if own:
+        timeout = datetime.timedelta(seconds=setup.spec.init.timeout_s)
+        c10d.default_pg_timeout = timeout
+        c10d.default_pg_nccl_timeout = timeout
+    make, destroy = dist.init_process_group, dist.destroy_process_group
 
-    @functools.wraps(original)
+    @functools.wraps(make)
     def init_process_group(*args: Any, **kwargs: Any) -> None:
-        original(*args, **kwargs)
-        joined(setup, channel, str(dist.get_backend()))
+        make(*args, **kwargs)
+        joined(setup, channel, str(dist.get_backend()), agent)
         _record_runtime(setup)
 
+    @functools.wraps(destroy)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> None:
+        default = _is_default_group(args[0] if args else kwargs.get("group"))
+        destroy(*args, **kwargs)
+        if default:
+            agent.life("destroyed")
+
     c10d.init_process_group = dist.init_process_group = init_process_group
+    c10d.destroy_process_group = dist.destroy_process_group = destroy_process_group
+
+
+def _is_default_group(group: Any) -> bool:
+    from torch.distributed.distributed_c10d import GroupMember
+
+    return group is None or group is GroupMember.WORLD
 
 
 def _record_runtime(setup: RankSetup) -> None:
@@ -233,15 +251,12 @@ def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -
         collective(setup, device)
         return None
     recipe = load_target(setup.recipe.target, setup.spec.code_dir or setup.spec.workdir)
+    watch_process_groups(setup, channel, services.agent, own=not setup.recipe.init_process_group)
     if setup.recipe.init_process_group:
         with _barrier_after_init(setup.backend):
             dist.init_process_group(setup.backend, init_method=setup.init_method, rank=place.global_rank,
                                     world_size=place.world_size,
                                     timeout=datetime.timedelta(seconds=setup.spec.init.timeout_s))
-        joined(setup, channel, setup.backend)
-        _record_runtime(setup)
-    else:
-        watch_own_process_group(setup, channel)
     torch.manual_seed(setup.recipe.seed)
     paths = setup.paths
     ctx = RunContext(ContextSettings(
@@ -250,9 +265,19 @@ def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -
         metrics_file=paths.metrics, checkpoint_dir=paths.checkpoints, attempt=paths.attempt, stop=services.stop,
         steps=services.steps, agent=services.agent))
     try:
-        result = recipe(ctx, setup.recipe_cfg)
+        return recipe(ctx, setup.recipe_cfg)
     finally:
         ctx._close()  # noqa: SLF001 (the worker owns the context it made)
+
+
+def _destroy_process_group() -> None:
+    """The runner's group, destroyed once the rank's result is recorded: ``~ProcessGroupGloo`` can hang with the GIL
+    held (torch's own race with gloo's worker thread); the rank's agent then ends it, and its result stands
+    (runner.worker.rank_life)."""
+    import torch.distributed as dist
+
     if dist.is_initialized():
-        dist.destroy_process_group()
-    return result
+        try:
+            dist.destroy_process_group()
+        except Exception as e:  # noqa: BLE001 (the work is done and recorded: say it, and end as done)
+            print(f"runner: destroying the process group raised {type(e).__name__}: {e}", file=sys.stderr, flush=True)

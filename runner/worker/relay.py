@@ -13,7 +13,8 @@ torchrun's ``TailLog``) reads them all and
 * reads each rank's event channel (runner.training.output): the plain progress lines of ``ctx.progress``
   (into the log, and onto the terminal for rank 0 or a prefixed rank) and, where rank 0 has a TTY here,
   the state of its live bar, which is drawn here, the one writer of this terminal: a line a rank writes
-  meanwhile goes above the bar.
+  meanwhile goes above the bar; and the moments of the rank's life, into its :class:`RankLife`, which the agent
+  reads (runner.worker.rank_life: the end guard).
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ import json
 import os
 import selectors
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from runner.worker.rank_life import RankLife
 
 READ_CHUNK = 1 << 16
 CLEAR_LINE = b"\r\x1b[K"
@@ -51,6 +55,7 @@ class RankPipes:
     events: int
     log: int
     echo: Echo
+    life: RankLife = field(default_factory=lambda: RankLife(started=time.time()))  # what its events said of it
     partial: dict[str, bytes] = field(default_factory=dict)  # an unfinished line per stream (prefixed, events)
 
     def fds(self) -> tuple[int, ...]:
@@ -125,6 +130,11 @@ class OutputRelay(threading.Thread):
                 os.set_blocking(fd, False)
                 self._selector.register(fd, selectors.EVENT_READ, (pipes.rank, stream))
         self._wake()
+
+    def life(self, rank: int) -> RankLife | None:
+        """What rank ``rank``'s events said of its life so far (None once it has been drained)."""
+        pipes = self._ranks.get(rank)
+        return pipes.life if pipes is not None else None
 
     def drain(self, rank: int) -> None:
         """Rank ``rank`` has exited: take what is left in its pipes now (a child it started may hold them open
@@ -249,6 +259,8 @@ class OutputRelay(threading.Thread):
                 self._to_terminal(self._stdout, echo.prefix.encode() + text)
         elif kind == "bar" and pipes.echo.live_bar and self._bar_ok:
             self._draw_bar(event)
+        elif kind in ("life", "alive"):
+            pipes.life.heard(event, time.time())
 
     # -- the terminal ----------------------------------------------------------------------------------------
     def _to_terminal(self, fd: int, data: bytes) -> None:

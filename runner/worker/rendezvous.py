@@ -8,12 +8,16 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.plan.processes import Deferred, Plan
 from runner.records.paths import RunPaths
 from runner.spec.schema import InitMethod
 from runner.spec.topology import is_loopback
-from runner.worker.store_server import StoreServer, StoreServerError, serve_from_child
+from runner.worker.store_server import StoreServer, StoreServerError, serve_from_zygote
+
+if TYPE_CHECKING:
+    from runner.worker.zygote import Zygote
 
 
 @dataclass
@@ -48,9 +52,9 @@ class RendezvousError(Exception):
         self.hint = hint
 
 
-def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float,
+def _serve_store(zygote: Zygote, addr: str, port: int, single_host: bool, timeout_s: float,
                  may_move: bool = True) -> StoreServer:
-    """Serve the rendezvous TCPStore (from a process of its own: runner.worker.store_server) on a socket we bind
+    """Serve the rendezvous TCPStore (from a child of ``zygote``: runner.worker.store_server) on a socket we bind
     ourselves: loopback only for one host whose master is loopback, and the port is ours from the moment it is
     chosen (no free-port race). ``may_move``: nobody else was told the port (one host, one agent), so a taken one
     may give way to a free one."""
@@ -69,8 +73,8 @@ def _serve_store(addr: str, port: int, single_host: bool, timeout_s: float,
               f"{sock.getsockname()[1]} instead", file=sys.stderr)
     sock.listen(1024)
     port = sock.getsockname()[1]
-    try:  # the store's process owns the listening socket from here (serve_from_child closes ours)
-        return serve_from_child(addr, sock.detach(), port, timeout_s)
+    try:  # the store's process owns the listening socket from here (serve_from_zygote closes ours)
+        return serve_from_zygote(zygote, addr, sock.detach(), port, timeout_s)
     except StoreServerError as e:
         raise RendezvousError(f"cannot serve the rendezvous store on {bind}:{port}: {e}") from None
 
@@ -82,11 +86,12 @@ def stale_rendezvous_file(path: Path) -> None:
                               f"never reused", "remove it or start a new run")
 
 
-def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths, serve: bool | None = None,
+def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths, zygote: Zygote, serve: bool | None = None,
                        only: bool = False) -> Rendezvous:
-    """This agent's part of the run's rendezvous: on host 0 (``serve``; default: node 0) the store, served here for
-    every rank (env://, tcp://), or the init file's private folder (file://). ``only``: the agent of one rank
-    (a task per process), beside other tasks of its host whose ranks may have made the init file already."""
+    """This agent's part of the run's rendezvous: on host 0 (``serve``; default: node 0) the store, served for every
+    rank (env://, tcp://) from a child of the host's ``zygote``, or the init file's private folder (file://).
+    ``only``: the agent of one rank (a task per process), beside other tasks of its host whose ranks may have made the
+    init file already."""
     spec = plan.job.spec
     single = len(plan.job.hosts) == 1
     serve = node_rank == 0 if serve is None else serve
@@ -102,6 +107,6 @@ def prepare_rendezvous(plan: Plan, node_rank: int, paths: RunPaths, serve: bool 
     port = int(plan.master_port) if not isinstance(plan.master_port, Deferred) else 0
     server = None
     if serve:
-        server = _serve_store(addr, port, single, spec.init.timeout_s, may_move=not only)
+        server = _serve_store(zygote, addr, port, single, spec.init.timeout_s, may_move=not only)
         port = server.port
     return Rendezvous(plan.init_url(port), str(port), True, server=server)

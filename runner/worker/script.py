@@ -28,7 +28,8 @@ import types
 from pathlib import Path
 
 from runner.worker.channel import JobChannel
-from runner.worker.rank import exit_status, failed, watch_own_process_group
+from runner.training.output import AgentChannel
+from runner.worker.rank import exit_status, failed, watch_process_groups
 from runner.worker.setup import RankSetup
 from runner.worker.watch import Watch
 
@@ -42,16 +43,17 @@ def interpreter_path() -> list[str]:
     return [p for p in sys.path if p != started_as]
 
 
-def run_script(setup: RankSetup, channel: JobChannel | None = None) -> int:
-    """Run the script to its end in this process; its exit status. ``channel``: its job's (runner.worker.channel)."""
+def run_script(setup: RankSetup, channel: JobChannel | None, agent: AgentChannel) -> int:
+    """Run the script to its end in this process; its exit status. ``channel``: its job's (runner.worker.channel);
+    ``agent``: its channel to its host agent (runner.training.output)."""
     cfg = setup.recipe_cfg
     args = [str(a) for a in cfg.get("args") or ()]
     if cfg.get("local_rank_arg"):
         args.append(f"{cfg.local_rank_arg}={setup.place.local_rank}")
     base = interpreter_path()
     module = cfg.get("module")
-    watch_own_process_group(setup, channel)
-    watch = Watch(setup, channel)
+    watch_process_groups(setup, channel, agent, own=True)
+    watch = Watch(setup, channel, agent=agent)
     watch.begin()
     try:
         if module:

@@ -49,21 +49,6 @@ class RankSetup:
         return is_script(self.recipe)
 
     @property
-    def code_file(self) -> Path | None:
-        """The file of the job's folder (its copy of the code first) this rank's code starts from: the script (a
-        folder's ``__main__.py``), the module ``-m`` runs, or the recipe's module; None where it is no such file (an
-        installed package's module, a zip file)."""
-        spec, recipe = self.spec, self.recipe
-        root = Path(spec.code_dir or spec.workdir or os.getcwd())
-        if is_script(recipe):
-            if recipe.module:
-                return _module_file(root, recipe.module, "__main__.py")
-            path = Path(spec.workdir or os.getcwd(), str(recipe.path))  # the rank runs it from the job's folder
-            path = path / "__main__.py" if path.is_dir() else path
-            return path if path.suffix == ".py" and path.is_file() else None
-        return _module_file(root, str(recipe.target).split(":", 1)[0], "__init__.py")
-
-    @property
     def outcome(self) -> RankOutcome:
         return RankOutcome(self.paths, self.place.global_rank)
 
@@ -81,18 +66,8 @@ class RankSetup:
                            "".join(traceback.format_exception(exc)), timeout=is_collective_timeout(exc))
 
 
-def _module_file(root: Path, module: str, in_package: str) -> Path | None:
-    """``module``'s file under ``root`` (``pkg/mod.py``, or ``pkg/mod/<in_package>`` for a package), found without
-    importing anything; None: not there."""
-    base = root.joinpath(*module.split("."))
-    for found in (base.with_suffix(".py"), base / in_package):
-        if found.is_file():
-            return found
-    return None
-
-
 def _exception_line(exc: BaseException) -> str:
     """``ValueError: message``, or the bare name of an exception without one (``KeyboardInterrupt``), as Python
-    ends a traceback."""
-    said = str(exc)
+    ends a traceback; a message that begins with blank lines begins with what it says."""
+    said = str(exc).lstrip("\n\r\t ")
     return f"{type(exc).__name__}: {said}" if said else type(exc).__name__

@@ -1,17 +1,15 @@
-"""Host 0's rendezvous store, served from a process of its own so that the host agent stays single-threaded.
+"""Host 0's rendezvous store, served from a process of its own, a child of the host's zygote (runner.worker.zygote).
 
-The agent forks its ranks (runner.worker.rank_process). A fork copies only the thread that calls it: a lock that
-another thread held at that moment stays held in the child forever. torch's TCPStore server runs a thread that
-looks up every connecting peer's name (glibc's resolver, under its own lock); a rank forked while that thread was
-inside a lookup hung in its first connection to the store, before its first line (seen in full runs: a 3-rank job
-that never started). Served here, the store's thread lives in a process that forks nothing, and the agent has no
-thread of torch's at any fork.
+The store's thread (torch's TCPStore server looks up every connecting peer's name, under glibc's resolver lock) must
+live in a process that forks nothing: a rank forked while such a thread was inside a lookup hung in its first
+connection to the store (seen in full runs, when the agent that forked the ranks served the store itself). Forked
+from the zygote, it has torch imported already, and neither the agent nor the zygote has a thread of torch's.
 
-The store process: forked before any rank, its own session (a terminal's Ctrl-C is the agent's to pass on), deaf to
-the signals that stop a job (the ranks may still use the store while they end), killed when the agent closes the
-rendezvous or dies (``PR_SET_PDEATHSIG``). It keeps the descriptors it inherited: closing descriptors it does not
-own is unsafe in a process that goes on running library code (the C library's name lookups may hold some), and it
-never outlives the agent that holds them anyway.
+The store process: its own session (a terminal's Ctrl-C is the agent's to pass on), deaf to the signals that stop a
+job (the ranks may still use the store while they end), killed when the agent closes the rendezvous, or with the
+zygote (``PR_SET_PDEATHSIG``), which dies with the agent. It keeps the descriptors it inherited but the zygote's own:
+closing descriptors it does not own is unsafe in a process that goes on running library code (the C library's name
+lookups may hold some), and it never outlives the agent that holds them anyway.
 """
 
 from __future__ import annotations
@@ -19,13 +17,16 @@ from __future__ import annotations
 import datetime
 import os
 import signal
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from runner.common.signals import kill_child
 from runner.worker.rank_process import die_with_parent
 
+if TYPE_CHECKING:
+    from runner.worker.zygote import Zygote
+
 READY = b"ok"
+STOP_WAIT_S = 10.0  # how long stop() waits for the zygote to have reaped the store's process
 _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -39,33 +40,37 @@ class StoreServer:
 
     pid: int
     port: int
+    pidfd: int = -1
+    zygote: Zygote | None = field(default=None, repr=False)
 
     def stop(self) -> None:
-        """Kill the store's process and reap it; every client's next call fails."""
+        """Kill the store's process and wait until the zygote has reaped it; every client's next call fails."""
         if self.pid:
-            kill_child(self.pid)
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            if self.zygote is not None:
+                self.zygote.exit_code(self.pid, STOP_WAIT_S)
+            os.close(self.pidfd)
             self.pid = 0
 
 
-def serve_from_child(addr: str, listen_fd: int, port: int, timeout_s: float) -> StoreServer:
-    """Serve a TCPStore on ``listen_fd`` (bound and listening) from a new process, which owns the socket from
-    here: the caller's descriptor is closed. Returns once the store accepts connections; raises
-    StoreServerError with torch's reason when it cannot be made."""
+def serve_from_zygote(zygote: Zygote, addr: str, listen_fd: int, port: int, timeout_s: float) -> StoreServer:
+    """Serve a TCPStore on ``listen_fd`` (bound and listening) from a new child of ``zygote``, which owns the socket
+    from here: the caller's descriptor is closed. Returns once the store accepts connections; raises
+    StoreServerError with torch's reason when it cannot be made (runner.worker.zygote.ZygoteGone: no zygote)."""
     ready_r, ready_w = os.pipe()
-    agent = os.getpid()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        os.close(ready_r)
-        _serve(addr, listen_fd, port, timeout_s, ready_w, agent)  # never returns
-    os.close(ready_w)
-    os.close(listen_fd)
     try:
+        try:
+            pid, pidfd = zygote.serve_store(addr, port, timeout_s, listen_fd, ready_w)
+        finally:
+            os.close(ready_w)
+            os.close(listen_fd)
         said = _read_all(ready_r)
     finally:
         os.close(ready_r)
-    server = StoreServer(pid, port)
+    server = StoreServer(pid, port, pidfd, zygote)
     if said != READY:
         server.stop()
         raise StoreServerError(said.decode(errors="replace") or "the store's process ended before it served")
@@ -79,11 +84,12 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _serve(addr: str, listen_fd: int, port: int, timeout_s: float, ready_w: int, agent: int) -> None:
+def serve(addr: str, listen_fd: int, port: int, timeout_s: float, ready_w: int, parent: int) -> None:
+    """The store's process (forked by the zygote, ``parent``): serve until killed. Never returns."""
     try:
         os.setsid()
         die_with_parent()
-        if os.getppid() != agent:  # the agent died before we asked to die with it
+        if os.getppid() != parent:  # the zygote died before we asked to die with it
             os._exit(1)
         for signum in _IGNORED:
             signal.signal(signum, signal.SIG_IGN)

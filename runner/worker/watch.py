@@ -25,12 +25,13 @@ from typing import Any
 from runner.records.dumps import Collective, GroupRecord, RankDump
 from runner.records.watch_files import RankWatchFiles, requested_since, write_diagnosis
 from runner.reports.hangs import diagnose
+from runner.training.output import AgentChannel
 from runner.training.progress import StepCount
 from runner.worker.channel import JobChannel, ask_for_dumps, gather_dumps
 from runner.worker.setup import RankSetup
 
 TICK_S = 0.25  # how often the watch looks
-BEAT_S = 1.0  # a heartbeat is written at most this often (and only after progress)
+BEAT_S = 1.0  # a heartbeat is written at most this often (and only after progress); the agent hears one this often
 ENTRIES = 16  # entries per process group kept in a dump of a hang (the last ones tell where it is)
 DUMP_WAIT_S = 10.0  # how long rank 0 waits at most for the others' dumps at a stall (on a busy machine, another
 # host's ranks answer through the job's channel in seconds; it returns as soon as all have)
@@ -166,9 +167,11 @@ def main_thread_at(workdir: str | None) -> str:
 class Watch(threading.Thread):
     """The watch of one rank (see the module docstring)."""
 
-    def __init__(self, setup: RankSetup, channel: JobChannel | None = None, steps: StepCount | None = None) -> None:
+    def __init__(self, setup: RankSetup, channel: JobChannel | None = None, steps: StepCount | None = None,
+                 agent: AgentChannel | None = None) -> None:
         super().__init__(name="runner-watch", daemon=True)
         self.setup = setup
+        self.agent = agent  # its host agent hears that the watch runs (runner.worker.rank_life), and its progress
         self.steps = steps if steps is not None else StepCount()  # the recipe's progress steps (none for a script)
         self.files = RankWatchFiles(setup.paths, setup.place.global_rank)
         self.channel = channel  # the job's (runner.worker.channel): requests and dumps across hosts
@@ -179,6 +182,7 @@ class Watch(threading.Thread):
         self._last_marker: object = None
         self._progressed = self._began
         self._beat_written = 0.0
+        self._alive_said = 0.0
         self._done = threading.Event()
         self._lock = threading.Lock()
 
@@ -237,6 +241,9 @@ class Watch(threading.Thread):
         marker = self._marker()
         if marker != self._last_marker:
             self._last_marker, self._progressed = marker, now
+        if self.agent is not None and now - self._alive_said >= BEAT_S:
+            self.agent.alive(self._progressed)
+            self._alive_said = now
         if self._progressed > self._beat_written and now - self._beat_written >= BEAT_S:
             self.files.write_beat(self._progressed)
             if self.channel is not None:

@@ -26,6 +26,8 @@ def test_the_error_line_is_the_line_that_says_what_went_wrong() -> None:
               '  File "x.py", line 3, in worker\nRuntimeError: the innermost error'
     assert error_line(wrapped) == "RuntimeError: the innermost error"
     assert error_line("") == ""
+    # a message that begins with newlines (RuntimeError("\n\nthe-real-message")): its first words, not "RuntimeError:"
+    assert error_line("RuntimeError: \n\nthe-real-message here\nmore") == "RuntimeError: the-real-message here"
 
 
 def test_a_long_error_line_is_cut_between_words_never_inside_a_number() -> None:

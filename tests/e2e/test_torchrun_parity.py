@@ -128,6 +128,20 @@ def test_the_script_sees_the_same_process(both, folder):
         assert ours["thread_names"] == ["MainThread", "runner-watch"]  # README: the threads of a rank
 
 
+def test_a_rank_is_a_fresh_process_as_a_torchrun_worker_is(both):
+    """Side by side: each rank draws its own random numbers (torch's seed, torch's, numpy's and Python's global
+    generators), and starts with what a fresh interpreter that imported torch has: no thread-local torch state, mode
+    or hook, no atexit function, logging handler or warning filter of a parent's, the interpreter's flags, CUDA not
+    initialised, torch._dynamo not imported (a rank forked after it was hung at its end)."""
+    for launcher in ("torchrun", "run"):
+        draws = [both[launcher][1][rank]["draws"] for rank in (0, 1)]
+        assert all(a != b for a, b in zip(*draws)), (launcher, draws)
+    for rank in (0, 1):
+        theirs, ours = both["torchrun"][1][rank]["state"], both["run"][1][rank]["state"]
+        assert ours == theirs, {k: (ours[k], theirs[k]) for k in ours if ours[k] != theirs.get(k)}
+        assert not ours["dynamo"] and not ours["cuda_initialized"]
+
+
 def test_rank_0_reaches_the_terminal_stream_by_stream_as_under_torchrun(both):
     """stdout, stderr, warnings, logging, C-level writes and a child process's, of the host's first process, on
     `run`'s stdout and stderr as on torchrun's; the other ranks in their logs only (log.console=main)."""

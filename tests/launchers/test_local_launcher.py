@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -223,11 +224,13 @@ def test_killing_run_takes_its_processes_with_it(tmp_path):
     run_id = f"kill{tmp_path.name[-6:]}"
     with running("topology=1x2", "launcher.grace_s=2", *until_stopped(art), run_id=run_id, cwd=tmp_path) as proc:
         ranks = [psutil.Process(pid) for pid in wait_for_pids(proc, art, 2).values()]
-        agent = ranks[0].parent()
-        assert agent.pid != proc.pid and agent.parent().pid == proc.pid  # ranks are forked by the launch agent
+        zygote = ranks[0].parent()  # ranks are forked by the host's zygote, which the launch agent started
+        agent = zygote.parent()
+        assert zygote.cmdline()[:3] == [sys.executable, "-u", "-c"] and agent.parent().pid == proc.pid
+        assert f"run_id={run_id}" in ranks[0].cmdline()  # the zygote's command line ends with `run`'s: ps tells
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-    gone, alive = psutil.wait_procs([agent, *ranks], timeout=10)
+    gone, alive = psutil.wait_procs([agent, zygote, *ranks], timeout=10)
     assert not alive, alive
     assert not processes_of(run_id)
 

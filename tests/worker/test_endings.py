@@ -83,7 +83,7 @@ def test_each_ranks_record_on_the_channel_is_its_outcome_as_its_host_saw_it(job,
     channel = shared_channel(tmp_path)
     share_ended(channel, paths, setups, b_ends_with_a_return_and_a_kill(paths, setups))
     assert channel.ended(0, 2) == {"host": "b", "code": 0, "stopped": False, "error": None,
-                                   "done": {"stopped": False, "result": RESULT}, "joined": "gloo",
+                                   "done": {"stopped": False, "result": RESULT, "ended": None}, "joined": "gloo",
                                    "end_dump": json.loads(json.dumps(end_dump(2).document()))}
     killed = ErrorRecord(3, 1, "b", None, None, 1234.5, silent_end(-9), killed=True)
     assert channel.ended(0, 3) == {"host": "b", "code": -9, "stopped": False, "error": asdict(killed), "done": None,
@@ -122,7 +122,7 @@ def test_a_torn_done_file_is_shared_as_a_return_with_nothing_said(job, tmp_path)
     channel = shared_channel(tmp_path)
     share_ended(channel, paths, setups[:1], HostEnding(codes={0: 0}, order=[0]))
     assert channel.ended(0, 2) == {"host": "b", "code": 0, "stopped": False, "error": None,
-                                   "done": {"stopped": False, "result": {}}, "joined": None, "end_dump": None}
+                                   "done": {"stopped": False, "result": {}, "ended": None}, "joined": None, "end_dump": None}
 
 
 def test_host_0_writes_the_other_hosts_records_into_its_run_folder(job, tmp_path) -> None:

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from conftest import make_spec
 from runner.records.dumps import Collective, GroupRecord, RankDump
-from runner.records.outcomes import ErrorRecord, RankOutcome
+from runner.records.outcomes import first_failures, ErrorRecord, RankOutcome
 from runner.records.paths import RunPaths
 from runner.records.watch_files import RankWatchFiles, read_diagnosis, request_dumps, write_diagnosis
 from runner.spec.place import RankPlace
@@ -232,6 +232,8 @@ def test_the_first_rank_to_fail_is_the_one_the_agent_saw_end_first_not_the_earli
     assert err.splitlines()[2:9] == ["rank 1 (host node0, local rank 1, pid 4001) failed first:", "",
                                      *TRACEBACK.splitlines(), ""]
     assert err.splitlines()[9:11] == ["then:", "  rank 0 (host node0): RuntimeError: Connection closed by peer"]
+    # the run's summary reads the same first failure from the run folder (not the earlier record's time)
+    assert [e["rank"] for e in first_failures(paths, (0, 1))] == [1, 0]
 
 
 def test_a_script_that_exited_with_a_status_shows_what_it_said_last_and_how_to_pass_local_rank(paths, capsys) -> None:
@@ -282,7 +284,7 @@ def test_a_rank_killed_first_is_named_with_its_signal_and_the_agent_writes_its_e
     assert before <= record.pop("timestamp") <= time.time()
     assert record == {"rank": 1, "local_rank": 1, "host": "node0", "machine": None, "pid": None,
                       "exception": "killed by SIGKILL (no Python exception)", "traceback": "", "killed": True,
-                      "timeout": False}
+                      "timeout": False, "first": True}  # named first: the run's summary names it too
     assert setups[0].outcome.error()["exception"] == "RuntimeError: Connection closed by peer"  # left as it wrote it
 
 

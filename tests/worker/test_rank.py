@@ -3,6 +3,7 @@ record, the order of a recipe's process group calls. (Ranks themselves run in th
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -18,7 +19,7 @@ from runner.common.signals import StopRequest
 from runner.training.output import AgentChannel
 from runner.training.progress import StepCount
 from runner.worker import rank as rank_module
-from runner.worker.rank import RankServices, _plain_result, _run
+from runner.worker.rank import RankServices, _plain_result, _run_recipe
 from runner.worker.rendezvous import Rendezvous
 
 pytestmark = pytest.mark.unit
@@ -71,13 +72,33 @@ def test_no_rank_starts_its_recipe_before_every_rank_has_made_the_process_group(
     monkeypatch.setattr(dist, "init_process_group", init)
     monkeypatch.setattr(dist, "barrier", lambda *a, **k: calls.append("a collective barrier"))
     monkeypatch.setattr(dist, "is_initialized", lambda: bool(calls))
-    monkeypatch.setattr(dist, "destroy_process_group", lambda *a, **k: calls.append("destroy"))
+    monkeypatch.setattr(dist, "get_backend", lambda *a: "gloo")
+    monkeypatch.setattr(dist, "destroy_process_group",
+                        lambda *a, **k: calls.append(f"destroy, done recorded: {setup.outcome.done}"))
     monkeypatch.setattr(rank_module, "load_target", lambda *a: recipe)
+    monkeypatch.setattr(rank_module, "Watch", NoWatch)
+    for name in ("init_process_group", "destroy_process_group"):  # what the rank wraps: put back after the test
+        monkeypatch.setattr(dist.distributed_c10d, name, getattr(dist.distributed_c10d, name))
     read, write = os.pipe()
     try:
         services = RankServices(agent=AgentChannel(write, False), stop=StopRequest(), steps=StepCount())
-        assert _run(setup, None, services) == {}
+        assert _run_recipe(setup, None, services) == 0
+        said = os.read(read, 65536).decode().splitlines()
     finally:
         os.close(read)
-    assert calls == ["init with TORCH_DIST_INIT_BARRIER=1", "recipe with TORCH_DIST_INIT_BARRIER=None", "destroy"]
+    # the result is recorded before the group is destroyed: ~ProcessGroupGloo may hang (the agent then ends the rank)
+    assert calls == ["init with TORCH_DIST_INIT_BARRIER=1", "recipe with TORCH_DIST_INIT_BARRIER=None",
+                     "destroy, done recorded: True"]
     assert setup.outcome.joined
+    assert [json.loads(line) for line in said] == [{"k": "life", "event": "joined"}, {"k": "life", "event": "destroyed"}]
+
+
+class NoWatch:
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def begin(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass

@@ -24,14 +24,15 @@ def _plan(tmp_path, *overrides):
 
 @pytest.mark.unit
 def test_file_init_gets_a_private_folder_and_refuses_a_stale_file(tmp_path) -> None:
+    # (no store to serve: no zygote is asked)
     plan, paths = _plan(tmp_path, "init=file")
-    rdzv = prepare_rendezvous(plan, 0, paths)
+    rdzv = prepare_rendezvous(plan, 0, paths, None)
     folder = paths.rendezvous_file(None).parent
     assert rdzv.init_method == f"file://{folder}/attempt0" and not rdzv.agent_store
     assert folder.stat().st_mode & 0o777 == 0o700
     paths.rendezvous_file(None).write_text("left by an earlier run")
     with pytest.raises(RendezvousError, match="already exists .* never reused"):
-        prepare_rendezvous(plan, 0, paths)
+        prepare_rendezvous(plan, 0, paths, None)
     rdzv.close()
     assert not folder.exists()
 
@@ -55,9 +56,9 @@ def _reachable(port: int) -> bool:
     return client.get("k") == b"v"
 
 
-def test_host_0_serves_the_store_on_a_port_it_holds(tmp_path) -> None:
+def test_host_0_serves_the_store_on_a_port_it_holds(tmp_path, zygote) -> None:
     plan, paths = _plan(tmp_path, "init=tcp")
-    rdzv = prepare_rendezvous(plan, 0, paths)
+    rdzv = prepare_rendezvous(plan, 0, paths, zygote)
     try:
         port = int(rdzv.master_port)
         assert rdzv.agent_store and rdzv.server is not None and rdzv.init_method == f"tcp://127.0.0.1:{port}"
@@ -67,12 +68,12 @@ def test_host_0_serves_the_store_on_a_port_it_holds(tmp_path) -> None:
         rdzv.close()
 
 
-def test_an_earlier_attempts_store_going_away_leaves_the_next_one_listening(tmp_path) -> None:
+def test_an_earlier_attempts_store_going_away_leaves_the_next_one_listening(tmp_path, zygote) -> None:
     """Each attempt's store process owns its listening socket: the first one stopped after the second opened
     must not take the second one's with it."""
     plan, paths = _plan(tmp_path, "init=tcp")
-    first = prepare_rendezvous(plan, 0, paths)
-    second = prepare_rendezvous(plan, 0, paths)
+    first = prepare_rendezvous(plan, 0, paths, zygote)
+    second = prepare_rendezvous(plan, 0, paths, zygote)
     try:
         first.close()
         port = int(second.master_port)

@@ -26,6 +26,7 @@ from runner.spec.document import recipe_config
 from runner.spec.place import RankPlace
 from runner.spec.schema import DeviceKind, InitConfig, ScriptRecipeConfig
 from runner.worker.relay import Echo
+from runner.training.output import AgentChannel
 from runner.worker.script import interpreter_path, run_script
 from runner.worker.setup import RankSetup
 from runner.worker.watch import Watch, _Counter
@@ -48,6 +49,8 @@ with open(sys.argv[-1], "w") as f:
     json.dump(seen, f)
 """
 
+NO_AGENT = AgentChannel(os.open(os.devnull, os.O_WRONLY), False)  # what the rank tells its agent: nobody hears
+
 
 @pytest.fixture(autouse=True)
 def this_process(tmp_path, monkeypatch):
@@ -60,9 +63,9 @@ def this_process(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "orig_argv", list(sys.orig_argv))
     monkeypatch.setattr(sys, "path", [str(starter), *sys.path])
     monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
-    for name in ("default_pg_timeout", "default_pg_nccl_timeout", "init_process_group"):
+    for name in ("default_pg_timeout", "default_pg_nccl_timeout", "init_process_group", "destroy_process_group"):
         monkeypatch.setattr(c10d, name, getattr(c10d, name))
-    for name in ("init_process_group", *_Counter.OPS):
+    for name in ("init_process_group", "destroy_process_group", *_Counter.OPS):
         if hasattr(dist, name):
             monkeypatch.setattr(dist, name, getattr(dist, name))
     monkeypatch.chdir(tmp_path)
@@ -124,7 +127,7 @@ def test_a_script_sees_its_process_as_python_script_py_args_makes_it(tmp_path) -
     written(tmp_path / "train.py", PROBE)
     base = [p for p in sys.path if p != str(tmp_path / "bin")]
     setup = script_setup(tmp_path, path="train.py", args=["--lr=0.1", "a b", "it's", "seen.json"])
-    assert run_script(setup) == 0
+    assert run_script(setup, None, NO_AGENT) == 0
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert seen == {"argv": ["train.py", "--lr=0.1", "a b", "it's", "seen.json"],
                     "orig_argv": [sys.executable, "-u", "train.py", "--lr=0.1", "a b", "it's", "seen.json"],
@@ -136,7 +139,7 @@ def test_a_script_sees_its_process_as_python_script_py_args_makes_it(tmp_path) -
 def test_a_script_in_another_folder_has_that_folder_first_on_its_path(tmp_path) -> None:
     written(tmp_path / "code" / "train.py", PROBE)
     setup = script_setup(tmp_path, path="code/train.py", args=[str(tmp_path / "seen.json")])
-    assert run_script(setup) == 0
+    assert run_script(setup, None, NO_AGENT) == 0
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert seen["argv"] == ["code/train.py", str(tmp_path / "seen.json")]  # the path as given, as Python keeps it
     assert (seen["path"][0], seen["file"]) == (str(tmp_path / "code"), str(tmp_path / "code" / "train.py"))
@@ -155,7 +158,7 @@ def test_a_folder_or_zip_file_runs_its_main_module_as_python_app_does(tmp_path, 
             z.write(tmp_path / "app" / "__main__.py", "__main__.py")
     base = [p for p in sys.path if p != str(tmp_path / "bin")]
     setup = script_setup(tmp_path, path=given, args=["seen.json"])
-    assert run_script(setup) == 0
+    assert run_script(setup, None, NO_AGENT) == 0
     first = os.path.join(str(tmp_path), given)
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert seen == {"argv": [given, "seen.json"], "orig_argv": [sys.executable, "-u", given, "seen.json"],
@@ -174,7 +177,7 @@ def test_runpys_private_call_for_a_folder_is_still_there() -> None:
 def test_local_rank_arg_appends_the_local_rank_as_torch_distributed_launch_did(tmp_path, flag: str) -> None:
     written(tmp_path / "train.py", "import sys\nopen('seen.txt', 'w').write(repr(sys.argv))\n")
     setup = script_setup(tmp_path, path="train.py", args=["--lr=0.1"], local_rank_arg=flag)
-    assert run_script(setup) == 0
+    assert run_script(setup, None, NO_AGENT) == 0
     assert (tmp_path / "seen.txt").read_text() == repr(["train.py", "--lr=0.1", f"{flag}=1"])
     assert sys.orig_argv == [sys.executable, "-u", "train.py", "--lr=0.1", f"{flag}=1"]
 
@@ -183,7 +186,7 @@ def test_a_module_runs_as_python_m_runs_it_from_the_current_folder(tmp_path) -> 
     module_file = probe_module(tmp_path, "pkg_cwd")
     base = [p for p in sys.path if p != str(tmp_path / "bin")]
     setup = script_setup(tmp_path, module="pkg_cwd.train", args=["--lr=0.1", "seen.json"])
-    assert run_script(setup) == 0
+    assert run_script(setup, None, NO_AGENT) == 0
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert seen == {"argv": [str(module_file), "--lr=0.1", "seen.json"],
                     "orig_argv": [sys.executable, "-u", "-m", "pkg_cwd.train", "--lr=0.1", "seen.json"],
@@ -197,7 +200,7 @@ def test_a_module_comes_from_the_runs_copy_of_the_code_when_it_took_one(tmp_path
     written(tmp_path / "pkg_copy" / "train.py", "raise SystemExit('the folder, not the copy')\n")
     copied = probe_module(tmp_path / "copy", "pkg_copy")
     setup = script_setup(tmp_path, code_dir=tmp_path / "copy", module="pkg_copy.train", args=["seen.json"])
-    assert run_script(setup) == 0
+    assert run_script(setup, None, NO_AGENT) == 0
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert (seen["argv"][0], seen["path"][0]) == (str(copied), str(tmp_path / "copy"))
 
@@ -207,7 +210,7 @@ def test_a_module_comes_from_the_runs_copy_of_the_code_when_it_took_one(tmp_path
 def test_a_script_that_ends_or_exits_0_is_done_with_status_0(tmp_path, capsys, body: str) -> None:
     written(tmp_path / "train.py", body)
     setup = script_setup(tmp_path, path="train.py")
-    assert run_script(setup) == 0
+    assert run_script(setup, None, NO_AGENT) == 0
     assert the_rank_ended(setup) == (True, None)
     assert RankWatchFiles(setup.paths, 1).dump().reason == "end"  # its last dump: the run's straggler is found from it
     assert capsys.readouterr().err == ""
@@ -218,7 +221,7 @@ def test_sys_exit_with_a_failure_status_is_the_ranks_status(tmp_path, capsys, bo
     """As a process's: the status modulo 256."""
     written(tmp_path / "train.py", f"import sys\n{body}\n")
     setup = script_setup(tmp_path, path="train.py")
-    assert run_script(setup) == status
+    assert run_script(setup, None, NO_AGENT) == status
     assert the_rank_ended(setup) == (False, {"exception": f"ScriptExit: train.py exited with status {status}",
                                              "traceback": ""})
     assert RankWatchFiles(setup.paths, 1).dump().reason == "end"
@@ -228,7 +231,7 @@ def test_sys_exit_with_a_failure_status_is_the_ranks_status(tmp_path, capsys, bo
 def test_sys_exit_with_a_message_prints_it_and_is_status_1(tmp_path, capsys) -> None:
     written(tmp_path / "train.py", "import sys\nsys.exit('no data in /data/x')\n")
     setup = script_setup(tmp_path, path="train.py")
-    assert run_script(setup) == 1
+    assert run_script(setup, None, NO_AGENT) == 1
     assert capsys.readouterr().err == "no data in /data/x\n"
     assert the_rank_ended(setup) == (False, {"exception": "ScriptExit: train.py exited with status 1",
                                              "traceback": ""})
@@ -238,7 +241,7 @@ def test_arguments_argparse_refuses_are_its_usage_and_status_2(tmp_path, capsys)
     written(tmp_path / "train.py", "import argparse\np = argparse.ArgumentParser()\np.add_argument('--lr', "
                                    "type=float, required=True)\np.parse_args()\n")
     setup = script_setup(tmp_path, path="train.py", args=["--lr", "fast"])
-    assert run_script(setup) == 2
+    assert run_script(setup, None, NO_AGENT) == 2
     assert capsys.readouterr().err == ("usage: train.py [-h] --lr LR\n"
                                        "train.py: error: argument --lr: invalid float value: 'fast'\n")
     assert the_rank_ended(setup) == (False, {"exception": "ScriptExit: train.py exited with status 2",
@@ -248,7 +251,7 @@ def test_arguments_argparse_refuses_are_its_usage_and_status_2(tmp_path, capsys)
 def raises_as_python(setup: RankSetup, capsys, exception: str, shown: str) -> None:
     """The script raised: status 1, ``shown`` (the traceback from its first frame) on stderr, and the rank's record
     of ``exception`` with it."""
-    assert run_script(setup) == 1
+    assert run_script(setup, None, NO_AGENT) == 1
     assert capsys.readouterr().err == shown
     assert the_rank_ended(setup) == (False, {"exception": exception, "traceback": shown})
 
@@ -272,7 +275,7 @@ def test_a_missing_script_is_status_2_as_python_says_it(tmp_path, capsys) -> Non
     """`python gone.py`: "<interpreter>: can't open file '<absolute path>': [Errno 2] No such file or directory",
     status 2 (the spec's check refuses a missing script first: only one removed in between gets here)."""
     setup = script_setup(tmp_path, path="gone.py")
-    assert run_script(setup) == 2
+    assert run_script(setup, None, NO_AGENT) == 2
     said = f"{sys.executable}: can't open file '{tmp_path / 'gone.py'}': [Errno 2] No such file or directory"
     assert capsys.readouterr().err == said + "\n"  # no frame of the runner's
     assert the_rank_ended(setup) == (False, {"exception": "ScriptExit: gone.py exited with status 2", "traceback": ""})
@@ -281,14 +284,14 @@ def test_a_missing_script_is_status_2_as_python_says_it(tmp_path, capsys) -> Non
 def test_a_folder_without_a_main_module_is_status_1_as_python_says_it(tmp_path, capsys) -> None:
     (tmp_path / "app").mkdir()
     setup = script_setup(tmp_path, path="app")
-    assert run_script(setup) == 1
+    assert run_script(setup, None, NO_AGENT) == 1
     assert capsys.readouterr().err == f"{sys.executable}: can't find '__main__' module in '{tmp_path / 'app'}'\n"
 
 
 
 def test_a_missing_module_is_status_1_as_python_m_says(tmp_path, capsys) -> None:
     setup = script_setup(tmp_path, module="no_such_module_here")
-    assert run_script(setup) == 1
+    assert run_script(setup, None, NO_AGENT) == 1
     said = "ImportError: No module named no_such_module_here"
     assert capsys.readouterr().err == said + "\n"
     assert the_rank_ended(setup) == (False, {"exception": said, "traceback": said + "\n"})
@@ -301,7 +304,7 @@ def test_an_uncaught_keyboard_interrupt_ends_the_rank_by_sigint(tmp_path, capsys
     sent = []
     monkeypatch.setattr(os, "kill", lambda pid, signum: sent.append((pid, signum, signal.getsignal(signum))))
     setup = script_setup(tmp_path, path="train.py")
-    assert run_script(setup) == 130
+    assert run_script(setup, None, NO_AGENT) == 130
     assert sent == [(os.getpid(), signal.SIGINT, signal.SIG_DFL)]
     shown = (f'Traceback (most recent call last):\n  File "{script}", line 1, in <module>\n'
              f'    raise KeyboardInterrupt\nKeyboardInterrupt\n')
@@ -315,7 +318,7 @@ def test_the_scripts_own_process_group_gets_the_jobs_init_timeout(tmp_path) -> N
                                    " dist.init_process_group is c.init_process_group)))\n")
     original = dist.init_process_group
     setup = script_setup(tmp_path, path="train.py")
-    assert run_script(setup) == 0
+    assert run_script(setup, None, NO_AGENT) == 0
     timeout = datetime.timedelta(seconds=TIMEOUT_S)
     assert (tmp_path / "seen.txt").read_text() == repr((timeout, timeout, True))
     assert dist.init_process_group is not original and dist.init_process_group.__wrapped__ is original

@@ -78,6 +78,12 @@ def test_an_exception_without_a_message_is_its_bare_name_and_its_traceback_is_fo
     assert raised_here.traceback.endswith("RuntimeError: boom\n")
 
 
+def test_a_message_that_begins_with_newlines_is_recorded_from_its_first_words(paths) -> None:
+    """RuntimeError("\\n\\nthe-real-message ..."): the status line shows the message, not "RuntimeError:"."""
+    record = setup_of(paths).error_record(raised(RuntimeError("\n\nthe-real-message here\nand more")))
+    assert record.exception == "RuntimeError: the-real-message here\nand more"
+
+
 @pytest.mark.parametrize("exc, timeout", [
     (RuntimeError("Wait timeout"), True),  # init=file: the group did not form
     (ValueError("timeout_s must be > 0"), False),  # a recipe's own words about a timeout
@@ -93,37 +99,3 @@ def test_a_timeout_that_caused_the_recipes_own_error_is_still_a_timeout(paths) -
     except ValueError as e:
         record = setup_of(paths).error_record(e)
     assert (record.exception, record.timeout) == ("ValueError: the step failed", True)
-
-
-# -------------------------------------------------------------------------- the file the rank's code starts from
-
-
-def in_folder(paths: RunPaths, folder, recipe: RecipeConfig, code_dir=None) -> RankSetup:
-    setup = setup_of(paths, recipe)
-    return dataclasses.replace(setup, spec=dataclasses.replace(setup.spec, workdir=str(folder), code_dir=code_dir))
-
-
-def test_the_code_a_rank_starts_from_is_found_in_the_jobs_folder_as_the_rank_finds_it(paths, tmp_path) -> None:
-    job = tmp_path / "job"
-    for name in ("train.py", "app/__main__.py", "pkg/__init__.py", "pkg/train.py", "tool/__main__.py", "app.zip"):
-        (job / name).parent.mkdir(parents=True, exist_ok=True)
-        (job / name).write_text("")
-    found = {what: in_folder(paths, job, recipe).code_file for what, recipe in {
-        "script": ScriptRecipeConfig(path="train.py"), "folder": ScriptRecipeConfig(path="app"),
-        "absolute": ScriptRecipeConfig(path=str(job / "train.py")), "zip": ScriptRecipeConfig(path="app.zip"),
-        "-m module": ScriptRecipeConfig(module="pkg.train"), "-m package": ScriptRecipeConfig(module="tool"),
-        "recipe": RecipeConfig(target="pkg.train:main"), "package recipe": RecipeConfig(target="pkg:main"),
-        "installed": RecipeConfig(target="runner.recipes.digits:main"), "missing": ScriptRecipeConfig(path="gone.py"),
-    }.items()}
-    assert found == {"script": job / "train.py", "folder": job / "app/__main__.py", "absolute": job / "train.py",
-                     "zip": None, "-m module": job / "pkg/train.py", "-m package": job / "tool/__main__.py",
-                     "recipe": job / "pkg/train.py", "package recipe": job / "pkg/__init__.py", "installed": None,
-                     "missing": None}
-
-
-def test_a_recipes_module_is_found_in_the_runs_copy_of_the_code_first(paths, tmp_path) -> None:
-    for folder in ("job", "copy"):
-        (tmp_path / folder / "pkg").mkdir(parents=True)
-        (tmp_path / folder / "pkg" / "train.py").write_text("")
-    setup = in_folder(paths, tmp_path / "job", RecipeConfig(target="pkg.train:main"), code_dir=str(tmp_path / "copy"))
-    assert setup.code_file == tmp_path / "copy" / "pkg" / "train.py"

@@ -1,5 +1,6 @@
-"""runner.worker.store_server: host 0's store served from a process of its own, so the agent that forks the ranks
-has no thread of torch's (a thread inside a name lookup at a fork left the child's resolver locked for good)."""
+"""runner.worker.store_server: host 0's store served from a process of its own, a child of the zygote, so that no
+process that forks has a thread of torch's (a thread inside a name lookup at a fork left the child's resolver locked
+for good)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import subprocess
 import sys
 import textwrap
 
+import psutil
 import pytest
 
 from runs import wait_until
-from runner.worker.store_server import StoreServerError, serve_from_child
+from runner.worker.store_server import StoreServerError, serve_from_zygote
 
 
 def _tasks() -> set[str]:
@@ -43,30 +45,31 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_the_store_serves_from_another_process_and_the_caller_gains_no_thread() -> None:
-    import torch.distributed  # noqa: F401 - whatever torch starts when imported is not the store's
-
+def test_the_store_serves_from_a_child_of_the_zygote_and_the_caller_gains_no_thread(zygote) -> None:
     before = _tasks()
     fd, port = _bound()
-    server = serve_from_child("127.0.0.1", fd, port, 10)
+    server = serve_from_zygote(zygote, "127.0.0.1", fd, port, 10)
     try:
         assert not _tasks() - before  # no new thread here: the store's is in the other process
-        assert server.pid != os.getpid() and os.getsid(server.pid) == server.pid  # its own session
+        assert os.getsid(server.pid) == server.pid  # its own session
+        assert psutil.Process(server.pid).ppid() == zygote.process.pid
+        assert len(os.listdir(f"/proc/{zygote.process.pid}/task")) == 1  # the zygote forks with one thread still
         with pytest.raises(OSError):
             os.fstat(fd)  # the socket is the store process's alone
         client = _client(server.port)
         client.set("k", b"v")
         assert _client(server.port).get("k") == b"v"
     finally:
+        pid = server.pid
         server.stop()
-    assert _gone(server.pid)  # killed and reaped
+    assert _gone(pid)  # killed and reaped
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
-def test_signals_that_stop_a_job_leave_the_store_serving_until_it_is_stopped() -> None:
+def test_signals_that_stop_a_job_leave_the_store_serving_until_it_is_stopped(zygote) -> None:
     fd, port = _bound()
-    server = serve_from_child("127.0.0.1", fd, port, 10)
+    server = serve_from_zygote(zygote, "127.0.0.1", fd, port, 10)
     try:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
             os.kill(server.pid, signum)
@@ -77,26 +80,28 @@ def test_signals_that_stop_a_job_leave_the_store_serving_until_it_is_stopped() -
         server.stop()
 
 
-def test_a_socket_torch_cannot_serve_on_is_refused_with_torchs_reason() -> None:
+def test_a_socket_torch_cannot_serve_on_is_refused_with_torchs_reason(zygote) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # bound, never listening: the store cannot accept
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     r, w = os.pipe()
     os.close(w)
     with pytest.raises(StoreServerError):
-        serve_from_child("127.0.0.1", r, port, 2)  # a pipe is no socket
+        serve_from_zygote(zygote, "127.0.0.1", r, port, 2)  # a pipe is no socket
     sock.close()
 
 
-def test_the_store_dies_with_the_process_that_served_it(tmp_path) -> None:
-    """An agent killed outright leaves no store behind (PR_SET_PDEATHSIG)."""
+def test_the_store_dies_with_the_agent_that_served_it(tmp_path) -> None:
+    """An agent killed outright leaves no store behind (PR_SET_PDEATHSIG: its zygote dies with it, and the store with
+    the zygote)."""
     pid_file = tmp_path / "store.pid"
     code = textwrap.dedent(f"""
         import os, socket, sys
-        from runner.worker.store_server import serve_from_child
+        from runner.worker.store_server import serve_from_zygote
+        from runner.worker.zygote import Zygote
         sock = socket.socket(); sock.bind(("127.0.0.1", 0)); sock.listen(4)
         port = sock.getsockname()[1]
-        server = serve_from_child("127.0.0.1", sock.detach(), port, 10)
+        server = serve_from_zygote(Zygote.start(), "127.0.0.1", sock.detach(), port, 10)
         open({str(pid_file)!r}, "w").write(str(server.pid))
         os.kill(os.getpid(), 9)
     """)

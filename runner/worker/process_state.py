@@ -1,0 +1,125 @@
+"""What a process of this host is doing, read from Linux's ``/proc`` by its host agent without asking it: its CPU
+time, and what its main thread waits for. A rank that answers nothing (its watch cannot run: the GIL is held by a
+thread stuck in native code) is described from here, as gdb would show it in a word: "its main thread waits for its
+thread pt_gloo_runloop to end (ProcessGroupGloo's destructor), which waits on a lock".
+
+A thread's system call (``/proc/<pid>/task/<tid>/syscall``: its number and arguments) tells a join from other waits:
+glibc's ``pthread_join`` waits on a futex whose expected value is the joined thread's id. Reading it needs the right to
+trace the process (its parent's ancestors have it, as root has); where it is refused, the kernel's wait channel
+(``wchan``) says less."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# x86_64 and aarch64 system call numbers of the waits worth naming
+_FUTEX = {202, 98}
+_SLEEPS = {35, 230, 101, 115}  # nanosleep, clock_nanosleep (x86_64), nanosleep, clock_nanosleep (aarch64)
+_IO = {0, 7, 23, 232, 270, 281, 45, 63, 73, 22, 271}  # read, poll, select, epoll_wait, pselect6, epoll_pwait, ...
+_PAUSE = {34, 130}  # pause, rt_sigsuspend
+# torch's threads, by the names it gives them, and the destructor that joins each
+_JOINED_IN = {"pt_gloo_runloop": "ProcessGroupGloo's destructor", "pt_nccl_watchdg": "ProcessGroupNCCL's destructor",
+              "pt_nccl_heartbt": "ProcessGroupNCCL's destructor", "pt_tcpstore_uv": "TCPStore's destructor"}
+
+
+@dataclass(frozen=True)
+class ThreadState:
+    tid: int
+    name: str
+    state: str  # R running, S sleeping, D in the kernel uninterruptibly, ...
+    syscall: int | None  # the system call it waits in (None: running, or not to be read)
+    args: tuple[int, ...] = ()
+    wchan: str = ""
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def main_thread_cpu_seconds(pid: int) -> float | None:
+    """The CPU time the process's main thread has used (user and system); None when it is gone. (Not the whole
+    process's: threads waiting for the GIL wake every few milliseconds to ask for it, and use a little.)"""
+    stat = _read(f"/proc/{pid}/task/{pid}/stat")
+    if stat is None:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def threads(pid: int) -> list[ThreadState]:
+    """Every thread of the process, its main thread first; [] when it is gone."""
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return []
+    found = []
+    for tid in sorted(tids, key=lambda t: t != pid):
+        base = f"/proc/{pid}/task/{tid}"
+        stat = _read(f"{base}/stat")
+        if stat is None:
+            continue
+        state = stat.rsplit(")", 1)[1].split()[0]
+        name = (_read(f"{base}/comm") or "").strip()
+        syscall, args = _syscall(_read(f"{base}/syscall"))
+        found.append(ThreadState(tid, name, state, syscall, args, (_read(f"{base}/wchan") or "").strip()))
+    return found
+
+
+def _syscall(text: str | None) -> tuple[int | None, tuple[int, ...]]:
+    """``202 0x7f3c37fff990 0x109 0xe01 ...``: the call and its arguments; (None, ()) when running or unreadable."""
+    if not text or text.startswith("running"):
+        return None, ()
+    parts = text.split()
+    try:
+        number = int(parts[0])
+        return (number if number >= 0 else None), tuple(int(a, 16) for a in parts[1:7])
+    except (ValueError, IndexError):
+        return None, ()
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What a process's main thread is doing: ``detail`` in words ("its main thread waits for its thread
+    pt_gloo_runloop to end, which waits on a lock"), and ``place``, the code that does it where the threads tell it
+    ("ProcessGroupGloo's destructor"), else None."""
+
+    detail: str
+    place: str | None = None
+
+
+def what_it_waits_for(pid: int) -> Waiting:
+    """What the process's main thread is doing (an empty detail when nothing can be read)."""
+    return describe(threads(pid))
+
+
+def describe(states: list[ThreadState]) -> Waiting:
+    if not states:
+        return Waiting("")
+    main, others = states[0], {t.tid: t for t in states[1:]}
+    joined = others.get(main.args[2]) if main.syscall in _FUTEX and len(main.args) > 2 else None
+    if joined is not None:
+        return Waiting(f"its main thread waits for its thread {joined.name or joined.tid} to end, which "
+                       f"{_doing(joined)}", _JOINED_IN.get(joined.name))
+    return Waiting(f"its main thread {_doing(main)}")
+
+
+def _doing(t: ThreadState) -> str:
+    if t.syscall in _FUTEX or (t.syscall is None and "futex" in t.wchan):
+        return "waits on a lock"
+    if t.syscall in _SLEEPS or "nanosleep" in t.wchan:
+        return "sleeps"
+    if t.syscall in _PAUSE:
+        return "waits for a signal"
+    if t.syscall in _IO or any(w in t.wchan for w in ("poll", "select", "pipe", "sk_wait", "tcp")):
+        return "waits for input or a connection"
+    if t.state == "R":
+        return "runs"
+    if t.state == "D":
+        return f"waits in the kernel ({t.wchan or 'uninterruptibly'})"
+    return f"waits in system call {t.syscall}" if t.syscall is not None else f"waits ({t.wchan or t.state})"

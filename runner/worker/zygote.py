@@ -1,0 +1,400 @@
+"""The zygote: a fresh interpreter that imports torch once and forks every rank of its host from there.
+
+A rank must be a fresh process: a script cannot tell it from a torchrun worker (``python -u script.py``) that
+imported torch. A rank forked from its host agent was a copy of whatever the agent held at that moment (what it had
+imported, `run`'s own state, its random streams), and that showed: every rank drew the same unseeded numbers, and
+ordinary DDP scripts hung at their end once the agent had imported ``torch._dynamo`` for them (a script that imports
+it first hangs the same way under torchrun: the GIL held by ``~ProcessGroupGloo`` while gloo's worker waits for it).
+
+So the host agent starts this process by exec, as torchrun starts a worker, and it does one thing: it imports what
+every rank imports (:data:`PRELOAD`, and nothing else of the runner's), starts no thread, never initialises CUDA, and
+then forks a rank when the agent asks (:class:`Fork`), says how each ended (:class:`Exited`), and tries a recipe
+target for validation in a child of its own (:class:`TryTarget`). What each pre-import buys, and what was refused, is
+measured by ``benchmarks/zygote_preload.py``. A rank takes a fresh process's random streams after the fork
+(runner.worker.rank_process.become_rank).
+
+Its processes: the zygote is a child of the agent in a session of its own (a terminal's Ctrl-C is the agent's to pass
+on) and dies with it (``PR_SET_PDEATHSIG``); its ranks are its children and die with it. The agent's end
+(:class:`Zygote`) and the zygote speak over a Unix socket: pickled messages, each with the file descriptors it
+carries (a rank's pipes, its pidfd).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import pickle
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.worker.rank_process import become_rank, die_with_parent
+
+# What the zygote imports before it forks (a rank then starts with it imported, in pages it shares): torch (which
+# imports numpy and torch.distributed; ~1.2 CPU-s a rank saves) and the rank's own body (~0.2 CPU-s: Hydra's config
+# objects and the runner's records). Not torch._dynamo (the first optimizer imports it, ~1 CPU-s a rank): a script
+# that runs with it imported before its first line hangs at its end, under torchrun too (benchmarks/zygote_preload.py).
+PRELOAD = ("torch", "runner.worker.rank", "runner.worker.script")
+RANK_BODY = "runner.worker.rank:rank_main"
+STORE_INDEX = -1  # the Forked that answers a ServeStore
+EXIT_WAIT_S = 10.0  # how long the agent waits for the zygote's word on a rank it has SIGKILLed
+_HEADER = struct.Struct("!I")
+_MAX_FDS = 8
+# -c put the current folder first on the path: a runner/ of the user's there is not ours
+_BOOT = ("import sys; sys.flags.safe_path or sys.path.pop(0); from runner.worker.zygote import serve; "
+         "serve(int(sys.argv[1]), int(sys.argv[2]))")
+
+
+# -- the messages -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fork:
+    """Fork a rank that calls ``target(argument, events_fd)`` (``module:function``, imported with ``workdir`` first
+    on the path) and exits with what it returns; its stdout, stderr and event pipe come with the message."""
+
+    index: int
+    target: str
+    argument: Any
+    workdir: str | None = None
+
+
+@dataclass(frozen=True)
+class Forked:
+    """The rank of ``index`` runs as ``pid``; its pidfd comes with the message."""
+
+    index: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class Exited:
+    """A child of the zygote ended: its exit status (the code, or -N for signal N)."""
+
+    pid: int
+    code: int
+
+
+@dataclass(frozen=True)
+class TryTarget:
+    """Validation asks whether a recipe target loads (runner.spec.targets.target_problem, in a child of the zygote)."""
+
+    target: str
+    workdir: str | None
+
+
+@dataclass(frozen=True)
+class ServeStore:
+    """Serve host 0's rendezvous store from a child (runner.worker.store_server.serve) on the listening socket that
+    comes with the message, saying on the pipe that comes with it when it serves; answered with a Forked of index
+    -1 (and its pidfd)."""
+
+    addr: str
+    port: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class TargetAnswer:
+    problem: Any  # a runner.spec.targets.TargetProblem, or None
+
+
+class ZygoteGone(Exception):
+    """The zygote ended (its reason is on the agent's stderr): no rank can be started."""
+
+
+# -- the wire -----------------------------------------------------------------------------------------------------
+def send(sock: socket.socket, message: object, fds: Sequence[int] = ()) -> None:
+    """One message, and the descriptors it carries (duplicated into the receiver)."""
+    payload = pickle.dumps(message)
+    socket.send_fds(sock, [_HEADER.pack(len(payload))], list(fds))
+    sock.sendall(payload)
+
+
+def receive(sock: socket.socket) -> tuple[object, list[int]]:
+    """The next message and its descriptors; raises EOFError when the other end has closed."""
+    header, fds, _, _ = socket.recv_fds(sock, _HEADER.size, _MAX_FDS)
+    if not header:
+        raise EOFError
+    header += _exactly(sock, _HEADER.size - len(header))
+    (size,) = _HEADER.unpack(header)
+    return pickle.loads(_exactly(sock, size)), list(fds)
+
+
+def _exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(size)
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+# -- the agent's end ----------------------------------------------------------------------------------------------
+@dataclass
+class RankProcess:
+    """The agent's handle on one rank's process (a child of the zygote)."""
+
+    index: int  # the rank's index among its host's processes here (its local rank, for a host's share)
+    pid: int
+    pidfd: int  # the process's, for signals that cannot reach another process that took its pid
+    zygote: Zygote = field(repr=False)
+    code: int | None = None  # its exit status once it has exited: the code, or -N for signal N
+    signalled: list[int] = field(default_factory=list)  # what the agent sent it
+
+    def reap(self, block: bool = False) -> int | None:
+        """Its exit status if it has exited (``block``: once it has, within :data:`EXIT_WAIT_S`), else None. The
+        zygote killed what it started in its session before it reaped it (its process group, while its own pid still
+        held the group's number)."""
+        if self.code is None:
+            self.code = self.zygote.exit_code(self.pid, EXIT_WAIT_S if block else 0.0)
+            if self.code is None and block:  # it did not end on SIGKILL: nothing more can be done from here
+                self.code = -signal.SIGKILL
+            if self.code is not None:
+                os.close(self.pidfd)
+        return self.code
+
+    @property
+    def running(self) -> bool:
+        return self.reap() is None
+
+    def kill(self) -> None:
+        """SIGKILL to the rank and everything in its process group; reaped."""
+        if self.code is None:
+            self.send(signal.SIGKILL, group=True)
+            self.reap(block=True)
+
+    def send(self, signum: int, group: bool = False) -> None:
+        """Send ``signum`` to the rank (``group``: and every process it started in its session, by its process
+        group, which is its pid), unless it has exited."""
+        if self.code is not None:
+            return
+        self.signalled.append(signum)
+        try:
+            if group:
+                os.killpg(self.pid, signum)
+            else:
+                signal.pidfd_send_signal(self.pidfd, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class Zygote:
+    """The agent's end of its zygote (see the module docstring). One per host agent, for all its attempts."""
+
+    def __init__(self, process: subprocess.Popen, sock: socket.socket) -> None:
+        self.process = process
+        self._sock = sock
+        self._codes: dict[int, int] = {}
+        self._gone = False
+
+    @classmethod
+    def start(cls) -> Zygote:
+        """Start the zygote; it imports :data:`PRELOAD` while the caller goes on (its first answer waits for that).
+        Its command line, which its ranks keep (`ps` shows it), ends with the agent's own: ``run topology=1x2 ...``,
+        ``... runner.app.task .../spec.yaml``."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        process = subprocess.Popen([sys.executable, "-u", "-c", _BOOT, str(os.getpid()), str(theirs.fileno()),
+                                    *sys.argv], pass_fds=(theirs.fileno(),), start_new_session=True)
+        theirs.close()
+        return cls(process, ours)
+
+    def fileno(self) -> int:
+        """Readable when the zygote has something to say (a rank ended), for the agent's select."""
+        return self._sock.fileno()
+
+    def fork(self, index: int, fds: tuple[int, int, int], argument: Any, target: str = RANK_BODY,
+             workdir: str | None = None) -> RankProcess:
+        """Start a rank: ``target(argument, events_fd)`` with ``fds`` (its stdout, stderr and event pipe's write ends,
+        which the caller still holds and closes) as its descriptors 1, 2 and its events. Raises ZygoteGone."""
+        self._send(Fork(index, target, argument, workdir), fds)
+        while True:
+            message, received = self._next(None)
+            if isinstance(message, Forked) and message.index == index:
+                return RankProcess(index, message.pid, received[0], self)
+
+    def serve_store(self, addr: str, port: int, timeout_s: float, listen_fd: int, ready_w: int) -> tuple[int, int]:
+        """Start host 0's store process (runner.worker.store_server); its pid and pidfd. Raises ZygoteGone."""
+        self._send(ServeStore(addr, port, timeout_s), (listen_fd, ready_w))
+        while True:
+            message, received = self._next(None)
+            if isinstance(message, Forked) and message.index == STORE_INDEX:
+                return message.pid, received[0]
+
+    def try_target(self, target: str, workdir: str | None) -> Any:
+        """runner.spec.targets.target_problem, in a child of the zygote (which has torch imported, as the ranks
+        will). Raises ZygoteGone."""
+        self._send(TryTarget(target, workdir))
+        while True:
+            message, _ = self._next(None)
+            if isinstance(message, TargetAnswer):
+                return message.problem
+
+    def exit_code(self, pid: int, wait_s: float = 0.0) -> int | None:
+        """The exit status of the zygote's child ``pid``, once the zygote has said it (waiting up to ``wait_s``); a
+        child of a zygote that has ended was killed with it (``PR_SET_PDEATHSIG``)."""
+        deadline = time.monotonic() + wait_s
+        while pid not in self._codes and not self._gone:
+            left = deadline - time.monotonic()
+            try:
+                if self._next(max(0.0, left)) is None and left <= 0:
+                    break
+            except ZygoteGone:
+                break
+        if pid not in self._codes and self._gone:
+            return -signal.SIGKILL
+        return self._codes.get(pid)
+
+    def close(self) -> None:
+        """End the zygote (and whatever it still runs) and reap it."""
+        self._gone = True
+        try:
+            self._sock.close()
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
+
+    def _send(self, message: object, fds: Sequence[int] = ()) -> None:
+        try:
+            send(self._sock, message, fds)
+        except OSError as e:
+            self._gone = True
+            raise ZygoteGone(f"the zygote ended ({self._ended()})") from e
+
+    def _next(self, wait_s: float | None) -> tuple[object, list[int]] | None:
+        """The zygote's next message (an Exited is recorded here too); None when none came within ``wait_s``."""
+        if self._gone:
+            raise ZygoteGone(f"the zygote ended ({self._ended()})")
+        if wait_s is not None:
+            import select
+
+            if not select.select([self._sock], [], [], wait_s)[0]:
+                return None
+        try:
+            message, fds = receive(self._sock)
+        except (EOFError, OSError) as e:
+            self._gone = True
+            raise ZygoteGone(f"the zygote ended ({self._ended()})") from e
+        if isinstance(message, Exited):
+            self._codes[message.pid] = message.code
+        return message, fds
+
+    def _ended(self) -> str:
+        try:
+            code = self.process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            return "it stopped answering"
+        return f"exit status {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
+
+
+# -- the zygote itself ----------------------------------------------------------------------------------------------
+def serve(agent: int, fd: int) -> None:
+    """The zygote's life (see the module docstring): never returns."""
+    die_with_parent()
+    if os.getppid() != agent:  # the agent died before we asked to die with it
+        os._exit(1)
+    sys.argv = [""]
+    sock = socket.socket(fileno=fd)
+    for name in PRELOAD:
+        importlib.import_module(name)
+    # what it imported stays alive for every rank's life: out of the cyclic GC's full passes, which would otherwise
+    # walk it again and again in every rank (and touch, so copy, its shared pages)
+    gc.freeze()
+    children: dict[int, int] = {}  # pidfd -> pid
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is sock:
+                try:
+                    message, fds = receive(sock)
+                except (EOFError, OSError):  # the agent is gone: nothing of its host stays
+                    for pid in children.values():
+                        _kill_group(pid)
+                    os._exit(0)
+                _answer(sock, selector, children, message, fds)
+            else:
+                pidfd = key.fd
+                pid = children.pop(pidfd)
+                selector.unregister(pidfd)
+                code = _reap(pid)
+                os.close(pidfd)
+                send(sock, Exited(pid, code))
+
+
+def _answer(sock: socket.socket, selector: selectors.BaseSelector, children: dict[int, int], message: object,
+            fds: list[int]) -> None:
+    held = (sock.fileno(), selector.fileno(), *children)  # what a child must not keep of the zygote's
+    if isinstance(message, (Fork, ServeStore)):
+        pid = _fork(message, fds, held) if isinstance(message, Fork) else _fork_store(message, fds, held)
+        for f in fds:
+            os.close(f)
+        pidfd = os.pidfd_open(pid)
+        children[pidfd] = pid
+        selector.register(pidfd, selectors.EVENT_READ)
+        send(sock, Forked(message.index if isinstance(message, Fork) else STORE_INDEX, pid), [pidfd])
+    elif isinstance(message, TryTarget):
+        from runner.spec.targets import target_problem
+
+        send(sock, TargetAnswer(target_problem(message.target, message.workdir)))
+
+
+def _fork(message: Fork, fds: list[int], held: tuple[int, ...]) -> int:
+    out_w, err_w, events_w = fds
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the rank
+        code = 70  # EX_SOFTWARE: the body did not return a status
+        try:
+            from runner.spec.targets import split_target, use_workdir
+
+            use_workdir(message.workdir)
+            module, function = split_target(message.target)
+            body = getattr(importlib.import_module(module), function)
+            code = become_rank(out_w, err_w, events_w, held, lambda events: body(message.argument, events))
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _fork_store(message: ServeStore, fds: list[int], held: tuple[int, ...]) -> int:
+    listen_fd, ready_w = fds
+    zygote = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the store's process
+        try:
+            from runner.worker.relay import close_fds
+            from runner.worker.store_server import serve
+
+            close_fds(held)
+            serve(message.addr, listen_fd, message.port, message.timeout_s, ready_w, zygote)
+        finally:
+            os._exit(1)
+    return pid
+
+
+def _reap(pid: int) -> int:
+    """The exit status of the zygote's child ``pid``, which has exited; what it started in its session is killed
+    first (its process group, while its pid still holds the group's number)."""
+    _kill_group(pid)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
