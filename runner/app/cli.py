@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -37,6 +38,9 @@ from runner.launchers.base import Invocation
 from runner.launchers.slurm_array import ArrayMember
 from runner.spec.problems import Problem, render_problems
 from runner.spec.schema import JobConfig, register_schemas, unknown_keys
+
+if TYPE_CHECKING:
+    from runner.worker.zygote import Zygote
 
 
 _STARTED = time.strftime("%Y%m%d-%H%M%S")
@@ -82,8 +86,23 @@ class JobTask:
     def __init__(self, environment: ProcessEnvironment, agent: LaunchAgent | None) -> None:
         self.environment = environment
         self.agent = agent
+        self._zygote: Zygote | None = None  # the ranks' when `run` runs them itself: one for every job of a sweep
         self.entered = False  # a later exit status 1 is then the job's, not Hydra's refusal of the config
         self.sweep = sweep.SweepOutcome()
+
+    def zygote(self) -> Zygote:
+        """The zygote `run` forks ranks from when it runs a host's share itself (runner.worker.zygote), started once."""
+        if self._zygote is None:
+            from runner.worker.zygote import Zygote
+
+            self._zygote = Zygote.start()
+        return self._zygote
+
+    def close(self) -> None:
+        """The sweep is over: its zygote ends."""
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
 
     def __call__(self, cfg: DictConfig) -> sweep.JobExit | ArrayMember | None:
         """The job's outcome, for a sweep's launcher (a JobReturn's value); a single run exits with its status."""
@@ -107,7 +126,7 @@ class JobTask:
                                 config_name=hc.job.config_name if hc.job.config_name != "job" else None,
                                 run_command=_run_command())
         code = run_job(spec, out=out, run_id=run_id, invocation=invocation, environment=self.environment,
-                       agent=self.agent, defer_submit=in_array_sweep)
+                       agent=self.agent, defer_submit=in_array_sweep, zygote=self.zygote)
         if isinstance(code, ArrayMember):
             self.sweep.deferred(code.folder)  # the launcher submits it with the others, and records how it ended
             return code
@@ -359,6 +378,7 @@ def main(agent: LaunchAgent | None = None) -> None:
         code = exits.FAILED
     if task.agent is not None:
         task.agent.cancel()
+    task.close()
     # Everything is written and closed: skip the interpreter's teardown (over half a second with torch
     # loaded), as the ranks do.
     logging.shutdown()

@@ -9,7 +9,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.app import snapshot
 from runner.app.agent import LaunchAgent
@@ -32,6 +34,10 @@ from runner.spec.pins import Pins, pinned
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import Problem, Severity, errors, render_problems
 from runner.spec.schema import InitMethod, JobConfig, ScriptRecipeConfig
+
+if TYPE_CHECKING:
+    from runner.worker.share import HostShare
+    from runner.worker.zygote import Zygote
 
 
 def _snapshot(spec: JobConfig, by_default: bool, paths: RunPaths) -> Snapshot | None:
@@ -70,14 +76,16 @@ class _Refused(Exception):
 
 
 def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, environment: ProcessEnvironment,
-            agent: LaunchAgent | None = None, defer_submit: bool = False) -> int | ArrayMember:
+            agent: LaunchAgent | None = None, defer_submit: bool = False,
+            zygote: Callable[[], Zygote] | None = None) -> int | ArrayMember:
     """The job's exit status, through its phases: validate the spec, open its run folder, pin it (the one spec of
     the run), make its launcher and request, write the run's records, then print the dry run, or check what only
     the launch can, and launch it and say how it ended. ``out``: the run folder Hydra gave it; ``run_id``: its id
     unless the spec pins one; ``invocation``: how `run` was called; ``environment``: what `run` read of its own
     (runner.environments.process); ``agent``: `run`'s launch agent, which tries the recipe target and starts this
     host's processes (runner.app.agent), if it has one; with ``defer_submit`` (a sweep on Slurm), a batch job is
-    prepared but not submitted: its :class:`ArrayMember` is returned for the sweep's job array."""
+    prepared but not submitted: its :class:`ArrayMember` is returned for the sweep's job array. ``zygote``: where the
+    ranks are forked from when `run` runs this host's share itself (no launch agent: one for every job of a sweep)."""
     started = time.perf_counter()
     try:
         job, problems = _validate(spec, agent)
@@ -90,7 +98,7 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
         launcher = launcher_class(plan=make_plan(job, launcher_class.launch_rules(job, paths), paths), paths=paths,
                                   invocation=invocation,
                                   environment=environment.with_exported(launcher_class.exported_names(job.spec)),
-                                  run_host=agent.run_host if agent else None)
+                                  run_host=agent.run_host if agent else _in_process(zygote))
         request = launcher.request()
         _write_records(launcher, request, copy)
         if job.spec.dry_run:
@@ -105,6 +113,15 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
     if defer_submit and (member := launcher.array_member()) is not None:
         return member
     return _launch(launcher, request, started)
+
+
+def _in_process(zygote: Callable[[], Zygote] | None) -> Callable[[HostShare], int] | None:
+    """How `run` runs a host's share itself with ``zygote``'s ranks (None: the host agent starts its own)."""
+    if zygote is None:
+        return None
+    from runner.worker.host_agent import launch_host
+
+    return lambda share: launch_host(share, zygote())
 
 
 def _validate(spec: JobConfig, agent: LaunchAgent | None) -> tuple[Job, list[Problem]]:

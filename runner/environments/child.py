@@ -20,7 +20,7 @@ def child_environment(plan: Plan, place: RankPlace, paths: RunPaths, parent: Pro
     runner.worker.network), the process's threads (its share of the CPUs this process may use, unless the user set
     OMP_NUM_THREADS), where torch elastic's ``@record`` writes a failure, how many collectives torch's flight
     recorder keeps (log.collectives, for a hang's diagnosis: runner.worker.watch), and its temp folder (``tmpdir``,
-    as TMPDIR: the attempt's scratch folder in the run folder, removed after it)."""
+    as TMPDIR: the attempt's scratch folder, removed after it: runner.records.paths.RunPaths.scratch)."""
     env = plan.env(place)
     env.update(MASTER_PORT=master_port, TORCHELASTIC_RUN_ID=paths.run_id,
                TORCHELASTIC_RESTART_COUNT=str(paths.attempt),

@@ -10,9 +10,11 @@ Each accessor of a file or folder is marked (:func:`_file`, :func:`_folder`, :fu
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
 import os
 import shlex
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,10 +254,13 @@ class RunPaths:
         """A checkpoint of the recipe (``last``: consolidated, in plain torch format, under every sharding mode)."""
         return checkpoint_file(self.checkpoints, name)
 
-    @_folder
     def scratch(self) -> Path:
-        """The ranks' temporary files (each rank's TMPDIR, so Python's ``tempfile`` folder there), removed after each attempt."""
-        return self.root / "tmp"
+        """The ranks' temporary files of this attempt (each rank's TMPDIR: Python's ``tempfile`` folder, and the
+        programs a rank starts), removed after it: a folder of its own in this machine's temporary folder, short, not
+        in the run folder, where a Unix socket's path (multiprocessing's, a DataLoader's workers') could pass the 107
+        bytes Linux allows and a DataLoader's workers then hang (seen in a run folder 70 characters deep)."""
+        digest = hashlib.sha1(f"{self.root.resolve()}".encode()).hexdigest()[:10]
+        return Path(tempfile.gettempdir()) / f"runner-{digest}-{self.attempt}"
 
     # -- how it ended -----------------------------------------------------------------------------------------
     @_file

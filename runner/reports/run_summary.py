@@ -207,6 +207,8 @@ def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None,
                                                                   "exception": "left early"}, None
     if cause is not None:
         return "failed", f"failed (exit {code}): {cause}", {"rank": None, "host": None, "exception": cause}, None
+    if not errors and said is not None and said.get("kind") == "stall":  # said by a host agent: no rank could
+        return "failed", f"failed (exit {code}): {said['text'].split('): ', 1)[0]})", None, None
     if not errors:
         if spec.preflight:
             why = "a preflight check failed; the host line above says which"

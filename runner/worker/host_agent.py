@@ -134,7 +134,7 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, e
             echo = Echo(shown=shown, prefix=f"[rank {rec.global_rank} {rec.host}] " if shown else "", progress=shown)
         env = child_environment(plan, rec, paths, environment, master_port=rdzv.master_port,
                                 agent_store=rdzv.agent_store, network=network.env if network else {},
-                                tmpdir=str(paths.scratch))
+                                tmpdir=str(paths.scratch()))
         setups.append(RankSetup(spec=job.spec, recipe=recipe_settings(job.spec.recipe), recipe_cfg=recipe_cfg, place=rec,
                                 backend=job.backend.value, device=job.device,
                                 init_method=rdzv.init_method, env=env, paths=paths, stop_signal=plan.rules.stop_signal,
@@ -266,8 +266,9 @@ class HostAgent:
         if isinstance(prepared, int):
             return prepared, paths
         rdzv, setups, report, channel, paths = prepared
-        scratch = paths.scratch  # the ranks' temp files: in the run folder, removed after
-        scratch.mkdir(exist_ok=True)
+        scratch = paths.scratch()  # the ranks' temp files: a folder of this attempt's, removed after
+        shutil.rmtree(scratch, ignore_errors=True)  # (an agent killed outright could not)
+        scratch.mkdir(mode=0o700)
         started = time.perf_counter()
         relay = OutputRelay(sys.stdout.fileno(), sys.stderr.fileno(), bar_ok=_is_tty(sys.stdout))
         relay.start()
@@ -553,7 +554,7 @@ class HostAgent:
                 + (f": {said}" if said else ""))
         write_diagnosis(self.paths, "stall", text, found.document() if found else None)
         host = setups[0].place.host if setups else f"node {self.node_rank}"
-        failure = {"rank": None, "host": host, "text": text, "time": now}
+        failure = {"rank": None, "host": host, "text": text, "time": now, "stall": True}
         if channel is not None:
             channel.say_failed(attempt, None, host, text)
         ending.peer_failed = failure
@@ -703,10 +704,12 @@ class HostAgent:
             failure = ending.peer_failed
             peer_failure(paths, self.plan, failure)
             if failure.get("rank") is not None:
-                who, more = f"rank {failure['rank']} on {failure['host']} failed", "; that host's report says more"
+                who, more = f"rank {failure['rank']} on {failure['host']} failed: ", "; that host's report says more"
+            elif failure.get("stall"):  # this agent's stall watchdog: the text says it all
+                who, more = "", ""
             else:  # a host itself: lost, or its `run` ended (launcher=ssh says so)
-                who, more = f"host {failure['host']}", ""
-            print(f"\n{who}: {failure.get('text', '')}\n    stopped this host's {len(setups)} process(es) "
+                who, more = f"host {failure['host']}: ", ""
+            print(f"\n{who}{failure.get('text', '')}\n    stopped this host's {len(setups)} process(es) "
                   f"(attempt {paths.attempt + 1}){more}", file=sys.stderr, flush=True)
             return exits.FAILED
         if ending.signum is not None:

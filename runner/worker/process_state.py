@@ -11,6 +11,7 @@ trace the process (its parent's ancestors have it, as root has); where it is ref
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -93,9 +94,19 @@ class Waiting:
     place: str | None = None
 
 
+LOOKS = 20  # a thread waiting for the GIL wakes every 5 ms to ask for it: of this many looks, 10 ms apart, one that
+LOOK_GAP_S = 0.01  # finds every thread waiting is the one said (a stuck rank's description takes 0.2 s at most)
+
+
 def what_it_waits_for(pid: int) -> Waiting:
     """What the process's main thread is doing (an empty detail when nothing can be read)."""
-    return describe(threads(pid))
+    said = describe(threads(pid))
+    for _ in range(LOOKS - 1):
+        if not said.detail.endswith("runs"):
+            break
+        time.sleep(LOOK_GAP_S)
+        said = describe(threads(pid))
+    return said
 
 
 def describe(states: list[ThreadState]) -> Waiting:

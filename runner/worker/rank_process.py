@@ -63,11 +63,15 @@ def fresh_signal_dispositions() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
-def become_rank(out_w: int, err_w: int, events_w: int, held: Iterable[int], body: Callable[[int], int]) -> int:
-    """Turn a newly forked child into a rank, then run ``body(events_w)``; the exit status. ``out_w``, ``err_w``: its
-    descriptors 1 and 2 from here on; ``held``: the forking process's descriptors, which the rank must not keep."""
+def become_rank(parent: int, out_w: int, err_w: int, events_w: int, held: Iterable[int],
+                body: Callable[[int], int]) -> int:
+    """Turn a newly forked child of ``parent`` into a rank, then run ``body(events_w)``; the exit status. ``out_w``,
+    ``err_w``: its descriptors 1 and 2 from here on; ``held``: the forking process's descriptors, which the rank must
+    not keep."""
     os.setsid()  # its own session and process group, as torchrun's workers (start_new_session)
     die_with_parent()
+    if os.getppid() != parent:  # its parent died before it asked to die with it
+        os._exit(1)
     fresh_signal_dispositions()
     close_fds(held)
     os.dup2(out_w, 1)

@@ -46,6 +46,12 @@ PRELOAD = ("torch", "runner.worker.rank", "runner.worker.script")
 RANK_BODY = "runner.worker.rank:rank_main"
 STORE_INDEX = -1  # the Forked that answers a ServeStore
 EXIT_WAIT_S = 10.0  # how long the agent waits for the zygote's word on a rank it has SIGKILLed
+# what the zygote ignores: the signals that stop a job, which a scheduler sends every process of a job at once (Slurm's
+# scancel --signal, its time-limit signal, mpirun's), and any other that would end it; its agent passes each on to the
+# ranks as it should, and the zygote ends with its agent. (Its ranks take a fresh interpreter's dispositions.)
+_DEAF_TO = tuple(s for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
+                             signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF, signal.SIGIO, signal.SIGPWR, signal.SIGXCPU,
+                             *range(signal.SIGRTMIN, signal.SIGRTMAX + 1)))
 _HEADER = struct.Struct("!I")
 _MAX_FDS = 8
 # -c put the current folder first on the path: a runner/ of the user's there is not ours
@@ -304,6 +310,8 @@ def serve(agent: int, fd: int) -> None:
     die_with_parent()
     if os.getppid() != agent:  # the agent died before we asked to die with it
         os._exit(1)
+    for signum in _DEAF_TO:
+        signal.signal(signum, signal.SIG_IGN)
     sys.argv = [""]
     sock = socket.socket(fileno=fd)
     for name in PRELOAD:
@@ -354,6 +362,7 @@ def _fork(message: Fork, fds: list[int], held: tuple[int, ...]) -> int:
     out_w, err_w, events_w = fds
     sys.stdout.flush()
     sys.stderr.flush()
+    zygote = os.getpid()
     pid = os.fork()
     if pid == 0:  # the rank
         code = 70  # EX_SOFTWARE: the body did not return a status
@@ -363,7 +372,7 @@ def _fork(message: Fork, fds: list[int], held: tuple[int, ...]) -> int:
             use_workdir(message.workdir)
             module, function = split_target(message.target)
             body = getattr(importlib.import_module(module), function)
-            code = become_rank(out_w, err_w, events_w, held, lambda events: body(message.argument, events))
+            code = become_rank(zygote, out_w, err_w, events_w, held, lambda events: body(message.argument, events))
         finally:
             os._exit(code)
     return pid

@@ -108,13 +108,14 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host_with_the_true_cause(te
 
 
 def _only_rank_of(host_run: Started, deadline_s: float = 60) -> int:
-    """The pid of the one rank a host's `run` started: the child of its launch agent, its own child (ranks are forked,
-    so their environment in /proc is their parent's)."""
+    """The pid of the one rank a host's `run` started: the child of the zygote its launch agent started, `run`'s own
+    child (ranks are forked, so their environment in /proc is the zygote's)."""
     import psutil
 
     def ranks() -> list[psutil.Process]:
         try:
-            return [c for agent in psutil.Process(host_run.pid).children() for c in agent.children()]
+            return [rank for agent in psutil.Process(host_run.pid).children() for zygote in agent.children()
+                    for rank in zygote.children()]
         except psutil.Error:
             return []
 

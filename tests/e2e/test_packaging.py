@@ -70,7 +70,7 @@ def test_wheel_contains_every_config_and_the_recipes(wheel: Path) -> None:
     assert "hydra_plugins/runner_sweep_launcher/__init__.py" in names  # the sweep launcher (Hydra looks there)
     assert "hydra_plugins/__init__.py" not in names  # a namespace package, shared with other plugins
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "run = runner.app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "run = runner.app.start:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
     assert entry_points.startswith("torch_jobspec-")  # the distribution's name (`runner` is taken on the index)
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+
+from runner.records.paths import RunPaths
 from runs import (SNAPSHOT, artifacts, check_views, finish, processes_of, run, run_folder, running, started,
                   wait_for_pids)
 
@@ -178,9 +180,11 @@ def test_script_recipe_runs_a_torchrun_style_script(tmp_path):
         assert env["WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == "3"
         assert env["GROUP_RANK"] == "0" and env["TORCHELASTIC_RESTART_COUNT"] == "0"
         assert env["TORCHELASTIC_RUN_ID"] == done.run_id and env["OMP_NUM_THREADS"]
-        # the attempt's scratch folder, through the environment as any program would see it (removed after)
-        assert rec["tempdir"] == env["TMPDIR"] == str(run_folder(tmp_path) / "tmp")
-    assert not (run_folder(tmp_path) / "tmp").exists()
+        # the attempt's scratch folder, through the environment as any program would see it (removed after): short,
+        # in the machine's temp folder (a Unix socket's path there fits: multiprocessing's, a DataLoader's workers')
+        assert rec["tempdir"] == env["TMPDIR"] == str(RunPaths(run_folder(tmp_path), done.run_id).scratch())
+        assert len(env["TMPDIR"]) <= 40 and not env["TMPDIR"].startswith(str(tmp_path))
+    assert not Path(env["TMPDIR"]).exists()
 
 
 def test_failing_rank_stops_the_job(tmp_path):

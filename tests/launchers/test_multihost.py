@@ -133,8 +133,10 @@ def test_nothing_of_an_mpirun_job_outlives_run_when_it_is_killed(testbed, tmp_pa
                  "recipe.target=workloads.failing:main", f"+recipe.out_dir={out}", "+recipe.fail_rank=-1",
                  "+recipe.fail_step=0", cwd=tmp_path, env=testbed.env()) as proc:
         wait_for_pids(proc, out, 2)
-        found = processes_of(proc.run_id)  # mpirun, and each host's task and its rank (forked: the same command)
-        assert sum(p.name() == "mpirun" for p in found) == 1 and sum("-m" in p.cmdline() for p in found) >= 4, found
+        found = processes_of(proc.run_id)  # mpirun, and each host's task, its zygote and its rank (forked from the
+        # zygote: the same command, which ends with the task's own)
+        assert sum(p.name() == "mpirun" for p in found) == 1 and sum("-m" in p.cmdline() for p in found) >= 2, found
+        assert sum(p.cmdline()[1:3] == ["-u", "-c"] for p in found) >= 4, found
         proc.reap()
     wait_until(lambda: not processes_of(proc.run_id), 30, "nothing of the run left on any host")
 

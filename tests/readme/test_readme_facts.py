@@ -48,6 +48,7 @@ from runner.training import progress
 from runner.training.checkpoints import CHUNK_BYTES
 from runner.training.context import RunContext
 from runner.worker.host_agent import FAILURE_STOP_S
+from runner.worker.rank_life import QUIET_S, STACKS_S, STALL_MARGIN_S
 from runner.worker.preflight.checks import COLLECTIVE_TIMEOUT_S
 
 pytestmark = pytest.mark.unit
@@ -106,6 +107,10 @@ class Claim:
 
 
 CLAIMS = [
+    # rank endings (runner.worker.rank_life)
+    Claim(r"that then neither ends nor does anything for (\d+) s \(its main", lambda: QUIET_S),
+    Claim(r"ends it (\d+) s later, and the job's result stands", lambda: STACKS_S),
+    Claim(r"each host agent ends the job itself, (\d+) s later", lambda: STALL_MARGIN_S),
     # setup and packaging
     Claim(r"`TORCH_VERSION=([\d.]+)` by default", lambda: setup_default("TORCH_VERSION")),
     Claim(r"The distribution is called `([\w-]+)`", lambda: _project()["name"]),

@@ -23,7 +23,7 @@ def test_every_file_a_run_folder_may_hold_is_listed_once() -> None:
         "spec.yaml", "plan.json", "launch.txt", "provenance.json", "code/", ".hydra/", ".hydra/overrides.yaml",
         "run.log", "job.sbatch", "step.sh", "slurm-<job id>.out", "slurm_job_id", "hostfile.<job id>", "user_stop",
         "logs/", "logs/diagnose.request", "logs/diagnosis.json", "metrics.jsonl", "checkpoints/",
-        "checkpoints/<name>.pt", "tmp/", "run_summary.json", "exit_status", "<run id>.rdzv/", "<run id>.job/",
+        "checkpoints/<name>.pt", "run_summary.json", "exit_status", "<run id>.rdzv/", "<run id>.job/",
         "logs/rankNNNNN.log", "logs/rankNNNNN.error.json", "logs/rankNNNNN.elastic-error.json",
         "logs/rankNNNNN.joined", "logs/rankNNNNN.done", "logs/rankNNNNN.collectives.json", "logs/rankNNNNN.beat"]
     assert all(e.per_rank == e.path.startswith("logs/rankNNNNN.") for e in RunPaths.entries())
@@ -38,6 +38,16 @@ def test_every_accessor_that_names_a_path_is_in_the_list() -> None:
         unlisted = [name for name, member in vars(cls).items() if isinstance(member, property)
                     and type(member) is property and name != "files"]
         assert unlisted == [], (cls.__name__, unlisted)
+
+
+def test_the_ranks_temp_folder_is_short_the_attempts_own_and_not_in_the_run_folder(tmp_path) -> None:
+    """A Unix socket's path must fit in 107 bytes: multiprocessing's listener under a DataLoader's worker, in a run
+    folder 70 characters deep, did not (the workers hung); the ranks' TMPDIR is short, in this machine's temp folder."""
+    deep = tmp_path / ("x" * 120)
+    first, second = RunPaths(deep, "R1").scratch(), RunPaths(deep, "R1", attempt=1).scratch()
+    assert first != second and first.parent == second.parent
+    assert not first.is_relative_to(deep) and len(str(first)) <= len(str(first.parent)) + 24
+    assert RunPaths(deep, "R1").scratch() == first and RunPaths(tmp_path / "other", "R1").scratch() != first
 
 
 def test_a_ranks_files() -> None:

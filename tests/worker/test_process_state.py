@@ -13,14 +13,16 @@ import pytest
 from runner.worker.process_state import ThreadState, describe, main_thread_cpu_seconds, threads, what_it_waits_for
 from runs import wait_until
 
+# from pthread_create to pthread_join the main thread never lets the GIL go (calls of C functions alone, through
+# ctypes.PyDLL: no print, no Python function, no loop between them), so the new thread waits for it from its start
 STUCK = textwrap.dedent("""
     import ctypes
     libc = ctypes.PyDLL(None)  # calls with the GIL held
     body = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(lambda _arg: None)  # a thread that needs the GIL
     thread = ctypes.c_ulong()
+    print("joining", flush=True)
     libc.pthread_create(ctypes.byref(thread), None, body, None)
     libc.pthread_setname_np(thread, b"pt_gloo_runloop")
-    print("joining", flush=True)
     libc.pthread_join(thread, None)
 """)
 
