@@ -85,15 +85,17 @@ def pairs() -> str:
     data = _load("torchrun_pairs")
     rows = []
     for size, r in sorted(data["results"].items(), key=lambda kv: int(kv[0])):
-        med, aborts, failed = r["median_s"], r["teardown_aborts"], r["failed"]
+        med, aborts, hangs, failed = r["median_s"], r["teardown_aborts"], r["hangs"], r["failed"]
+        other = {name: failed[name] - aborts[name] - hangs[name] for name in failed}
         rows.append([size, str(r["runs"]), f"{med['run --']:.2f}", f"{med['torchrun --standalone']:.2f}",
-                     f"{r['ratio_run_vs_torchrun']:.2f}", f"{aborts['run --']} of {r['runs']}",
-                     f"{aborts['torchrun --standalone']} of {r['runs']}",
-                     f"{failed['run --'] - aborts['run --']} / {failed['torchrun --standalone'] - aborts['torchrun --standalone']}"])
+                     f"{r['ratio_run_vs_torchrun']:.2f}", f"{aborts['run --']} / {aborts['torchrun --standalone']}",
+                     f"{hangs['run --']} / {hangs['torchrun --standalone']}",
+                     f"{other['run --']} / {other['torchrun --standalone']}"])
     m = data["machine"]
     return (f"measured {data['date']}, {m['cpus']} CPUs, Python {m['python']}, torch {m['torch']}\n\n"
-            + _table(["processes", "pairs", "run -- (s)", "torchrun --standalone (s)", "ratio", "run: teardown aborts",
-                      "torchrun: teardown aborts", "other failures (run / torchrun)"], rows))
+            + _table(["processes", "pairs", "run -- (s)", "torchrun --standalone (s)", "ratio",
+                      "teardown aborts (run / torchrun)", "hangs (run / torchrun)", "other failures (run / torchrun)"],
+                     rows))
 
 
 def checkpoint() -> str:

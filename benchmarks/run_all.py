@@ -57,7 +57,8 @@ def headline() -> list[tuple[str, str]]:
                      f"{r['ratio_run_vs_torchrun']:.2f}x ({r['median_s']['run --']:.2f} s vs "
                      f"{r['median_s']['torchrun --standalone']:.2f} s); teardown aborts: run "
                      f"{r['teardown_aborts']['run --']} of {r['runs']}, torchrun "
-                     f"{r['teardown_aborts']['torchrun --standalone']} of {r['runs']}"))
+                     f"{r['teardown_aborts']['torchrun --standalone']} of {r['runs']}; hangs: run "
+                     f"{r['hangs']['run --']}, torchrun {r['hangs']['torchrun --standalone']}"))
     diagnosis = json.loads((RESULTS / "diagnosis_overhead.json").read_text())
     for size, r in sorted(diagnosis["results"].items(), key=lambda kv: int(kv[0])):
         rows.append((f"throughput recording collectives vs not (log.collectives=200 vs 0), {size} processes",

@@ -3,10 +3,12 @@ right after the other (which goes first alternates), at 2 and at 4 processes.
 
     .venv/bin/python benchmarks/torchrun_pairs.py [--pairs 14] [--sizes 2 4]
 
-Per size: the median whole-command wall time of each launcher over its successful runs, their ratio (the target:
-`run` at most 0.6x torchrun), and how many runs of each ended badly, teardown aborts counted apart: a run whose
-20 steps finished but a rank died at interpreter teardown ("terminate called without an active exception",
-SIGABRT), which torchrun reports as a failed job. Nothing is retried: every run counts. Results:
+The script (benchmarks/workloads/tiny_ddp.py) is an everyday DDP script: main() makes the model and an SGD optimizer,
+trains 20 steps, destroys its process group and returns. Per size: the median whole-command wall time of each launcher
+over its successful runs, their ratio (the target: `run` at most 0.55x torchrun), and how many runs of each ended
+badly, two kinds counted apart: a teardown abort (the 20 steps finished but a rank died at interpreter teardown,
+"terminate called without an active exception", SIGABRT, which torchrun reports as a failed job) and a hang (no
+end within HANG_S: killed, and counted). Nothing is retried: every run counts. Results:
 benchmarks/results/torchrun_pairs.json.
 """
 
@@ -27,7 +29,7 @@ import result_file
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "workloads" / "tiny_ddp.py"
 BIN = Path(sys.executable).parent
-HANG_S = 180
+HANG_S = 60  # a run not ended by then is a hang (a 20-step job takes seconds)
 ABORT_WORDS = ("terminate called without an active exception", "SIGABRT", "Signal 6", "killed by SIGABRT")
 
 
@@ -75,10 +77,16 @@ def measure(sizes: list[int], pairs: int, cwd: Path) -> dict:
             "runs": len(runs["run --"]),
             "failed": {name: sum(1 for r in rs if r["code"] != 0) for name, rs in runs.items()},
             "teardown_aborts": {name: sum(1 for r in rs if r["abort"]) for name, rs in runs.items()},
+            "hangs": {name: sum(1 for r in rs if r["hung"]) for name, rs in runs.items()},
             "failures": {name: [r["last"] for r in rs if r["code"] != 0] for name, rs in runs.items()},
             "all_s": {name: [r["seconds"] for r in rs] for name, rs in runs.items()},
         }
     return results
+
+
+def _other(result: dict, name: str) -> int:
+    """Failed runs that were neither a teardown abort nor a hang."""
+    return result["failed"][name] - result["teardown_aborts"][name] - result["hangs"][name]
 
 
 def main() -> None:
@@ -96,9 +104,9 @@ def main() -> None:
         print(f"{n} processes: run -- {med.get('run --', float('nan')):.2f} s, torchrun --standalone "
               f"{med.get('torchrun --standalone', float('nan')):.2f} s: {r['ratio_run_vs_torchrun']:.2f}x; "
               f"teardown aborts: run {r['teardown_aborts']['run --']}/{r['runs']}, torchrun "
-              f"{r['teardown_aborts']['torchrun --standalone']}/{r['runs']}; other failures: "
-              f"run {r['failed']['run --'] - r['teardown_aborts']['run --']}, torchrun "
-              f"{r['failed']['torchrun --standalone'] - r['teardown_aborts']['torchrun --standalone']}")
+              f"{r['teardown_aborts']['torchrun --standalone']}/{r['runs']}; hangs: run {r['hangs']['run --']}/"
+              f"{r['runs']}, torchrun {r['hangs']['torchrun --standalone']}/{r['runs']}; other failures: "
+              f"run {_other(r, 'run --')}, torchrun {_other(r, 'torchrun --standalone')}")
     print(f"written: {out}")
 
 

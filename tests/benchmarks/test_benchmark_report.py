@@ -57,6 +57,8 @@ def test_the_readme_quotes_the_paired_torchrun_results():
     assert (f"torchrun {two['teardown_aborts']['torchrun --standalone']} and "
             f"{four['teardown_aborts']['torchrun --standalone']} of {data['pairs']}, `run` "
             f"{two['teardown_aborts']['run --']} of {data['pairs']}") in row
+    assert (f"runs that never ended: torchrun {two['hangs']['torchrun --standalone']} and "
+            f"{four['hangs']['torchrun --standalone']}, `run` {two['hangs']['run --']} and {four['hangs']['run --']}") in row
     assert four["teardown_aborts"]["run --"] == two["teardown_aborts"]["run --"]
 
 
