@@ -254,13 +254,13 @@ class RunPaths:
         """A checkpoint of the recipe (``last``: consolidated, in plain torch format, under every sharding mode)."""
         return checkpoint_file(self.checkpoints, name)
 
-    def scratch(self) -> Path:
-        """The ranks' temporary files of this attempt (each rank's TMPDIR: Python's ``tempfile`` folder, and the
-        programs a rank starts), removed after it: a folder of its own in this machine's temporary folder, short, not
-        in the run folder, where a Unix socket's path (multiprocessing's, a DataLoader's workers') could pass the 107
-        bytes Linux allows and a DataLoader's workers then hang (seen in a run folder 70 characters deep)."""
+    def scratch(self, rank: int) -> Path:
+        """Rank ``rank``'s temporary files of this attempt (its TMPDIR: Python's ``tempfile`` folder, and the programs
+        it starts), removed after it: a folder of its own in this machine's temporary folder, short, not in the run
+        folder, where a Unix socket's path (multiprocessing's, a DataLoader's workers') could pass the 107 bytes Linux
+        allows and a DataLoader's workers then hang (seen in a run folder 70 characters deep)."""
         digest = hashlib.sha1(f"{self.root.resolve()}".encode()).hexdigest()[:10]
-        return Path(tempfile.gettempdir()) / f"runner-{digest}-{self.attempt}"
+        return Path(tempfile.gettempdir()) / f"runner-{digest}-{self.attempt}-{rank}"
 
     # -- how it ended -----------------------------------------------------------------------------------------
     @_file

@@ -119,6 +119,17 @@ class JobChannel:
     def __init__(self, kv: KeyValue) -> None:
         self._kv = kv
 
+    @property
+    def key_value(self) -> KeyValue:
+        """Where its keys are kept (runner.worker.channel_proxy serves another process's through it)."""
+        return self._kv
+
+    def close(self) -> None:
+        """Let go of the store, where this end holds something of its own (a proxy's process)."""
+        closing = getattr(self._kv, "close", None)
+        if closing is not None:
+            closing()
+
     # -- opening -----------------------------------------------------------------------------------------------
     @classmethod
     def served(cls, store: Any) -> JobChannel:
@@ -149,19 +160,25 @@ class JobChannel:
                            f"host 0's `run` running?")
 
     @classmethod
-    def reach_attempt(cls, addr: str, port: int, attempt: int, timeout_s: float) -> tuple[JobChannel, int]:
+    def reach_attempt(cls, addr: str, port: int, attempt: int, timeout_s: float,
+                      reach: Callable[[str, int, float], JobChannel] | None = None) -> tuple[JobChannel, int]:
         """Another host's end, for the attempt it is about to start: host 0's store once it has opened ``attempt``
         or a later one (a host started again joins the attempt the others are in), and that attempt. While host 0
         moves from one attempt's store to the next, the old one answers an older attempt, then goes away: each
-        look is a new connection. Raises ChannelError."""
+        look is a new connection (``reach``: how one is made; :meth:`reach` by default). Raises ChannelError."""
         deadline = time.monotonic() + timeout_s
+        reach = reach or cls.reach
+        previous: list[JobChannel] = []
 
         def look() -> tuple[JobChannel, int | None]:
-            channel = cls.reach(addr, port, max(1.0, deadline - time.monotonic()))
-            return channel, channel.attempt()
+            for old in previous:
+                old.close()
+            previous[:] = [reach(addr, port, max(1.0, deadline - time.monotonic()))]
+            return previous[0], previous[0].attempt()
 
         channel, current = poll(look, lambda seen: seen[1] is not None and seen[1] >= attempt, timeout_s, POLL_S)
         if current is None or current < attempt:
+            channel.close()
             raise ChannelError(f"host 0's store at {addr}:{port} did not open attempt {attempt + 1} within "
                                f"{timeout_s:g} s; is host 0's `run` still running?")
         return channel, current

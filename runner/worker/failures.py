@@ -138,6 +138,8 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
         rest = errors
     elif errors:
         head = next((e for e in errors if first is not None and e["rank"] == setups[first].place.global_rank), errors[0])
+        if lost_a_peer(head["exception"]):  # a symptom (two ranks may end in the same look): the cause comes first
+            head = next((e for e in errors if not lost_a_peer(e["exception"])), head)
         named, setup = next((i, s) for i, s in enumerate(setups) if s.place.global_rank == head["rank"])
         print(f"rank {head['rank']} (host {head['host']}, local rank {head['local_rank']}, pid {head['pid']}) "
               f"failed first:", file=out)

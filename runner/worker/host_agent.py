@@ -54,6 +54,7 @@ from runner.spec.document import recipe_config
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
 from runner.worker.channel import ChannelError, JobChannel, ask_for_dumps, gather_dumps, where_through
+from runner.worker.channel_proxy import ProxyKeyValue
 from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.failures import agent_seen_error, failure_line, report_host_ending
 from runner.worker.network import NetworkError, network_choice
@@ -134,7 +135,7 @@ def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, e
             echo = Echo(shown=shown, prefix=f"[rank {rec.global_rank} {rec.host}] " if shown else "", progress=shown)
         env = child_environment(plan, rec, paths, environment, master_port=rdzv.master_port,
                                 agent_store=rdzv.agent_store, network=network.env if network else {},
-                                tmpdir=str(paths.scratch()))
+                                tmpdir=str(paths.scratch(rec.global_rank)))
         setups.append(RankSetup(spec=job.spec, recipe=recipe_settings(job.spec.recipe), recipe_cfg=recipe_cfg, place=rec,
                                 backend=job.backend.value, device=job.device,
                                 init_method=rdzv.init_method, env=env, paths=paths, stop_signal=plan.rules.stop_signal,
@@ -266,9 +267,10 @@ class HostAgent:
         if isinstance(prepared, int):
             return prepared, paths
         rdzv, setups, report, channel, paths = prepared
-        scratch = paths.scratch()  # the ranks' temp files: a folder of this attempt's, removed after
-        shutil.rmtree(scratch, ignore_errors=True)  # (an agent killed outright could not)
-        scratch.mkdir(mode=0o700)
+        scratches = [paths.scratch(s.place.global_rank) for s in setups]  # the ranks' temp files, removed after
+        for scratch in scratches:
+            shutil.rmtree(scratch, ignore_errors=True)  # (an agent killed outright could not)
+            scratch.mkdir(mode=0o700)
         started = time.perf_counter()
         relay = OutputRelay(sys.stdout.fileno(), sys.stderr.fileno(), bar_ok=_is_tty(sys.stdout))
         relay.start()
@@ -280,11 +282,14 @@ class HostAgent:
             for rank in ranks:  # whatever happened above, nothing of this attempt stays behind
                 rank.kill()
             relay.close()
-            shutil.rmtree(scratch, ignore_errors=True)
+            for scratch in scratches:
+                shutil.rmtree(scratch, ignore_errors=True)
         try:
             return self._report(ending, setups, paths, report, channel, time.perf_counter() - started), paths
         finally:
             self._end_together(channel, setups, paths.attempt)
+            if channel is not None:
+                channel.close()
             rdzv.close()  # host 0: the store goes with the attempt (after the others said how they ended)
 
     def _end_together(self, channel: JobChannel | None, setups: list[RankSetup], attempt: int) -> None:
@@ -366,13 +371,18 @@ class HostAgent:
             return None, paths.attempt
         if self.serves:  # the store served from host 0 (from its own process), reached over loopback as a client:
             # it listens there on one host, and on every address with several
-            channel = JobChannel.reach("127.0.0.1", int(rdzv.master_port), spec.init.timeout_s)
+            channel = self._reach("127.0.0.1", int(rdzv.master_port), spec.init.timeout_s)
             channel.open_attempt(paths.attempt)
             return channel, paths.attempt
         if isinstance(self.plan.master_addr, Deferred):
             return None, paths.attempt
         return JobChannel.reach_attempt(self.plan.master_addr, int(rdzv.master_port), paths.attempt,
-                                        spec.init.timeout_s)
+                                        spec.init.timeout_s, reach=self._reach)
+
+    def _reach(self, addr: str, port: int, timeout_s: float) -> JobChannel:
+        """An end of the job's channel on host 0's store, through a child of the zygote (runner.worker.channel_proxy):
+        the agent imports no torch."""
+        return JobChannel(ProxyKeyValue.reach(self._zygote, addr, port, timeout_s))
 
     def _rendezvous(self, paths: RunPaths) -> Rendezvous:
         """This agent's part of the rendezvous: host 0's agent (a task per process: global rank 0's) serves the store

@@ -8,8 +8,10 @@ it first hangs the same way under torchrun: the GIL held by ``~ProcessGroupGloo`
 
 So the host agent starts this process by exec, as torchrun starts a worker, and it does one thing: it imports what
 every rank imports (:data:`PRELOAD`, and nothing else of the runner's), starts no thread, never initialises CUDA, and
-then forks a rank when the agent asks (:class:`Fork`), says how each ended (:class:`Exited`), and tries a recipe
-target for validation in a child of its own (:class:`TryTarget`). What each pre-import buys, and what was refused, is
+then forks a rank when the agent asks (:class:`Fork`), says how each ended (:class:`Exited`), tries a recipe target
+for validation in a child of its own (:class:`TryTarget`), and forks the children that need torch for the agent:
+host 0's store (:class:`ServeStore`) and a client of it for the job's channel (:class:`ServeChannel`), so that the
+agent imports no torch. What each pre-import buys, and what was refused, is
 measured by ``benchmarks/zygote_preload.py``. A rank takes a fresh process's random streams after the fork
 (runner.worker.rank_process.become_rank).
 
@@ -45,6 +47,7 @@ from runner.worker.rank_process import become_rank, die_with_parent
 PRELOAD = ("torch", "runner.worker.rank", "runner.worker.script")
 RANK_BODY = "runner.worker.rank:rank_main"
 STORE_INDEX = -1  # the Forked that answers a ServeStore
+CHANNEL_INDEX = -2  # ... and a ServeChannel
 EXIT_WAIT_S = 10.0  # how long the agent waits for the zygote's word on a rank it has SIGKILLed
 # what the zygote ignores: the signals that stop a job, which a scheduler sends every process of a job at once (Slurm's
 # scancel --signal, its time-limit signal, mpirun's), and any other that would end it; its agent passes each on to the
@@ -100,6 +103,16 @@ class ServeStore:
     """Serve host 0's rendezvous store from a child (runner.worker.store_server.serve) on the listening socket that
     comes with the message, saying on the pipe that comes with it when it serves; answered with a Forked of index
     -1 (and its pidfd)."""
+
+    addr: str
+    port: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class ServeChannel:
+    """Hold a client of host 0's store at ``addr:port`` in a child (runner.worker.channel_proxy.serve), which answers
+    the agent's channel on the socket that comes with the message; answered with a Forked of index -2 (and its pidfd)."""
 
     addr: str
     port: int
@@ -237,6 +250,15 @@ class Zygote:
             if isinstance(message, Forked) and message.index == STORE_INDEX:
                 return message.pid, received[0]
 
+    def serve_channel(self, addr: str, port: int, timeout_s: float, sock_fd: int) -> tuple[int, int]:
+        """Start a client of host 0's store for the agent's channel (runner.worker.channel_proxy); its pid and pidfd.
+        Raises ZygoteGone."""
+        self._send(ServeChannel(addr, port, timeout_s), (sock_fd,))
+        while True:
+            message, received = self._next(None)
+            if isinstance(message, Forked) and message.index == CHANNEL_INDEX:
+                return message.pid, received[0]
+
     def try_target(self, target: str, workdir: str | None) -> Any:
         """runner.spec.targets.target_problem, in a child of the zygote (which has torch imported, as the ranks
         will). Raises ZygoteGone."""
@@ -344,14 +366,19 @@ def serve(agent: int, fd: int) -> None:
 def _answer(sock: socket.socket, selector: selectors.BaseSelector, children: dict[int, int], message: object,
             fds: list[int]) -> None:
     held = (sock.fileno(), selector.fileno(), *children)  # what a child must not keep of the zygote's
-    if isinstance(message, (Fork, ServeStore)):
-        pid = _fork(message, fds, held) if isinstance(message, Fork) else _fork_store(message, fds, held)
+    if isinstance(message, (Fork, ServeStore, ServeChannel)):
+        if isinstance(message, Fork):
+            pid, index = _fork(message, fds, held), message.index
+        elif isinstance(message, ServeStore):
+            pid, index = _fork_store(message, fds, held), STORE_INDEX
+        else:
+            pid, index = _fork_channel(message, fds, held), CHANNEL_INDEX
         for f in fds:
             os.close(f)
         pidfd = os.pidfd_open(pid)
         children[pidfd] = pid
         selector.register(pidfd, selectors.EVENT_READ)
-        send(sock, Forked(message.index if isinstance(message, Fork) else STORE_INDEX, pid), [pidfd])
+        send(sock, Forked(index, pid), [pidfd])
     elif isinstance(message, TryTarget):
         from runner.spec.targets import target_problem
 
@@ -389,6 +416,22 @@ def _fork_store(message: ServeStore, fds: list[int], held: tuple[int, ...]) -> i
 
             close_fds(held)
             serve(message.addr, listen_fd, message.port, message.timeout_s, ready_w, zygote)
+        finally:
+            os._exit(1)
+    return pid
+
+
+def _fork_channel(message: ServeChannel, fds: list[int], held: tuple[int, ...]) -> int:
+    (sock_fd,) = fds
+    zygote = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the agent's client of host 0's store
+        try:
+            from runner.worker.channel_proxy import serve
+            from runner.worker.relay import close_fds
+
+            close_fds(held)
+            serve(sock_fd, message.addr, message.port, message.timeout_s, zygote)
         finally:
             os._exit(1)
     return pid

@@ -149,5 +149,5 @@ def test_an_error_whose_message_begins_with_newlines_is_said_by_its_first_words(
     done = run("topology=1x2", "--", "newline.py", cwd=tmp_path, workloads=False, timeout=120)
     assert done.code == 1, done.output
     status = json.loads((run_folder(tmp_path) / "run_summary.json").read_text())["status_text"]
-    assert status == ("failed (exit 1): rank 1 on host node0 raised RuntimeError: the-real-message: rank 1 could not "
-                      "go on"), status
+    assert status.startswith("failed (exit 1): rank 1 on host node0 raised RuntimeError: the-real-message: rank 1 "
+                             "could not go on"), status

@@ -136,6 +136,10 @@ def test_a_rank_is_a_fresh_process_as_a_torchrun_worker_is(both):
     for launcher in ("torchrun", "run"):
         draws = [both[launcher][1][rank]["draws"] for rank in (0, 1)]
         assert all(a != b for a, b in zip(*draws)), (launcher, draws)
+    # README's table: a str's hash() is every torchrun worker's own, and the same in every rank of a host under `run`
+    assert "`hash()` of a `str` (unless `PYTHONHASHSEED` is set)" in readme_differences()
+    hashes = {launcher: {both[launcher][1][rank]["str_hash"] for rank in (0, 1)} for launcher in ("torchrun", "run")}
+    assert len(hashes["torchrun"]) == 2 and len(hashes["run"]) == 1, hashes
     for rank in (0, 1):
         theirs, ours = both["torchrun"][1][rank]["state"], both["run"][1][rank]["state"]
         assert ours == theirs, {k: (ours[k], theirs[k]) for k in ours if ours[k] != theirs.get(k)}

@@ -182,7 +182,7 @@ def test_script_recipe_runs_a_torchrun_style_script(tmp_path):
         assert env["TORCHELASTIC_RUN_ID"] == done.run_id and env["OMP_NUM_THREADS"]
         # the attempt's scratch folder, through the environment as any program would see it (removed after): short,
         # in the machine's temp folder (a Unix socket's path there fits: multiprocessing's, a DataLoader's workers')
-        assert rec["tempdir"] == env["TMPDIR"] == str(RunPaths(run_folder(tmp_path), done.run_id).scratch())
+        assert rec["tempdir"] == env["TMPDIR"] == str(RunPaths(run_folder(tmp_path), done.run_id).scratch(rank))
         assert len(env["TMPDIR"]) <= 40 and not env["TMPDIR"].startswith(str(tmp_path))
     assert not Path(env["TMPDIR"]).exists()
 

@@ -44,10 +44,10 @@ def test_the_ranks_temp_folder_is_short_the_attempts_own_and_not_in_the_run_fold
     """A Unix socket's path must fit in 107 bytes: multiprocessing's listener under a DataLoader's worker, in a run
     folder 70 characters deep, did not (the workers hung); the ranks' TMPDIR is short, in this machine's temp folder."""
     deep = tmp_path / ("x" * 120)
-    first, second = RunPaths(deep, "R1").scratch(), RunPaths(deep, "R1", attempt=1).scratch()
-    assert first != second and first.parent == second.parent
+    first, second = RunPaths(deep, "R1").scratch(3), RunPaths(deep, "R1", attempt=1).scratch(3)
+    assert len({first, second, RunPaths(deep, "R1").scratch(4)}) == 3 and first.parent == second.parent
     assert not first.is_relative_to(deep) and len(str(first)) <= len(str(first.parent)) + 24
-    assert RunPaths(deep, "R1").scratch() == first and RunPaths(tmp_path / "other", "R1").scratch() != first
+    assert RunPaths(deep, "R1").scratch(3) == first and RunPaths(tmp_path / "other", "R1").scratch(3) != first
 
 
 def test_a_ranks_files() -> None:

@@ -36,6 +36,7 @@ seen = {
     # what a fresh interpreter has: its own random streams, no thread-local torch state, modes or hooks, no atexit
     # function, logging handler or warning filter but its own and torch's
     "draws": [torch.initial_seed(), torch.rand(2).tolist(), numpy.random.rand(2).tolist(), random.random()],
+    "str_hash": hash("parity"),
     "state": {"grad": torch.is_grad_enabled(), "inference": torch.is_inference_mode_enabled(),
               "dtype": str(torch.get_default_dtype()), "function_modes": len(_get_current_function_mode_stack()),
               "dispatch_modes": len(_get_current_dispatch_mode_stack()),

@@ -236,6 +236,17 @@ def test_the_first_rank_to_fail_is_the_one_the_agent_saw_end_first_not_the_earli
     assert [e["rank"] for e in first_failures(paths, (0, 1))] == [1, 0]
 
 
+def test_a_rank_that_lost_its_peer_is_never_named_before_the_rank_that_failed(paths, capsys) -> None:
+    """Two ranks that ended in the same look of the agent are in no telling order: a lost connection is the symptom,
+    the other error the cause, and the report and the run's summary name the cause first."""
+    setups = host_setups(paths, 2)
+    raised(setups[0], "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1234", 101.0)
+    raised(setups[1], "RuntimeError: injected failure on rank 1 at step 3", 100.5)
+    _, _, err = report(capsys, HostEnding(codes={0: 1, 1: 1}, order=[0, 1]), setups, paths)
+    assert err.splitlines()[2] == "rank 1 (host node0, local rank 1, pid 4001) failed first:"
+    assert [e["rank"] for e in first_failures(paths, (0, 1))] == [1, 0]
+
+
 def test_a_script_that_exited_with_a_status_shows_what_it_said_last_and_how_to_pass_local_rank(paths, capsys) -> None:
     (setup,) = host_setups(paths, 1)
     setup.log_file.write_text("usage: train.py [-h] --local_rank LOCAL_RANK\n\n"

@@ -129,7 +129,7 @@ def test_a_ranks_environment_is_the_plans_with_the_port_and_store_of_the_rendezv
         "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_ERROR_FILE": f"{paths.logs}/rank00003.elastic-error.json",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "TORCHELASTIC_USE_AGENT_STORE": "True", "OMP_NUM_THREADS": "4",
-        "TORCH_FR_BUFFER_SIZE": "200", "TMPDIR": str(paths.scratch())}
+        "TORCH_FR_BUFFER_SIZE": "200", "TMPDIR": str(paths.scratch(3))}
 
 
 def test_every_rank_gets_the_rendezvous_the_plans_stop_signal_and_the_notes_on_its_interface(paths) -> None:

@@ -1,0 +1,124 @@
+"""The job's channel (runner.worker.channel) for a host agent, which imports no torch: a child of the host's zygote
+(runner.worker.zygote), which has torch imported already, holds the TCPStore client and does the agent's
+``set``/``get``/``first`` on host 0's store, asked over a Unix socket.
+
+Importing torch costs a process over a second of CPU; the agent of a job across hosts needs host 0's store for the
+channel alone (its ranks are forked by the zygote, its store served by another child of it), so it borrows the
+zygote's torch instead of importing its own. The child dies with the zygote, which dies with the agent; the agent
+closes it with the attempt.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from typing import TYPE_CHECKING
+
+from runner.worker.rank_process import die_with_parent
+
+if TYPE_CHECKING:
+    from runner.worker.zygote import Zygote
+
+_DEAF_TO = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class ProxyError(RuntimeError):
+    """The store did not answer (gone, or the connection to it broke): what a TCPStore raises, as the channel reads it."""
+
+
+class ProxyKeyValue:
+    """A runner.worker.channel.KeyValue whose store is reached by a child of the zygote."""
+
+    def __init__(self, sock: socket.socket, pid: int, pidfd: int, zygote: Zygote) -> None:
+        self._sock, self._pid, self._pidfd, self._zygote = sock, pid, pidfd, zygote
+
+    @classmethod
+    def reach(cls, zygote: Zygote, addr: str, port: int, timeout_s: float) -> ProxyKeyValue:
+        """A client of the store at ``addr:port`` in a new child of ``zygote``, once it has connected (within
+        ``timeout_s``). Raises runner.worker.channel.ChannelError (or ZygoteGone)."""
+        from runner.worker.channel import ChannelError
+        from runner.worker.zygote import receive
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            pid, pidfd = zygote.serve_channel(addr, port, timeout_s, theirs.fileno())
+        finally:
+            theirs.close()
+        proxy = cls(ours, pid, pidfd, zygote)
+        try:
+            (said, why), _ = receive(ours)
+        except (EOFError, OSError):
+            said, why = "error", "the store's client ended before it connected"
+        if said != "ok":
+            proxy.close()
+            raise ChannelError(str(why))
+        return proxy
+
+    def set(self, key: str, value: bytes) -> None:
+        self._call("set", key, value)
+
+    def get(self, key: str) -> bytes | None:
+        return self._call("get", key)
+
+    def first(self, key: str, value: bytes) -> bool:
+        return self._call("first", key, value)
+
+    def close(self) -> None:
+        """End the child (and wait until the zygote has reaped it)."""
+        if self._pid:
+            self._sock.close()
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._zygote.exit_code(self._pid, 10.0)
+            os.close(self._pidfd)
+            self._pid = 0
+
+    def _call(self, op: str, *args: object) -> object:
+        from runner.worker.zygote import receive, send
+
+        if not self._pid:
+            raise ProxyError("the channel is closed")
+        try:
+            send(self._sock, (op, args))
+            (said, value), _ = receive(self._sock)
+        except (EOFError, OSError) as e:
+            raise ProxyError(f"the store's client ended ({e or 'closed'})") from e
+        if said == "raised":
+            raise ProxyError(str(value))
+        return value
+
+
+def serve(fd: int, addr: str, port: int, timeout_s: float, parent: int) -> None:
+    """The child's life (forked by the zygote, ``parent``): connect, say so, answer until the agent closes the socket.
+    Never returns."""
+    from runner.worker.channel import ChannelError, JobChannel
+    from runner.worker.zygote import receive, send
+
+    die_with_parent()
+    if os.getppid() != parent:
+        os._exit(1)
+    for signum in _DEAF_TO:  # a job's stop is its agent's to pass on: the channel must stay to carry it
+        signal.signal(signum, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
+    try:
+        kv = JobChannel.reach(addr, port, timeout_s).key_value
+    except ChannelError as e:
+        send(sock, ("error", str(e)))
+        os._exit(1)
+    send(sock, ("ok", None))
+    while True:
+        try:
+            op, args = receive(sock)[0]
+        except (EOFError, OSError):
+            os._exit(0)
+        try:
+            answer: tuple[str, object] = ("ok", getattr(kv, op)(*args))
+        except (RuntimeError, OSError, ValueError) as e:  # what a TCPStore raises when its store is gone
+            answer = ("raised", str(e) or type(e).__name__)
+        try:
+            send(sock, answer)
+        except OSError:
+            os._exit(0)
