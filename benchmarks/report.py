@@ -138,8 +138,19 @@ def restarts() -> str:
             + "\nWhat host 0's output says (of the first trial):\n\n" + "\n".join(said) + "\n")
 
 
+def preload() -> str:
+    data = _load("zygote_preload")
+    rows = [[name, f"{r['zygote_cpu_s']:.2f}", f"{r['saves_every_rank_cpu_s']:.2f}", f"{r['hangs']} of {r['runs']}"]
+            for name, r in data["results"].items()]
+    m = data["machine"]
+    return (f"measured {data['date']}, {m['cpus']} CPUs, Python {m['python']}, torch {m['torch']}\n\n"
+            + _table(["imported before the fork (after torch)", "costs the zygote (CPU-s)", "saves every rank (CPU-s)",
+                      "jobs that hung at their end"], rows))
+
+
 TABLES = {"machine": lambda: machine() + "\n", "launch": launch, "throughput": throughput, "plan": plan,
-          "sharding": sharding, "diagnosis": diagnosis, "pairs": pairs, "checkpoint": checkpoint, "restarts": restarts}
+          "sharding": sharding, "diagnosis": diagnosis, "pairs": pairs, "checkpoint": checkpoint, "restarts": restarts,
+          "preload": preload}
 
 
 def update(report: Path = REPORT) -> list[str]:

@@ -98,13 +98,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions: check the suite runs")
     parser.add_argument("--only", nargs="+", choices=["launch_speed", "torchrun_pairs", "diagnosis_overhead", "plan_scale",
-                                                      "sharding_memory", "checkpoint_broadcast", "restart_across_hosts"],
+                                                      "sharding_memory", "checkpoint_broadcast", "restart_across_hosts",
+                                                      "zygote_preload"],
                         help="run these benchmarks only; the summary also reads the others' last result files")
     args = parser.parse_args()
     quick = {"launch_speed": ["--reps", "1", "--steps", "200"], "torchrun_pairs": ["--pairs", "1"],
              "diagnosis_overhead": ["--reps", "1", "--steps", "200"],
              "plan_scale": ["--repeat", "1"], "sharding_memory": ["--steps", "5"], "checkpoint_broadcast": ["--mib", "128"],
-             "restart_across_hosts": ["--rounds", "1"]}
+             "restart_across_hosts": ["--rounds", "1"], "zygote_preload": ["--runs", "2"]}
     names = list(args.only or quick)
     if os.geteuid() != 0 and "restart_across_hosts" in names:  # its two hosts are network namespaces
         print("restart_across_hosts.py needs root (scripts/testbed.py): left out, its last results stand")

@@ -41,9 +41,10 @@ from typing import Any
 from runner.worker.rank_process import become_rank, die_with_parent
 
 # What the zygote imports before it forks (a rank then starts with it imported, in pages it shares): torch (which
-# imports numpy and torch.distributed; ~1.2 CPU-s a rank saves) and the rank's own body (~0.2 CPU-s: Hydra's config
-# objects and the runner's records). Not torch._dynamo (the first optimizer imports it, ~1 CPU-s a rank): a script
-# that runs with it imported before its first line hangs at its end, under torchrun too (benchmarks/zygote_preload.py).
+# imports numpy and torch.distributed: about 1.3 CPU-s a rank saves) and the rank's own code (0.2 CPU-s: the zygote
+# needs it anyway to read the setup a rank is sent). Not torch._dynamo, which the DDP constructor and the first
+# optimizer import (about 1 CPU-s a rank): ranks forked after it was imported hung at their end, 2 jobs of 16
+# (benchmarks/zygote_preload.py; a script that imports it first hangs the same way under torchrun).
 PRELOAD = ("torch", "runner.worker.rank", "runner.worker.script")
 RANK_BODY = "runner.worker.rank:rank_main"
 STORE_INDEX = -1  # the Forked that answers a ServeStore

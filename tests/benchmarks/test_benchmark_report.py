@@ -33,8 +33,24 @@ def test_every_table_block_of_the_report_is_rewritten_from_the_results(tmp_path)
 
 def test_the_committed_report_has_every_table_block():
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
-    assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "pairs", "restarts", "throughput",
-                                                                 "diagnosis", "plan", "sharding", "checkpoint"]
+    assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "preload", "pairs", "restarts",
+                                                                 "throughput", "diagnosis", "plan", "sharding",
+                                                                 "checkpoint"]
+
+
+def test_the_committed_report_quotes_the_preload_results_and_the_zygote_imports_what_they_show_safe():
+    """The preload table holds what benchmarks/results/zygote_preload.json holds; the zygote imports no candidate that
+    hung a job, and torch._dynamo hung some (the reason it is not imported)."""
+    from runner.worker.zygote import PRELOAD
+
+    text = (REPO / "benchmarks" / "REPORT.md").read_text()
+    block = text[text.index("<!-- table:preload -->"):]
+    assert report.preload() in block[:block.index("<!-- end -->")]
+    results = json.loads((REPO / "benchmarks" / "results" / "zygote_preload.json").read_text())["results"]
+    preloaded = {m for r in results.values() for m in r["modules"] if m in PRELOAD}
+    assert preloaded == set(PRELOAD) - {"torch"}
+    assert all(r["hangs"] == 0 for r in results.values() if set(r["modules"]) <= set(PRELOAD))
+    assert next(r for r in results.values() if r["modules"] == ["torch._dynamo"])["hangs"] > 0
 
 
 def test_the_committed_report_quotes_the_paired_torchrun_results():

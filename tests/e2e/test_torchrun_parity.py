@@ -140,6 +140,11 @@ def test_a_rank_is_a_fresh_process_as_a_torchrun_worker_is(both):
     assert "`hash()` of a `str` (unless `PYTHONHASHSEED` is set)" in readme_differences()
     hashes = {launcher: {both[launcher][1][rank]["str_hash"] for rank in (0, 1)} for launcher in ("torchrun", "run")}
     assert len(hashes["torchrun"]) == 2 and len(hashes["run"]) == 1, hashes
+    # README's table: beyond 0, 1 and 2, the rank's event pipe to its agent and its client of the job's channel
+    assert "open descriptors beyond 0, 1, 2 at the first line" in readme_differences()
+    for rank in (0, 1):
+        assert both["torchrun"][1][rank]["descriptors"] == [] and both["run"][1][rank]["descriptors"] == [
+            "pipe", "socket"], (both["torchrun"][1][rank]["descriptors"], both["run"][1][rank]["descriptors"])
     for rank in (0, 1):
         theirs, ours = both["torchrun"][1][rank]["state"], both["run"][1][rank]["state"]
         assert ours == theirs, {k: (ours[k], theirs[k]) for k in ours if ours[k] != theirs.get(k)}

@@ -28,7 +28,21 @@ def stream(s) -> dict:
             "buffer": type(s.buffer).__name__, "has_reconfigure": hasattr(s, "reconfigure")}
 
 
+def descriptors() -> list[str]:
+    """What the process has open beyond 0, 1 and 2 at its first line, by kind (pipe, socket, a file's path)."""
+    kinds = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        if int(fd) > 2:
+            kinds.append(target.split(":")[0] if target.startswith(("pipe:", "socket:")) else target)
+    return sorted(kinds)
+
+
 seen = {
+    "descriptors": descriptors(),
     "argv": sys.argv, "orig_argv": sys.orig_argv[1:], "cwd": os.getcwd(), "path0": sys.path[0],
     "main_file": sys.modules["__main__"].__file__, "name": __name__, "stdout": stream(sys.stdout),
     "stderr": stream(sys.stderr), "faulthandler": faulthandler.is_enabled(), "threads": torch.get_num_threads(),
