@@ -1,6 +1,7 @@
-"""A host's share of a job, run by its host agent: the process that holds torch already, forks the host's ranks
-(runner.worker.rank_process), relays their output (runner.worker.relay), watches their exits, stops them, and
-says how they ended.
+"""A host's share of a job, run by its host agent: the process that has the host's zygote fork its ranks
+(runner.worker.zygote: a fresh interpreter that holds torch; the agent itself imports none), relays their output
+(runner.worker.relay), watches their exits and their ends (runner.worker.rank_life), stops them, and says how they
+ended.
 
 The host agent is `run`'s launch agent for launcher=local and manual (runner.app.agent), and the task a scheduler
 starts for launcher=slurm and mpi (runner.app.task): one per host with ``launcher.tasks=per_host``, one per rank
@@ -9,10 +10,12 @@ with ``per_device``. Its phases, named as torch elastic's agent names its own:
 1. **prepare** — preflight's host checks (preflight=true), the rendezvous (host 0 serves the store for env:// and
    tcp://, as torchrun's agent does, from a process of its own: runner.worker.store_server), each rank's setup
    (runner.worker.setup);
-2. **start** — fork every rank;
-3. **monitor** — until every rank has exited: a rank's exit is known at once (a pidfd), whatever ended it (a
-   return, ``sys.exit``, ``os._exit``, a signal); a rank that fails, another host that says its share failed
-   (the job's channel, runner.worker.channel) or a signal to the agent starts the stop;
+2. **start** — fork every rank (from the zygote);
+3. **monitor** — until every rank has exited: a rank's exit is known at once (the zygote says it), whatever ended it
+   (a return, ``sys.exit``, ``os._exit``, a signal); a rank that fails, another host that says its share failed
+   (the job's channel, runner.worker.channel) or a signal to the agent starts the stop; a rank stuck at its end is
+   ended, and a stall no rank's watch can see ends the attempt (runner.worker.rank_life); a rank that cannot say
+   where it is gets an answer from the agent (runner.worker.process_state);
 4. **stop** — what each cause sends the ranks, then SIGKILL to what is left of their process groups;
 5. **report** — runner.worker.failures; every agent puts its ranks' records on the job's channel, and host 0's
    writes them all into its run folder (runner.worker.endings). Under mpirun, which kills every task once one has

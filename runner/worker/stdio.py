@@ -2,9 +2,9 @@
 
 torchrun runs each worker as ``python -u script.py``: file descriptors 1 and 2 are whatever it gave the process
 (its terminal, or files with ``--redirects``), and ``sys.stdout``/``sys.stderr`` are plain unbuffered text files
-over them. A rank here is forked from its host agent, which has torch imported already (the speed of `run`), so
-it inherits the agent's Python stream objects: :func:`reopen_standard_streams` replaces them, after the agent
-has pointed descriptors 1 and 2 at the rank's pipes, with what ``python -u`` would have made: a
+over them. A rank here is forked from its host's zygote, which has torch imported already (the speed of `run`), so
+it inherits the zygote's Python stream objects: :func:`reopen_standard_streams` replaces them, after descriptors 1
+and 2 were pointed at the rank's pipes, with what ``python -u`` would have made: a
 ``TextIOWrapper`` over an unbuffered ``FileIO`` named ``<stdout>``/``<stderr>``, write-through, with the
 interpreter's encoding and error handlers. Everything a script may do with them (``fileno()``, ``buffer``,
 ``reconfigure``, ``faulthandler.enable()``, C-level writes, subprocesses) then behaves as under torchrun.

@@ -108,14 +108,15 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host_with_the_true_cause(te
 
 
 def _only_rank_of(host_run: Started, deadline_s: float = 60) -> int:
-    """The pid of the one rank a host's `run` started: the child of the zygote its launch agent started, `run`'s own
-    child (ranks are forked, so their environment in /proc is the zygote's)."""
+    """The pid of the one rank a host other than host 0 started: the child of the zygote its launch agent started
+    (`run`'s own child) that leads a session of its own (the zygote's other child there, the agent's client of host 0's
+    store, does not; ranks are forked, so their environment in /proc is the zygote's)."""
     import psutil
 
     def ranks() -> list[psutil.Process]:
         try:
-            return [rank for agent in psutil.Process(host_run.pid).children() for zygote in agent.children()
-                    for rank in zygote.children()]
+            return [child for agent in psutil.Process(host_run.pid).children() for zygote in agent.children()
+                    for child in zygote.children() if os.getsid(child.pid) == child.pid]
         except psutil.Error:
             return []
 
