@@ -27,10 +27,10 @@ if TYPE_CHECKING:  # imported once the zygote has started (runner.app.start: as 
     from runner.worker.share import HostShare
 
 
-# arguments of `run` that mean no job is validated here (help, the composed config), or several are (a
-# multirun: its jobs are validated and launched in-process, one after another)
+# arguments of `run` that mean no job is validated here (help, the composed config, the forms of runner.app.cli.main
+# that are no job), or several are (a multirun: its jobs are validated and launched in-process, one after another)
 _NO_JOB = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--multirun", "-m", "--run", "-r",
-           "--shell-completion", "-sc")
+           "--shell-completion", "-sc", "--version", "--reach", "--ssh-host")
 
 
 @dataclass(frozen=True, kw_only=True)

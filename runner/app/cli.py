@@ -36,6 +36,7 @@ from runner.environments import versions
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.base import Invocation
 from runner.launchers.slurm_array import ArrayMember
+from runner.spec.hostfile import with_hostfile
 from runner.spec.problems import Problem, render_problems
 from runner.spec.schema import JobConfig, register_schemas, unknown_keys
 
@@ -155,12 +156,16 @@ def typed_spec(cfg: DictConfig) -> JobConfig | str:
                     for key, known in unknown]
         return f"{render_problems(problems)}\n\nthe spec has {len(problems)} error(s); nothing was started."
     try:
-        return OmegaConf.to_object(cfg)
+        spec = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as e:
         key = e.full_key or "?"
         return render_problems([Problem(key, "has no value (??? in the config)", f"set it: {key}=...")])
     except OmegaConfBaseException as e:
         return f"error: {e.full_key or 'spec'}: {e.msg}"
+    spec, problems = with_hostfile(spec, os.getcwd())
+    if problems:
+        return f"{render_problems(problems)}\n\nthe spec has {len(problems)} error(s); nothing was started."
+    return spec
 
 
 def _config_dir(argv: list[str]) -> str | None:
@@ -320,15 +325,21 @@ def script_overrides(argv: list[str]) -> list[str]:
 
 
 def main(agent: LaunchAgent | None = None) -> None:
-    """Console entry point (after runner.app.start, which may have started the launch ``agent``). Two forms are not
-    jobs: ``run --version`` (this runner's and torch's versions: the ssh launch asks every host) and ``run --ssh-host
-    <node rank> <run folder>`` (one host's share of a launcher=ssh job, started over ssh: runner.app.ssh_host)."""
-    if agent is not None and (sys.argv[1:] == ["--version"] or sys.argv[1:2] == ["--ssh-host"]):
+    """Console entry point (after runner.app.start, which may have started the launch ``agent``). Three forms are not
+    jobs: ``run --version`` (this runner's and torch's versions: the ssh launch asks every host), ``run --reach
+    <address> <port> <node rank>`` (whether this host reaches host 0's rendezvous: runner.worker.reach) and ``run
+    --ssh-host <node rank> <run folder>`` (one host's share of a launcher=ssh job, started over ssh:
+    runner.app.ssh_host)."""
+    if agent is not None and (sys.argv[1:] == ["--version"] or sys.argv[1:2] in (["--ssh-host"], ["--reach"])):
         agent.dismiss()
         agent = None
     if sys.argv[1:] == ["--version"]:
         print(versions.installed().line(), flush=True)
         os._exit(exits.OK)
+    if sys.argv[1:2] == ["--reach"]:
+        from runner.worker.reach import main as reach_check
+
+        os._exit(reach_check(sys.argv[2:]))
     if sys.argv[1:2] == ["--ssh-host"]:
         from runner.app.ssh_host import main as ssh_host
 

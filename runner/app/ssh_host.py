@@ -110,18 +110,31 @@ class DriverWatch:
         silent_s = BEATS_MISSED * self.beat_s
         while time.monotonic() - self.heard < silent_s:
             time.sleep(self.beat_s)
-        print(f"no word from the launching `run` for {silent_s:g} s (launcher.ssh.keepalive_s={self.beat_s:g}): "
-              f"stopping this host's share", file=sys.stderr, flush=True)
+        _say(f"no word from the launching `run` for {silent_s:g} s (launcher.ssh.keepalive_s={self.beat_s:g}): "
+             f"stopping this host's share")
         self._driver_gone()
 
     def _driver_gone(self) -> None:
         """As SIGTERM; whatever still runs after the agent's time to stop its ranks ends with this process."""
         if not self._gone.acquire(blocking=False):
             return
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(self.hard_stop_s)
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(self.hard_stop_s)
+            _say("")  # (what the agent wrote, if its stream is still there)
+        finally:  # whatever happens above (a stream whose reader is gone raises): nothing outlives its session
+            os._exit(exits.from_signal(signal.SIGTERM))  # the ranks die with this process (PR_SET_PDEATHSIG)
+
+
+def _say(text: str) -> None:
+    """A line on stderr, if anybody can read it: once the launching `run` or the connection is gone, the stream's
+    reader is gone too, and writing raises (BrokenPipeError) where it must not stop this host's share from ending."""
+    try:
+        if text:
+            print(text, file=sys.stderr)
         sys.stderr.flush()
-        os._exit(exits.from_signal(signal.SIGTERM))  # the ranks die with this process (PR_SET_PDEATHSIG)
+    except (OSError, ValueError):
+        pass
 
 
 def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEnvironment,

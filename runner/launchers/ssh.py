@@ -24,6 +24,7 @@ names and options are checked before (runner.spec.validation, :meth:`SshLauncher
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import signal
@@ -36,13 +37,16 @@ from pathlib import Path
 from runner.common import exits
 from runner.environments.versions import installed
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest
+from runner.plan.processes import Deferred
 from runner.launchers.manual import agreed_port, hosts_apart_problems
+from runner.launchers.ssh_address import HostAddress, explained, host_addresses
 from runner.records.paths import RunPaths
 from runner.spec.document import spec_yaml
 from runner.spec.job import Job
+from runner.spec.pins import Pins
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
-from runner.spec.schema import JobConfig, SshOptions
+from runner.spec.schema import InitMethod, JobConfig, SshOptions
 from runner.spec.validation import ENV_NAME
 
 KEEPALIVE_COUNT = 3  # ssh -o ServerAliveCountMax: unanswered keepalives before a host is lost
@@ -88,6 +92,7 @@ class SshHost:
     ranks: tuple[int, ...]
     run: str  # the `run` command there
     check: tuple[str, ...]
+    dials: bool  # its check also dials host 0's rendezvous (runner.worker.reach)
     start: tuple[str, ...]
     collect: tuple[str, ...]
 
@@ -142,6 +147,21 @@ class SshLauncher(Launcher):
                           "name it: 'topology.hosts=[{name: gpu-a, devices: 2}]', or launcher=local for this machine")
 
     @classmethod
+    def pins(cls, job: Job, paths: RunPaths) -> Pins:
+        """The base pins, and the address of each host named as ssh knows it (runner.launchers.ssh_address): what
+        ``ssh -G NAME`` gives as its HostName, which every host dials instead of an alias it cannot resolve."""
+        pins = super().pins(job, paths)
+        found = host_addresses(job.hosts, ssh_base(job.spec.launcher.ssh))
+        if not any(a.found for a in found):
+            return pins
+        return dataclasses.replace(pins, host_addrs=tuple(a.addr if a.found else None for a in found))
+
+    def addresses(self) -> tuple[HostAddress, ...]:
+        """Where the hosts are dialled, and why (the dry run and launch.txt say it)."""
+        base = ssh_base(self.plan.job.spec.launcher.ssh)
+        return tuple(explained(h, base) for h in self.plan.job.hosts)
+
+    @classmethod
     def master_port(cls, job: Job, paths: RunPaths | None) -> str:
         return agreed_port(job, paths) if len(job.hosts) > 1 else super().master_port(job, paths)
 
@@ -166,26 +186,44 @@ class SshLauncher(Launcher):
         cd = f"cd {shlex.quote(self.workdir())} && exec"
         env = "".join(f"{shlex.quote(f'{k}={v}')} " for k, v in self.environment.exported.items())
         folder = shlex.quote(self.remote_folder())
+        rendezvous = self.rendezvous()
         found = []
         for host in self.plan.job.hosts:
             destination = host.name or host.addr or host.label
             start = f"{cd} {'env ' + env if env else ''}{run} --ssh-host {host.index} {folder}"
+            check = f"{cd} {run} --version"
+            if rendezvous is not None:
+                check = (f"cd {shlex.quote(self.workdir())} && {run} --version && exec {run} --reach "
+                         f"{shlex.quote(rendezvous[0])} {rendezvous[1]} {host.index}")
             collect = f"cd {folder} && exec tar -cf - --ignore-failed-read {shlex.join(collected(self.paths))}"
             found.append(SshHost(index=host.index, name=host.label, label=f"host {host.index} ({destination})",
                                  destination=destination,
                                  ranks=tuple(r.global_rank for r in self.plan.host_records(host.index)),
-                                 run=run_command, check=(*base, "--", destination, f"{cd} {run} --version"),
+                                 run=run_command, check=(*base, "--", destination, check), dials=rendezvous is not None,
                                  start=(*base, "--", destination, start),
                                  collect=(*base, "--", destination, collect)))
         return tuple(found)
 
+    def rendezvous(self) -> tuple[str, int] | None:
+        """Host 0's rendezvous address and port, which every host's check dials (runner.worker.reach); None where
+        the ranks dial none (one host, or init=file)."""
+        plan = self.plan
+        if len(plan.job.hosts) < 2 or plan.job.spec.init.method is InitMethod.file:
+            return None
+        if isinstance(plan.master_addr, Deferred) or isinstance(plan.master_port, Deferred) or not plan.master_addr:
+            return None
+        return plan.master_addr, int(plan.master_port)
+
     def request(self) -> LaunchRequest:
-        commands = []
+        commands = [HostCommand(host=a.line(), argv=None) for a in self.addresses()]
         hosts = self.hosts()
+        rendezvous = self.rendezvous()
+        dials = f", and that it resolves {rendezvous[0]} and reaches its port {rendezvous[1]} (host 0's, the ranks' " \
+                f"rendezvous)" if rendezvous else ""
         for h in hosts:
             commands.append(HostCommand(host=h.label, argv=h.check,
-                                        note="the check, on every host at once before anything starts: reachable, "
-                                             "`run` there, its runner and torch, the job's folder"))
+                                        note=f"the check, on every host at once before anything starts: reachable, "
+                                             f"`run` there, its runner and torch, the job's folder{dials}"))
         for h in hosts:
             ranks = f"rank {h.ranks[0]}" if len(h.ranks) == 1 else f"ranks {h.ranks[0]}..{h.ranks[-1]}"
             commands.append(HostCommand(host=h.label, argv=h.start,
@@ -214,8 +252,10 @@ class SshLauncher(Launcher):
         if refused:
             print("\n".join(refused) + "\n\nnothing was started.", file=sys.stderr, flush=True)
             return exits.INVALID
+        rendezvous = self.rendezvous()
+        dialled = f"; each reaches host 0's rendezvous at {rendezvous[0]} port {rendezvous[1]}" if rendezvous else ""
         print(f"ssh: {len(hosts)} host(s) ready ({installed().short()}) in {time.perf_counter() - started:.1f} s: "
-              f"{', '.join(h.destination for h in hosts)}", file=sys.stderr, flush=True)
+              f"{', '.join(h.destination for h in hosts)}{dialled}", file=sys.stderr, flush=True)
         ended = run_sessions(hosts, spec_yaml(spec), self.plan.rules.stop_signal, spec.launcher.grace_s,
                              spec.launcher.ssh.keepalive_s)
         self.signalled = ended.signalled

@@ -9,6 +9,7 @@ import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
+from runner.worker.reach import Reached
 from runner.environments.versions import Versions
 from runner.launchers.ssh import SshHost
 
@@ -52,7 +53,12 @@ def verdict(host: SshHost, code: int, out: str, err: str, here: Versions) -> tup
     if (there.runner, there.torch) != (here.runner, here.torch):
         return (f"runner {there.runner} and torch {there.torch} there, runner {here.runner} and torch {here.torch} "
                 f"here", "install the same runner and torch on every host")
-    return None
+    if not host.dials:
+        return None
+    reached = Reached.parse(out)
+    if reached is None:
+        return f"{run} --reach said no answer: {_last_lines(out + err)}", "is it this runner's `run`?"
+    return None if reached.ok else (f"host 0's rendezvous: {reached.said}", reached.hint)
 
 
 def _check(host: SshHost, timeout_s: float, here: Versions) -> tuple[str, str] | None:

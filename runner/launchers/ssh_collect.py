@@ -42,14 +42,20 @@ def unpack(stream, paths: RunPaths) -> list[str]:
 def collect_host(host: SshHost, paths: RunPaths) -> str | None:
     """``host``'s records into this run folder; None, or why they could not be had."""
     proc = subprocess.Popen(host.collect, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    unpacked = None
     try:
-        unpack(proc.stdout, paths)
+        try:
+            unpack(proc.stdout, paths)
+        except tarfile.ReadError as e:  # nothing came: the exit status and stderr say why (no such folder: the
+            unpacked = f"{type(e).__name__}: {e}"  # host's `run` refused before it made one)
         _, err = proc.communicate(timeout=COLLECT_S)
     except (tarfile.TarError, OSError, subprocess.TimeoutExpired) as e:
         proc.kill()
         proc.wait()
         return f"{type(e).__name__}: {e}"
-    return None if proc.returncode == 0 else f"exit {proc.returncode}: {err.decode(errors='replace').strip()[-300:]}"
+    if proc.returncode != 0:
+        return f"exit {proc.returncode}: {err.decode(errors='replace').strip()[-300:]}"
+    return unpacked
 
 
 def collect(hosts: tuple[SshHost, ...], paths: RunPaths, lost: frozenset[int]) -> None:

@@ -34,6 +34,7 @@ from runner.common import exits
 from runner.common.signals import handling
 from runner.launchers.ssh import SshHost
 from runner.launchers.ssh_protocol import beat_message, end_message, signal_message, spec_message
+from runner.worker.rank_process import die_with_parent
 
 STOP_MARGIN_S = 25.0  # after launcher.grace_s: for the hosts to say where their ranks were, report and end
 END_WAIT_S = 30.0  # after the job was ended (a host lost): for the others to stop their ranks and report
@@ -123,8 +124,10 @@ class Sessions:
         message = spec_message(self.spec_text)
         for host in self.hosts:
             # a session of its own: Ctrl-C on the terminal reaches this `run`, which passes it on over stdin
+            # and it dies with this `run` (SIGKILL included): the connection closes, so the host's `run` sees its
+            # stdin end and stops its share; no ssh client is left here waiting on a host
             proc = subprocess.Popen(host.start, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True, bufsize=0)
+                                    start_new_session=True, bufsize=0, preexec_fn=_die_with_run)
             session = Session(host, proc)
             self.sessions.append(session)
             for stream in (proc.stdout, proc.stderr):
@@ -247,6 +250,11 @@ class Sessions:
         else:
             code = codes[0] if codes else exits.OK
         return Ended(code, self.signalled, cause, lost)
+
+
+def _die_with_run() -> None:
+    """In the ssh client, before it runs: SIGTERM when this `run` dies."""
+    die_with_parent(signal.SIGTERM)
 
 
 def _write(fd: int, data: bytes) -> None:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from runner.spec.job import Job
-from runner.spec.schema import JobConfig, ScriptRecipeConfig
+from runner.spec.schema import JobConfig, ScriptRecipeConfig, TopologyConfig
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class Pins:
     # port chosen at launch, or one derived from the Slurm job id)
     code_dir: str | None = None  # the run's copy of the code (launcher.snapshot_code); None: none was taken
     script_path: str | None = None  # recipe=script: the script in that copy; None: the spec's
+    host_addrs: tuple[str | None, ...] = ()  # topology.hosts[i].addr the launch found (launcher=ssh: ssh -G); None or
+    # (): the spec's
 
     def apply(self, spec: JobConfig) -> JobConfig:
         """``spec`` with these pins, as a new spec (``spec`` is left as it is)."""
@@ -34,11 +36,27 @@ class Pins:
                 raise TypeError(f"a script path is pinned, but the recipe is not recipe=script: {type(recipe).__name__}")
             recipe = dataclasses.replace(recipe, path=self.script_path)
         init = spec.init if self.master_port is None else dataclasses.replace(spec.init, master_port=self.master_port)
-        return dataclasses.replace(spec, run_id=self.run_id, init=init, recipe=recipe,
+        return dataclasses.replace(spec, run_id=self.run_id, init=init, recipe=recipe, topology=self._topology(spec),
                                    code_dir=self.code_dir if self.code_dir is not None else spec.code_dir)
+
+    def _topology(self, spec: JobConfig) -> TopologyConfig:
+        listed = spec.topology.hosts
+        if not any(a is not None for a in self.host_addrs):
+            return spec.topology
+        if listed is None or len(listed) != len(self.host_addrs):
+            raise ValueError(f"{len(self.host_addrs)} host addresses pinned for topology.hosts of "
+                             f"{len(listed or ())} host(s)")
+        hosts = [h if a is None else dataclasses.replace(h, addr=a) for h, a in zip(listed, self.host_addrs)]
+        return dataclasses.replace(spec.topology, hosts=hosts)
 
 
 def pinned(job: Job, pins: Pins) -> Job:
-    """``job`` with ``pins`` applied to its spec. What validation resolved (hosts, device, backend, master address)
-    does not depend on the keys a launch pins, so it is kept as it is."""
-    return dataclasses.replace(job, spec=pins.apply(job.spec))
+    """``job`` with ``pins`` applied to its spec. What validation resolved (device, backend) does not depend on the
+    keys a launch pins, so it is kept as it is; the hosts take the addresses pinned for them, and host 0's becomes
+    the master address unless the spec names one (init.master_addr)."""
+    spec = pins.apply(job.spec)
+    if not any(a is not None for a in pins.host_addrs):
+        return dataclasses.replace(job, spec=spec)
+    hosts = tuple(h if a is None else dataclasses.replace(h, addr=a) for h, a in zip(job.hosts, pins.host_addrs))
+    master = job.master_addr if spec.init.master_addr is not None else hosts[0].reach
+    return dataclasses.replace(job, spec=spec, hosts=hosts, master_addr=master)

@@ -90,6 +90,10 @@ class TopologyConfig:
     """Devices on each host that does not give its own count."""
     hosts: Optional[list[HostConfig]] = None
     """The hosts, each with name, addr, devices and gpus; null: topology.nodes unnamed hosts."""
+    hostfile: Optional[str] = None
+    """A hostfile of the hosts (DeepSpeed's or Open MPI's: NAME slots=N); null: none.
+
+    `run` reads it into topology.hosts as it starts (runner.spec.hostfile)."""
 
 
 @dataclass

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import datetime
 import os
+import selectors
 import signal
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
     from runner.worker.zygote import Zygote
 
 READY = b"ok"
+LOOPBACK = "127.0.0.1"
+READY_WAIT_S = 60.0  # how long the agent waits for the store's process to serve (torch makes it in well under 1 s)
 STOP_WAIT_S = 10.0  # how long stop() waits for the zygote to have reaped the store's process
 _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -67,7 +71,7 @@ def serve_from_zygote(zygote: Zygote, addr: str, listen_fd: int, port: int, time
         finally:
             os.close(ready_w)
             os.close(listen_fd)
-        said = _read_all(ready_r)
+        said = _read_all(ready_r, READY_WAIT_S)
     finally:
         os.close(ready_r)
     server = StoreServer(pid, port, pidfd, zygote)
@@ -77,11 +81,21 @@ def serve_from_zygote(zygote: Zygote, addr: str, listen_fd: int, port: int, time
     return server
 
 
-def _read_all(fd: int) -> bytes:
+def _read_all(fd: int, timeout_s: float) -> bytes:
+    """What the store's process says until it closes the pipe; what it said by then if that takes over ``timeout_s``
+    (no path of `run` waits without an end)."""
     chunks = []
-    while chunk := os.read(fd, 4096):
-        chunks.append(chunk)
-    return b"".join(chunks)
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if not selector.select(left):
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    return b"".join(chunks) or f"it did not serve within {timeout_s:g} s".encode()
 
 
 def serve(addr: str, listen_fd: int, port: int, timeout_s: float, ready_w: int, parent: int) -> None:
@@ -95,10 +109,12 @@ def serve(addr: str, listen_fd: int, port: int, timeout_s: float, ready_w: int, 
             signal.signal(signum, signal.SIG_IGN)
         import torch.distributed as dist
 
-        store = dist.TCPStore(addr, port, None, True, datetime.timedelta(seconds=timeout_s),
+        # its own client dials loopback, where the socket listens whichever address the job gives host 0 (that
+        # address is for the other hosts: a name this host cannot resolve must not keep the store from serving)
+        store = dist.TCPStore(LOOPBACK, port, None, True, datetime.timedelta(seconds=timeout_s),
                               wait_for_workers=False, master_listen_fd=listen_fd)
     except BaseException as e:  # noqa: BLE001 - its reason goes to the agent, which says it
-        os.write(ready_w, (str(e) or type(e).__name__).encode())
+        os.write(ready_w, f"{str(e) or type(e).__name__} (the store of {addr}:{port})".encode())
         os._exit(1)
     os.write(ready_w, READY)
     os.close(ready_w)
