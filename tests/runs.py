@@ -383,11 +383,19 @@ def on_each_host(testbed, cwd: Path, args: Sequence[str], run_id: str, timeout: 
 # --------------------------------------------------------------------------- what the README quotes of a test's output
 
 
-def seen_in(said: dict[str, str], key: str, testbed=None) -> str:
-    """The pattern ``said[key]``, written with ``{host0}`` and ``{host1}``, for the test bed's hosts (any host name
-    without one)."""
-    names = [re.escape(h.name) for h in testbed.hosts] if testbed is not None else [r"\w+", r"\w+"]
-    return said[key].format(host0=names[0], host1=names[1])
+class _AnyName(dict):
+    """Placeholders of :func:`seen_in` the caller did not give: any name or address."""
+
+    def __missing__(self, key: str) -> str:
+        return r"[\w.:-]+"
+
+
+def seen_in(said: dict[str, str], key: str, testbed=None, **names: str) -> str:
+    """The pattern ``said[key]``, written with ``{host0}`` and ``{host1}`` (and any other ``{name}``: ``names``), for
+    the test bed's hosts (any host name without one)."""
+    values = _AnyName({f"host{i}": re.escape(h.name) for i, h in enumerate(testbed.hosts)} if testbed else {})
+    values.update({k: re.escape(v) for k, v in names.items()})
+    return said[key].format_map(values)
 
 
 def check_readme_quotes(heading: str, said: dict[str, str], test_file: str) -> None:

@@ -24,6 +24,7 @@ from typing import IO, TextIO
 
 from runner.app.task import tried_by_run
 from runner.common import exits
+from runner.common.files import write_atomically
 from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
@@ -147,6 +148,9 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
         print(f"error: {e}", file=sys.stderr)
         return exits.INVALID
     launcher = LAUNCHERS["ssh"]
+    listed = spec.topology.hosts or []
+    named = listed[node].name if 0 <= node < len(listed) and listed[node].name else f"node{node}"
+    sys.stderr = HostLabelled(sys.stderr, f"[host {named}] ")  # its refusal too: the terminal shows every host
     job, problems = validate(spec, LocalProbe(try_target=tried_by_run, try_module=tried_by_run))
     if job is None:
         print(render_problems(problems), file=sys.stderr)
@@ -154,12 +158,11 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
     if not 0 <= node < len(job.hosts):
         print(f"error: --ssh-host {node}: the spec has hosts 0..{len(job.hosts) - 1}", file=sys.stderr)
         return exits.INVALID
-    sys.stderr = HostLabelled(sys.stderr, f"[host {job.hosts[node].label}] ")
     paths = RunPaths(folder, spec.run_id or folder.name)
     plan = make_plan(job, launcher.launch_rules(job, paths), paths)
     paths.make()
     if not paths.spec.exists():  # a run folder of this host's own: say what the run is, as the launching `run` did
-        paths.spec.write_text(spec_yaml(spec))
+        write_atomically(paths.spec, spec_yaml(spec))  # (hosts that share it without `run` may both write it)
     restarts = 0 if spec.preflight else spec.launcher.max_restarts
     agent = HostAgent(plan=plan, node_rank=node, paths=paths, environment=environment, restarts=restarts,
                       early_stop=early_stop)

@@ -4,6 +4,7 @@ other processes write them, on this host or, through a shared run folder, on ano
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,17 +19,21 @@ def _fsync(path: Path, flags: int = os.O_RDONLY) -> None:
         os.close(fd)
 
 
+_HOST = socket.gethostname().replace("/", "_") or "host"  # (a name is no path)
+
+
 @contextmanager
 def replaced_atomically(path: Path, *, durable: bool = False) -> Iterator[Path]:
     """A temporary path to write ``path``'s new content to (torch.save writes to a path); on leaving, it replaces
     ``path`` (os.replace, atomic within a folder), and on an exception it is removed and ``path`` left as it was.
 
-    The temporary file is a hidden one of the same folder (os.replace does not cross file systems), named by
-    process and thread: the ranks' watch thread and main thread may write at once. ``durable``: the data and the
+    The temporary file is a hidden one of the same folder (os.replace does not cross file systems), named by host,
+    process and thread: the ranks' watch thread and main thread may write at once, and hosts that share the run
+    folder (launcher=ssh over an NFS home) have processes of the same id. ``durable``: the data and the
     rename reach the disk before it returns (fsync of the file, then of its folder), for what must survive a node
     that goes down (a checkpoint a requeued job resumes from); the other records need only outlive their process.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         yield tmp
         if durable:

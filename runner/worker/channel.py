@@ -112,6 +112,10 @@ class ChannelError(Exception):
     """Host 0's store cannot be reached, or did not open an attempt in time."""
 
 
+class ChannelInterrupted(ChannelError):
+    """The wait for host 0's store was given up: this host's share is stopping (SIGINT, SIGTERM, the job ended)."""
+
+
 class JobChannel:
     """One process's end of its job's channel (see the module docstring). Every call but :meth:`reach_attempt`
     returns at once; a channel whose store went away reads as empty."""

@@ -11,15 +11,19 @@ closes it with the attempt.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from runner.worker.rank_process import die_with_parent
+from runner.worker.said_once import say_each_once
 
 if TYPE_CHECKING:
     from runner.worker.zygote import Zygote
 
+LOOK_S = 0.2  # while it waits for the store: how often the agent is asked whether to give up
 _DEAF_TO = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -34,10 +38,12 @@ class ProxyKeyValue:
         self._sock, self._pid, self._pidfd, self._zygote = sock, pid, pidfd, zygote
 
     @classmethod
-    def reach(cls, zygote: Zygote, addr: str, port: int, timeout_s: float) -> ProxyKeyValue:
+    def reach(cls, zygote: Zygote, addr: str, port: int, timeout_s: float,
+              interrupted: Callable[[], bool] | None = None) -> ProxyKeyValue:
         """A client of the store at ``addr:port`` in a new child of ``zygote``, once it has connected (within
-        ``timeout_s``). Raises runner.worker.channel.ChannelError (or ZygoteGone)."""
-        from runner.worker.channel import ChannelError
+        ``timeout_s``). ``interrupted``: asked every :data:`LOOK_S` while it waits; true: the wait is given up
+        (runner.worker.channel.ChannelInterrupted). Raises runner.worker.channel.ChannelError (or ZygoteGone)."""
+        from runner.worker.channel import ChannelError, ChannelInterrupted
         from runner.worker.zygote import receive
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -46,6 +52,10 @@ class ProxyKeyValue:
         finally:
             theirs.close()
         proxy = cls(ours, pid, pidfd, zygote)
+        while not select.select([ours], [], [], LOOK_S)[0]:
+            if interrupted is not None and interrupted():
+                proxy.close()
+                raise ChannelInterrupted(f"stopped while waiting for host 0's store at {addr}:{port}")
         try:
             (said, why), _ = receive(ours)
         except (EOFError, OSError):
@@ -102,6 +112,7 @@ def serve(fd: int, addr: str, port: int, timeout_s: float, parent: int) -> None:
         os._exit(1)
     for signum in _DEAF_TO:  # a job's stop is its agent's to pass on: the channel must stay to carry it
         signal.signal(signum, signal.SIG_IGN)
+    say_each_once()  # c10d's warnings at every retry while host 0's store is not up yet, once each
     sock = socket.socket(fileno=fd)
     try:
         kv = JobChannel.reach(addr, port, timeout_s).key_value

@@ -56,7 +56,7 @@ from runner.reports.where import where_the_ranks_are
 from runner.spec.document import recipe_config
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
-from runner.worker.channel import ChannelError, JobChannel, ask_for_dumps, gather_dumps, where_through
+from runner.worker.channel import ChannelError, ChannelInterrupted, JobChannel, ask_for_dumps, gather_dumps, where_through
 from runner.worker.channel_proxy import ProxyKeyValue
 from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.failures import agent_seen_error, failure_line, report_host_ending
@@ -215,6 +215,12 @@ class HostAgent:
                 paths = dataclasses.replace(paths, attempt=paths.attempt + 1)
                 print(f"\nrestarting: attempt {paths.attempt + 1} of {self.restarts + 1} (launcher.max_restarts="
                       f"{self.restarts}); the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
+        except ChannelInterrupted as e:  # nothing of this host had started: it ends at once
+            signum = next((s for s in self._pending if s in (signal.SIGINT, signal.SIGTERM)), None)
+            self.signalled = signum
+            print(f"{e}: {signal.Signals(signum).name if signum else 'the job was ended'}; this host started nothing",
+                  file=sys.stderr)
+            return exits.from_signal(signum) if signum else exits.FAILED
         except (ChannelError, ZygoteGone) as e:
             print(f"error: {e}", file=sys.stderr)
             return exits.FAILED
@@ -384,8 +390,12 @@ class HostAgent:
 
     def _reach(self, addr: str, port: int, timeout_s: float) -> JobChannel:
         """An end of the job's channel on host 0's store, through a child of the zygote (runner.worker.channel_proxy):
-        the agent imports no torch."""
-        return JobChannel(ProxyKeyValue.reach(self._zygote, addr, port, timeout_s))
+        the agent imports no torch. Given up (ChannelInterrupted) once this host's share is asked to stop."""
+        return JobChannel(ProxyKeyValue.reach(self._zygote, addr, port, timeout_s, interrupted=self._stopping))
+
+    def _stopping(self) -> bool:
+        """Before the ranks start: SIGINT or SIGTERM reached the agent, or the job was ended from outside."""
+        return self._final or any(s in (signal.SIGINT, signal.SIGTERM) for s in self._pending)
 
     def _rendezvous(self, paths: RunPaths) -> Rendezvous:
         """This agent's part of the rendezvous: host 0's agent (a task per process: global rank 0's) serves the store

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from runner.worker.rank_process import die_with_parent
+from runner.worker.said_once import say_each_once
 
 if TYPE_CHECKING:
     from runner.worker.zygote import Zygote
@@ -107,6 +108,7 @@ def serve(addr: str, listen_fd: int, port: int, timeout_s: float, ready_w: int, 
             os._exit(1)
         for signum in _IGNORED:
             signal.signal(signum, signal.SIG_IGN)
+        say_each_once()  # c10d's warnings about each peer, once each
         import torch.distributed as dist
 
         # its own client dials loopback, where the socket listens whichever address the job gives host 0 (that

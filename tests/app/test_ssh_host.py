@@ -64,7 +64,11 @@ def test_its_stderr_is_the_same_descriptor_and_no_terminal(tmp_path) -> None:
 
 
 def _share(node: int, folder: Path, stdin: bytes) -> int:
-    return run_share(node, folder, io.BytesIO(stdin), environment())
+    before = sys.stderr
+    try:
+        return run_share(node, folder, io.BytesIO(stdin), environment())
+    finally:
+        sys.stderr = before  # (run_share heads this process's stderr with its host: the process ends after it)
 
 
 def _two_hosts() -> str:
@@ -104,16 +108,16 @@ def test_a_spec_that_does_not_validate_here_is_refused_with_its_problems(tmp_pat
     spec = make_spec(launcher="ssh", names=["a", "b"], devices=[1, 1])
     spec.launcher.ssh.port = 70000
     assert _share(0, tmp_path / "R1", spec_message(spec_yaml(spec))) == 2
-    assert capsys.readouterr().err == ("error: launcher.ssh.port: must be 1-65535, got 70000\n"
-                                       "    hint: 22, or leave it to ~/.ssh/config\n")
+    assert capsys.readouterr().err == ("[host a] error: launcher.ssh.port: must be 1-65535, got 70000\n"
+                                       "[host a]     hint: 22, or leave it to ~/.ssh/config\n")  # whose refusal
     assert not (tmp_path / "R1").exists()
 
 
 @pytest.mark.unit
 def test_a_node_the_spec_has_not_is_refused(tmp_path, capsys) -> None:
     assert _share(2, tmp_path / "R1", spec_message(_two_hosts())) == 2
-    assert capsys.readouterr().err == "error: --ssh-host 2: the spec has hosts 0..1\n"
-    assert not (tmp_path / "R1").exists() and not isinstance(sys.stderr, HostLabelled)  # refused before the head
+    assert capsys.readouterr().err == "[host node2] error: --ssh-host 2: the spec has hosts 0..1\n"
+    assert not (tmp_path / "R1").exists()
 
 
 # ------------------------------------------------------------------------------------------- the messages
@@ -194,6 +198,28 @@ def test_when_stdin_ends_it_stops_as_on_sigterm_and_ends_after_the_hard_stop() -
     os.close(read)
     assert (code, said) == (128 + signal.SIGTERM, "SIGTERM\n")
     assert time.monotonic() - started >= 0.3
+
+
+def test_it_ends_after_the_hard_stop_even_when_nobody_reads_its_stderr_any_more() -> None:
+    """The launching `run` and its connection gone, the host's stderr is a pipe without a reader: a flush raises
+    (BrokenPipeError), which once killed the watch thread before it ended the process (a share ran on for minutes)."""
+    read, write = os.pipe()
+    os.close(write)
+
+    def body() -> None:
+        out_r, out_w = os.pipe()
+        os.close(out_r)  # nobody reads it
+        sys.stderr = open(out_w, "w")
+        sys.stderr.write("said before, unflushed\n")
+        signal.signal(signal.SIGTERM, lambda _s, _f: None)  # the agent, busy elsewhere, takes it and goes on
+        DriverWatch(open(read, "rb"), Ends(), hard_stop_s=0.3, beat_s=0.0).start()
+        threading.Event().wait(CHILD_S)
+
+    started = time.monotonic()
+    code, _ = in_child(body)
+    os.close(read)
+    assert code == 128 + signal.SIGTERM  # ended by the watch, not by in_child's timer (97)
+    assert 0.3 <= time.monotonic() - started < CHILD_S
 
 
 def test_when_no_beat_comes_it_says_so_and_stops_as_on_sigterm() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import threading
 
 import pytest
 
@@ -26,5 +28,7 @@ def test_a_writer_that_fails_leaves_the_old_file(tmp_path) -> None:
     with pytest.raises(RuntimeError, match="disk full"), replaced_atomically(path, durable=True) as tmp:
         tmp.write_text("half a checkpo")
         assert tmp.parent == path.parent and tmp.name.startswith(".last.pt.")  # hidden, in the same folder
+        # named by host, process and thread: no two writers share one, on this host or on another of a shared folder
+        assert tmp.name == f".last.pt.{socket.gethostname()}.{os.getpid()}.{threading.get_ident()}.tmp"
         raise RuntimeError("disk full")
     assert path.read_text() == "the last good checkpoint" and os.listdir(tmp_path) == [path.name]

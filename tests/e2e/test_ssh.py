@@ -25,9 +25,11 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+import yaml
 
 from runs import (QUIT_SAID, RUN, TESTS, Started, artifacts, bed_hosts, check_readme_quotes, check_views, finish, processes_of,
                   seen_in, stage_workloads, started, wait_until)
+from conftest import hosts_override
 from runner.environments.versions import installed
 
 pytestmark = pytest.mark.timeout(240)
@@ -80,11 +82,13 @@ def start(testbed, job: Job, args: list[str], run_id: str, on_host_0: bool = Fal
     return started(argv, cwd=job.views[None], env={**testbed.env(), **(env or {})}, run_id=run_id, merged=True)
 
 
-def check_argv(testbed, job: Job, host: str, ssh_config: str | None = None) -> str:
-    """The check's command for ``host``, as `run` prints it to try by hand."""
+def check_argv(testbed, job: Job, host: str, port: int, ssh_config: str | None = None) -> str:
+    """The check's command for ``host`` (``port``: the run's master port), as `run` prints it to try by hand."""
+    index, run = testbed.names.index(host), shlex.quote(RUN)
     return shlex.join(["ssh", "-T", "-F", ssh_config or testbed.ssh_config, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o",
                        "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "--", host,
-                       f"cd {shlex.quote(str(job.path))} && exec {shlex.quote(RUN)} --version"])
+                       f"cd {shlex.quote(str(job.path))} && {run} --version && exec {run} --reach {testbed.names[0]} "
+                       f"{port} {index}"])
 
 
 def summary(job: Job, host: str | None, run_id: str) -> dict:
@@ -110,6 +114,12 @@ SAID = {
     "no run": r"error: launcher=ssh: host 1 \({host1}\): \S+/bin/run is not there or cannot run \(exit 127: ",
     "other torch": r"error: launcher=ssh: host 1 \({host1}\): runner \S+ and torch 2\.12\.0 there, runner \S+ and torch "
                    r"\S+ here",
+    "unresolved": r"error: launcher=ssh: host 1 \({alias1}\): host 0's rendezvous: '{alias0}' does not resolve on "
+                  r"this host \(Temporary failure in name resolution\)",
+    "unresolved hint": r"    hint: give host 0 an address every host can reach and resolve: topology\.hosts\[0\]\.addr=IP "
+                       r"\(or init\.master_addr\), or make the name known there \(/etc/hosts, DNS\)",
+    "dialled": r"# host 0 \({alias0}\) is dialled at {addr0}: ssh -G {alias0}: HostName {addr0} \(the name is ssh's "
+               r"alias\)",
     "lost": r"ssh: host 1 \({host1}\) lost: ssh exited 255 \(Connection to {host1} closed by remote host\.\): the host, "
             r"its network or its `run` is gone",
     "lost on host 0": r"\[host {host0}\] host {host1}: lost: ssh exited 255",
@@ -119,9 +129,9 @@ SAID = {
 }
 
 
-def seen(key: str, testbed=None) -> str:
-    """The pattern ``key`` of :data:`SAID`, for the test bed's hosts (any host name without one)."""
-    return seen_in(SAID, key, testbed)
+def seen(key: str, testbed=None, **names: str) -> str:
+    """The pattern ``key`` of :data:`SAID`, for the test bed's hosts (any host name without one) and ``names``."""
+    return seen_in(SAID, key, testbed, **names)
 
 
 # --------------------------------------------------------------------------- jobs
@@ -216,7 +226,8 @@ def refused(testbed, job: Job, run_id: str, key: str, ssh_config: str | None = N
     assert code == 2, said
     assert time.monotonic() - started < 30
     assert re.search(seen(key, testbed), said), said
-    assert f"    try by hand: {check_argv(testbed, job, testbed.names[1], ssh_config)}\n" in said, said
+    port = yaml.safe_load((job.run_folder(None, run_id) / "spec.yaml").read_text())["init"]["master_port"]
+    assert f"    try by hand: {check_argv(testbed, job, testbed.names[1], port, ssh_config)}\n" in said, said
     assert "\nnothing was started.\n" in said
     assert not any(job.run_folder(h, run_id).exists() for h in testbed.names)  # no host started its share
     assert not processes_of(run_id)
@@ -256,6 +267,91 @@ def test_a_host_with_another_torch_is_refused_with_both_versions(testbed, job, t
     with hidden(testbed, testbed.names[1], RUN, str(other)):
         said = refused(testbed, job, f"f{uuid.uuid4().hex[:8]}", "other torch")
     assert "hint: install the same runner and torch on every host" in said
+
+
+# --------------------------------------------------------------------------- hosts as ssh knows them
+
+
+def aliases(testbed, folder: Path) -> tuple[str, tuple[str, ...]]:
+    """An ssh_config in ``folder`` that knows the bed's hosts only by aliases of its own (``Host <alias>`` /
+    ``HostName <address>``, as most users' ~/.ssh/config does), names no resolver knows; the config, and the
+    aliases in the hosts' order."""
+    lines = Path(testbed.ssh_config).read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Host "))
+    settings = "\n".join(lines[at + 1:])
+    names = tuple(f"box{i}-{uuid.uuid4().hex[:6]}" for i in range(len(testbed.hosts)))
+    config = folder / "aliases_config"
+    config.write_text("".join(f"Host {name}\n  HostName {h.addr}\n{settings}\n"
+                              for name, h in zip(names, testbed.hosts)))
+    return str(config), names
+
+
+def shared_job(tmp_path: Path) -> Path:
+    """A job folder every host sees as the same folder (outside the bed's home: as an NFS home is shared)."""
+    folder = tmp_path / "shared_job"
+    folder.mkdir()
+    stage_workloads(folder)
+    return folder
+
+
+def test_hosts_known_only_by_ssh_aliases_from_a_hostfile_run_a_2x2_job_in_one_shared_folder(testbed, tmp_path):
+    """The hosts as the user's ssh_config knows them (aliases no resolver knows), listed in an Open MPI / DeepSpeed
+    hostfile, the job's folder shared by every host: every host dials host 0 at the address ``ssh -G`` gives (said
+    in launch.txt and pinned in spec.yaml), the check confirms each reaches it, and the run folder, the same one for
+    every host, holds each rank's files once, written by its own host."""
+    config, names = aliases(testbed, tmp_path)
+    assert all(subprocess.run(["getent", "hosts", n], capture_output=True).returncode == 2 for n in names)
+    folder = shared_job(tmp_path)
+    (folder / "hosts.txt").write_text(f"# our boxes\n{names[0]} slots=2\n{names[1]} slots=2 max_slots=4\n")
+    run_id = f"s{uuid.uuid4().hex[:8]}"
+    addr0 = testbed.hosts[0].addr
+    argv = [RUN, "launcher=ssh", f"launcher.ssh.config_file={config}", "init=tcp", "topology=hostfile",
+            "topology.hostfile=hosts.txt", *digits(2, 64), f"run_id={run_id}"]
+    with started(argv, cwd=folder, env=testbed.env(), run_id=run_id, merged=True) as proc:
+        ((code, said),) = finish([proc], timeout=200)
+    assert code == 0, said
+    assert re.search(rf"ssh: 2 host\(s\) ready \(.*\) in \d+\.\d s: {names[0]}, {names[1]}; each reaches host 0's "
+                     rf"rendezvous at {re.escape(addr0)} port \d+\n", said), said
+    assert "cannot be retrieved (gai error" not in said and "records stay" not in said, said
+    run_folder = folder / "outputs" / "runs" / run_id
+    launch = (run_folder / "launch.txt").read_text()
+    assert re.search(seen("dialled", alias0=names[0], addr0=addr0), launch), launch
+    assert f"# host 1 ({names[1]}) is dialled at {testbed.hosts[1].addr}: ssh -G {names[1]}: HostName " \
+           f"{testbed.hosts[1].addr} (the name is ssh's alias)\n" in launch
+    assert [(h["name"], h["addr"], h["devices"]) for h in yaml.safe_load((run_folder / "spec.yaml").read_text())[
+        "topology"]["hosts"]] == [(n, h.addr, 2) for n, h in zip(names, testbed.hosts)]
+    done = summary(Job(folder, {None: folder}), None, run_id)
+    assert (done["status"], done["world_size"], done["processes_per_host"]) == ("done", 4, [2, 2])
+    assert done["final_metrics"]["test_accuracy"] > 0.8
+    logs = run_folder / "logs"
+    assert sorted(p.name for p in logs.glob("rank*.log")) == [f"rank{r:05d}.log" for r in range(4)]
+    for rank, h in enumerate([testbed.hosts[0]] * 2 + [testbed.hosts[1]] * 2):  # each written by its own host
+        assert f"({h.addr}) is the interface of the route to the master {addr0}" in (logs / f"rank{rank:05d}.log") \
+            .read_text().splitlines()[0]
+    assert sorted(p.name for p in logs.glob("rank*.done")) == [f"rank{r:05d}.done" for r in range(4)]
+    assert not list(run_folder.rglob("*.tmp"))  # no half-written file of any host
+    assert not processes_of(run_id)
+
+
+def test_a_master_no_host_resolves_is_refused_by_the_check_in_seconds_naming_each_host(testbed, job, tmp_path):
+    """init.master_addr as the alias only this machine's ssh knows: each host's check finds that it does not resolve
+    there; `run` exits 2 within seconds, nothing started anywhere (it was 33 s of c10d's warnings, then a share
+    left running on host 0)."""
+    config, names = aliases(testbed, tmp_path)
+    run_id = f"u{uuid.uuid4().hex[:8]}"
+    hosts = hosts_override(*({"name": n, "devices": 1} for n in names))
+    began = time.monotonic()
+    with start(testbed, job, [*hosts, f"init.master_addr={names[0]}"], run_id, ssh_config=config) as proc:
+        ((code, said),) = finish([proc], timeout=60)
+    assert code == 2, said
+    assert time.monotonic() - began < 20, said
+    assert re.search(rf"error: launcher=ssh: host 0 \({names[0]}\): host 0's rendezvous: '{names[0]}' does not "
+                     rf"resolve on this host \(", said), said
+    assert re.search(seen("unresolved", alias0=names[0], alias1=names[1]), said), said
+    assert re.search(seen("unresolved hint"), said), said
+    assert "\nnothing was started.\n" in said and "c10d" not in said
+    assert not any(job.run_folder(h, run_id).exists() for h in testbed.names)
+    assert not processes_of(run_id)
 
 
 # --------------------------------------------------------------------------- faults
@@ -405,6 +501,75 @@ def test_a_host_whose_login_stops_answering_is_lost_after_its_keepalives_and_sto
                 p.kill()  # its client is gone: nothing to resume
             except psutil.Error:
                 pass
+
+
+def test_a_host_that_refuses_its_share_ends_the_job_and_nothing_is_left_on_any_host(testbed, job):
+    """Host 1's `run` refuses the spec (the script is not in its job folder) while host 0's share has started and
+    waits for it: the job ends on host 0 at once, `run` exits 2, and within launcher.grace_s + a few seconds no
+    process of the job is left on any host."""
+    run_id = f"v{uuid.uuid4().hex[:8]}"
+    for view in (job.views[None], job.views[testbed.names[0]]):
+        shutil.copy(REPO / "benchmarks" / "workloads" / "tiny_ddp.py", view / "only_here.py")
+    with start(testbed, job, [*bed_hosts(testbed, [2, 2]), "launcher.grace_s=2", "--", "only_here.py"],
+               run_id) as proc:
+        ((code, said),) = finish([proc], timeout=60)
+    ended = time.monotonic()
+    assert code == 2, said
+    assert re.search(rf"\[host {testbed.names[1]}\] error: recipe.path: ", said), said
+    assert f"[host {testbed.names[0]}] host {testbed.names[1]}: its `run` ended with exit 2" in said, said
+    wait_until(lambda: not processes_of(run_id), 2 + 10, "nothing left of the run on any host")
+    assert time.monotonic() - ended < 12
+
+
+def test_a_dropped_ssh_connection_ends_the_job_and_nothing_is_left_on_any_host(testbed, job, tmp_path):
+    """Host 1's ssh client killed on this machine (the connection dropped) while rank 0 waits in an all-reduce: the
+    job ends with host 1 named (exit 1); host 1's `run` sees its stdin end and stops its share; nothing is left."""
+    run_id = f"w{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "rank1.stuck"
+    with start(testbed, job, [*bed_hosts(testbed, [1, 1]), *hang(marker)], run_id) as proc:
+        wait_until(marker.exists, 120, "rank 1 stuck", alive=[proc])
+        clients = [p for p in psutil.Process(proc.pid).children() if p.name() == "ssh"
+                   and "--ssh-host 1 " in p.cmdline()[-1]]
+        assert len(clients) == 1, [p.cmdline() for p in clients]
+        clients[0].kill()
+        ((code, said),) = finish([proc], timeout=60)
+    assert code == 1, said
+    assert f"ssh: host 1 ({testbed.names[1]}) lost: ssh was killed by SIGKILL" in said, said
+    wait_until(lambda: not processes_of(run_id), 2 + 15, "nothing left of the run on any host")
+
+
+def host_run(run_id: str, node: int) -> psutil.Process | None:
+    """Host ``node``'s `run --ssh-host` of the run (not the ssh client that started it)."""
+    for p in processes_of(run_id):
+        try:
+            cmdline = p.cmdline()
+            if p.name() != "ssh" and "--ssh-host" in cmdline and cmdline[cmdline.index("--ssh-host") + 1] == str(node):
+                return p
+        except psutil.Error:
+            continue
+    return None
+
+
+def test_run_killed_while_a_host_waits_for_host_0_leaves_nothing_on_any_host(testbed, job):
+    """Host 0's `run` frozen as it starts (a slow host), so host 1's waits for host 0's store; `run` killed with
+    SIGKILL: the ssh clients die with it, host 1's `run` sees its stdin end and stops waiting at once; host 0's, once
+    it runs again, ends by itself. Nothing of the job is left on any host."""
+    run_id = f"x{uuid.uuid4().hex[:8]}"
+    with start(testbed, job, [*bed_hosts(testbed, [1, 1]), "launcher.grace_s=2", *digits(50, 64)], run_id) as proc:
+        wait_until(lambda: host_run(run_id, 0) is not None, 60, "host 0's run started", alive=[proc])
+        host0 = host_run(run_id, 0)
+        host0.suspend()
+        try:
+            wait_until(lambda: host_run(run_id, 1) is not None, 60, "host 1's run started", alive=[proc])
+            proc.reap()  # SIGKILL to `run`
+            killed = time.monotonic()
+            frozen = {host0.pid, *(c.pid for c in host0.children(recursive=True))}  # (its zygote, if it got so far)
+            wait_until(lambda: {p.pid for p in processes_of(run_id)} <= frozen, 2 + 10,
+                       "nothing left of the run but host 0's frozen `run`")
+            assert time.monotonic() - killed < 12
+        finally:
+            host0.resume()
+    wait_until(lambda: not processes_of(run_id), 2 + 15 + 5, "nothing left of the run on any host")
 
 
 def test_nothing_outlives_run_when_it_is_killed(testbed, job, tmp_path):

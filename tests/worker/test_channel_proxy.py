@@ -8,11 +8,12 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import psutil
 import pytest
 
-from runner.worker.channel import ChannelError, JobChannel
+from runner.worker.channel import ChannelError, ChannelInterrupted, JobChannel
 from runner.worker.channel_proxy import ProxyError, ProxyKeyValue
 from runner.worker.store_server import serve_from_zygote
 
@@ -42,6 +43,21 @@ def test_the_channel_through_the_zygote_reads_and_writes_host_0s_store(zygote) -
             proxy.get("runner/attempt")
     finally:
         store.stop()
+
+
+def test_the_wait_for_a_store_not_there_yet_is_given_up_as_soon_as_the_agent_is_stopping(zygote) -> None:
+    """A host whose share is told to stop (SIGTERM, the job ended) while host 0's store is not up: it stops waiting
+    within a look, not after init.timeout_s, and its client child is gone."""
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()
+    asked = []
+    began = time.monotonic()
+    with pytest.raises(ChannelInterrupted, match=f"stopped while waiting for host 0's store at 127.0.0.1:{port}"):
+        ProxyKeyValue.reach(zygote, "127.0.0.1", port, 300, interrupted=lambda: asked.append(1) or len(asked) > 3)
+    assert len(asked) == 4 and time.monotonic() - began < 30
+    assert not [c for c in psutil.Process(zygote.process.pid).children() if c.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_a_store_that_is_not_there_is_said_so_and_one_that_goes_away_reads_as_empty(zygote) -> None:
