@@ -42,7 +42,7 @@ def host(index: int, script: str, *args: object) -> SshHost:
     name = "abc"[index]
     start = ("sh", "-c", script, "sh", *(str(a) for a in args))
     return SshHost(index=index, name=name, label=f"host {index} ({name})", destination=name, ranks=(index,), run="run",
-                   check=(), start=start, collect=())
+                   check=(), dials=False, start=start, collect=())
 
 
 def sessions(*hosts: SshHost, grace_s: float = 10.0, beat_s: float = 0.0) -> Sessions:
