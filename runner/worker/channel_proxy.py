@@ -17,14 +17,12 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from runner.worker.rank_process import die_with_parent
-from runner.worker.said_once import say_each_once
+from runner.worker.zygote_wire import receive, send
 
 if TYPE_CHECKING:
     from runner.worker.zygote import Zygote
 
 LOOK_S = 0.2  # while it waits for the store: how often the agent is asked whether to give up
-_DEAF_TO = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class ProxyError(RuntimeError):
@@ -44,7 +42,6 @@ class ProxyKeyValue:
         ``timeout_s``). ``interrupted``: asked every :data:`LOOK_S` while it waits; true: the wait is given up
         (runner.worker.channel.ChannelInterrupted). Raises runner.worker.channel.ChannelError (or ZygoteGone)."""
         from runner.worker.channel import ChannelError, ChannelInterrupted
-        from runner.worker.zygote import receive
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -87,7 +84,6 @@ class ProxyKeyValue:
             self._pid = 0
 
     def _call(self, op: str, *args: object) -> object:
-        from runner.worker.zygote import receive, send
 
         if not self._pid:
             raise ProxyError("the channel is closed")
@@ -99,37 +95,3 @@ class ProxyKeyValue:
         if said == "raised":
             raise ProxyError(str(value))
         return value
-
-
-def serve(fd: int, addr: str, port: int, timeout_s: float, parent: int) -> None:
-    """The child's life (forked by the zygote, ``parent``): connect, say so, answer until the agent closes the socket.
-    Never returns."""
-    from runner.worker.channel import ChannelError, JobChannel
-    from runner.worker.zygote import receive, send
-
-    die_with_parent()
-    if os.getppid() != parent:
-        os._exit(1)
-    for signum in _DEAF_TO:  # a job's stop is its agent's to pass on: the channel must stay to carry it
-        signal.signal(signum, signal.SIG_IGN)
-    say_each_once()  # c10d's warnings at every retry while host 0's store is not up yet, once each
-    sock = socket.socket(fileno=fd)
-    try:
-        kv = JobChannel.reach(addr, port, timeout_s).key_value
-    except ChannelError as e:
-        send(sock, ("error", str(e)))
-        os._exit(1)
-    send(sock, ("ok", None))
-    while True:
-        try:
-            op, args = receive(sock)[0]
-        except (EOFError, OSError):
-            os._exit(0)
-        try:
-            answer: tuple[str, object] = ("ok", getattr(kv, op)(*args))
-        except (RuntimeError, OSError, ValueError) as e:  # what a TCPStore raises when its store is gone
-            answer = ("raised", str(e) or type(e).__name__)
-        try:
-            send(sock, answer)
-        except OSError:
-            os._exit(0)

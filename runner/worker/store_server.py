@@ -14,7 +14,6 @@ lookups may hold some), and it never outlives the agent that holds them anyway.
 
 from __future__ import annotations
 
-import datetime
 import os
 import selectors
 import signal
@@ -22,17 +21,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from runner.worker.rank_process import die_with_parent
-from runner.worker.said_once import say_each_once
+from runner.worker.store_process import READY
 
 if TYPE_CHECKING:
     from runner.worker.zygote import Zygote
 
-READY = b"ok"
-LOOPBACK = "127.0.0.1"
 READY_WAIT_S = 60.0  # how long the agent waits for the store's process to serve (torch makes it in well under 1 s)
 STOP_WAIT_S = 10.0  # how long stop() waits for the zygote to have reaped the store's process
-_IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class StoreServerError(Exception):
@@ -97,29 +92,3 @@ def _read_all(fd: int, timeout_s: float) -> bytes:
                 return b"".join(chunks)
             chunks.append(chunk)
     return b"".join(chunks) or f"it did not serve within {timeout_s:g} s".encode()
-
-
-def serve(addr: str, listen_fd: int, port: int, timeout_s: float, ready_w: int, parent: int) -> None:
-    """The store's process (forked by the zygote, ``parent``): serve until killed. Never returns."""
-    try:
-        os.setsid()
-        die_with_parent()
-        if os.getppid() != parent:  # the zygote died before we asked to die with it
-            os._exit(1)
-        for signum in _IGNORED:
-            signal.signal(signum, signal.SIG_IGN)
-        say_each_once()  # c10d's warnings about each peer, once each
-        import torch.distributed as dist
-
-        # its own client dials loopback, where the socket listens whichever address the job gives host 0 (that
-        # address is for the other hosts: a name this host cannot resolve must not keep the store from serving)
-        store = dist.TCPStore(LOOPBACK, port, None, True, datetime.timedelta(seconds=timeout_s),
-                              wait_for_workers=False, master_listen_fd=listen_fd)
-    except BaseException as e:  # noqa: BLE001 - its reason goes to the agent, which says it
-        os.write(ready_w, f"{str(e) or type(e).__name__} (the store of {addr}:{port})".encode())
-        os._exit(1)
-    os.write(ready_w, READY)
-    os.close(ready_w)
-    while store is not None:  # until the agent kills this process, or dies
-        signal.pause()
-    os._exit(0)

@@ -26,11 +26,9 @@ from __future__ import annotations
 import gc
 import importlib
 import os
-import pickle
 import selectors
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -39,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runner.worker.rank_process import become_rank, die_with_parent
+from runner.worker.zygote_wire import receive, send
 
 # What the zygote imports before it forks (a rank then starts with it imported, in pages it shares): torch (which
 # imports numpy and torch.distributed: about 1.3 CPU-s a rank saves) and the rank's own code (0.2 CPU-s: the zygote
@@ -56,8 +55,6 @@ EXIT_WAIT_S = 10.0  # how long the agent waits for the zygote's word on a rank i
 _DEAF_TO = tuple(s for s in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
                              signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF, signal.SIGIO, signal.SIGPWR, signal.SIGXCPU,
                              *range(signal.SIGRTMIN, signal.SIGRTMAX + 1)))
-_HEADER = struct.Struct("!I")
-_MAX_FDS = 8
 # -c put the current folder first on the path: a runner/ of the user's there is not ours
 _BOOT = ("import sys; sys.flags.safe_path or sys.path.pop(0); from runner.worker.zygote import serve; "
          "serve(int(sys.argv[1]), int(sys.argv[2]))")
@@ -127,35 +124,6 @@ class TargetAnswer:
 
 class ZygoteGone(Exception):
     """The zygote ended (its reason is on the agent's stderr): no rank can be started."""
-
-
-# -- the wire -----------------------------------------------------------------------------------------------------
-def send(sock: socket.socket, message: object, fds: Sequence[int] = ()) -> None:
-    """One message, and the descriptors it carries (duplicated into the receiver)."""
-    payload = pickle.dumps(message)
-    socket.send_fds(sock, [_HEADER.pack(len(payload))], list(fds))
-    sock.sendall(payload)
-
-
-def receive(sock: socket.socket) -> tuple[object, list[int]]:
-    """The next message and its descriptors; raises EOFError when the other end has closed."""
-    header, fds, _, _ = socket.recv_fds(sock, _HEADER.size, _MAX_FDS)
-    if not header:
-        raise EOFError
-    header += _exactly(sock, _HEADER.size - len(header))
-    (size,) = _HEADER.unpack(header)
-    return pickle.loads(_exactly(sock, size)), list(fds)
-
-
-def _exactly(sock: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = sock.recv(size)
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
 
 
 # -- the agent's end ----------------------------------------------------------------------------------------------
@@ -413,7 +381,7 @@ def _fork_store(message: ServeStore, fds: list[int], held: tuple[int, ...]) -> i
     if pid == 0:  # the store's process
         try:
             from runner.worker.relay import close_fds
-            from runner.worker.store_server import serve
+            from runner.worker.store_process import serve
 
             close_fds(held)
             serve(message.addr, listen_fd, message.port, message.timeout_s, ready_w, zygote)
@@ -428,7 +396,7 @@ def _fork_channel(message: ServeChannel, fds: list[int], held: tuple[int, ...]) 
     pid = os.fork()
     if pid == 0:  # the agent's client of host 0's store
         try:
-            from runner.worker.channel_proxy import serve
+            from runner.worker.channel_process import serve
             from runner.worker.relay import close_fds
 
             close_fds(held)

@@ -17,7 +17,8 @@ import pytest
 
 from runner.spec.targets import TargetProblem
 from runner.worker.relay import close_fds
-from runner.worker.zygote import PRELOAD, Fork, Zygote, ZygoteGone, receive, send
+from runner.worker.zygote import PRELOAD, Fork, Zygote, ZygoteGone
+from runner.worker.zygote_wire import receive, send
 from runs import wait_until
 
 
