@@ -2,7 +2,7 @@
 
 Each job of a sweep runs in the `run` process, one after another, as Hydra's basic launcher runs them;
 the jobs that would submit a Slurm batch job are prepared instead, and then go to Slurm together as job
-arrays (runner.launchers.slurm_array), followed to their end. conf/job.yaml selects it.
+arrays (runner.launchers.slurm.array), followed to their end. conf/job.yaml selects it.
 
 What each job returns (its JobReturn's value) is how it ended, a runner.reports.sweep.JobExit, or an
 ArrayMember to submit; a job that a signal to `run` stopped stops the sweep. The arrays' jobs get their JobExit
@@ -46,7 +46,7 @@ class RunnerSweepLauncher(Launcher):
         self.task_function = task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from runner.launchers.slurm_array import ArrayMember, run_sweep
+        from runner.launchers.slurm.array import ArrayMember, run_sweep
         from runner.reports.sweep import JobExit, record_exit
 
         setup_globals()

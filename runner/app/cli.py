@@ -35,7 +35,7 @@ from runner.common import exits
 from runner.environments import versions
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.base import Invocation
-from runner.launchers.slurm_array import ArrayMember
+from runner.launchers.slurm.array import ArrayMember
 from runner.spec.hostfile import with_hostfile
 from runner.spec.problems import Problem, render_problems
 from runner.spec.schema import JobConfig, register_schemas, unknown_keys

@@ -22,7 +22,7 @@ from runner.environments import provenance
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
 from runner.launchers.base import Invocation, Launcher, LaunchRequest
-from runner.launchers.slurm_array import ArrayMember
+from runner.launchers.slurm.array import ArrayMember
 from runner.plan.processes import Deferred, Plan, make_plan
 from runner.plan.render import plan_table, verdict, write_plan
 from runner.records.paths import RunPaths

@@ -1,10 +1,10 @@
 """One host's share of a launcher=ssh job: ``run --ssh-host <node rank> <run folder>``, started over ssh by the
-launching `run` (runner.launchers.ssh) in the job's folder, with the run's pinned spec on its stdin.
+launching `run` (runner.launchers.ssh.launcher) in the job's folder, with the run's pinned spec on its stdin.
 
 It is that host's agent, as a manual host's `run` is: it validates and plans the spec again here (the devices, the
 network), keeps the run in ``<run folder>`` (writing spec.yaml there if the folder is its own), and runs the host's
 share with a HostAgent, restarts included. It prints no summary: the launching `run` prints the one summary of the
-job. While it runs, a thread reads its stdin (runner.launchers.ssh_protocol): a signal the launching `run` got is
+job. While it runs, a thread reads its stdin (runner.launchers.ssh.protocol): a signal the launching `run` got is
 sent to this process, as if its own; an end of the job goes to the agent; and the end of stdin — the launching
 `run` or the connection is gone — or no beat for a while is a SIGTERM: the ranks stop (a recipe checkpoints), and
 whatever still runs :data:`HARD_STOP_MARGIN_S` after ``launcher.grace_s`` ends with this process (its ranks die with
@@ -28,7 +28,7 @@ from runner.common.files import write_atomically
 from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
-from runner.launchers.ssh_protocol import BEATS_MISSED, ProtocolError, parse, read_spec
+from runner.launchers.ssh.protocol import BEATS_MISSED, ProtocolError, parse, read_spec
 from runner.plan.processes import make_plan
 from runner.records.paths import RunPaths
 from runner.spec.document import load_spec_text, spec_yaml

@@ -4,7 +4,7 @@ by asking again: one policy for every such loop of the runner.
 The policy: ask at once; ask again every ``interval_s`` until the answer will do or ``wait_s`` have passed; a
 pause never runs past the deadline, so the last question is asked at it; the caller gets the last answer (or
 exception) and says what it means. (Slurm's job states are followed on a schedule of their own, which backs off
-while nothing changes: runner.launchers.slurm_follow.)
+while nothing changes: runner.launchers.slurm.follow.)
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from runner.launchers.base import Invocation, Launcher, LaunchRequest
 from runner.launchers.local import LocalLauncher
 from runner.launchers.manual import ManualLauncher
 from runner.launchers.mpi import MpiLauncher
-from runner.launchers.slurm import SlurmLauncher
-from runner.launchers.ssh import SshLauncher
+from runner.launchers.slurm.launcher import SlurmLauncher
+from runner.launchers.ssh.launcher import SshLauncher
 from runner.plan.processes import Plan, make_plan
 from runner.records.paths import RunPaths
 from runner.spec.job import Job

@@ -41,7 +41,7 @@ from runner.spec.topology import Host
 from runner.worker.share import HostShare
 
 if TYPE_CHECKING:
-    from runner.launchers.slurm_array import ArrayMember
+    from runner.launchers.slurm.array import ArrayMember
 
 # How a launcher that forks a host's processes in `run` starts them: through `run`'s launch agent (runner.app.agent)
 HostRun = Callable[[HostShare], int]

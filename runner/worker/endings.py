@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runner.common.polling import poll
 from runner.plan.processes import Plan
@@ -22,10 +22,9 @@ from runner.records.paths import RunPaths
 from runner.records.watch_files import RankWatchFiles
 from runner.worker.channel import POLL_S, JobChannel
 from runner.worker.failures import agent_seen_error, silent_end
+from runner.worker.host_ending import HostEnding
 from runner.worker.setup import RankSetup
 
-if TYPE_CHECKING:  # the agent's record of its ranks' ends
-    from runner.worker.host_agent import HostEnding
 
 
 def _record(setup: RankSetup, code: int | None, stopped: bool, ended_at: float | None) -> dict[str, Any]:

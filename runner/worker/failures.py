@@ -7,7 +7,6 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from runner.common import exits
 from runner.common.formatting import error_line
@@ -18,10 +17,9 @@ from runner.records.watch_files import last_request, read_diagnosis, write_diagn
 from runner.reports.hangs import diagnose
 from runner.spec.place import RankPlace
 from runner.worker.channel import JobChannel, gather_dumps
+from runner.worker.host_ending import HostEnding
 from runner.worker.setup import RankSetup
 
-if TYPE_CHECKING:  # the agent's record of its ranks' ends
-    from runner.worker.host_agent import HostEnding
 
 
 def _record_killed(setups: list[RankSetup], codes: dict[int, int], ended_at: dict[int, float]) -> None:
@@ -237,7 +235,7 @@ _RUNNER_DIR = f'"{Path(__file__).resolve().parent}{os.sep}'  # how faulthandler 
 
 
 def _last_stack(log_file: str, frames: int = 8) -> list[str]:
-    """The main thread's frames of the last stack dump in a rank's log (faulthandler, runner.worker.rank.STACK_SIGNAL)."""
+    """The main thread's frames of the last stack dump in a rank's log (faulthandler, runner.worker.rank_process.STACK_SIGNAL)."""
     try:
         lines = Path(log_file).read_text(errors="replace").splitlines()
     except OSError:

@@ -39,7 +39,6 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 
 from runner.common import exits
 from runner.common.polling import poll
@@ -61,12 +60,13 @@ from runner.worker.channel_proxy import ProxyKeyValue
 from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.failures import agent_seen_error, failure_line, report_host_ending
 from runner.worker.network import NetworkError, network_choice
-from runner.worker.preflight import collective as preflight_collective
+from runner.worker.preflight.outcome import outcome as preflight_outcome
 from runner.worker.preflight import host as preflight_host
 from runner.worker.preflight.checks import Check, HostChecks
 from runner.worker.process_state import what_it_waits_for
-from runner.worker.rank import STACK_SIGNAL
-from runner.worker.rank_life import STACKS_S, EndGuard, Stuck, stalled
+from runner.worker.rank_life import STACKS_S, EndGuard, stalled
+from runner.worker.rank_process import STACK_SIGNAL
+from runner.worker.host_ending import HostEnding
 from runner.worker.relay import Echo, OutputRelay, close_fds, pipes_for
 from runner.worker.rendezvous import Rendezvous, RendezvousError, prepare_rendezvous
 from runner.worker.setup import RankSetup
@@ -82,39 +82,6 @@ FAILURE_STOP_S = 5.0  # after a rank failed: how long the others have to end on 
 PEER_POLL_S = 0.5  # how often the job's channel is looked at: another host's failure, a stop request
 TICK_S = 0.1  # the monitor's longest sleep while something is to be looked at
 SILENT_S = 2.0  # a rank whose watch has not run for this long cannot answer where it is: its agent answers for it
-
-
-@dataclass
-class HostEnding:
-    """How a host's ranks ended: what the report (runner.worker.failures) and preflight read."""
-
-    codes: dict[int, int]  # index among the host's setups -> exit status (the code, or -N: killed by signal N)
-    order: list[int]  # the indices in the order their processes exited
-    stopped: set[int] = field(default_factory=set)  # the ones the agent signalled to end (a failure, a signal)
-    signum: int | None = None  # a SIGINT or SIGTERM that reached the agent and stopped the ranks
-    requested: bool = False  # a stop request reached the agent and was passed on (runner.common.signals)
-    peer_failed: dict | None = None  # another host said its rank failed: {"rank", "host", "text", "time"}
-    earlier: dict | None = None  # this host's rank failed, but another host's had failed before it (same keys)
-    ended_at: dict[int, float] = field(default_factory=dict)  # index -> when the agent saw its process end
-    stuck: dict[int, Stuck] = field(default_factory=dict)  # index -> a rank the end guard ended (runner.worker.rank_life)
-    began: float = field(default_factory=time.time)  # when the attempt's ranks started
-    returned_at: dict[int, float] = field(default_factory=dict)  # index -> when its script or recipe returned
-
-    def _bad(self, i: int) -> bool:
-        """Rank ``i`` ended badly: a failure status, unless its work was over and the end guard ended it."""
-        return bool(self.codes[i]) and not (i in self.stuck and self.stuck[i].work_done)
-
-    @property
-    def failed(self) -> bool:
-        return any(self._bad(i) for i in self.codes)
-
-    def failed_by_itself(self) -> bool:
-        """A rank ended badly that the agent had not signalled (a failure, not a stop)."""
-        return any(self._bad(i) and i not in self.stopped for i in self.codes)
-
-    def first_failure(self) -> int | None:
-        """The index of the first rank that failed by itself (not one the agent stopped), else None."""
-        return next((i for i in self.order if self._bad(i) and i not in self.stopped), None)
 
 
 def rank_setups(plan: Plan, node_rank: int, rdzv: Rendezvous, paths: RunPaths, environment: ProcessEnvironment,
@@ -671,7 +638,7 @@ class HostAgent:
 
     def _ask_for_stacks_after_a_timeout(self, ranks: list[RankProcess], setups: list[RankSetup]) -> bool:
         """When a rank's collective timed out (its error file says so; it waits a moment before exiting), ask the
-        ranks still running for their stacks (runner.worker.rank.STACK_SIGNAL), so that the report shows where the
+        ranks still running for their stacks (runner.worker.rank_process.STACK_SIGNAL), so that the report shows where the
         ranks it waited for were. Whether it asked."""
         failed = [s for s in setups if s.outcome.failed]
         if not any(timed_out(e) for s in failed if (e := s.outcome.error()) is not None):
@@ -740,7 +707,7 @@ class HostAgent:
         if ending.earlier:
             peer_failure(paths, self.plan, ending.earlier)
         if report is not None:
-            code = preflight_collective.outcome(ending, setups, paths)
+            code = preflight_outcome(ending, setups, paths)
         else:
             code = report_host_ending(ending, setups, paths, elapsed_s, self.announce, channel)
         if ending.earlier:

@@ -7,32 +7,26 @@ from __future__ import annotations
 import contextlib
 import datetime
 import faulthandler
-import functools
 import math
 import os
 import signal
 import sys
 import tempfile
-import time
-import traceback
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from runner.common.signals import StopRequest
-from runner.environments import provenance
 from runner.spec.schema import InitMethod
 from runner.spec.targets import load_target
 from runner.training.output import AgentChannel
 from runner.training.progress import StepCount
-from runner.worker.channel import JobChannel, ask_for_dumps, channel_of
+from runner.worker.channel import JobChannel, channel_of
+from runner.worker.rank_body import exit_status, exit_status_of_signal, failed, watch_process_groups
+from runner.worker.rank_process import STACK_SIGNAL
 from runner.worker.setup import RankSetup
 from runner.worker.watch import Watch
 
-STACK_SIGNAL = signal.SIGQUIT  # a rank writes every thread's Python stack to its log (the agent asks the ranks
-# that did not arrive at a collective that timed out; Ctrl-\ too)
-TIMEOUT_PAUSE_S = 1.0  # a rank whose collective timed out waits this long before exiting, so that its agent can
-# ask the ranks it waited for where they are
 INIT_BARRIER = "TORCH_DIST_INIT_BARRIER"  # torch's switch for a store-based barrier at the end of init_process_group
 
 
@@ -82,15 +76,6 @@ def rank_channel(setup: RankSetup) -> JobChannel | None:
                       setup.env.get("MASTER_PORT"), spec.init.timeout_s)
 
 
-def joined(setup: RankSetup, channel: JobChannel | None, backend: str, agent: AgentChannel) -> None:
-    """The rank joined the process group: in its run folder, on the job's channel (the other hosts' reports), and to
-    its agent."""
-    setup.outcome.mark_joined(backend)
-    if channel is not None:
-        channel.say_joined(setup.paths.attempt, setup.place.global_rank)
-    agent.life("joined")
-
-
 def use_threads(setup: RankSetup) -> None:
     """torch was imported before the fork: its thread pool follows the agent, not this process's OMP_NUM_THREADS
     (set in its environment: runner.environments.child), unless told here."""
@@ -123,36 +108,6 @@ def _run_recipe(setup: RankSetup, channel: JobChannel | None, services: RankServ
     return 0
 
 
-def exit_status(e: SystemExit) -> int:
-    """The status ``sys.exit(code)`` gives a Python process (its message, if any, printed as Python does)."""
-    if e.code is None:
-        return 0
-    if isinstance(e.code, int):
-        return e.code & 0xFF
-    print(e.code, file=sys.stderr)
-    return 1
-
-
-def exit_status_of_signal(signum: int) -> int:
-    return 128 + int(signum)
-
-
-def failed(setup: RankSetup, exc: BaseException, watch: Watch | None, shown: str | None = None) -> None:
-    """A rank's body raised: record it (runner.records.outcomes), print the traceback (``shown``, else the whole
-    one) to its stderr, and when a collective timed out, have every rank say where it is (runner.records.watch_files),
-    this one first, and wait a moment for its agent to ask the others."""
-    text = shown if shown is not None else "".join(traceback.format_exception(exc))
-    record = setup.error_record(exc, text)
-    setup.outcome.record_error(record)
-    sys.stderr.write(text)
-    sys.stderr.flush()
-    if record.timeout:
-        if watch is not None:
-            ask_for_dumps(setup.paths, watch.channel, "timeout")
-            watch.dump("timeout")
-        time.sleep(TIMEOUT_PAUSE_S)
-
-
 def _plain_result(result: Any) -> dict[str, Any]:
     """What a recipe returned, as its run records it: the entries of a mapping that are plain finite numbers,
     strings or booleans (its final metrics, for the run's summary); nothing for anything else."""
@@ -168,50 +123,6 @@ def _plain_result(result: Any) -> dict[str, Any]:
         if isinstance(value, (bool, int, str)) or (isinstance(value, float) and math.isfinite(value)):
             kept[str(key)] = value
     return kept
-
-
-def watch_process_groups(setup: RankSetup, channel: JobChannel | None, agent: AgentChannel, own: bool) -> None:
-    """Every rank: joining the default process group is marked (with the backend it uses: runner.worker.failures tells
-    a hang in its collectives from one that never formed), rank 0 records the runtime it loaded (provenance), and its
-    agent hears when the group is made and when it is destroyed (runner.worker.rank_life: the end of a rank's work).
-    ``own``: the recipe or script makes its own group; the groups it makes without a timeout get init.timeout_s
-    rather than torch's 30 minutes (torch reads these public defaults when ``timeout`` is None)."""
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
-    if own:
-        timeout = datetime.timedelta(seconds=setup.spec.init.timeout_s)
-        c10d.default_pg_timeout = timeout
-        c10d.default_pg_nccl_timeout = timeout
-    make, destroy = dist.init_process_group, dist.destroy_process_group
-
-    @functools.wraps(make)
-    def init_process_group(*args: Any, **kwargs: Any) -> None:
-        make(*args, **kwargs)
-        joined(setup, channel, str(dist.get_backend()), agent)
-        _record_runtime(setup)
-
-    @functools.wraps(destroy)
-    def destroy_process_group(*args: Any, **kwargs: Any) -> None:
-        default = _is_default_group(args[0] if args else kwargs.get("group"))
-        destroy(*args, **kwargs)
-        if default:
-            agent.life("destroyed")
-
-    c10d.init_process_group = dist.init_process_group = init_process_group
-    c10d.destroy_process_group = dist.destroy_process_group = destroy_process_group
-
-
-def _is_default_group(group: Any) -> bool:
-    from torch.distributed.distributed_c10d import GroupMember
-
-    return group is None or group is GroupMember.WORLD
-
-
-def _record_runtime(setup: RankSetup) -> None:
-    place, paths = setup.place, setup.paths
-    if place.is_main:
-        provenance.add_runtime(paths.provenance, provenance.runtime(setup.device.value), place.host, paths.attempt)
 
 
 @contextlib.contextmanager

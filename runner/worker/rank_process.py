@@ -28,6 +28,9 @@ from collections.abc import Callable, Iterable
 from runner.worker.relay import close_fds
 from runner.worker.stdio import reopen_standard_streams
 
+STACK_SIGNAL = signal.SIGQUIT  # a rank writes every thread's Python stack to its log (the agent asks the ranks
+# that did not arrive at a collective that timed out; Ctrl-\ too)
+
 _PR_SET_PDEATHSIG = 1
 # what a fresh CPython sets apart from the defaults: SIGINT raises KeyboardInterrupt, SIGPIPE and SIGXFSZ ignored
 _FRESH = {signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN, signal.SIGXFSZ: signal.SIG_IGN}

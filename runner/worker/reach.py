@@ -1,5 +1,5 @@
 """``run --reach ADDR PORT NODE``: can this host resolve and reach host 0's rendezvous address, where its ranks will
-dial the store? The ssh launch's check asks every host this before anything starts (runner.launchers.ssh_check), so a
+dial the store? The ssh launch's check asks every host this before anything starts (runner.launchers.ssh.check), so a
 master that does not resolve, or that a firewall or a missing route hides, is refused in seconds, naming the host,
 the address and the fix — instead of half a minute of c10d's retries once the job has started.
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from runner.worker.channel import JobChannel
 from runner.training.output import AgentChannel
-from runner.worker.rank import exit_status, failed, watch_process_groups
+from runner.worker.rank_body import exit_status, failed, watch_process_groups
 from runner.worker.setup import RankSetup
 from runner.worker.watch import Watch
 

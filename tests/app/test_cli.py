@@ -381,7 +381,7 @@ def test_manual_commands_keep_the_config_name(user_dir: Path) -> None:
 
 
 def test_run_version_says_the_runner_and_torch_and_starts_nothing(tmp_path: Path) -> None:
-    """`run --version`: what launcher=ssh asks every host before it starts anything (runner.launchers.ssh_check)."""
+    """`run --version`: what launcher=ssh asks every host before it starts anything (runner.launchers.ssh.check)."""
     from runner.environments.versions import Versions, installed
 
     r = run_cli(tmp_path, "--version")

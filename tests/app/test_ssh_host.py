@@ -29,7 +29,7 @@ import pytest
 from conftest import environment, make_spec
 from runner.app.ssh_host import USAGE, DriverWatch, HostLabelled, _until_agent, main, run_share
 from runner.common.signals import handling
-from runner.launchers.ssh_protocol import beat_message, end_message, signal_message, spec_message
+from runner.launchers.ssh.protocol import beat_message, end_message, signal_message, spec_message
 from runner.spec.document import spec_yaml
 
 CHILD_S = 5.0  # a forked child ends by then whatever happens (exit 97)

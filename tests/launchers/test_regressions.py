@@ -32,7 +32,7 @@ def test_tcp_init_url_brackets_an_ipv6_master() -> None:
 
 
 def test_slurm_step_in_allocation_places_uneven_hosts() -> None:
-    """launchers/slurm.py request(): inside an allocation (in_allocation=True) a 2+1 per_device job
+    """launchers/slurm/launcher.py request(): inside an allocation (in_allocation=True) a 2+1 per_device job
     becomes ``srun ... --distribution=arbitrary`` with no SLURM_HOSTFILE: the hostfile that the batch
     script writes for the same layout is never written, and without it srun falls back to block
     placement, which need not be 2+1. Expected: the request writes/exports the hostfile as the
@@ -84,7 +84,7 @@ def test_plan_shows_the_port_the_manual_launch_pins() -> None:
 
 
 def test_slurm_named_hosts_are_the_allocated_ones() -> None:
-    """launchers/slurm.py + validation.py _master_addr: with named hosts under launcher=slurm the
+    """launchers/slurm/launcher.py + validation.py _master_addr: with named hosts under launcher=slurm the
     batch script asks for any 2 nodes (no --nodelist), yet the plan pins MASTER_ADDR to host 0's
     name ('gpu01'): if Slurm allocates other nodes, every rank dials gpu01 and never rendezvous.
     Expected: pin the nodes (--nodelist=gpu01,gpu02), or leave MASTER_ADDR to the allocation, or

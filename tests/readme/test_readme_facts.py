@@ -30,9 +30,10 @@ from runner.common import exits
 from runner.environments.process import SOCKET_IFNAME_VARIABLES
 from runner.environments.provenance import DIFF_CAP_BYTES
 from runner.environments.versions import DISTRIBUTION, Versions
-from runner.launchers import slurm_follow, slurm_job
-from runner.launchers.ssh import KEEPALIVE_COUNT
-from runner.launchers.ssh_protocol import BEATS_MISSED
+from runner.launchers.slurm import follow as slurm_follow
+from runner.launchers.slurm import job as slurm_job
+from runner.launchers.ssh.host import KEEPALIVE_COUNT
+from runner.launchers.ssh.protocol import BEATS_MISSED
 from runner.plan.processes import PORT_BAND
 from runner.plan.render import TABLE_HEAD
 from runner.spec.schema import (

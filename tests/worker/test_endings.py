@@ -22,7 +22,8 @@ from runner.spec.schema import BackendConfig
 from runner.worker.channel import JobChannel
 from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.failures import silent_end
-from runner.worker.host_agent import HostEnding, rank_setups
+from runner.worker.host_agent import rank_setups
+from runner.worker.host_ending import HostEnding
 from runner.worker.rendezvous import Rendezvous
 from runner.worker.setup import RankSetup
 

@@ -28,7 +28,7 @@ from runner.worker.failures import (
     report_host_ending,
     silent_end,
 )
-from runner.worker.host_agent import HostEnding
+from runner.worker.host_ending import HostEnding
 from runner.worker.relay import Echo
 from runner.worker.setup import RankSetup
 

@@ -25,11 +25,12 @@ from runner.records.paths import RunPaths
 from runner.spec.probe import FixedProbe
 from runner.spec.schema import BackendConfig, InitConfig, InitMethod, JobConfig, LogConfig, ScriptRecipeConfig
 from runner.worker import host_agent
-from runner.worker.host_agent import HostAgent, HostEnding, _master_unreachable, rank_setups
+from runner.worker.host_agent import HostAgent, _master_unreachable, rank_setups
+from runner.worker.host_ending import HostEnding
 from runner.worker.network import NetworkError
 from runner.worker.preflight import checks
 from runner.worker.preflight.checks import Check, HostChecks
-from runner.worker.rank import STACK_SIGNAL
+from runner.worker.rank_process import STACK_SIGNAL
 from runner.worker.relay import Echo
 from runner.worker.rendezvous import Rendezvous
 from runner.worker.setup import RankSetup

@@ -1,24 +1,16 @@
-"""Preflight in every process: one all-reduce with the exact spec, and how a host's preflight ended
-(runner.worker.preflight)."""
+"""Preflight in every process: one all-reduce with the exact spec (runner.worker.preflight). How a host's preflight
+ended is its agent's to say (runner.worker.preflight.outcome)."""
 
 from __future__ import annotations
 
 import datetime
-import sys
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from runner.common import exits
 from runner.common.timeouts import is_collective_timeout
-from runner.records.paths import RunPaths
 from runner.worker.preflight.checks import DEADLINE_GRACE_S, Check, HostChecks, PreflightFailed, collective_timeout_s
 from runner.worker.setup import RankSetup
-
-if TYPE_CHECKING:
-    from runner.worker.host_agent import HostEnding
 
 
 
@@ -104,19 +96,3 @@ def collective(setup: RankSetup, device: object) -> None:
             f"backend: {setup.backend} computed a wrong sum; try another backend (backend=gloo)")).line())
     if setup.preflight is not None:  # this host's reporting process
         print(report.add(Check(f"{what} ok (sum {expected}, {time.monotonic() - started:.2f} s)")).line(), flush=True)
-
-
-def outcome(ending: HostEnding, setups: Sequence[RankSetup], paths: RunPaths) -> int:
-    """A host's preflight processes have ended: 0 when all passed, else the failure's line on stderr
-    (the host's reporting process's, if it failed) and the exit status 1."""
-    if not ending.failed:
-        return 0
-    errors = [(s.preflight is None, e) for s in setups if (e := s.outcome.error())]
-    errors.sort(key=lambda e: (e[0], e[1]["timestamp"]))
-    if errors:
-        print(errors[0][1]["exception"].removeprefix(f"{PreflightFailed.__name__}: "), file=sys.stderr)
-    others = sum(1 for code in ending.codes.values() if code) - min(1, len(errors))
-    what = "other process(es)" if errors else "process(es)"  # "other" than the one whose line is above
-    also = f" ({others} {what} of this host failed or were stopped)" if others > 0 else ""
-    print(f"preflight failed on {setups[0].place.host}{also}; per-rank logs: {paths.logs}/", file=sys.stderr)
-    return exits.FAILED

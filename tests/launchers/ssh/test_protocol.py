@@ -1,4 +1,4 @@
-"""What launcher=ssh's `run` says to each host's `run` over stdin (runner.launchers.ssh_protocol): the spec, then
+"""What launcher=ssh's `run` says to each host's `run` over stdin (runner.launchers.ssh.protocol): the spec, then
 one message a line, and what is refused."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from runner.launchers.ssh_protocol import ProtocolError, end_message, parse, read_spec, signal_message, spec_message
+from runner.launchers.ssh.protocol import ProtocolError, end_message, parse, read_spec, signal_message, spec_message
 from runner.spec.document import load_spec_text, spec_yaml
 from ssh_fixtures import ssh_launcher
 

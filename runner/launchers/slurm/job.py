@@ -1,5 +1,5 @@
 """Slurm jobs that `run` submits: sbatch, what Slurm says of them, scancel, and the exit status of one that ended
-(runner.launchers.slurm_follow follows a job to its end; runner.launchers.slurm_array a sweep's arrays).
+(runner.launchers.slurm.follow follows a job to its end; runner.launchers.slurm.array a sweep's arrays).
 
 Job states come from ``sacct`` (every job and array task asked about, in one call), which remembers jobs
 after their end; where accounting is not kept (``sacct`` refuses: "accounting storage is disabled") or has

@@ -1,4 +1,4 @@
-"""Where the other hosts of a launcher=ssh job dial a host (runner.launchers.ssh_address): the HostName that the real
+"""Where the other hosts of a launcher=ssh job dial a host (runner.launchers.ssh.address): the HostName that the real
 ``ssh -G`` finds for an alias of an ssh_config, the name itself where ssh knows no other, the spec's addr where it
 gives one; pinned into the run's spec (every host plans with it) and said in the dry run. On the test bed, with an
 ssh_config of aliases only: tests/e2e/test_ssh.py."""
@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from runner.launchers.ssh import ssh_base
-from runner.launchers.ssh_address import host_address, ssh_hostname
+from runner.launchers.ssh.launcher import ssh_base
+from runner.launchers.ssh.address import host_address, ssh_hostname
 from runner.spec.schema import SshOptions
 from runner.spec.topology import Host
 from ssh_fixtures import ssh_launcher

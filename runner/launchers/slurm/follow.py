@@ -24,7 +24,7 @@ from typing import TextIO
 
 from runner.common import exits
 from runner.common.signals import handling
-from runner.launchers.slurm_job import (JobStatus, SlurmStates, ask_to_stop, exit_status, mark_user_stop, scancel,
+from runner.launchers.slurm.job import (JobStatus, SlurmStates, ask_to_stop, exit_status, mark_user_stop, scancel,
                                         stop_command)
 
 TAIL_S = 1.0  # the output file is copied this often, whatever the state polls do
@@ -83,7 +83,7 @@ def pass_on_stop(signum: int, job_ids: list[str], markers: Iterable[Path], what:
                  stop: Callable[[list[str], int], str | None] = ask_to_stop) -> None:
     """The stop signal to `run`, passed on to jobs it follows (``what``: them, as `run`'s line names them): their
     user-stop markers first (the batch script then ends its job rather than requeueing it), then the signal to their
-    batch scripts (:func:`runner.launchers.slurm_job.ask_to_stop`); what was done, and what Slurm refused, on stderr."""
+    batch scripts (:func:`runner.launchers.slurm.job.ask_to_stop`); what was done, and what Slurm refused, on stderr."""
     name, command = signal.Signals(signum).name, shlex.join(stop_command(job_ids, signum))
     try:
         mark_user_stop(markers, signum)

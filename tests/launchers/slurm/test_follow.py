@@ -1,6 +1,6 @@
-"""runner.launchers.slurm_follow: following a Slurm job: its output every second, its state on a schedule that backs
+"""runner.launchers.slurm.follow: following a Slurm job: its output every second, its state on a schedule that backs
 off, and the signals `run` gets passed on to it. Slurm's commands and the clock are fakes: pure logic. What Slurm
-says of a job: test_slurm_job.py."""
+says of a job: test_job_slurm.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from runner.launchers.slurm_follow import JobFollower, PollSchedule
-from runner.launchers.slurm_job import SlurmStates, ask_to_stop
+from runner.launchers.slurm.follow import JobFollower, PollSchedule
+from runner.launchers.slurm.job import SlurmStates, ask_to_stop
 from slurm_fakes import Clock, Slurm, Terminal, ok
 
 pytestmark = pytest.mark.unit

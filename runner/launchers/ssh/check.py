@@ -1,5 +1,5 @@
 """The ssh launch's check, before anything starts: every host at once, each with its check command
-(``cd <workdir> && exec <run> --version``: runner.launchers.ssh). A host passes when ssh logs in within the connect
+(``cd <workdir> && exec <run> --version``: runner.launchers.ssh.launcher). A host passes when ssh logs in within the connect
 timeout, the job's folder is there, `run` is there, and its runner and torch are this machine's. Each failure is
 said with the host, why, a hint, and the exact command to try by hand."""
 
@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from runner.worker.reach import Reached
 from runner.environments.versions import Versions
-from runner.launchers.ssh import SshHost
+from runner.launchers.ssh.host import SshHost
 
 ANSWER_S = 60  # after the connection: how long `run --version` may take on a busy host (it imports no torch)
 

@@ -5,7 +5,7 @@ and this `run` as the job's one terminal.
   never mix), as each host's agent writes them (``log.console`` chooses whose; ``all``: each line prefixed with its
   rank and host).
 * **Signals.** The ssh clients run in a session of their own, so Ctrl-C reaches this `run` only; SIGINT, SIGTERM and
-  the stop signal are passed to every host over its stdin (runner.launchers.ssh_protocol), where its `run` takes them
+  the stop signal are passed to every host over its stdin (runner.launchers.ssh.protocol), where its `run` takes them
   as its own (and, through host 0's store, every host would anyway). Hosts still running ``launcher.grace_s`` +
   :data:`STOP_MARGIN_S` after a SIGINT or SIGTERM have their sessions closed (ssh terminated), which ends them (their
   stdin ends); a second Ctrl-C closes them at once. Ctrl-\\ (SIGQUIT) goes to host 0 alone, whose agent says where
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 from runner.common import exits
 from runner.common.signals import handling
-from runner.launchers.ssh import SshHost
-from runner.launchers.ssh_protocol import beat_message, end_message, signal_message, spec_message
+from runner.launchers.ssh.host import SshHost
+from runner.launchers.ssh.protocol import beat_message, end_message, signal_message, spec_message
 from runner.worker.rank_process import die_with_parent
 
 STOP_MARGIN_S = 25.0  # after launcher.grace_s: for the hosts to say where their ranks were, report and end

@@ -7,13 +7,15 @@ import shlex
 import signal
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from runner.common import exits
 from runner.common.signals import parse_signal
 from runner.environments.process import ProcessEnvironment
 from runner.environments.slurm import SlurmEnvironment, expand_hostnames
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError, TaskPlace
+from runner.launchers.slurm.array import ArrayMember
+from runner.launchers.slurm.follow import follow
+from runner.launchers.slurm.job import SlurmError, submit
 from runner.plan.processes import Deferred
 from runner.records.outcomes import all_done
 from runner.records.paths import RunPaths
@@ -24,8 +26,6 @@ from runner.spec.problems import Problem, Severity, render_problems
 from runner.spec.schema import DeviceKind, JobConfig, TaskMode
 from runner.spec.topology import Host
 
-if TYPE_CHECKING:
-    from runner.launchers.slurm_array import ArrayMember
 
 _SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 _SLURM_SIGNAL = re.compile(r"^(R:|B:)?(SIG)?[A-Z0-9]+(@\d+)?$")
@@ -273,8 +273,6 @@ class SlurmLauncher(Launcher):
         return problems
 
     def launch(self, request: LaunchRequest) -> int:
-        from runner.launchers import slurm_follow, slurm_job
-
         slurm = self.environment.slurm
         try:
             if self.in_allocation:
@@ -287,8 +285,8 @@ class SlurmLauncher(Launcher):
                 print(f"slurm: an srun step in job {slurm.job_id} ({self.paths.step_script})", file=sys.stderr)
                 return self.run_forwarding_signals(list(step.argv), step.cwd)
             self.paths.user_stop.unlink(missing_ok=True)  # an earlier launch's stop (a relaunch with the same run id)
-            job_id = slurm_job.submit(self.paths.sbatch_script, self.invocation.cwd)
-        except slurm_job.SlurmError as e:
+            job_id = submit(self.paths.sbatch_script, self.invocation.cwd)
+        except SlurmError as e:
             print(f"error: launcher=slurm: {e}", file=sys.stderr)
             return exits.INVALID
         self.paths.slurm_job_id.write_text(job_id + "\n")
@@ -298,7 +296,7 @@ class SlurmLauncher(Launcher):
             print(f"slurm: not following it (launcher.slurm.follow=false): `squeue -j {job_id}` shows it", file=sys.stderr)
             self.not_followed = f"Slurm job {job_id}"
             return exits.OK
-        return slurm_follow.follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed,
+        return follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed,
                                    say_where=lambda: where_the_ranks_are(self.plan, self.paths, "cancelling the job"),
                                    stop_signal=self.plan.rules.stop_signal, user_stop=self.paths.user_stop)
 
@@ -307,10 +305,8 @@ class SlurmLauncher(Launcher):
         return not environment.slurm.in_allocation  # a batch job starts, and is requeued, after the submission
 
     def array_member(self) -> ArrayMember | None:
-        """This job as a member of a sweep's job array (runner.launchers.slurm_array): its batch script
+        """This job as a member of a sweep's job array (runner.launchers.slurm.array): its batch script
         is written, the array's script runs it. None inside an allocation (an srun step of its own)."""
-        from runner.launchers.slurm_array import ArrayMember
-
         if self.in_allocation:
             return None
         own = ("#SBATCH --job-name=", "#SBATCH --output=", "#SBATCH --open-mode=")

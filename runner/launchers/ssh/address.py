@@ -14,7 +14,6 @@ import dataclasses
 import subprocess
 from dataclasses import dataclass
 
-from runner.spec.schema import SshOptions
 from runner.spec.topology import Host, is_valid_host
 
 ASK_S = 10.0  # `ssh -G` reads configuration files only; a stuck Match exec is refused after this

@@ -1,4 +1,4 @@
-"""The ssh launch's running part (runner.launchers.ssh_session) with `sh -c` scripts in place of `ssh HOST run
+"""The ssh launch's running part (runner.launchers.ssh.session) with `sh -c` scripts in place of `ssh HOST run
 --ssh-host ...`: each reads what the launching `run` says on its stdin as a host's `run` does (the spec, then one
 message a line) and does what the test needs: writes output, exits with a status, sends this process a signal (as a
 user's Ctrl-C or `kill -USR1` would), or is lost. Covered: the spec on every host's stdin, output relayed a whole
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.launchers import ssh_session
-from runner.launchers.ssh import SshHost
-from runner.launchers.ssh_session import Ended, Session, Sessions
+from runner.launchers.ssh import session as ssh_session
+from runner.launchers.ssh.launcher import SshHost
+from runner.launchers.ssh.session import Ended, Session, Sessions
 
 pytestmark = pytest.mark.timeout(10)  # not `unit`: every test starts processes (a few ms each); a host that waits for
 # a message that never comes fails the test after 10 s

@@ -1,4 +1,4 @@
-"""The ssh launch's check before anything starts (runner.launchers.ssh_check): how each failed check reads, with its
+"""The ssh launch's check before anything starts (runner.launchers.ssh.check): how each failed check reads, with its
 hint. The check run on hosts with a real sshd (a refused login, no `run`, another torch):
 tests/e2e/test_ssh.py, test_a_host_that_refuses_the_login_is_named_and_nothing_starts and the two after it."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from runner.environments.versions import Versions, installed
-from runner.launchers.ssh_check import verdict
+from runner.launchers.ssh.check import verdict
 from runner.worker.reach import Reached
 from ssh_fixtures import ssh_launcher
 

@@ -1,4 +1,4 @@
-"""What the ssh launch takes back from a host's run folder (runner.launchers.ssh_collect): a host's records add to
+"""What the ssh launch takes back from a host's run folder (runner.launchers.ssh.collect): a host's records add to
 this run folder, replace nothing, and stay inside it. Taken back from hosts with a real sshd, whose run folders are
 their own: tests/e2e/test_ssh.py, test_a_2_plus_1_digits_job_from_a_machine_that_is_no_host."""
 
@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from runner.launchers.ssh_collect import unpack
+from runner.launchers.ssh.collect import unpack
 from runner.records.paths import RunPaths
 
 pytestmark = pytest.mark.unit

@@ -1,6 +1,6 @@
 """After an ssh launch: each host's records in this run folder, where the host's run folder is not this one.
 
-A host's `run` keeps the run in its own run folder (runner.launchers.ssh: the same path under the job's folder).
+A host's `run` keeps the run in its own run folder (runner.launchers.ssh.launcher: the same path under the job's folder).
 Where that is this very folder (the host is this machine, or a file system they share), its ranks' files are here
 already: its first rank's log says so. From any other host that was not lost, its collect command sends its
 ``logs/`` (its ranks' logs, and on host 0 how every rank of every host ended: runner.worker.endings) and host 0's
@@ -15,7 +15,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from runner.launchers.ssh import SshHost, collected
+from runner.launchers.ssh.host import SshHost, collected
 from runner.records.paths import RunPaths
 
 COLLECT_S = 60.0  # how long one host may take to send its records

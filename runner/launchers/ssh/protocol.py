@@ -1,4 +1,4 @@
-"""What the ssh launch's `run` says to each host's `run` over the ssh session's stdin (runner.launchers.ssh_session
+"""What the ssh launch's `run` says to each host's `run` over the ssh session's stdin (runner.launchers.ssh.session
 writes, runner.app.ssh_host reads), in order:
 
 1. the run's spec.yaml, as pinned here: its length in bytes on a line, then the bytes;

@@ -8,7 +8,7 @@ from pathlib import Path
 from conftest import compose, environment, hosts_override, validate
 from runner.launchers import Invocation
 from runner.launchers import plan_for
-from runner.launchers.ssh import SshLauncher
+from runner.launchers.ssh.launcher import SshLauncher
 from runner.records.paths import RunPaths
 from runner.spec.pins import pinned
 

@@ -7,16 +7,16 @@ ProxyJump apply; BatchMode: never a prompt):
 1. **a check**, on every host at once, before anything starts: ``cd <workdir> && exec <run> --version`` — the host
    answers within ``launcher.ssh.connect_timeout_s``, has `run` with this machine's runner and torch versions, and
    the job's folder. Each failure names the host, why, and the command to try by hand; then nothing starts
-   (runner.launchers.ssh_check);
+   (runner.launchers.ssh.check);
 2. **its share**: ``cd <workdir> && exec [env NAME=value ...] <run> --ssh-host <i> <run folder>``, with the run's
    spec.yaml (as pinned here) on its stdin: that `run` is the host's agent (runner.app.ssh_host), as a manual host's
    `run` is; the hosts find each other through host 0's store as ever (runner.worker.channel). This `run` relays
    every host's output, passes Ctrl-C, SIGTERM and the stop signal on over stdin, ends the job everywhere when a
-   host is lost, and prints the one summary (runner.launchers.ssh_session);
+   host is lost, and prints the one summary (runner.launchers.ssh.session);
 3. **its records**, after the run, from a host whose run folder is not this one (another machine):
    ``cd <run folder> && exec tar -cf - --ignore-failed-read logs metrics.jsonl``: its ranks' logs, and from host 0
    how every rank ended and the metrics, so that this run folder and its summary cover every rank
-   (runner.launchers.ssh_collect).
+   (runner.launchers.ssh.collect).
 
 Every value that reaches the remote shell (paths, the `run` command, exported values) is quoted with shlex; host
 names and options are checked before (runner.spec.validation, :meth:`SshLauncher.spec_problems`).
@@ -31,7 +31,6 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from runner.common import exits
@@ -39,62 +38,22 @@ from runner.environments.versions import installed
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest
 from runner.plan.processes import Deferred
 from runner.launchers.manual import agreed_port, hosts_apart_problems
-from runner.launchers.ssh_address import HostAddress, explained, host_addresses
+from runner.launchers.ssh.address import HostAddress, explained, host_addresses
+from runner.launchers.ssh.check import check_hosts
+from runner.launchers.ssh.collect import collect
+from runner.launchers.ssh.host import SshHost, collected, ssh_base
+from runner.launchers.ssh.session import run_sessions
 from runner.records.paths import RunPaths
 from runner.spec.document import spec_yaml
 from runner.spec.job import Job
 from runner.spec.pins import Pins
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
-from runner.spec.schema import InitMethod, JobConfig, SshOptions
+from runner.spec.schema import InitMethod, JobConfig
 from runner.spec.validation import ENV_NAME
 
-KEEPALIVE_COUNT = 3  # ssh -o ServerAliveCountMax: unanswered keepalives before a host is lost
 _OPTION = re.compile(r"^[A-Za-z][A-Za-z0-9]*=\S.*$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-
-def collected(paths: RunPaths) -> tuple[str, ...]:
-    """What a host's run folder gives back (runner.launchers.ssh_collect), relative to it: its ``logs/`` (its ranks'
-    logs and records) and the metrics."""
-    return tuple(p.relative_to(paths.root).as_posix() for p in (paths.logs, paths.metrics))
-
-
-def ssh_base(opts: SshOptions) -> list[str]:
-    """The ssh client and its options, before ``-- HOST COMMAND``. ``-T``: no terminal (the host's `run` reads its
-    stdin, and a remote process must not outlive its session by a terminal's hang-up rules); BatchMode: a host that
-    would ask for a password or a host key fails at once instead of waiting for an answer."""
-    argv = [opts.command, "-T"]
-    if opts.config_file:
-        argv += ["-F", opts.config_file]
-    if opts.user:
-        argv += ["-l", opts.user]
-    if opts.port:
-        argv += ["-p", str(opts.port)]
-    if opts.identity_file:
-        argv += ["-i", opts.identity_file]
-    argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={opts.connect_timeout_s}"]
-    if opts.keepalive_s:
-        argv += ["-o", f"ServerAliveInterval={opts.keepalive_s}", "-o", f"ServerAliveCountMax={KEEPALIVE_COUNT}"]
-    for option in opts.options:
-        argv += ["-o", option]
-    return argv
-
-
-@dataclass(frozen=True, kw_only=True)
-class SshHost:
-    """One host of the job as the ssh launch reaches it: its three commands (the module docstring)."""
-
-    index: int
-    name: str  # the plan's name for it (its ranks' records say it)
-    label: str  # how messages name it: "host 1 (b)"
-    destination: str  # what ssh is given: its name (your ~/.ssh/config may alias it), else its address
-    ranks: tuple[int, ...]
-    run: str  # the `run` command there
-    check: tuple[str, ...]
-    dials: bool  # its check also dials host 0's rendezvous (runner.worker.reach)
-    start: tuple[str, ...]
-    collect: tuple[str, ...]
 
 
 class SshLauncher(Launcher):
@@ -148,7 +107,7 @@ class SshLauncher(Launcher):
 
     @classmethod
     def pins(cls, job: Job, paths: RunPaths) -> Pins:
-        """The base pins, and the address of each host named as ssh knows it (runner.launchers.ssh_address): what
+        """The base pins, and the address of each host named as ssh knows it (runner.launchers.ssh.address): what
         ``ssh -G NAME`` gives as its HostName, which every host dials instead of an alias it cannot resolve."""
         pins = super().pins(job, paths)
         found = host_addresses(job.hosts, ssh_base(job.spec.launcher.ssh))
@@ -236,10 +195,6 @@ class SshLauncher(Launcher):
 
     # -- the launch -------------------------------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> int:
-        from runner.launchers.ssh_check import check_hosts
-        from runner.launchers.ssh_collect import collect
-        from runner.launchers.ssh_session import run_sessions
-
         spec = self.plan.job.spec
         hosts = self.hosts()
         started = time.perf_counter()

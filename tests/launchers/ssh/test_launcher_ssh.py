@@ -1,4 +1,4 @@
-"""launcher=ssh without any host (runner.launchers.ssh): the commands it runs (the golden files, parsed back: what
+"""launcher=ssh without any host (runner.launchers.ssh.launcher): the commands it runs (the golden files, parsed back: what
 reaches each host's shell is exactly the words meant, whatever a value holds), the ssh options, where each host
 keeps the run, and how the hosts and their ranks are placed. The launch itself, on hosts with a real sshd:
 tests/e2e/test_ssh.py."""
@@ -10,7 +10,7 @@ import shlex
 import pytest
 
 from conftest import GOLDEN
-from runner.launchers.ssh import ssh_base
+from runner.launchers.ssh.launcher import ssh_base
 from runner.spec.schema import SshOptions
 from ssh_fixtures import ssh_launcher
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.launchers.slurm_array import ArrayFollower, ArrayMember, group
-from runner.launchers.slurm_job import SlurmStates, ask_to_stop, task_ids
+from runner.launchers.slurm.array import ArrayFollower, ArrayMember, group
+from runner.launchers.slurm.job import SlurmStates, ask_to_stop, task_ids
 from runner.records.paths import RunPaths
 from runs import processes_of, run, signal_when_ready, wait_until
 from slurm_fakes import Clock, Slurm, ok

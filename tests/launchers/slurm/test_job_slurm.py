@@ -1,6 +1,6 @@
-"""runner.launchers.slurm_job: what Slurm says of a job, from sacct in one call for many jobs, and from scontrol
+"""runner.launchers.slurm.job: what Slurm says of a job, from sacct in one call for many jobs, and from scontrol
 where sacct does not answer (no accounting kept, as on the test cluster; asked again later) or does not list a job
-yet. Slurm's commands and the clock are fakes: pure logic. Following a job: test_slurm_follow.py."""
+yet. Slurm's commands and the clock are fakes: pure logic. Following a job: test_follow.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from runner.launchers.slurm_job import JobStatus, SlurmStates, task_ids
+from runner.launchers.slurm.job import JobStatus, SlurmStates, task_ids
 from slurm_fakes import Clock, Slurm, ok
 
 pytestmark = pytest.mark.unit

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from runner.common import exits
 from runner.common.signals import DEFAULT_STOP, handling
-from runner.launchers.slurm_follow import CANCELS, PollSchedule, pass_on_stop
-from runner.launchers.slurm_job import JobStatus, SlurmError, SlurmStates, ask_to_stop, scancel, submit
+from runner.launchers.slurm.follow import CANCELS, PollSchedule, pass_on_stop
+from runner.launchers.slurm.job import JobStatus, SlurmError, SlurmStates, ask_to_stop, scancel, submit
 from runner.records.outcomes import all_done, any_failed
 from runner.records.paths import RunPaths, SweepPaths
 
@@ -159,7 +159,7 @@ TICK_S = 1.0  # between state polls, it wakes this often: a cancel (Ctrl-C) is a
 
 class ArrayFollower:
     """Follows a sweep's arrays to their end: each task's state changes, and each job's exit status as it ends.
-    Slurm is asked on the single job's schedule (runner.launchers.slurm_follow.PollSchedule: every second at
+    Slurm is asked on the single job's schedule (runner.launchers.slurm.follow.PollSchedule: every second at
     first and after any task's change, then less and less often, at most every 30 s), all arrays in one call.
     ``states``, ``clock``, ``sleep`` and ``stop`` are Slurm and the time (tests pass their own)."""
 
@@ -185,7 +185,7 @@ class ArrayFollower:
 
     def on_stop(self, signum: int, _frame: object = None) -> None:
         """The stop signal to `run`: pass it on to the batch scripts of every array's running jobs (those whose
-        stop signal it is), as for a single job (runner.launchers.slurm_follow.JobFollower.on_stop): each job's
+        stop signal it is), as for a single job (runner.launchers.slurm.follow.JobFollower.on_stop): each job's
         ranks checkpoint and return, and it ends, not requeued; jobs not started yet are cancelled."""
         if self.stopping:
             return
