@@ -149,6 +149,23 @@ def test_nothing_of_the_runner_uses_hydras_internals() -> None:
 
 
 @pytest.mark.unit
+def test_the_hydra_internal_the_tests_compose_with_is_still_there() -> None:
+    """tests/conftest.py's compose_config sets plain keys with Hydra's own ConfigLoaderImpl._apply_overrides_to_config
+    (a private API, for speed: test_fixtures.py checks it composes what `run` does): a canary that names it after a
+    Hydra upgrade that changed it, instead of every test that composes a spec failing at once."""
+    import inspect
+
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    assert list(inspect.signature(ConfigLoaderImpl._apply_overrides_to_config).parameters) == ["overrides", "cfg"]
+    cfg = OmegaConf.create({"a": {"b": 1}})
+    ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(["a.b=2", "+a.c=3"]), cfg)
+    assert OmegaConf.to_container(cfg) == {"a": {"b": 2, "c": 3}}
+
+
+@pytest.mark.unit
 def test_optimizer_internals_the_sharding_strategies_empty() -> None:
     """runner.training.sharding drops the gathered shards that fairscale's OSS (``_all_states``) and torch's
     ZeroRedundancyOptimizer (``_all_state_dicts``) keep after consolidating, or rank 0 would hold every

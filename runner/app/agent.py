@@ -96,10 +96,16 @@ class LaunchAgent:
         pickle.dump(message, self._requests)
         self._requests.flush()
 
+    @staticmethod
+    def useful(argv: list[str], cpus: int) -> bool:
+        """Whether `run ARGV` on a machine of ``cpus`` cores gains from an agent: one job to validate and launch, and
+        a core to spare for the agent's torch import while `run` composes (a dry run, or launcher=slurm and mpi,
+        whose processes a scheduler starts, only ask it about the target)."""
+        return cpus >= 2 and not any(a in _NO_JOB for a in argv)
+
     @classmethod
     def start_if_useful(cls, argv: list[str]) -> "LaunchAgent | None":
-        # (a dry run, or launcher=slurm and mpi, whose processes a scheduler starts, only ask it about the target)
-        if (os.cpu_count() or 1) < 2 or any(a in _NO_JOB for a in argv):
+        if not cls.useful(argv, os.cpu_count() or 1):
             return None
         requests_read, requests_write = os.pipe()
         answers_read, answers_write = os.pipe()

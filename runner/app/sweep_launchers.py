@@ -5,14 +5,13 @@ registered in conf/job.yaml), because what a job does inside it cannot be seen f
 Hydra's submitit launcher (hydra-submitit-launcher: ``hydra/launcher=submitit_slurm`` or ``submitit_local``) is
 refused; tried on the test cluster, it cannot run `run`'s jobs soundly:
 
-* each job restores Hydra's state in the Slurm job and failed there before the job's spec was read (seen while
-  the runner replaced Hydra's pkg:// config source, which it no longer does; not tried since);
 * a job that ends without writing submitit's result (a refused spec, a kill, the OOM killer, a lost node) leaves
   `run` waiting forever where Slurm keeps no accounting (submitit asks sacct only);
 * the jobs' exit statuses stay in the Slurm jobs: `run` exits 0 with failed jobs;
 * with several nodes submitit starts one `run` per Slurm task, each launching the whole job.
 
-The runner's own Slurm sweep (``run -m ... launcher=slurm``) does what users reach for submitit for.
+(Each job also restored Hydra's state in the Slurm job and failed there before its spec was read, while the runner
+replaced Hydra's pkg:// config source; it no longer does, so that is no reason given.) The runner's own Slurm sweep (``run -m ... launcher=slurm``) does what users reach for submitit for.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ from runner.spec.problems import Problem, Severity
 
 
 SUBMITIT_REASONS = (
-    "each job would restore Hydra's state in its own process (a Slurm job) and fail there before reading its spec; a job "
-    "that ends without submitit's result (a refused spec, a kill, the OOM killer) leaves `run` waiting forever "
+    "a job that ends without submitit's result (a refused spec, a kill, the OOM killer) leaves `run` waiting forever "
     "where Slurm keeps no accounting (submitit asks sacct only); the jobs' exit statuses never reach `run`; and "
     "with several nodes it starts one `run` per Slurm task")
 SLURM_SWEEP_HINT = ("run -m ... launcher=slurm sends the sweep's jobs to Slurm as job arrays, follows them to the "

@@ -48,7 +48,7 @@ def verify_place(plan: Plan, place: TaskPlace) -> None:
     per_host = job.spec.launcher.tasks is TaskMode.per_host
     expected = len(job.hosts) if per_host else plan.world_size
     what = "one task per host" if per_host else "one task per process"
-    counts = tuple(1 if per_host else len(plan.host_records(h.index)) for h in job.hosts)
+    counts = tuple(1 if per_host else n for n in plan.processes_per_host)
     if place.nodes is not None and place.nodes != len(job.hosts):
         raise TaskError(f"{place.source} started the step on {place.nodes} node(s), but the spec has {len(job.hosts)} "
                         f"host(s) (topology); hint: allocate {len(job.hosts)} node(s) (sbatch/salloc --nodes="

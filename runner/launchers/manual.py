@@ -86,7 +86,7 @@ class ManualLauncher(Launcher):
             base.append(f"init.master_port={spec.init.master_port}")
         commands = []
         for host in self.plan.job.hosts:
-            n = len(self.plan.host_records(host.index))
+            n = self.plan.processes_per_host[host.index]
             argv = (*base, f"launcher.manual.host={host.index}")
             where = host.reach or host.label
             commands.append(HostCommand(host=f"host {host.index} ({where})", argv=argv, note=f"starts {n} process(es)",

@@ -77,7 +77,7 @@ class MpiLauncher(Launcher):
     def request(self) -> LaunchRequest:
         job, opts = self.plan.job, self.plan.job.spec.launcher.mpi
         per_host = job.spec.launcher.tasks is TaskMode.per_host
-        slots = [1 if per_host else len(self.plan.host_records(h.index)) for h in job.hosts]
+        slots = [1 if per_host else n for n in self.plan.processes_per_host]
         hosts = ",".join(f"{h.reach or 'localhost'}:{n}" for h, n in zip(job.hosts, slots))
         argv = [opts.mpirun]
         if opts.allow_run_as_root:

@@ -75,15 +75,16 @@ class Plan:
     def host_records(self, node_rank: int) -> tuple[RankPlace, ...]:
         """The places of one host: a contiguous block, found by the rank prefix sums."""
         start = self._host_starts[node_rank]
-        return self.records[start:start + self._host_counts[node_rank]]
+        return self.records[start:start + self.processes_per_host[node_rank]]
 
     @cached_property
-    def _host_counts(self) -> list[int]:
-        return [_processes_on(h, self.job) for h in self.job.hosts]
+    def processes_per_host(self) -> tuple[int, ...]:
+        """How many processes each host runs, in host order (the one place this is counted)."""
+        return tuple(_processes_on(h, self.job) for h in self.job.hosts)
 
     @cached_property
     def _host_starts(self) -> list[int]:
-        return [0, *accumulate(self._host_counts)]
+        return [0, *accumulate(self.processes_per_host)]
 
     def init_url(self, port: str | int) -> str:
         """The init_method URL once the launch knows the master port."""

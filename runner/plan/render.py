@@ -17,7 +17,7 @@ TABLE_HEAD = 16  # rows shown at each end of a long plan; plan.json has them all
 def verdict(plan: Plan) -> str:
     job = plan.job
     spec = job.spec
-    counts = "+".join(str(len(plan.host_records(h.index))) for h in job.hosts)
+    counts = "+".join(str(n) for n in plan.processes_per_host)
     return (f"valid: {plan.world_size} process(es) on {len(job.hosts)} host(s) ({counts}); "
             f"device {job.device.value}, backend {job.backend.value}, init {spec.init.method.value} "
             f"({plan.init_method}), {spec.parallel.mode.value}, sharding {spec.sharding.mode.value}, "

@@ -13,6 +13,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+# How long a gathering of the ranks' dumps waits at most; each returns as soon as every rank asked has answered.
+DUMP_WAIT_STALL_S = 10.0  # rank 0 at a stall, for the others' (on a busy machine, another host's ranks answer
+# through the job's channel in seconds)
+DUMP_WAIT_TIMEOUT_S = 5.0  # the report, after a collective timed out
+DUMP_WAIT_ASKED_S = 3.0  # `run`, asked where the ranks are (Ctrl-\, SIGQUIT)
+DUMP_WAIT_STOP_S = 2.0  # a host agent stopping its ranks, for where they were
+
 
 @dataclass(frozen=True)
 class Collective:

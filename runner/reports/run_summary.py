@@ -285,7 +285,7 @@ def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_fo
     shown, by_kind = _files(plan, paths)
     return RunSummary(
         run_id=paths.run_id, status=status, status_text=words, exit_code=code, wall_time_s=wall_time_s,
-        world_size=plan.world_size, processes_per_host=tuple(len(plan.host_records(h.index)) for h in job.hosts),
+        world_size=plan.world_size, processes_per_host=plan.processes_per_host,
         hosts=tuple(h.label for h in job.hosts), device=job.device.value, backend=_backend(plan, paths),
         parallel=spec.parallel.mode.value, sharding=spec.sharding.mode.value, launcher=spec.launcher.kind,
         recipe=recipe, root=paths.root, first_failure=failure, signal=sig, slurm_job_id=slurm_job_id,

@@ -10,12 +10,11 @@ import sys
 from collections.abc import Callable, Iterable
 
 from runner.plan.processes import Plan
-from runner.records.dumps import RankDump
+from runner.records.dumps import DUMP_WAIT_ASKED_S, RankDump
 from runner.records.paths import RunPaths
 from runner.records.watch_files import collect_dumps, request_dumps
 from runner.reports.hangs import diagnose, stuck_ranks
 
-DUMP_WAIT_S = 3.0  # how long `run` waits for the ranks' dumps
 
 
 def where_the_ranks_are(plan: Plan, paths: RunPaths, then: str = "the job goes on",
@@ -25,7 +24,7 @@ def where_the_ranks_are(plan: Plan, paths: RunPaths, then: str = "the job goes o
     """Ask every rank where it is, and say it in one paragraph (each rank also writes its full stack to its log).
     ``ask`` and ``gather``: through the run folder, or (an agent's) the job's channel as well."""
     asked = ask(paths, "request")
-    dumps = gather(paths, range(plan.world_size), asked, DUMP_WAIT_S)
+    dumps = gather(paths, range(plan.world_size), asked, DUMP_WAIT_ASKED_S)
     found = diagnose(dumps, plan.world_size)
     stuck = stuck_ranks(dumps)
     answered = sum(1 for d in dumps.values() if not d.stuck)

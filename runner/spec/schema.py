@@ -61,7 +61,7 @@ class ShardingMode(str, Enum):
 
 
 class DeviceKind(str, Enum):
-    auto = "auto"  # cuda when this machine has GPUs (or launcher=slurm and device=cuda), else cpu
+    auto = "auto"  # cuda when the machine that checks the spec has CUDA GPUs, else cpu
     cuda = "cuda"
     cpu = "cpu"
 
@@ -386,7 +386,7 @@ class JobConfig:
     recipe: Any = MISSING
     """The training code and its settings: a RecipeConfig subclass, chosen by the recipe group."""
     device: DeviceKind = DeviceKind.auto
-    """What a device is; auto: cuda when this machine has GPUs (or launcher=slurm and device=cuda), else cpu."""
+    """What a device is; auto: cuda when the machine that checks the spec has CUDA GPUs, else cpu."""
     log: LogConfig = field(default_factory=LogConfig)
     """What the terminal shows, and what ranks record for a hang."""
     dry_run: bool = False

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 
 from runner.common import exits
+from runner.common.code_paths import faulthandler_frame_of_worker
 from runner.common.formatting import error_line
 from runner.common.lost_peers import lost_a_peer
+from runner.records.dumps import DUMP_WAIT_TIMEOUT_S
 from runner.records.outcomes import ErrorRecord, RankOutcome, first_failures, timed_out
 from runner.records.paths import RunPaths
 from runner.records.watch_files import last_request, read_diagnosis, write_diagnosis
@@ -224,14 +225,12 @@ def _stopped_status(ending: HostEnding) -> int:
     return exits.from_signal(-code) if code < 0 else code
 
 
-DUMP_WAIT_S = 5.0  # how long the report waits at most for the ranks' dumps after a timeout (returns once all have)
 
 
 def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks)) if len(ranks) <= 12 else f"{', '.join(map(str, ranks[:12]))}, ... ({len(ranks)})"
 
 
-_RUNNER_DIR = f'"{Path(__file__).resolve().parent}{os.sep}'  # how faulthandler writes a frame of the runner
 
 
 def _last_stack(log_file: str, frames: int = 8) -> list[str]:
@@ -245,7 +244,7 @@ def _last_stack(log_file: str, frames: int = 8) -> list[str]:
         return []
     block = []
     for line in lines[starts[-1] + 1:]:
-        if not line.startswith("  File ") or _RUNNER_DIR in line or "<frozen runpy>" in line:
+        if not line.startswith("  File ") or faulthandler_frame_of_worker(line) or "<frozen runpy>" in line:
             break  # the recipe's (or script's) frames, not the runner's below them
         block.append(line.strip())
     return block[:frames]
@@ -276,7 +275,7 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths,
                 "checks every host's route, port and interface"]
     asked = last_request(paths)
     if asked is not None:  # the ranks were asked where they are: the collective each one is in
-        found = diagnose(gather_dumps(paths, channel, range(world), asked, DUMP_WAIT_S), world)
+        found = diagnose(gather_dumps(paths, channel, range(world), asked, DUMP_WAIT_TIMEOUT_S), world)
         if found is not None:
             text = f"timeout: a collective waited init.timeout_s={timeout:g} s: {found.text}"
             write_diagnosis(paths, "timeout", text, found.document())

@@ -48,7 +48,7 @@ from runner.environments.process import ProcessEnvironment
 from runner.plan.processes import Deferred, Plan
 from runner.records.outcomes import timed_out
 from runner.records.paths import RunPaths
-from runner.records.dumps import RankDump
+from runner.records.dumps import DUMP_WAIT_STOP_S, RankDump
 from runner.records.watch_files import RankWatchFiles, clear_diagnosis, last_request, write_diagnosis
 from runner.reports.hangs import diagnose, stuck_ranks
 from runner.reports.where import where_the_ranks_are
@@ -73,7 +73,6 @@ from runner.worker.setup import RankSetup
 from runner.worker.share import HostShare
 from runner.worker.zygote import RankProcess, Zygote, ZygoteGone
 
-STOP_DUMP_WAIT_S = 2.0  # how long a stop waits for the ranks to say where they are
 STOP_TOLD_WAIT_S = 10.0  # how long another host's agent waits at most for host 0's to have said so, before killing
 ENDINGS_WAIT_S = 15.0  # how long host 0 waits for the other hosts to say how their ranks ended
 REPORTED_WAIT_S = ENDINGS_WAIT_S + 15.0  # how long another task waits for host 0's report, where tasks end together
@@ -536,7 +535,7 @@ class HostAgent:
             return None
         asked = ask_for_dumps(self.paths, channel, "stall")
         self._speak_for_the_silent(ranks, setups, relay, channel, "stall", asked)
-        dumps = gather_dumps(self.paths, channel, range(self.plan.world_size), asked, STOP_DUMP_WAIT_S)
+        dumps = gather_dumps(self.paths, channel, range(self.plan.world_size), asked, DUMP_WAIT_STOP_S)
         found = diagnose(dumps, self.plan.world_size)
         said = found.text if found else stuck_ranks(dumps)
         text = (f"stall: no rank completed a collective or a progress step for {quiet:.0f} s "
@@ -659,14 +658,14 @@ class HostAgent:
         asked = ask_for_dumps(paths, channel, "stop")  # every host asks at its grace's end: the same moment
         self._speak_for_the_silent(ranks, setups, relay, channel, "stop", asked)
         if self.serves or channel is None:  # every rank of every host (the others' grace may end a little later)
-            dumps = gather_dumps(paths, channel, range(world), asked, STOP_DUMP_WAIT_S)
+            dumps = gather_dumps(paths, channel, range(world), asked, DUMP_WAIT_STOP_S)
             found = diagnose(dumps, world)
             said = found.text if found is not None else stuck_ranks(dumps)
             where = f": {said}" if said else ""
             if channel is not None:
                 channel.say_stop_told(asked)
         else:  # host 0's agent says where every rank was, once (under mpirun and Slurm, in the same stream):
-            gather_dumps(paths, channel, left, asked, STOP_DUMP_WAIT_S)  # its ranks answer before they are killed
+            gather_dumps(paths, channel, left, asked, DUMP_WAIT_STOP_S)  # its ranks answer before they are killed
             # and they are killed once it has (host 0's SIGTERM may come later on a busy machine: killing them
             # first would fail host 0's ranks in their collectives, a failure in place of the stop's story)
             poll(channel.stop_told, bool, STOP_TOLD_WAIT_S)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from runner.common.errors import HintedError
 from runner.environments.process import SOCKET_IFNAME_VARIABLES as VARIABLES
 from runner.environments.process import ProcessEnvironment
 from runner.plan.processes import Deferred, Plan
@@ -28,13 +29,8 @@ class InterfaceChoice:
     note: str  # what was chosen and why, for the ranks' logs
 
 
-class NetworkError(Exception):
-    """What is wrong with this host's network for the job; ``hint`` says what to do (also in str())."""
-
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(f"{message}; hint: {hint}" if hint else message)
-        self.message = message
-        self.hint = hint
+class NetworkError(HintedError):
+    """What is wrong with this host's network for the job; ``hint`` says what to do (runner.common.errors)."""
 
 
 def resolve(addr: str) -> str:

@@ -51,7 +51,7 @@ class Reached:
 
 def reach(addr: str, port: int, node: int, timeout_s: float = REACH_S) -> Reached:
     """Whether host ``node`` (this one) can reach host 0's rendezvous at ``addr``:``port`` (the module docstring)."""
-    fix = f"give host 0 an address every host can reach and resolve: topology.hosts[0].addr=IP (or init.master_addr)"
+    fix = "give host 0 an address every host can reach and resolve: topology.hosts[0].addr=IP (or init.master_addr)"
     try:
         ip = resolve(addr)
     except NetworkError as e:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runner.common.errors import HintedError
 from runner.plan.processes import Deferred, Plan
 from runner.records.paths import RunPaths
 from runner.spec.schema import InitMethod
@@ -43,13 +44,8 @@ class Rendezvous:
                 pass
 
 
-class RendezvousError(Exception):
-    """The meeting point cannot be made; ``hint`` says what to do (also in str())."""
-
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(f"{message}; hint: {hint}" if hint else message)
-        self.message = message
-        self.hint = hint
+class RendezvousError(HintedError):
+    """The meeting point cannot be made; ``hint`` says what to do (runner.common.errors)."""
 
 
 def _serve_store(zygote: Zygote, addr: str, port: int, single_host: bool, timeout_s: float,

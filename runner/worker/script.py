@@ -25,15 +25,14 @@ import signal
 import sys
 import traceback
 import types
-from pathlib import Path
 
+from runner.common.code_paths import in_runner
 from runner.worker.channel import JobChannel
 from runner.training.output import AgentChannel
 from runner.worker.rank_body import exit_status, failed, watch_process_groups
 from runner.worker.setup import RankSetup
 from runner.worker.watch import Watch
 
-_RUNNER = str(Path(__file__).resolve().parents[1]) + os.sep
 
 
 def interpreter_path() -> list[str]:
@@ -137,7 +136,7 @@ def _script_traceback(exc: BaseException) -> str:
 
 
 def _is_launcher_frame(filename: str) -> bool:
-    return filename.startswith(_RUNNER) or filename == runpy.__file__ or filename.startswith("<frozen runpy")
+    return in_runner(filename) or filename == runpy.__file__ or filename.startswith("<frozen runpy")
 
 
 class ScriptExit(Exception):

@@ -19,10 +19,10 @@ import sysconfig
 import threading
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
-from runner.records.dumps import Collective, GroupRecord, RankDump
+from runner.common.code_paths import RUNNER_DIR
+from runner.records.dumps import DUMP_WAIT_STALL_S, Collective, GroupRecord, RankDump
 from runner.records.watch_files import RankWatchFiles, requested_since, write_diagnosis
 from runner.reports.hangs import diagnose
 from runner.training.output import AgentChannel
@@ -33,9 +33,6 @@ from runner.worker.setup import RankSetup
 TICK_S = 0.25  # how often the watch looks
 BEAT_S = 1.0  # a heartbeat is written at most this often (and only after progress); the agent hears one this often
 ENTRIES = 16  # entries per process group kept in a dump of a hang (the last ones tell where it is)
-DUMP_WAIT_S = 10.0  # how long rank 0 waits at most for the others' dumps at a stall (on a busy machine, another
-# host's ranks answer through the job's channel in seconds; it returns as soon as all have)
-_RUNNER_DIR = str(Path(__file__).resolve().parents[1])
 
 
 # torch's flight recorders: NCCL's groups are kept in one of their own (CUDA builds only), every other backend's in
@@ -145,7 +142,7 @@ class _Counter:
                      for g, e in self.entered.items())
 
 
-_NOT_USER_CODE = (_RUNNER_DIR, sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+_NOT_USER_CODE = (str(RUNNER_DIR), sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                   sysconfig.get_paths()["platlib"], "<")
 
 
@@ -284,7 +281,7 @@ class Watch(threading.Thread):
         asked = ask_for_dumps(self.setup.paths, self.channel, "stall")
         self._handled = asked
         self.dump("stall")
-        dumps = gather_dumps(self.setup.paths, self.channel, range(world), asked, DUMP_WAIT_S)
+        dumps = gather_dumps(self.setup.paths, self.channel, range(world), asked, DUMP_WAIT_STALL_S)
         found = diagnose(dumps, world)
         text = (f"stall: no rank completed a collective or a progress step for {now - latest:.0f} s "
                 f"(launcher.stall_timeout_s={timeout_s:g})" + (f": {found.text}" if found else ""))

@@ -34,11 +34,16 @@ def test_the_agent_tries_targets_then_exits_when_no_launch_follows(tmp_path) -> 
                                                                                 "stratified_split")
 
 
-def test_no_agent_for_help_the_composed_config_or_a_sweep() -> None:
+def test_no_agent_for_help_the_composed_config_a_sweep_the_forms_that_are_no_job_or_one_core() -> None:
+    """The decision alone, for any machine (on one core every answer would be no)."""
     from runner.app.agent import LaunchAgent
 
-    for argv in (["--help"], ["--cfg", "job"], ["-m", "topology=1x1,1x2"]):
-        assert LaunchAgent.start_if_useful(argv) is None
+    assert LaunchAgent.useful([], 2) and LaunchAgent.useful(["topology=1x4"], 64)
+    for argv in (["--help"], ["--cfg", "job"], ["-m", "topology=1x1,1x2"], ["--version"], ["--reach", "a", "1", "0"],
+                 ["--ssh-host", "0", "/runs/R1"]):
+        assert not LaunchAgent.useful(argv, 64), argv
+    assert not LaunchAgent.useful([], 1)  # no core to spare: `run` does it all in-process
+    assert LaunchAgent.start_if_useful(["--help"]) is None
 
 
 DISMISSED = textwrap.dedent("""

@@ -106,7 +106,7 @@ class SlurmLauncher(Launcher):
         return self.environment.slurm.in_allocation
 
     def _counts(self) -> list[int]:
-        return [len(self.plan.host_records(h.index)) for h in self.plan.job.hosts]
+        return list(self.plan.processes_per_host)
 
     def _layout(self) -> tuple[int, int, bool]:
         """(ntasks, ntasks_per_node, arbitrary placement needed)."""
@@ -139,7 +139,7 @@ class SlurmLauncher(Launcher):
             lines += ["# uneven hosts: one hostfile line per task, in rank order, for --distribution=arbitrary",
                       f"export SLURM_HOSTFILE={self.paths.hostfile_in_batch_script()}"]
             if self._nodelist():
-                names = [h.name for h in job.hosts for _ in range(len(self.plan.host_records(h.index)))]
+                names = [h.name for h, n in zip(job.hosts, self.plan.processes_per_host) for _ in range(n)]
                 lines.append(f'printf "%s\\n" {shlex.join(names)} > "$SLURM_HOSTFILE"')
             else:
                 counts = " ".join(map(str, self._counts()))

@@ -149,7 +149,7 @@ def _checks(plan: Plan, node_rank: int, environment: ProcessEnvironment, port: i
             return done(check)
         checks.append(check)
     have = probe.cuda_device_count() if job.device is DeviceKind.cuda else None
-    return done(check_devices(hosts[node_rank], job.device, len(plan.host_records(node_rank)),
+    return done(check_devices(hosts[node_rank], job.device, plan.processes_per_host[node_rank],
                               _gpus_needed(plan, node_rank), have))
 
 

@@ -13,20 +13,13 @@ from pathlib import Path
 import pytest
 
 from conftest import environment, validate
-from runner.environments.slurm import SlurmEnvironment, expand_counts
-from runner.launchers import Invocation
-from runner.launchers.slurm.launcher import SlurmLauncher
-from runner.launchers.slurm.job import JobStatus, exit_status, mark_user_stop
-from runner.records.paths import RunPaths
-from runner.launchers import plan_for
 from runner.app.task import verify_place
 from runner.common.signals import parse_signal
 from runner.environments.slurm import SlurmEnvironment, expand_counts
-from runner.launchers import Invocation
-from runner.launchers import plan_for
+from runner.launchers import Invocation, plan_for
 from runner.launchers.base import TaskError, TaskPlace
-from runner.launchers.slurm.launcher import SlurmLauncher
 from runner.launchers.slurm.job import JobStatus, exit_status, mark_user_stop
+from runner.launchers.slurm.launcher import SlurmLauncher
 from runner.records.paths import RunPaths
 from runs import wait_until
 
