@@ -4,7 +4,7 @@ Each job of a sweep runs in the `run` process, one after another, as Hydra's bas
 the jobs that would submit a Slurm batch job are prepared instead, and then go to Slurm together as job
 arrays (runner.launchers.slurm.array), followed to their end. conf/job.yaml selects it.
 
-What each job returns (its JobReturn's value) is how it ended, a runner.reports.sweep.JobExit, or an
+What each job returns (its JobReturn's value) is how it ended, a runner.records.job_exits.JobExit, or an
 ArrayMember to submit; a job that a signal to `run` stopped stops the sweep. The arrays' jobs get their JobExit
 here, once followed, and it is recorded in their folders, where `run` and the summary read it.
 """
@@ -47,7 +47,7 @@ class RunnerSweepLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         from runner.launchers.slurm.array import ArrayMember, run_sweep
-        from runner.reports.sweep import JobExit, record_exit
+        from runner.records.job_exits import JobExit, record_exit
 
         setup_globals()
         assert self.hydra_context is not None and self.config is not None and self.task_function is not None

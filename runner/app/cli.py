@@ -26,16 +26,20 @@ from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from hydra.core.plugins import Plugins
 
-import runner.reports.sweep as sweep
 from runner.app.agent import LaunchAgent
+from runner.app.argv_checks import input_problems
 from runner.app.help import options_help
 from runner.app.launch import run_job
+from runner.app.script_shorthand import ScriptArgsError, script_overrides
+from runner.app.sweep_launchers import LAUNCHER
+from runner.app.sweep_outcome import SweepOutcome
 from runner.app.topology_shapes import register_named_shapes
 from runner.common import exits
 from runner.environments import versions
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.base import Invocation
 from runner.launchers.slurm.array import ArrayMember
+from runner.records.job_exits import JobExit, record_exit
 from runner.spec.hostfile import with_hostfile
 from runner.spec.problems import Problem, render_problems
 from runner.spec.schema import JobConfig, register_schemas, unknown_keys
@@ -89,7 +93,7 @@ class JobTask:
         self.agent = agent
         self._zygote: Zygote | None = None  # the ranks' when `run` runs them itself: one for every job of a sweep
         self.entered = False  # a later exit status 1 is then the job's, not Hydra's refusal of the config
-        self.sweep = sweep.SweepOutcome()
+        self.sweep = SweepOutcome()
 
     def zygote(self) -> Zygote:
         """The zygote `run` forks ranks from when it runs a host's share itself (runner.worker.zygote), started once."""
@@ -105,7 +109,7 @@ class JobTask:
             self._zygote.close()
             self._zygote = None
 
-    def __call__(self, cfg: DictConfig) -> sweep.JobExit | ArrayMember | None:
+    def __call__(self, cfg: DictConfig) -> JobExit | ArrayMember | None:
         """The job's outcome, for a sweep's launcher (a JobReturn's value); a single run exits with its status."""
         self.entered = True
         hc = HydraConfig.get()
@@ -121,7 +125,7 @@ class JobTask:
             # one run id for the whole sweep: each job gets its own, as its own folder and ports need
             spec.run_id = f"{spec.run_id}-{hc.job.num}"
         # a sweep under our Hydra launcher sends its Slurm batch jobs together, as job arrays
-        in_array_sweep = multirun and hc.launcher.get("_target_") == sweep.LAUNCHER
+        in_array_sweep = multirun and hc.launcher.get("_target_") == LAUNCHER
         invocation = Invocation(python=spec.launcher.python or sys.executable, cwd=os.getcwd(),
                                 overrides=tuple(hc.overrides.task), config_dir=config_dir,
                                 config_name=hc.job.config_name if hc.job.config_name != "job" else None,
@@ -132,7 +136,7 @@ class JobTask:
             self.sweep.deferred(code.folder)  # the launcher submits it with the others, and records how it ended
             return code
         if multirun:  # a failed job does not stop the sweep; the summary and the exit say it
-            ended = sweep.record_exit(out, code)
+            ended = record_exit(out, code)
             self.sweep.ended(ended)
             return ended
         if code:
@@ -168,204 +172,66 @@ def typed_spec(cfg: DictConfig) -> JobConfig | str:
     return spec
 
 
-def _config_dir(argv: list[str]) -> str | None:
-    for i, a in enumerate(argv):
-        if a.startswith(("--config-dir=", "-cd=")):
-            return a.split("=", 1)[1]
-        if a in ("--config-dir", "-cd") and i + 1 < len(argv):
-            return argv[i + 1]
-    return None
-
-
-def input_problems(argv: list[str]) -> list[str]:
-    """What Hydra would report with a traceback or without naming the culprit: an override it cannot
-    parse, a YAML file of the user's config folder that is not YAML."""
-    import yaml
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
-
-    found = []
-    parser = OverridesParser.create()
-    previous = None
-    for a in argv:
-        flag, previous = previous, a
-        if flag in _HYDRA_VALUE_FLAGS and (flag not in ("--info", "-i") or a in _HYDRA_INFO):
-            continue  # a flag's value (--cfg job): Hydra reads those
-        if not a.startswith(("-", "~", "+")) and "=" not in a:
-            found.append(f"error: {a!r} is neither an override (key=value) nor a script (no file {a!r} here)\n"
-                         f"    hint: run [overrides] -- train.py [its arguments]; `run --help` lists the groups")
-            continue
-        if a.startswith("-") or not ("=" in a or a.startswith("~")):
-            continue  # a flag: Hydra reads those
-        try:
-            parser.parse_overrides([a])
-        except OverrideParseException as e:
-            key = a.split("=", 1)[0]
-            found.append(f"error: {key}: the override {a!r} does not parse: {e.message.splitlines()[0]}\n"
-                         f"    hint: quote a value with spaces or special characters (key='a b;c'); lists are [a,b], "
-                         f"mappings {{k: v}}")
-    folder = _config_dir(argv)
-    if folder and Path(folder).is_dir():
-        for path in sorted(Path(folder).rglob("*.yaml")):
-            try:
-                yaml.safe_load(path.read_text())
-            except yaml.YAMLError as e:
-                mark = getattr(e, "problem_mark", None)
-                where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-                what = getattr(e, "problem", None) or str(e).splitlines()[0]
-                found.append(f"error: {where}: not valid YAML: {what}\n    hint: check the brackets, quotes and "
-                             f"indentation there")
-    return found
-
-
-def _hydra_quoted(text: str) -> str:
-    """``text`` as a quoted value of Hydra's override grammar that composes back to exactly ``text``:
-    backslashes are literal except before a quote or at the end (doubled there), quotes are escaped, and
-    ``${`` is escaped for OmegaConf (no interpolation)."""
-    text = text.replace("${", "\\${")
-    out, backslashes = [], 0
-    for ch in text:
-        if ch == "\\":
-            backslashes += 1
-            continue
-        out.append("\\" * (2 * backslashes) + "\\'" if ch == "'" else "\\" * backslashes + ch)
-        backslashes = 0
-    return "'" + "".join(out) + "\\" * (2 * backslashes) + "'"
-
-
-class ScriptArgsError(ValueError):
-    pass
-
-
-# Hydra's own flags that take a value (the value is not a script)
-_HYDRA_VALUE_FLAGS = ("--config-dir", "-cd", "--config-name", "-cn", "--config-path", "-cp", "--cfg", "-c",
-                      "--package", "-p", "--info", "-i", "--experimental-rerun", "--shell-completion", "-sc")
-_HYDRA_INFO = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")  # --info's optional value
-# torchrun's options, and what they are here
-_TORCHRUN_FLAGS = {
-    "nproc-per-node": "topology=1x{v} (or topology.devices_per_node={v})",
-    "nproc_per_node": "topology=1x{v} (or topology.devices_per_node={v})",
-    "nnodes": "topology.nodes={v}",
-    "node-rank": "launcher=manual launcher.manual.host={v}", "node_rank": "launcher=manual launcher.manual.host={v}",
-    "master-addr": "init.master_addr={v}", "master_addr": "init.master_addr={v}",
-    "master-port": "init.master_port={v}", "master_port": "init.master_port={v}",
-    "max-restarts": "launcher.max_restarts={v}", "max_restarts": "launcher.max_restarts={v}",
-    "standalone": "nothing: one host with a store on a free port is what `run` does by default",
-    "rdzv-backend": "init=tcp or init=env (the runner's rendezvous)", "rdzv_backend": "init=tcp or init=env",
-    "rdzv-endpoint": "init.master_addr=HOST init.master_port=PORT", "rdzv_endpoint": "init.master_addr=HOST init.master_port=PORT",
-    "no-python": "nothing: the script runs in the interpreter `run` runs in", "module": "`-- -m pkg.module`",
-}
-
-
-def _script_start(argv: list[str]) -> int | None:
-    """Where the script begins in ``argv``, torchrun-style, without ``--``: the first argument that is neither a
-    flag, a flag's value nor an override (``key=value``, ``~key``, ``+key=...``) and names a Python file
-    (``train.py``, or a file that exists)."""
-    skip = False
-    for i, a in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if a in _HYDRA_VALUE_FLAGS:
-            skip = True
-            continue
-        if a.startswith(("-", "~", "+")) or "=" in a:
-            continue
-        if a.endswith(".py") or os.path.isfile(a):
-            return i
-    return None
-
-
-def _torchrun_flag(argv: list[str]) -> str | None:
-    """A torchrun option among `run`'s own arguments, as an error that says what it is here; None: none."""
-    for i, a in enumerate(argv):
-        if not a.startswith("--"):
-            continue
-        name, _, value = a[2:].partition("=")
-        if name in _TORCHRUN_FLAGS:
-            if not value and name not in ("standalone", "no-python", "module") and i + 1 < len(argv):
-                value = argv[i + 1]
-            return (f"`{a}{' ' + value if value and '=' not in a else ''}` is torchrun's option; here: "
-                    f"{_TORCHRUN_FLAGS[name].format(v=value or 'N')}; hint: run [overrides] -- train.py [its arguments]")
-    return None
-
-
-def script_overrides(argv: list[str]) -> list[str]:
-    """``run [overrides] -- train.py --lr=0.1`` (or, as torchrun takes it, ``run [overrides] train.py --lr=0.1``;
-    ``-- -m pkg.train`` for a module) as plain overrides: ``recipe=script``, ``recipe.path`` (or
-    ``recipe.module``) and ``recipe.args`` (as typed, without Hydra's quoting)."""
-    if "--" in argv:
-        cut = argv.index("--")
-        ours, script = argv[:cut], argv[cut + 1:]
-    else:
-        start = _script_start(argv)
-        if start is None:
-            if (said := _torchrun_flag(argv)) is not None:
-                raise ScriptArgsError(said)
-            return argv
-        ours, script = argv[:start], argv[start:]
-    if (said := _torchrun_flag(ours)) is not None:
-        raise ScriptArgsError(said)
-    if not script:
-        raise ScriptArgsError("nothing follows `--`; hint: run [overrides] -- train.py [its arguments]")
-    module = None
-    if script[0] == "-m":
-        if len(script) < 2:
-            raise ScriptArgsError("`-m` names no module; hint: run [overrides] -- -m pkg.train [its arguments]")
-        module, script = script[1], script[1:]
-    what = f"-m {module}" if module else script[0]
-    clashing = [a for a in ours if a.split("=", 1)[0].lstrip("+~") in ("recipe.path", "recipe.args", "recipe.module")
-                or (a.startswith("recipe=") and a != "recipe=script")]
-    if clashing:
-        key = "recipe.module" if module else "recipe.path"
-        raise ScriptArgsError(f"{clashing[0]!r} and `-- {what} ...` both say what to run; hint: keep one: "
-                              f"`run [overrides] -- {what} ...` means recipe=script {key}={module or script[0]}")
-    chosen = f"recipe.module={_hydra_quoted(module)}" if module else f"recipe.path={_hydra_quoted(script[0])}"
-    return [*ours, "recipe=script", chosen, "recipe.args=[" + ",".join(_hydra_quoted(a) for a in script[1:]) + "]"]
-
-
 def main(agent: LaunchAgent | None = None) -> None:
     """Console entry point (after runner.app.start, which may have started the launch ``agent``). Three forms are not
-    jobs: ``run --version`` (this runner's and torch's versions: the ssh launch asks every host), ``run --reach
-    <address> <port> <node rank>`` (whether this host reaches host 0's rendezvous: runner.worker.reach) and ``run
-    --ssh-host <node rank> <run folder>`` (one host's share of a launcher=ssh job, started over ssh:
-    runner.app.ssh_host)."""
+    jobs (:func:`_not_a_job`); the rest is a job, or a sweep of jobs, composed by Hydra."""
     if agent is not None and (sys.argv[1:] == ["--version"] or sys.argv[1:2] in (["--ssh-host"], ["--reach"])):
         agent.dismiss()
         agent = None
-    if sys.argv[1:] == ["--version"]:
-        print(versions.installed().line(), flush=True)
-        os._exit(exits.OK)
-    if sys.argv[1:2] == ["--reach"]:
-        from runner.worker.reach import main as reach_check
-
-        os._exit(reach_check(sys.argv[2:]))
-    if sys.argv[1:2] == ["--ssh-host"]:
-        from runner.app.ssh_host import main as ssh_host
-
-        ssh_host(sys.argv[2:])
-    try:
-        sys.argv[1:] = script_overrides(sys.argv[1:])
-    except ScriptArgsError as e:
-        if agent is not None:
-            agent.dismiss()
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(exits.INVALID)
-    problems = input_problems(sys.argv[1:])
-    if problems:
-        if agent is not None:
-            agent.dismiss()
-        print("\n".join(problems), file=sys.stderr)
-        print("\nnothing was started.", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(exits.INVALID)
+    _not_a_job(sys.argv[1:])
+    sys.argv[1:] = _checked_argv(sys.argv[1:], agent)
     register(sys.argv[1:])
     task = JobTask(ProcessEnvironment.read(), agent)
     # The user's modules are imported from the job's folder by the ranks, and tried by validation in a
     # child process (runner.spec.targets); `run` itself never puts that folder on its path, so nothing there
     # (a runner.py, a hydra/ folder) can shadow what `run` imports.
-    code = 0
+    code = _sweep_status(_hydra_main(task), task)
+    if task.agent is not None:
+        task.agent.cancel()
+    task.close()
+    _leave(code)
+
+
+def _not_a_job(argv: list[str]) -> None:
+    """``run --version`` (this runner's and torch's versions: the ssh launch asks every host), ``run --reach <address>
+    <port> <node rank>`` (whether this host reaches host 0's rendezvous: runner.worker.reach) and ``run --ssh-host
+    <node rank> <run folder>`` (one host's share of a launcher=ssh job, started over ssh: runner.app.ssh_host): each
+    ends the process; any other command line returns."""
+    if argv == ["--version"]:
+        print(versions.installed().line(), flush=True)
+        os._exit(exits.OK)
+    if argv[:1] == ["--reach"]:
+        from runner.worker.reach import main as reach_check
+
+        os._exit(reach_check(argv[1:]))
+    if argv[:1] == ["--ssh-host"]:
+        from runner.app.ssh_host import main as ssh_host
+
+        ssh_host(argv[1:])
+
+
+def _checked_argv(argv: list[str], agent: LaunchAgent | None) -> list[str]:
+    """The command line Hydra is to read: a script and its arguments made overrides (runner.app.script_shorthand),
+    checked first (runner.app.argv_checks). A refusal is said, and `run` exits 2."""
+    try:
+        argv = script_overrides(argv)
+    except ScriptArgsError as e:
+        if agent is not None:
+            agent.dismiss()
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(exits.INVALID)
+    problems = input_problems(argv)
+    if problems:
+        if agent is not None:
+            agent.dismiss()
+        print("\n".join(problems), file=sys.stderr)
+        print("\nnothing was started.", file=sys.stderr)
+        _leave(exits.INVALID)
+    return argv
+
+
+def _hydra_main(task: JobTask) -> int:
+    """Hydra runs ``task`` (once, or once a job of a sweep); the exit status it ended with."""
     try:
         hydra.main(version_base=None, config_path="pkg://runner.conf", config_name="job")(task)()
     except SystemExit as e:
@@ -376,22 +242,30 @@ def main(agent: LaunchAgent | None = None) -> None:
             # Hydra already printed why (unknown key, option, type); it exits 1 for that, we say 2
             print("hint: `run --help` lists every group and option; `run --cfg job` prints the composed spec",
                   file=sys.stderr)
-            code = exits.INVALID
+            return exits.INVALID
+        return code
+    return 0
+
+
+def _sweep_status(code: int, task: JobTask) -> int:
+    """`run`'s status after a sweep: stopped by a signal, or failed when any of its jobs did (each job's own status is
+    in the sweep's summary); ``code`` as it is otherwise."""
     codes = [ended.code for ended in task.sweep.exits()]
     stopped = task.sweep.stopped()
     if code == 0 and stopped:
-        code = stopped
-        print(f"\nthe sweep was stopped ({signal.Signals(exits.signal_of(code)).name}) after {len(codes)} job(s)",
+        print(f"\nthe sweep was stopped ({signal.Signals(exits.signal_of(stopped)).name}) after {len(codes)} job(s)",
               file=sys.stderr)
-    elif code == 0 and any(codes):
+        return stopped
+    if code == 0 and any(codes):
         failed = sum(1 for c in codes if c)
         print(f"\n{failed} of {len(codes)} job(s) of the sweep failed (see the summary)", file=sys.stderr)
-        code = exits.FAILED
-    if task.agent is not None:
-        task.agent.cancel()
-    task.close()
-    # Everything is written and closed: skip the interpreter's teardown (over half a second with torch
-    # loaded), as the ranks do.
+        return exits.FAILED
+    return code
+
+
+def _leave(code: int) -> None:
+    """Everything is written and closed: skip the interpreter's teardown (over half a second with torch loaded), as
+    the ranks do."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -23,9 +23,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from runner.common import exits
-from runner.reports.sweep import LAUNCHER
 from runner.spec.problems import Problem, Severity
 
+LAUNCHER = "hydra_plugins.runner_sweep_launcher.RunnerSweepLauncher"  # conf/job.yaml's hydra/launcher
 
 SUBMITIT_REASONS = (
     "a job that ends without submitit's result (a refused spec, a kill, the OOM killer) leaves `run` waiting forever "

@@ -26,85 +26,12 @@ from omegaconf import DictConfig, OmegaConf
 from runner.common import exits
 from runner.common.extras import PLOTS
 from runner.common.formatting import number
+from runner.records.job_exits import recorded_exit, stopped_by_run
 from runner.records.outcomes import outcomes
 from runner.records.paths import RunPaths, SweepPaths
 from runner.records.watch_files import end_dumps
 from runner.reports.hangs import straggler
 from runner.reports.metrics import THROUGHPUT, read_metrics
-
-LAUNCHER = "hydra_plugins.runner_sweep_launcher.RunnerSweepLauncher"  # conf/job.yaml's hydra/launcher
-
-
-STOPPED = (exits.from_signal(signal.SIGINT), exits.from_signal(signal.SIGTERM))  # a job's, when `run` was asked to stop
-
-
-def _job(folder: Path) -> RunPaths:
-    """A job's run folder (Hydra's numbered folder in the sweep's)."""
-    return RunPaths(folder, folder.name)
-
-
-def stopped_by_run(folder: Path, code: int | None) -> bool:
-    """Whether a job's exit status says a signal to `run` stopped it: Ctrl-C or SIGTERM, or 128 + the stop signal
-    where the job's user-stop marker says `run` was sent it (a Slurm job it found not started, and cancelled)."""
-    if code in STOPPED:
-        return True
-    return exits.signal_of(code or 0) is not None and _job(folder).user_stop.exists()
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobExit:
-    """How one job of a sweep ended: its run folder and `run`'s exit status for it. The Hydra task returns it (a
-    JobReturn's value), and the sweep launcher reads it (a job stopped by a signal to `run` stops the sweep)."""
-
-    folder: Path
-    code: int
-
-    @property
-    def stopped_by_run(self) -> bool:
-        """A signal to `run` stopped the job (:func:`stopped_by_run`)."""
-        return stopped_by_run(self.folder, self.code)
-
-
-def record_exit(folder: Path, code: int) -> JobExit:
-    """A job of the sweep ended: its status goes into its folder, where the summary and `run` read it."""
-    _job(folder).exit_status.write_text(f"{code}\n")
-    return JobExit(folder=folder, code=code)
-
-
-def recorded_exit(folder: Path) -> JobExit | None:
-    """How a job of the sweep ended, as :func:`record_exit` wrote it; None: not recorded (not run, or a Slurm job
-    submitted and not followed)."""
-    try:
-        return JobExit(folder=folder, code=int(_job(folder).exit_status.read_text()))
-    except (OSError, ValueError):
-        return None
-
-
-class SweepOutcome:
-    """The jobs of one `run -m` in this process, in the order they ended. `run` makes one and hands it to its Hydra
-    task (runner.app.cli), which tells it of each job: one it ran (:meth:`ended`), or one it prepared for a Slurm
-    job array (:meth:`deferred`), whose end the sweep launcher records in the job's folder. `run` reads it once the
-    sweep is over: 1 when any job failed, 128 + n when a signal to `run` stopped one."""
-
-    def __init__(self) -> None:
-        self._ended: list[JobExit] = []
-        self._deferred: list[Path] = []
-
-    def ended(self, job: JobExit) -> None:
-        self._ended.append(job)
-
-    def deferred(self, folder: Path) -> None:
-        self._deferred.append(folder)
-
-    def exits(self) -> list[JobExit]:
-        """Every job that ended, those run here first (a job followed in an array has its status in its folder)."""
-        return [*self._ended, *(e for f in self._deferred if (e := recorded_exit(f)) is not None)]
-
-    def stopped(self) -> int | None:
-        """128 + the signal that stopped a job (Ctrl-C, SIGTERM, a stop signal that found a Slurm job not started):
-        the sweep stopped with it; None if none was."""
-        return next((e.code for e in self.exits() if e.stopped_by_run), None)
-
 
 @dataclass(kw_only=True)
 class JobRow:
@@ -123,7 +50,7 @@ class JobRow:
 
 
 def _status(folder: Path, world_size: int | None) -> str:
-    paths = _job(folder)
+    paths = RunPaths(folder, folder.name)
     recorded = recorded_exit(folder)
     code = recorded.code if recorded is not None else None
     if not paths.spec.exists():
@@ -147,7 +74,7 @@ def _status(folder: Path, world_size: int | None) -> str:
 
 
 def job_row(folder: Path) -> JobRow:
-    paths = _job(folder)
+    paths = RunPaths(folder, folder.name)
     overrides = OmegaConf.load(paths.hydra_overrides) if paths.hydra_overrides.exists() else []
     shown = tuple(str(o) for o in overrides if not str(o).startswith(("run_id=", "hydra.")))
     world = json.loads(paths.plan.read_text())["world_size"] if paths.plan.exists() else None

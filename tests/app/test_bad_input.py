@@ -5,7 +5,7 @@ A handful go through the real `run` (:data:`CLI`: a Hydra type error, an unknown
 override syntax, a job file's unknown key, a recipe that does not import, a shell metacharacter: exit 2, no plan,
 no logs, no process of the run left). The rest are refused by what `run` calls before it starts anything, and are
 checked in-process, step by step as `run` takes them (:func:`refusal`): the command line
-(runner.app.cli.input_problems), Hydra's composition, the typed spec (runner.app.cli.typed_spec) and validation
+(runner.app.argv_checks.input_problems), Hydra's composition, the typed spec (runner.app.cli.typed_spec) and validation
 (runner.launchers.validate)."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 import runner.recipes.digits  # noqa: F401  (validation tries the default recipe in a forked child: imported once here)
 from conftest import REPO, compose_config
-from runner.app.cli import input_problems, typed_spec
+from runner.app.argv_checks import input_problems
+from runner.app.cli import typed_spec
 from runner.launchers import validate
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import compose
-from runner.app.cli import ScriptArgsError, script_overrides
+from runner.app.script_shorthand import ScriptArgsError, script_overrides
 from runs import TESTS, artifacts, run, run_folder
 
 SCRIPT = TESTS / "scripts" / "report_script.py"

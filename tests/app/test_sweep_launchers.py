@@ -11,7 +11,7 @@ import pytest
 
 from runs import run
 from runner.app.sweep_launchers import basic_launcher_target, launcher_problem
-from runner.reports.sweep import LAUNCHER
+from runner.app.sweep_launchers import LAUNCHER
 from runner.spec.problems import Severity
 
 SUBMITIT = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"

@@ -27,7 +27,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 import runner.app.cli
 from conftest import REPO, compose, environment, hosts_override, validate
 from readme_text import code_of, readme
-from runner.app.cli import script_overrides, typed_spec
+from runner.app.cli import typed_spec
+from runner.app.script_shorthand import ScriptArgsError, script_overrides
 from runner.launchers import Invocation, plan_for
 from runner.launchers import validate as check
 from runner.launchers.mpi import MpiLauncher
@@ -265,7 +266,7 @@ def test_torchruns_options_are_refused_with_what_the_readme_says() -> None:
     for flags, here in pairs:
         flags, here = code_of(flags), code_of(here) or [here]
         for flag, meant in zip(flags, here * len(flags) if len(here) == 1 else here, strict=True):
-            with pytest.raises(runner.app.cli.ScriptArgsError) as refused:
+            with pytest.raises(ScriptArgsError) as refused:
                 script_overrides([flag, "--", "train.py"])
             assert f"here: {meant}" in str(refused.value), (flag, meant, str(refused.value))
 

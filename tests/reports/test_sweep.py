@@ -19,7 +19,9 @@ from runs import processes_of, run, signal_when_ready
 from runner.records.dumps import Collective, GroupRecord, RankDump
 from runner.records.paths import RunPaths
 from runner.records.watch_files import RankWatchFiles
-from runner.reports.sweep import SweepOutcome, SweepSummary, markdown, plot, record_exit, summarize
+from runner.app.sweep_outcome import SweepOutcome
+from runner.records.job_exits import record_exit
+from runner.reports.sweep import SweepSummary, markdown, plot, summarize
 
 
 def _job(sweep: Path, num: int, overrides: list[str], world: int, throughput: float | None, accuracy: float,
