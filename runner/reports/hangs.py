@@ -65,6 +65,26 @@ def stuck_ranks(dumps: Mapping[int, RankDump]) -> str:
     return "; ".join(f"rank {r} cannot answer: {d.stuck}" for r, d in sorted(dumps.items()) if d.stuck)
 
 
+def _mismatched(dumps: Mapping[int, RankDump], entered: Mapping[int, Any], ops: Mapping[str, list[int]], main_op: str,
+                last: int, where: str) -> list[str]:
+    """The words for ranks that entered different collectives under one number, and where each rank's main thread is
+    in the user's code."""
+    shapes = {op: next((e.shape() for r, e in entered.items() if e and e.op == op), "") for op in ops}
+    others = [op for op in ops if op != main_op]
+    said = "; ".join(f"{_plural(sorted(ops[op]))} entered {op} #{last}" + (f" ({shapes[op]})" if shapes[op] else "")
+                     for op in others)
+    parts = [f"{said} while {_plural(sorted(ops[main_op]))} entered {main_op} #{last}"
+             + (f" ({shapes[main_op]})" if shapes[main_op] else "") + where]
+    places: dict[str, list[int]] = {}
+    for r in sorted(entered):
+        if dumps[r].at:
+            places.setdefault(dumps[r].at, []).append(r)
+    if places:
+        parts.append(", ".join(f"{_plural(rs)} {'is' if len(rs) == 1 else 'are'} at {at}"
+                               for at, rs in sorted(places.items(), key=lambda kv: kv[1])))
+    return parts
+
+
 def diagnose(dumps: Mapping[int, RankDump], world_size: int) -> Diagnosis | None:
     """The paragraph for a hang from the ranks' dumps; None when no rank recorded a collective."""
     silent = tuple(r for r in range(world_size) if r not in dumps)
@@ -96,26 +116,13 @@ def diagnose(dumps: Mapping[int, RankDump], world_size: int) -> Diagnosis | None
     now = max(d.time for d in dumps.values())
     since = [now - e.entered_s for e in entered.values() if e and e.entered_s]
     where = f" (process group {group})"
-    parts = []
     if len(ops) > 1:  # the same collective number, different collectives
-        shapes = {op: next((e.shape() for r, e in entered.items() if e and e.op == op), "") for op in ops}
-        others = [op for op in ops if op != main_op]
-        said = "; ".join(f"{_plural(sorted(ops[op]))} entered {op} #{last}" + (f" ({shapes[op]})" if shapes[op] else "")
-                         for op in others)
-        parts.append(f"{said} while {_plural(sorted(ops[main_op]))} entered {main_op} #{last}"
-                     + (f" ({shapes[main_op]})" if shapes[main_op] else "") + where)
-        places: dict[str, list[int]] = {}  # where each rank's main thread is, in the user's code
-        for r in sorted(entered):
-            if dumps[r].at:
-                places.setdefault(dumps[r].at, []).append(r)
-        if places:
-            parts.append(", ".join(f"{_plural(rs)} {'is' if len(rs) == 1 else 'are'} at {at}"
-                                   for at, rs in sorted(places.items(), key=lambda kv: kv[1])))
+        parts = _mismatched(dumps, entered, ops, main_op, last, where)
     else:
         shape = next((e.shape() for e in entered.values() if e), "")
         verb = "waits" if len(waiting) == 1 else "wait"
-        parts.append(f"{_plural(list(waiting))} {verb} in {main_op} #{last}{where}"
-                     + (f" since {min(since):.1f} s" if since else "") + (f" ({shape})" if shape else ""))
+        parts = [f"{_plural(list(waiting))} {verb} in {main_op} #{last}{where}"
+                 + (f" since {min(since):.1f} s" if since else "") + (f" ({shape})" if shape else "")]
     for r in absent:
         v = views[r]
         prev = v.entry(v.enqueued)

@@ -164,32 +164,12 @@ def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None,
     """(status, its words, the first failure, the signal's name) from the exit status and the rank files.
     ``not_followed``: what the launch submitted and did not follow to its end ("Slurm job 12"); ``cause``: why the job
     failed where no rank's record can say it (launcher=ssh: a host was lost), named before the ranks' failures."""
-    spec = plan.job.spec
     ranks = [r.global_rank for r in plan.records]
     n = len(ranks)
     rank_outcomes = outcomes(paths, ranks)
     done = sum(1 for r in rank_outcomes if r.done)
     if code == exits.OK:
-        if not_followed:
-            # run_summary.json then says so too: nothing here knows how the job will end
-            return ("submitted", f"submitted as {not_followed}, not followed: the scheduler's queue shows it "
-                    f"(`squeue`)", None, None)
-        if done == n and any(r.returned_on_request for r in rank_outcomes):
-            return ("stopped", "stopped on request (Slurm's time-limit signal, SIGTERM or the stop signal): every "
-                    "rank returned, asked to checkpoint (exit 0)", None, None)
-        ended = sum(1 for r in rank_outcomes if r.ended_by_its_agent)
-        if done == n and ended:
-            return ("done", f"done: every rank finished its work; {ended} did not end by itself and was ended by its "
-                    f"host agent (exit 0)", None, None)
-        if done == n:
-            what = "preflight passed, every rank returned" if spec.preflight else "every rank returned"
-            return "done", f"done: {what} (exit 0)", None, None
-        if is_script(spec.recipe) and not (plan.rules.hosts_start_apart and len(plan.job.hosts) > 1):
-            # a script may end its process itself (os._exit) before it could say it returned: its status says it
-            return "done", "done: every rank exited with status 0 (exit 0)", None, None
-        if plan.rules.hosts_start_apart and len(plan.job.hosts) > 1:
-            return "done", f"done: this host's processes returned (exit 0); {done} of {n} rank(s) so far", None, None
-        return "done", f"done (exit 0): {done} of {n} rank(s) left their done file", None, None
+        return _done_status(plan, rank_outcomes, not_followed)
     if code == exits.INVALID:
         return "refused", "refused (exit 2): the launch did not start the job; the error above says why", None, None
     if (signum := exits.signal_of(code)) is not None:
@@ -199,6 +179,40 @@ def _status(plan: Plan, paths: RunPaths, code: int, not_followed: str | None,
             name = f"signal {signum}"
         returned = f"; {done} of {n} rank(s) had returned" if done else ""
         return "stopped", f"stopped by {name} (exit {code}){returned}", None, name
+    return _failed_status(plan, paths, code, cause)
+
+
+def _done_status(plan: Plan, rank_outcomes: list, not_followed: str | None) -> tuple[str, str, None, None]:
+    """The status of a job that exited 0 (:func:`_status`): done, stopped on request, or submitted."""
+    spec = plan.job.spec
+    n = len(rank_outcomes)
+    done = sum(1 for r in rank_outcomes if r.done)
+    if not_followed:
+        # run_summary.json then says so too: nothing here knows how the job will end
+        return ("submitted", f"submitted as {not_followed}, not followed: the scheduler's queue shows it "
+                f"(`squeue`)", None, None)
+    if done == n and any(r.returned_on_request for r in rank_outcomes):
+        return ("stopped", "stopped on request (Slurm's time-limit signal, SIGTERM or the stop signal): every "
+                "rank returned, asked to checkpoint (exit 0)", None, None)
+    ended = sum(1 for r in rank_outcomes if r.ended_by_its_agent)
+    if done == n and ended:
+        return ("done", f"done: every rank finished its work; {ended} did not end by itself and was ended by its "
+                f"host agent (exit 0)", None, None)
+    if done == n:
+        what = "preflight passed, every rank returned" if spec.preflight else "every rank returned"
+        return "done", f"done: {what} (exit 0)", None, None
+    if is_script(spec.recipe) and not (plan.rules.hosts_start_apart and len(plan.job.hosts) > 1):
+        # a script may end its process itself (os._exit) before it could say it returned: its status says it
+        return "done", "done: every rank exited with status 0 (exit 0)", None, None
+    if plan.rules.hosts_start_apart and len(plan.job.hosts) > 1:
+        return "done", f"done: this host's processes returned (exit 0); {done} of {n} rank(s) so far", None, None
+    return "done", f"done (exit 0): {done} of {n} rank(s) left their done file", None, None
+
+
+def _failed_status(plan: Plan, paths: RunPaths, code: int, cause: str | None) -> tuple[str, str, dict | None, None]:
+    """The status of a job that failed (:func:`_status`): the first failure, as the records say it."""
+    spec = plan.job.spec
+    ranks = [r.global_rank for r in plan.records]
     errors = first_failures(paths, ranks)
     said = read_diagnosis(paths)
     if said is not None and said.get("kind") == "left":  # a rank left early; the others failed on its connection

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from runner.common import exits
@@ -98,87 +99,125 @@ def _script_exit(error: dict, setup: RankSetup) -> list[str]:
 
 
 def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, elapsed_s: float,
-           announce: bool = True, channel: JobChannel | None = None) -> int:
+                       announce: bool = True, channel: JobChannel | None = None) -> int:
     """Say how the host's processes ended; the exit status. ``announce``: a line for a success too (not when
     `run`'s own summary follows); ``channel``: the job's (runner.worker.channel), where the ranks of every host
-    say whether they joined and where they are."""
-    n = len(setups)
-    stopped_on_request = ending.requested and not ending.failed_by_itself()
-    if not ending.failed or stopped_on_request:
-        if not announce:
-            return exits.OK if not ending.failed else _stopped_status(ending)
-        place = setups[0].place
-        where = f" on {place.host}" if place.world_size > n else ""  # this host's share of the job
-        how = "stopped on request (checkpoint and stop)" if ending.requested else "finished"
-        print(f"\nrun {how}: {n} process(es){where} in {elapsed_s:.1f} s; outputs in {paths.root}/", flush=True)
-        return exits.OK if not ending.failed else _stopped_status(ending)
-    done = [s for s in setups if s.outcome.done]
-    if len(done) == n and not any(s.outcome.failed for s in setups):
-        codes = ", ".join(f"rank {setups[i].place.global_rank} {_exit_words(c)}" for i, c in ending.codes.items() if c)
-        print(f"\nrun finished: every process completed its recipe, but {codes} while exiting "
-              f"(a teardown crash after training, not a training failure); outputs in {paths.root}/", flush=True)
-        return exits.OK
-    out = sys.stderr
+    say whether they joined and where they are. A failure is told in three steps: which rank to name first
+    (:func:`choose_first`, a pure choice), the report's lines (:func:`failure_lines`), and the records written."""
+    ended_well = _ended_well(ending, setups, paths, elapsed_s, announce)
+    if ended_well is not None:
+        return ended_well
     errors = first_failures(paths, (s.place.global_rank for s in setups))
     left = _left_early(ending, setups, errors)
     if left is not None:
         return _report_left_early(left, ending, setups, paths, errors)
-    first = ending.first_failure()
-    # ranks that ended badly without a Python exception (a signal from outside, os._exit, a crash in C): none
-    # wrote an error file; the ranks that lost them fail after them, with errors about the lost peer
-    silent = {i: c for i, c in ending.codes.items() if c and i not in ending.stopped and not setups[i].outcome.failed}
-    print("\n== job failed ==", file=out)
-    named_first: set[int] = set()  # a rank named first that wrote no record and is in no list below
-    named: int | None = None  # the index of the rank this report names first
-    if first is not None and first in silent:
-        named = first
-        print(f"rank {setups[first].place.global_rank} (host {setups[first].place.host}) failed first: "
-              f"{silent_end(silent[first])}", file=out)
-        rest = errors
-    elif errors:
-        head = next((e for e in errors if first is not None and e["rank"] == setups[first].place.global_rank), errors[0])
-        if lost_a_peer(head["exception"]):  # a symptom (two ranks may end in the same look): the cause comes first
-            head = next((e for e in errors if not lost_a_peer(e["exception"])), head)
-        named, setup = next((i, s) for i, s in enumerate(setups) if s.place.global_rank == head["rank"])
-        print(f"rank {head['rank']} (host {head['host']}, local rank {head['local_rank']}, pid {head['pid']}) "
-              f"failed first:", file=out)
-        if head["exception"].startswith("ScriptExit: "):
-            print("\n".join(_script_exit(head, setup)), file=out)
-        elif setup.echo.shown and head["traceback"]:  # its stderr, the traceback with it, is on this terminal
-            print(f"{error_line(head['exception'], limit=None)} (its traceback is above, and in {setup.log_file})",
-                  file=out)
-        else:
-            print("", file=out)
-            print(head["traceback"].rstrip(), file=out)
-        rest = [e for e in errors if e is not head]
-    else:  # no rank said why: the first whose process ended badly, as the agent saw them end
-        rest = []
-        named = next((i for i in ending.order if ending.codes.get(i)), None)
-        if named is not None:
-            print(f"rank {setups[named].place.global_rank} failed first: {_exit_words(ending.codes[named])} "
-                  f"(no Python exception)", file=out)
-            named_first = {setups[named].place.global_rank}
-    for line in _hang_summary(errors, setups, paths, channel):
-        print(line, file=out)
-    others = [i for i in silent if i != first]
-    if rest or others:
-        print("\nthen:", file=out)
-        for e in rest:
-            print(f"  rank {e['rank']} (host {e['host']}): {error_line(e['exception']).removeprefix('ScriptExit: ')}",
-                  file=out)
-        for i in others:
-            print(f"  rank {setups[i].place.global_rank} (host {setups[i].place.host}): {_exit_words(silent[i])} "
-                  f"(no Python exception)", file=out)
-    accounted = {e["rank"] for e in errors} | {setups[i].place.global_rank for i in silent} | \
-        {s.place.global_rank for s in done} | named_first
-    stopped = n - len(accounted)
-    if stopped > 0:  # every rank of the host is accounted for: failed first, then, or stopped
-        print(f"  {stopped} other process(es) were stopped by the host agent", file=out)
-    print(f"\nper-rank logs: {paths.logs}/", file=out)
-    _record_killed(setups, silent, ending.ended_at)
-    if named is not None:  # the run's summary names the rank this report named
-        setups[named].outcome.mark_first_failure()
+    choice = choose_first(ending, setups, errors)
+    print("\n".join(failure_lines(choice, ending, setups, paths, errors, channel)), file=sys.stderr)
+    _record_killed(setups, choice.silent, ending.ended_at)
+    if choice.named is not None:  # the run's summary names the rank this report named
+        setups[choice.named].outcome.mark_first_failure()
     return exits.FAILED
+
+
+def _ended_well(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, elapsed_s: float,
+                announce: bool) -> int | None:
+    """The exit status of a host whose ranks did not fail (or stopped on request, or crashed only in their teardown
+    after their work), its line said; None: they failed."""
+    n = len(setups)
+    stopped_on_request = ending.requested and not ending.failed_by_itself()
+    if not ending.failed or stopped_on_request:
+        if announce:
+            place = setups[0].place
+            where = f" on {place.host}" if place.world_size > n else ""  # this host's share of the job
+            how = "stopped on request (checkpoint and stop)" if ending.requested else "finished"
+            print(f"\nrun {how}: {n} process(es){where} in {elapsed_s:.1f} s; outputs in {paths.root}/", flush=True)
+        return exits.OK if not ending.failed else _stopped_status(ending)
+    if all(s.outcome.done for s in setups) and not any(s.outcome.failed for s in setups):
+        codes = ", ".join(f"rank {setups[i].place.global_rank} {_exit_words(c)}" for i, c in ending.codes.items() if c)
+        print(f"\nrun finished: every process completed its recipe, but {codes} while exiting "
+              f"(a teardown crash after training, not a training failure); outputs in {paths.root}/", flush=True)
+        return exits.OK
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FirstFailure:
+    """Which of a host's ranks its report names first, and what it says after (:func:`choose_first`)."""
+
+    first: int | None  # the first rank (index among the host's setups) that failed by itself, as the agent saw them
+    # end (not always the one named: a rank that lost its peer may end before the rank that was killed)
+    named: int | None  # the rank the report names first (None: none can be)
+    head: dict | None  # its error record, where it wrote one
+    silent: dict[int, int]  # index -> exit status: ranks that ended badly by themselves without an exception
+    rest: list[dict]  # the error records said after it, in order
+
+    @property
+    def exited_only(self) -> bool:
+        """No rank said why: the named one is the first whose process ended badly."""
+        return self.head is None and self.named is not None and self.named not in self.silent
+
+
+def choose_first(ending: HostEnding, setups: list[RankSetup], errors: list[dict]) -> FirstFailure:
+    """The rank to name first: the first to fail by itself when it left no record (a signal from outside, os._exit, a
+    crash in C); else the record of that rank, unless it only lost a peer (a symptom: its cause comes first); else the
+    first record; else the first process that ended badly. Ranks that lost a failed one fail after it."""
+    first = ending.first_failure()
+    silent = {i: c for i, c in ending.codes.items() if c and i not in ending.stopped and not setups[i].outcome.failed}
+    if first is not None and first in silent:
+        return FirstFailure(first=first, named=first, head=None, silent=silent, rest=errors)
+    if errors:
+        head = next((e for e in errors if first is not None and e["rank"] == setups[first].place.global_rank), errors[0])
+        if lost_a_peer(head["exception"]):  # a symptom: ranks that end in the same look end in no telling order
+            cause = next((e for e in errors if not lost_a_peer(e["exception"])), None)
+            killed = next((i for i in ending.order if i in silent), None)  # a rank that left no record: a cause
+            if cause is None and killed is not None:
+                return FirstFailure(first=first, named=killed, head=None, silent=silent, rest=errors)
+            head = cause or head
+        named = next(i for i, s in enumerate(setups) if s.place.global_rank == head["rank"])
+        return FirstFailure(first=first, named=named, head=head, silent=silent, rest=[e for e in errors if e is not head])
+    named = next((i for i in ending.order if ending.codes.get(i)), None)
+    return FirstFailure(first=first, named=named, head=None, silent=silent, rest=[])
+
+
+def failure_lines(choice: FirstFailure, ending: HostEnding, setups: list[RankSetup], paths: RunPaths,
+                  errors: list[dict], channel: JobChannel | None) -> list[str]:
+    """The report of a host whose ranks failed: the rank named first and why, a hang's summary, the others, and
+    where the logs are."""
+    lines = ["\n== job failed =="]
+    named, head = choice.named, choice.head
+    if head is not None:
+        setup = setups[named]
+        lines.append(f"rank {head['rank']} (host {head['host']}, local rank {head['local_rank']}, pid {head['pid']}) "
+                     f"failed first:")
+        if head["exception"].startswith("ScriptExit: "):
+            lines += _script_exit(head, setup)
+        elif setup.echo.shown and head["traceback"]:  # its stderr, the traceback with it, is on this terminal
+            lines.append(f"{error_line(head['exception'], limit=None)} (its traceback is above, and in "
+                         f"{setup.log_file})")
+        else:
+            lines += ["", head["traceback"].rstrip()]
+    elif named is not None and named in choice.silent:
+        lines.append(f"rank {setups[named].place.global_rank} (host {setups[named].place.host}) failed first: "
+                     f"{silent_end(choice.silent[named])}")
+    elif named is not None:
+        lines.append(f"rank {setups[named].place.global_rank} failed first: {_exit_words(ending.codes[named])} "
+                     f"(no Python exception)")
+    lines += _hang_summary(errors, setups, paths, channel)
+    others = [i for i in choice.silent if i != choice.named]
+    if choice.rest or others:
+        lines.append("\nthen:")
+        lines += [f"  rank {e['rank']} (host {e['host']}): {error_line(e['exception']).removeprefix('ScriptExit: ')}"
+                  for e in choice.rest]
+        lines += [f"  rank {setups[i].place.global_rank} (host {setups[i].place.host}): {_exit_words(choice.silent[i])} "
+                  f"(no Python exception)" for i in others]
+    named_first = {setups[named].place.global_rank} if choice.exited_only else set()
+    accounted = {e["rank"] for e in errors} | {setups[i].place.global_rank for i in choice.silent} | \
+        {s.place.global_rank for s in setups if s.outcome.done} | named_first
+    stopped = len(setups) - len(accounted)
+    if stopped > 0:  # every rank of the host is accounted for: failed first, then, or stopped
+        lines.append(f"  {stopped} other process(es) were stopped by the host agent")
+    lines.append(f"\nper-rank logs: {paths.logs}/")
+    return lines
 
 
 def _left_early(ending: HostEnding, setups: list[RankSetup], errors: list[dict]) -> list[int] | None:

@@ -39,6 +39,7 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import dataclass, field
 
 from runner.common import exits
 from runner.common.polling import poll
@@ -127,6 +128,20 @@ def _master_unreachable(plan: Plan, node_rank: int, rdzv: Rendezvous, setups: li
         return None
     return f"the master {plan.master_addr}:{port} cannot be reached from this host: {check.failure}" + \
         (f"; hint: {check.hint}" if check.hint else "")
+
+
+@dataclass
+class _Watch:
+    """What the monitor keeps between its looks at an attempt's ranks. ``kill_at``: None while they run; the time
+    they are killed once they are asked to end (a failure, a signal, the job ended); inf once killed."""
+
+    kill_at: float | None = None
+    channel_polled: float = 0.0  # when the job's channel was last looked at
+    stop_seen: dict | None = None  # the last stop request seen on the channel
+    asked_for_stacks: bool = False  # after a collective timed out, the late ranks were asked for their stacks
+    answers_checked: float = 0.0  # when the agent last answered for ranks that cannot (runner.worker.rank_life)
+    guard: EndGuard = field(default_factory=EndGuard)
+    stuck_kill_at: dict[int, float] = field(default_factory=dict)
 
 
 class HostAgent:
@@ -405,90 +420,114 @@ class HostAgent:
     # -- while they run ----------------------------------------------------------------------------------------
     def _monitor(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
                  channel: JobChannel | None, attempt: int) -> HostEnding:
+        """Watch the attempt's ranks until every one has ended: each look reaps the ranks that ended, takes the
+        signals and requests that came, stops the others after a failure (here or on another host), guards their
+        end, and kills what still runs when its time is up (:class:`_Watch`)."""
         ending = HostEnding(codes={}, order=[])
-        kill_at: float | None = None
-        channel_polled = time.monotonic()
-        asked_for_stacks = False
-        stop_seen = channel.stop_requested() if channel is not None else None  # an earlier attempt's is not for us
-        guard, stuck_kill_at = EndGuard(), {}
-        answers_checked = 0.0
-        wake_r = self._wakeup[0] if self._wakeup else None
+        w = _Watch(channel_polled=time.monotonic(),
+                   stop_seen=channel.stop_requested() if channel is not None else None)  # an earlier attempt's
         while len(ending.codes) < len(ranks):
-            try:  # the zygote says when a rank has ended
-                select.select([self._zygote.fileno()] + ([wake_r] if wake_r is not None else []), [], [], TICK_S)
-            except InterruptedError:
-                pass
-            if wake_r is not None:
-                try:
-                    os.read(wake_r, 4096)
-                except (BlockingIOError, OSError):
-                    pass
-            for rank in ranks:
-                if rank.index not in ending.codes and rank.reap() is not None:
-                    ending.codes[rank.index] = rank.code
-                    ending.order.append(rank.index)
-                    ending.ended_at[rank.index] = time.time()
-                    life = relay.life(rank.index)
-                    if life is not None and life.returned is not None:  # it said so before its process ended
-                        ending.returned_at[rank.index] = life.returned
-                    relay.drain(rank.index)
+            self._wait_a_tick()
+            self._reap_ended(ranks, relay, ending)
             while self._pending:
                 signum = self._pending.pop(0)
-                kill_at = self._signalled(signum, ranks, setups, ending, kill_at)
+                w.kill_at = self._signalled(signum, ranks, setups, ending, w.kill_at)
                 if channel is not None:  # Ctrl-C, SIGTERM or the stop request: every host passes it on
                     channel.request_stop(signum, setups[0].place.host if setups else f"node {self.node_rank}")
-                    stop_seen = channel.stop_requested()
+                    w.stop_seen = channel.stop_requested()
             if self._where_asked:
                 self._where_asked = False
-                through = where_through(channel)
-                ask = through["ask"]
-
-                def ask_and_answer(paths: RunPaths, reason: str) -> float:
-                    asked = ask(paths, reason)
-                    self._speak_for_the_silent(ranks, setups, relay, channel, reason, asked)
-                    return asked
-
-                where_the_ranks_are(self.plan, self.paths, ask=ask_and_answer, gather=through["gather"])
+                self._say_where_the_ranks_are(ranks, setups, relay, channel)
             now = time.monotonic()
-            if kill_at is None and ending.failed_by_itself():
-                first = ending.first_failure()
-                if channel is not None and first is not None:  # the other hosts end their share too, and say why
-                    channel.say_failed(attempt, setups[first].place.global_rank, setups[first].place.host,
-                                       failure_line(setups[first], ending.codes[first]))
-                    said = channel.failure(attempt)  # the job's first failure: another host's may have come first
-                    if said is not None and said.get("rank") != setups[first].place.global_rank:
-                        ending.earlier = said  # (a rank killed there; this one's peer connection then closed)
-                self._stop_all(ranks, ending, signal.SIGTERM)  # a rank failed: the others end now
-                kill_at = now + FAILURE_STOP_S
+            if w.kill_at is None and ending.failed_by_itself():
+                self._stop_after_a_failure(ranks, setups, ending, channel, attempt)
+                w.kill_at = now + FAILURE_STOP_S
             while self._ends:
-                kill_at = self._ended_from_outside(self._ends.pop(0), ranks, ending, channel, attempt, kill_at)
-            if channel is not None and now - channel_polled >= PEER_POLL_S:
-                channel_polled = now
-                asked = channel.stop_requested()
-                if asked is not None and asked != stop_seen:  # another host's `run` got Ctrl-C, SIGTERM or the stop
-                    stop_seen = asked
-                    kill_at = self._signalled(int(asked["signal"]), ranks, setups, ending, kill_at,
-                                              origin=str(asked.get("host") or "another host"))
-                failure = channel.failure(attempt) if kill_at is None else None
-                if failure is not None:  # another host's rank failed: end this host's share, restart together
-                    ending.peer_failed = failure
-                    self._stop_all(ranks, ending, signal.SIGTERM)
-                    kill_at = now + FAILURE_STOP_S
-            if not asked_for_stacks and kill_at is None:
-                asked_for_stacks = self._ask_for_stacks_after_a_timeout(ranks, setups)
-            if now - answers_checked >= PEER_POLL_S:
-                answers_checked = now
+                w.kill_at = self._ended_from_outside(self._ends.pop(0), ranks, ending, channel, attempt, w.kill_at)
+            if channel is not None and now - w.channel_polled >= PEER_POLL_S:
+                w.channel_polled = now
+                self._look_at_the_channel(w, now, ranks, setups, ending, channel, attempt)
+            if not w.asked_for_stacks and w.kill_at is None:
+                w.asked_for_stacks = self._ask_for_stacks_after_a_timeout(ranks, setups)
+            if now - w.answers_checked >= PEER_POLL_S:
+                w.answers_checked = now
                 self._answer_for_the_silent(ranks, setups, relay, channel)
-            if kill_at is None:
-                self._guard_the_end(ranks, setups, relay, ending, guard, stuck_kill_at)
-                kill_at = self._stall_watch(ranks, setups, relay, ending, channel, attempt)
-            if kill_at is not None and now >= kill_at:
+            if w.kill_at is None:
+                self._guard_the_end(ranks, setups, relay, ending, w.guard, w.stuck_kill_at)
+                w.kill_at = self._stall_watch(ranks, setups, relay, ending, channel, attempt)
+            if w.kill_at is not None and now >= w.kill_at:
                 if ending.signum is not None and not ending.peer_failed:
                     self._say_where_they_were(ranks, setups, relay, ending.signum, channel)
                 for rank in ranks:
                     rank.send(signal.SIGKILL, group=True)
-                kill_at = float("inf")  # killed: they are reaped as they go
+                w.kill_at = float("inf")  # killed: they are reaped as they go
         return ending
+
+    def _wait_a_tick(self) -> None:
+        """Until the zygote says a rank ended, a signal or a message wakes the agent, or a tick has passed."""
+        wake_r = self._wakeup[0] if self._wakeup else None
+        try:
+            select.select([self._zygote.fileno()] + ([wake_r] if wake_r is not None else []), [], [], TICK_S)
+        except InterruptedError:
+            pass
+        if wake_r is not None:
+            try:
+                os.read(wake_r, 4096)
+            except (BlockingIOError, OSError):
+                pass
+
+    @staticmethod
+    def _reap_ended(ranks: list[RankProcess], relay: OutputRelay, ending: HostEnding) -> None:
+        """Each rank whose process ended since the last look: its status, when, and whether it said it returned."""
+        for rank in ranks:
+            if rank.index not in ending.codes and rank.reap() is not None:
+                ending.codes[rank.index] = rank.code
+                ending.order.append(rank.index)
+                ending.ended_at[rank.index] = time.time()
+                life = relay.life(rank.index)
+                if life is not None and life.returned is not None:  # it said so before its process ended
+                    ending.returned_at[rank.index] = life.returned
+                relay.drain(rank.index)
+
+    def _say_where_the_ranks_are(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
+                                 channel: JobChannel | None) -> None:
+        """Ctrl-\\: where every rank is, asked through the job's channel; this agent answers for its silent ranks."""
+        through = where_through(channel)
+        ask = through["ask"]
+
+        def ask_and_answer(paths: RunPaths, reason: str) -> float:
+            asked = ask(paths, reason)
+            self._speak_for_the_silent(ranks, setups, relay, channel, reason, asked)
+            return asked
+
+        where_the_ranks_are(self.plan, self.paths, ask=ask_and_answer, gather=through["gather"])
+
+    def _stop_after_a_failure(self, ranks: list[RankProcess], setups: list[RankSetup], ending: HostEnding,
+                              channel: JobChannel | None, attempt: int) -> None:
+        """A rank of this host failed by itself: the other hosts are told (and whether one failed first), and this
+        host's other ranks are asked to end."""
+        first = ending.first_failure()
+        if channel is not None and first is not None:  # the other hosts end their share too, and say why
+            channel.say_failed(attempt, setups[first].place.global_rank, setups[first].place.host,
+                               failure_line(setups[first], ending.codes[first]))
+            said = channel.failure(attempt)  # the job's first failure: another host's may have come first
+            if said is not None and said.get("rank") != setups[first].place.global_rank:
+                ending.earlier = said  # (a rank killed there; this one's peer connection then closed)
+        self._stop_all(ranks, ending, signal.SIGTERM)  # a rank failed: the others end now
+
+    def _look_at_the_channel(self, w: _Watch, now: float, ranks: list[RankProcess], setups: list[RankSetup],
+                             ending: HostEnding, channel: JobChannel, attempt: int) -> None:
+        """Another host's `run` asked to stop (Ctrl-C, SIGTERM, the stop signal), or another host's rank failed."""
+        asked = channel.stop_requested()
+        if asked is not None and asked != w.stop_seen:
+            w.stop_seen = asked
+            w.kill_at = self._signalled(int(asked["signal"]), ranks, setups, ending, w.kill_at,
+                                        origin=str(asked.get("host") or "another host"))
+        failure = channel.failure(attempt) if w.kill_at is None else None
+        if failure is not None:  # another host's rank failed: end this host's share, restart together
+            ending.peer_failed = failure
+            self._stop_all(ranks, ending, signal.SIGTERM)
+            w.kill_at = now + FAILURE_STOP_S
 
     def _guard_the_end(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
                        ending: HostEnding, guard: EndGuard, kill_at: dict[int, float]) -> None:

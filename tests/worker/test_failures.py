@@ -19,6 +19,7 @@ from runner.spec.place import RankPlace
 from runner.spec.schema import DeviceKind, InitConfig
 from runner.worker import failures
 from runner.worker.failures import (
+    choose_first,
     _hang_summary,
     _last_stack,
     _ranks,
@@ -245,6 +246,28 @@ def test_a_rank_that_lost_its_peer_is_never_named_before_the_rank_that_failed(pa
     _, _, err = report(capsys, HostEnding(codes={0: 1, 1: 1}, order=[0, 1]), setups, paths)
     assert err.splitlines()[2] == "rank 1 (host node0, local rank 1, pid 4001) failed first:"
     assert [e["rank"] for e in first_failures(paths, (0, 1))] == [1, 0]
+
+
+def test_the_choice_of_the_rank_named_first_is_made_apart_from_its_words(paths) -> None:
+    """choose_first, the pure choice the report renders: a cause before a lost peer; a rank that ended without a
+    record when it was the first to fail; the first bad exit when no rank said anything."""
+    setups = host_setups(paths, 3)
+    raised(setups[0], "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1234", 101.0)
+    raised(setups[2], "RuntimeError: injected failure on rank 2", 100.5)
+    errors = first_failures(paths, (0, 1, 2))
+    chose = choose_first(HostEnding(codes={0: 1, 1: 0, 2: 1}, order=[0, 2, 1]), setups, errors)
+    assert (chose.first, chose.named, chose.head["rank"], [e["rank"] for e in chose.rest]) == (0, 2, 2, [0])
+    assert not chose.exited_only and chose.silent == {}
+    killed = choose_first(HostEnding(codes={0: 1, 1: -9, 2: 1}, order=[1, 0, 2]), setups, errors)
+    assert (killed.named, killed.head, killed.silent) == (1, None, {1: -9}) and len(killed.rest) == 2
+    # rank 1 killed (no record); ranks 0 and 2 lost it, and rank 0's end was seen first, in the same look
+    raised(setups[2], "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1235", 101.5)
+    lost = first_failures(paths, (0, 1, 2))
+    symptom_first = choose_first(HostEnding(codes={0: 1, 1: -9, 2: 1}, order=[0, 1, 2]), setups, lost)
+    assert (symptom_first.first, symptom_first.named, symptom_first.head) == (0, 1, None)
+    assert [e["rank"] for e in symptom_first.rest] == [0, 2]
+    stopped = choose_first(HostEnding(codes={0: -15, 1: 0, 2: -15}, order=[2, 1, 0], stopped={0, 2}), setups, [])
+    assert (stopped.first, stopped.named, stopped.exited_only) == (None, 2, True)
 
 
 def test_a_script_that_exited_with_a_status_shows_what_it_said_last_and_how_to_pass_local_rank(paths, capsys) -> None:
