@@ -28,7 +28,7 @@ from runner.common.files import write_atomically
 from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
-from runner.launchers.ssh.protocol import BEATS_MISSED, ProtocolError, parse, read_spec
+from runner.launchers.ssh.protocol import BEATS_MISSED, EndJob, PassSignal, ProtocolError, parse, read_spec
 from runner.plan.processes import make_plan
 from runner.records.paths import RunPaths
 from runner.spec.document import load_spec_text, spec_yaml
@@ -101,10 +101,10 @@ class DriverWatch:
         for line in iter(self.stream.readline, b""):
             self.heard = time.monotonic()
             message = parse(line)
-            if "signal" in message:
-                os.kill(os.getpid(), int(message["signal"]))
-            elif isinstance(message.get("end"), dict):
-                self.agent.end_job(message["end"])
+            if isinstance(message, PassSignal):
+                os.kill(os.getpid(), message.signum)
+            elif isinstance(message, EndJob):
+                self.agent.end_job(message.failure)
         self._driver_gone()  # the launching `run`, or the connection to it, is gone
 
     def _watch(self) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,10 @@ from runner.common.timeouts import is_timeout_text
 from runner.records.paths import RankPaths, RunPaths
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ErrorRecord:
-    """Why a rank failed, where and when."""
+    """Why a rank failed, where and when: a rank's ``rank<r>.error.json`` (:meth:`to_json`, :meth:`from_json`), and
+    the record of a rank on another host that the job's channel carries (runner.worker.endings)."""
 
     rank: int
     local_rank: int
@@ -44,12 +45,34 @@ class ErrorRecord:
     first: bool = False  # its host agent's report named it the first failure (the run's summary names the same)
 
 
-def timed_out(error: Mapping[str, Any]) -> bool:
-    """Whether an error record (:class:`ErrorRecord`'s fields) is a timeout of torch.distributed: the rank's
-    verdict; a record written before ranks recorded one (an older run folder) is judged by its text."""
-    if "timeout" in error:
-        return bool(error["timeout"])
-    return is_timeout_text(str(error.get("exception", "")))
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_document(cls, doc: object) -> ErrorRecord | None:
+        """The record a JSON document holds (unknown keys ignored; a record written before ranks said whether they
+        timed out, an older run folder's, is judged by its text); None: it holds none."""
+        if not isinstance(doc, dict):
+            return None
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in doc.items() if k in known}
+        values.setdefault("timeout", is_timeout_text(str(doc.get("exception", ""))))
+        try:
+            return cls(**values)
+        except TypeError:  # a required field missing
+            return None
+
+    @classmethod
+    def from_json(cls, text: str) -> ErrorRecord | None:
+        try:
+            return cls.from_document(json.loads(text))
+        except ValueError:
+            return None
+
+
+def timed_out(error: ErrorRecord) -> bool:
+    """Whether an error record is a timeout of torch.distributed (the rank's verdict)."""
+    return error.timeout
 
 
 @dataclass(frozen=True)
@@ -96,13 +119,13 @@ class RankOutcome:
         self.mark_done(self.returned_on_request, self.result, ended=text)
 
     def record_error(self, record: ErrorRecord) -> None:
-        write_atomically(self.error_file, json.dumps(asdict(record)))
+        write_atomically(self.error_file, record.to_json())
 
     def mark_first_failure(self) -> None:
         """Its host agent's report named this rank's failure the first (see :func:`first_failures`)."""
         error = self.error()
         if error is not None:
-            write_atomically(self.error_file, json.dumps({**error, "first": True}))
+            self.record_error(replace(error, first=True))
 
     # -- read by launchers and reports ------------------------------------------------------------------
     @property
@@ -149,11 +172,11 @@ class RankOutcome:
         result = self._done_document().get("result")
         return result if isinstance(result, dict) else {}
 
-    def error(self) -> dict[str, Any] | None:
-        """Its error record (:class:`ErrorRecord`'s fields), or None."""
+    def error(self) -> ErrorRecord | None:
+        """Its error record, or None."""
         try:
-            return json.loads(self.error_file.read_text())
-        except (OSError, ValueError):
+            return ErrorRecord.from_json(self.error_file.read_text())
+        except OSError:
             return None
 
 
@@ -161,12 +184,12 @@ def outcomes(paths: RunPaths, ranks: Iterable[int]) -> list[RankOutcome]:
     return [RankOutcome(paths, r) for r in ranks]
 
 
-def first_failures(paths: RunPaths, ranks: Iterable[int]) -> list[dict[str, Any]]:
+def first_failures(paths: RunPaths, ranks: Iterable[int]) -> list[ErrorRecord]:
     """The error records of ``ranks``, the first failure first: the one its host agent's report named first (it saw
     the processes end, in one clock), then ranks killed by a signal (the peers that lost them fail after them, with
     errors about the lost peer), then ranks that raised, by time."""
     records = (o.error() for o in outcomes(paths, ranks))
-    return sorted((e for e in records if e), key=lambda e: (not e.get("first"), not e.get("killed"), e["timestamp"]))
+    return sorted((e for e in records if e), key=lambda e: (not e.first, not e.killed, e.timestamp))
 
 
 def all_done(paths: RunPaths, ranks: Iterable[int]) -> bool:

@@ -233,11 +233,11 @@ def _failed_status(plan: Plan, paths: RunPaths, code: int, cause: str | None) ->
                    "report above says more")
         return "failed", f"failed (exit {code}): {why}", None, None
     first = errors[0]
-    exception = error_line(first.get("exception") or "?").removeprefix("ScriptExit: ")
+    exception = error_line(first.exception or "?").removeprefix("ScriptExit: ")
     others = f" ({len(errors) - 1} other rank(s) failed after it)" if len(errors) > 1 else ""
-    failure = {"rank": first.get("rank"), "host": first.get("host"), "exception": exception}
+    failure = {"rank": first.rank, "host": first.host, "exception": exception}
     # killed by a signal (its host agent wrote the record), or a script's sys.exit: it ended; else it raised
-    how = "ended:" if first.get("killed") or (first.get("exception") or "").startswith("ScriptExit: ") else "raised"
+    how = "ended:" if first.killed or first.exception.startswith("ScriptExit: ") else "raised"
     return ("failed", f"failed (exit {code}): rank {failure['rank']} on host {failure['host']} {how} {exception}{others}",
             failure, None)
 

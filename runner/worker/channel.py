@@ -42,6 +42,7 @@ from runner.common.polling import poll, retry
 from runner.records.dumps import RankDump
 from runner.records.paths import RunPaths
 from runner.records.watch_files import collect_dumps, request_dumps
+from runner.worker.channel_records import DumpRequest, JobFailure, RankEnding, StopAsked
 
 POLL_S = 0.5  # how often a host agent looks for another host's failure or a stop request
 PREFIX = "runner/"
@@ -221,26 +222,24 @@ class JobChannel:
         return found if isinstance(found, int) else None
 
     # -- failures and stops ------------------------------------------------------------------------------------
-    def say_failed(self, attempt: int, rank: int | None, host: str, text: str) -> None:
-        """The first failure of ``attempt`` (this host's rank ``rank``, or the host itself: None)."""
-        value = json.dumps({"rank": rank, "host": host, "text": text, "time": time.time()}).encode()
+    def say_failed(self, attempt: int, failure: JobFailure) -> None:
+        """The first failure of ``attempt`` (this host's rank's, or the host's own): the first said stays."""
+        value = json.dumps(failure.document()).encode()
         try:
             self._kv.first(f"failed/{attempt}", value)
         except (RuntimeError, OSError):
             pass
 
-    def failure(self, attempt: int) -> dict[str, Any] | None:
-        """The first failure of ``attempt`` any host said: {"rank", "host", "text", "time"}; None."""
-        found = self._read(f"failed/{attempt}")
-        return found if isinstance(found, dict) else None
+    def failure(self, attempt: int) -> JobFailure | None:
+        """The first failure of ``attempt`` any host said; None."""
+        return JobFailure.from_document(self._read(f"failed/{attempt}"))
 
     def request_stop(self, signum: int, host: str) -> None:
         """``host``'s `run` (or agent) got ``signum``: Ctrl-C, SIGTERM or the stop request, for every host."""
-        self._put("stop", {"signal": int(signum), "host": host, "time": time.time()})
+        self._put("stop", StopAsked(signal=int(signum), host=host).document())
 
-    def stop_requested(self) -> dict[str, Any] | None:
-        found = self._read("stop")
-        return found if isinstance(found, dict) else None
+    def stop_requested(self) -> StopAsked | None:
+        return StopAsked.from_document(self._read("stop"))
 
     def say_stop_told(self, asked: float) -> None:
         """Host 0's agent said where every rank was at a stop (its request for dumps made at ``asked``)."""
@@ -258,11 +257,10 @@ class JobChannel:
 
     def request_dumps_at(self, asked: float, reason: str) -> None:
         """Ask every rank to say where it is (a request made at ``asked``)."""
-        self._put("dumps/request", {"time": asked, "reason": reason})
+        self._put("dumps/request", DumpRequest(time=asked, reason=reason).document())
 
-    def dump_request(self) -> dict[str, Any] | None:
-        found = self._read("dumps/request")
-        return found if isinstance(found, dict) else None
+    def dump_request(self) -> DumpRequest | None:
+        return DumpRequest.from_document(self._read("dumps/request"))
 
     def put_dump(self, rank: int, document: dict[str, Any]) -> None:
         self._put(f"dumps/{rank}", document)
@@ -280,13 +278,12 @@ class JobChannel:
         return float(found) if isinstance(found, (int, float)) else None
 
     # -- endings -----------------------------------------------------------------------------------------------
-    def say_ended(self, attempt: int, rank: int, record: dict[str, Any]) -> None:
+    def say_ended(self, attempt: int, rank: int, record: RankEnding) -> None:
         """How global rank ``rank`` ended (its outcome record, as its host agent saw it)."""
-        self._put(f"ended/{attempt}/{rank}", record)
+        self._put(f"ended/{attempt}/{rank}", record.document())
 
-    def ended(self, attempt: int, rank: int) -> dict[str, Any] | None:
-        found = self._read(f"ended/{attempt}/{rank}")
-        return found if isinstance(found, dict) else None
+    def ended(self, attempt: int, rank: int) -> RankEnding | None:
+        return RankEnding.from_document(self._read(f"ended/{attempt}/{rank}"))
 
     def say_reported(self, attempt: int) -> None:
         """Host 0 has written every rank's record of ``attempt`` and said how it ended."""

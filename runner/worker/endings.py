@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict
-from typing import Any
 
 from runner.common.polling import poll
 from runner.plan.processes import Plan
@@ -21,23 +19,24 @@ from runner.records.outcomes import ErrorRecord, RankOutcome
 from runner.records.paths import RunPaths
 from runner.records.watch_files import RankWatchFiles
 from runner.worker.channel import POLL_S, JobChannel
+from runner.worker.channel_records import JobFailure, RankEnding, RankReturned
 from runner.worker.failures import agent_seen_error, silent_end
 from runner.worker.host_ending import HostEnding
 from runner.worker.setup import RankSetup
 
 
 
-def _record(setup: RankSetup, code: int | None, stopped: bool, ended_at: float | None) -> dict[str, Any]:
+def _record(setup: RankSetup, code: int | None, stopped: bool, ended_at: float | None) -> RankEnding:
     outcome = setup.outcome
     dump = RankWatchFiles(setup.paths, setup.place.global_rank).dump()
     error = outcome.error()
     if error is None and code and not stopped and not outcome.done:  # it could say nothing: as its agent saw it
-        error = asdict(agent_seen_error(setup.place, silent_end(code), ended_at))
-    return {"host": setup.place.host, "code": code, "stopped": stopped, "error": error,
-            "done": {"stopped": outcome.returned_on_request, "result": outcome.result,
-                     "ended": outcome.ended_by_its_agent} if outcome.done else None,
-            "joined": outcome.backend if outcome.joined else None,
-            "end_dump": dump.document() if dump is not None and dump.reason == "end" else None}
+        error = agent_seen_error(setup.place, silent_end(code), ended_at)
+    returned = RankReturned(stopped=outcome.returned_on_request, result=outcome.result,
+                            ended=outcome.ended_by_its_agent) if outcome.done else None
+    return RankEnding(host=setup.place.host, code=code, stopped=stopped, error=error, returned=returned,
+                      joined=outcome.backend if outcome.joined else None,
+                      end_dump=dump.document() if dump is not None and dump.reason == "end" else None)
 
 
 def share_ended(channel: JobChannel, paths: RunPaths, setups: list[RankSetup], ending: HostEnding) -> None:
@@ -57,9 +56,9 @@ def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iter
 
     def look() -> list[int]:
         nonlocal missing
-        found = {r: doc for r in missing if (doc := channel.ended(paths.attempt, r)) is not None}
-        for rank, doc in found.items():
-            _write(paths, rank, doc)
+        found = {r: ending for r in missing if (ending := channel.ended(paths.attempt, r)) is not None}
+        for rank, ending in found.items():
+            _write(paths, rank, ending)
         missing = [r for r in missing if r not in found]
         return missing
 
@@ -75,27 +74,26 @@ def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iter
     return missing
 
 
-def _write(paths: RunPaths, rank: int, doc: dict[str, Any]) -> None:
+def _write(paths: RunPaths, rank: int, ending: RankEnding) -> None:
     outcome = RankOutcome(paths, rank)
     outcome.clear()
-    if doc.get("joined") is not None:
-        outcome.mark_joined(str(doc["joined"]))
-    if isinstance(doc.get("done"), dict):
-        outcome.mark_done(bool(doc["done"].get("stopped")), doc["done"].get("result") or {}, doc["done"].get("ended"))
-    if isinstance(doc.get("error"), dict):  # its own, or how its agent saw it end (_record)
-        outcome.record_error(ErrorRecord(**doc["error"]))
-    if isinstance(doc.get("end_dump"), dict) and (dump := RankDump.from_document(doc["end_dump"])) is not None:
+    if ending.joined is not None:
+        outcome.mark_joined(ending.joined)
+    if ending.returned is not None:
+        outcome.mark_done(ending.returned.stopped, ending.returned.result, ending.returned.ended)
+    if ending.error is not None:  # its own, or how its agent saw it end (_record)
+        outcome.record_error(ending.error)
+    if ending.end_dump is not None and (dump := RankDump.from_document(ending.end_dump)) is not None:
         RankWatchFiles(paths, rank).write_dump(dump)
 
 
-def peer_failure(paths: RunPaths, plan: Plan, failure: dict[str, Any]) -> None:
+def peer_failure(paths: RunPaths, plan: Plan, failure: JobFailure) -> None:
     """Another host's rank failed first, and this host stopped its own: that rank's failure, as the channel said it,
     in this run folder too, so that this host's summary tells the same story as the failing host's."""
-    rank = failure.get("rank")
-    if not isinstance(rank, int) or not 0 <= rank < plan.world_size or RankOutcome(paths, rank).error() is not None:
+    rank = failure.rank
+    if rank is None or not 0 <= rank < plan.world_size or RankOutcome(paths, rank).error() is not None:
         return  # (a run folder the hosts share has that rank's own record)
     rec = plan.records[rank]
-    RankOutcome(paths, rank).record_error(ErrorRecord(rank, rec.local_rank, str(failure.get("host", rec.host)), None,
-                                                      None, float(failure.get("time") or time.time()),
-                                                      str(failure.get("text", "")),
-                                                      killed=False))
+    RankOutcome(paths, rank).record_error(ErrorRecord(rank=rank, local_rank=rec.local_rank, host=failure.host or rec.host,
+                                                      machine=None, pid=None, timestamp=failure.time or time.time(),
+                                                      exception=failure.text))

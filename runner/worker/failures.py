@@ -35,8 +35,8 @@ def _record_killed(setups: list[RankSetup], codes: dict[int, int], ended_at: dic
 
 def agent_seen_error(place: RankPlace, text: str, ended_at: float | None = None) -> ErrorRecord:
     """The error record of a rank that could write none, as its agent saw it end (``ended_at``; else now)."""
-    return ErrorRecord(place.global_rank, place.local_rank, place.host, None, None, ended_at or time.time(), text,
-                       killed=True)
+    return ErrorRecord(rank=place.global_rank, local_rank=place.local_rank, host=place.host, machine=None, pid=None,
+                       timestamp=ended_at or time.time(), exception=text, killed=True)
 
 
 def _exit_words(code: int | None) -> str:
@@ -73,7 +73,7 @@ def failure_line(setup: RankSetup, code: int) -> str:
     """What a failed rank's error says, in a line (what the other hosts print), or how its process ended."""
     error = setup.outcome.error()
     if error:
-        return error_line(error.get("exception", "")).removeprefix("ScriptExit: ")
+        return error_line(error.exception).removeprefix("ScriptExit: ")
     return silent_end(code)
 
 
@@ -86,11 +86,11 @@ def _log_tail(log_file: Path, lines: int = 5) -> list[str]:
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
-def _script_exit(error: dict, setup: RankSetup) -> list[str]:
+def _script_exit(error: ErrorRecord, setup: RankSetup) -> list[str]:
     """A script that exited with a failure status (argparse does): what it said last, and a hint where it asked
     for --local_rank."""
     said = _log_tail(setup.log_file)
-    lines = [f"{error['exception'].removeprefix('ScriptExit: ')}" + (":" if said else "")]
+    lines = [f"{error.exception.removeprefix('ScriptExit: ')}" + (":" if said else "")]
     lines += [f"    {line}" for line in said]
     flag = next((f for f in ("--local_rank", "--local-rank") if any(f in s and "required" in s for s in said)), None)
     if flag:
@@ -147,9 +147,9 @@ class FirstFailure:
     first: int | None  # the first rank (index among the host's setups) that failed by itself, as the agent saw them
     # end (not always the one named: a rank that lost its peer may end before the rank that was killed)
     named: int | None  # the rank the report names first (None: none can be)
-    head: dict | None  # its error record, where it wrote one
+    head: ErrorRecord | None  # its error record, where it wrote one
     silent: dict[int, int]  # index -> exit status: ranks that ended badly by themselves without an exception
-    rest: list[dict]  # the error records said after it, in order
+    rest: list[ErrorRecord]  # the error records said after it, in order
 
     @property
     def exited_only(self) -> bool:
@@ -157,7 +157,7 @@ class FirstFailure:
         return self.head is None and self.named is not None and self.named not in self.silent
 
 
-def choose_first(ending: HostEnding, setups: list[RankSetup], errors: list[dict]) -> FirstFailure:
+def choose_first(ending: HostEnding, setups: list[RankSetup], errors: list[ErrorRecord]) -> FirstFailure:
     """The rank to name first: the first to fail by itself when it left no record (a signal from outside, os._exit, a
     crash in C); else the record of that rank, unless it only lost a peer (a symptom: its cause comes first); else the
     first record; else the first process that ended badly. Ranks that lost a failed one fail after it."""
@@ -166,36 +166,36 @@ def choose_first(ending: HostEnding, setups: list[RankSetup], errors: list[dict]
     if first is not None and first in silent:
         return FirstFailure(first=first, named=first, head=None, silent=silent, rest=errors)
     if errors:
-        head = next((e for e in errors if first is not None and e["rank"] == setups[first].place.global_rank), errors[0])
-        if lost_a_peer(head["exception"]):  # a symptom: ranks that end in the same look end in no telling order
-            cause = next((e for e in errors if not lost_a_peer(e["exception"])), None)
+        head = next((e for e in errors if first is not None and e.rank == setups[first].place.global_rank), errors[0])
+        if lost_a_peer(head.exception):  # a symptom: ranks that end in the same look end in no telling order
+            cause = next((e for e in errors if not lost_a_peer(e.exception)), None)
             killed = next((i for i in ending.order if i in silent), None)  # a rank that left no record: a cause
             if cause is None and killed is not None:
                 return FirstFailure(first=first, named=killed, head=None, silent=silent, rest=errors)
             head = cause or head
-        named = next(i for i, s in enumerate(setups) if s.place.global_rank == head["rank"])
+        named = next(i for i, s in enumerate(setups) if s.place.global_rank == head.rank)
         return FirstFailure(first=first, named=named, head=head, silent=silent, rest=[e for e in errors if e is not head])
     named = next((i for i in ending.order if ending.codes.get(i)), None)
     return FirstFailure(first=first, named=named, head=None, silent=silent, rest=[])
 
 
 def failure_lines(choice: FirstFailure, ending: HostEnding, setups: list[RankSetup], paths: RunPaths,
-                  errors: list[dict], channel: JobChannel | None) -> list[str]:
+                  errors: list[ErrorRecord], channel: JobChannel | None) -> list[str]:
     """The report of a host whose ranks failed: the rank named first and why, a hang's summary, the others, and
     where the logs are."""
     lines = ["\n== job failed =="]
     named, head = choice.named, choice.head
     if head is not None:
         setup = setups[named]
-        lines.append(f"rank {head['rank']} (host {head['host']}, local rank {head['local_rank']}, pid {head['pid']}) "
+        lines.append(f"rank {head.rank} (host {head.host}, local rank {head.local_rank}, pid {head.pid}) "
                      f"failed first:")
-        if head["exception"].startswith("ScriptExit: "):
+        if head.exception.startswith("ScriptExit: "):
             lines += _script_exit(head, setup)
-        elif setup.echo.shown and head["traceback"]:  # its stderr, the traceback with it, is on this terminal
-            lines.append(f"{error_line(head['exception'], limit=None)} (its traceback is above, and in "
+        elif setup.echo.shown and head.traceback:  # its stderr, the traceback with it, is on this terminal
+            lines.append(f"{error_line(head.exception, limit=None)} (its traceback is above, and in "
                          f"{setup.log_file})")
         else:
-            lines += ["", head["traceback"].rstrip()]
+            lines += ["", head.traceback.rstrip()]
     elif named is not None and named in choice.silent:
         lines.append(f"rank {setups[named].place.global_rank} (host {setups[named].place.host}) failed first: "
                      f"{silent_end(choice.silent[named])}")
@@ -206,12 +206,12 @@ def failure_lines(choice: FirstFailure, ending: HostEnding, setups: list[RankSet
     others = [i for i in choice.silent if i != choice.named]
     if choice.rest or others:
         lines.append("\nthen:")
-        lines += [f"  rank {e['rank']} (host {e['host']}): {error_line(e['exception']).removeprefix('ScriptExit: ')}"
+        lines += [f"  rank {e.rank} (host {e.host}): {error_line(e.exception).removeprefix('ScriptExit: ')}"
                   for e in choice.rest]
         lines += [f"  rank {setups[i].place.global_rank} (host {setups[i].place.host}): {_exit_words(choice.silent[i])} "
                   f"(no Python exception)" for i in others]
     named_first = {setups[named].place.global_rank} if choice.exited_only else set()
-    accounted = {e["rank"] for e in errors} | {setups[i].place.global_rank for i in choice.silent} | \
+    accounted = {e.rank for e in errors} | {setups[i].place.global_rank for i in choice.silent} | \
         {s.place.global_rank for s in setups if s.outcome.done} | named_first
     stopped = len(setups) - len(accounted)
     if stopped > 0:  # every rank of the host is accounted for: failed first, then, or stopped
@@ -220,27 +220,27 @@ def failure_lines(choice: FirstFailure, ending: HostEnding, setups: list[RankSet
     return lines
 
 
-def _left_early(ending: HostEnding, setups: list[RankSetup], errors: list[dict]) -> list[int] | None:
+def _left_early(ending: HostEnding, setups: list[RankSetup], errors: list[ErrorRecord]) -> list[int] | None:
     """The ranks (indices) that ended well while the others still ran, before any rank failed, where every failure
     says its connection to another rank closed (runner.common.lost_peers): those that left early, whom the others
     lost. None: no such story."""
-    if not errors or not all(lost_a_peer(e.get("exception", "")) for e in errors):
+    if not errors or not all(lost_a_peer(e.exception) for e in errors):
         return None
-    first_error = min(float(e["timestamp"]) for e in errors)
+    first_error = min(e.timestamp for e in errors)
     left = [i for i in ending.order if ending.codes.get(i) == 0
             and ending.returned_at.get(i, ending.ended_at.get(i, first_error)) < first_error]
     return left or None
 
 
 def _report_left_early(left: list[int], ending: HostEnding, setups: list[RankSetup], paths: RunPaths,
-                       errors: list[dict]) -> int:
+                       errors: list[ErrorRecord]) -> int:
     """Ranks ended while the others were still running, which then failed on their closed connections: say it as
     that (the rank that left, not the first that lost it), here and in the run folder (the run's summary says the
     same: runner.records.watch_files' diagnosis)."""
     out = sys.stderr
     who = [setups[i].place for i in left]
     at = ending.returned_at.get(left[0], ending.ended_at[left[0]]) - ending.began
-    lost = sorted(e["rank"] for e in errors)
+    lost = sorted(e.rank for e in errors)
     names = ", ".join(str(p.global_rank) for p in who)
     text = (f"rank{'s' if len(who) > 1 else ''} {names} (host {who[0].host}) left at {at:.1f} s while the others were "
             f"still running: {'their processes' if len(who) > 1 else 'its process'} ended with status 0, and "
@@ -248,7 +248,7 @@ def _report_left_early(left: list[int], ending: HostEnding, setups: list[RankSet
             f"connection")
     print(f"\n== job failed ==\n{text}", file=out)
     head = errors[0]
-    print(f"  rank {head['rank']} (host {head['host']}) failed first: {error_line(head['exception'])}", file=out)
+    print(f"  rank {head.rank} (host {head.host}) failed first: {error_line(head.exception)}", file=out)
     print("    hint: every rank must make the same collectives in the same order until each destroys its process "
           "group (a rank that returns early, on fewer batches or steps, leaves the others waiting for it)", file=out)
     print(f"\nper-rank logs: {paths.logs}/", file=out)
@@ -289,7 +289,7 @@ def _last_stack(log_file: str, frames: int = 8) -> list[str]:
     return block[:frames]
 
 
-def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths,
+def _hang_summary(errors: list[ErrorRecord], setups: list[RankSetup], paths: RunPaths,
                   channel: JobChannel | None = None) -> list[str]:
     """When ranks failed by timing out: which ranks never joined the process group, or the collective each
     rank is in (runner.reports.hangs, from their dumps), else which did not arrive at the collective the others
@@ -304,7 +304,7 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths,
     joined = {r for r in range(world) if RankOutcome(paths, r).joined}
     if channel is not None and len(joined) < world:  # the other hosts' ranks say so on the channel
         joined |= set(channel.joined(paths.attempt, range(world)))
-    waited = sorted(e["rank"] for e in errors if timed_out(e))
+    waited = sorted(e.rank for e in errors if timed_out(e))
     if len(joined) < world:
         missing = sorted(set(range(world)) - set(joined) - set(waited))
         return ["", f"timeout: the process group did not form within init.timeout_s={timeout:g} s: rank(s) "
@@ -321,7 +321,7 @@ def _hang_summary(errors: list[dict], setups: list[RankSetup], paths: RunPaths,
             return ["", text, "    hint: a rank that skips, repeats or reorders a collective, or is slower than the "
                               "timeout; init.timeout_s sets the limit, launcher.stall_timeout_s ends a stall sooner"]
     local = {s.place.global_rank: s for s in setups}
-    failed = {e["rank"] for e in errors}
+    failed = {e.rank for e in errors}
     absent = [r for r in range(world) if r not in failed and not RankOutcome(paths, r).done]
     lines = ["", f"timeout: rank(s) {_ranks(waited)} waited init.timeout_s={timeout:g} s in a collective; "
                  f"rank(s) {_ranks(absent) or 'none'} did not arrive"]

@@ -57,6 +57,7 @@ from runner.spec.document import recipe_config
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
 from runner.worker.channel import ChannelError, ChannelInterrupted, JobChannel, ask_for_dumps, gather_dumps, where_through
+from runner.worker.channel_records import JobFailure
 from runner.worker.channel_proxy import ProxyKeyValue
 from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.failures import agent_seen_error, failure_line, report_host_ending
@@ -161,7 +162,7 @@ class HostAgent:
         self.early_stop = early_stop  # the task's stop request, caught before this agent handles the signal
         self.signalled: int | None = None  # the first SIGINT/SIGTERM that reached the agent
         self._pending: list[int] = []
-        self._ends: list[dict] = []  # the job ended from outside (end_job), not yet acted on
+        self._ends: list[JobFailure] = []  # the job ended from outside (end_job), not yet acted on
         self._final = False  # the job ends with this attempt, whatever launcher.max_restarts allows
         self._gone: dict[str, str] = {}  # host -> why it is gone: its ranks will say nothing
         self._where_asked = False  # ask_where: say where every rank is, at the next tick
@@ -219,14 +220,14 @@ class HostAgent:
     def _on_signal(self, signum: int, _frame: object) -> None:
         self._pending.append(signum)
 
-    def end_job(self, failure: dict) -> None:
-        """End the job from outside, for a cause no rank of it can see (``failure``: {"rank": None, "host", "text",
-        "time"}: another host was lost; launcher=ssh's `run` says so): this host's share stops as after another
+    def end_job(self, failure: JobFailure) -> None:
+        """End the job from outside, for a cause no rank of it can see (``failure``, of no rank: another host was
+        lost; launcher=ssh's `run` says so): this host's share stops as after another
         host's failure, the job's channel names the cause unless a failure came first, and nothing restarts.
         Callable from any thread."""
         self._final = True
-        if failure.get("rank") is None and failure.get("host"):
-            self._gone[str(failure["host"])] = str(failure.get("text", ""))
+        if failure.rank is None and failure.host:
+            self._gone[failure.host] = failure.text
         self._ends.append(failure)
         self._wake()
 
@@ -508,10 +509,10 @@ class HostAgent:
         host's other ranks are asked to end."""
         first = ending.first_failure()
         if channel is not None and first is not None:  # the other hosts end their share too, and say why
-            channel.say_failed(attempt, setups[first].place.global_rank, setups[first].place.host,
-                               failure_line(setups[first], ending.codes[first]))
+            channel.say_failed(attempt, JobFailure(rank=setups[first].place.global_rank, host=setups[first].place.host,
+                                                   text=failure_line(setups[first], ending.codes[first])))
             said = channel.failure(attempt)  # the job's first failure: another host's may have come first
-            if said is not None and said.get("rank") != setups[first].place.global_rank:
+            if said is not None and said.rank != setups[first].place.global_rank:
                 ending.earlier = said  # (a rank killed there; this one's peer connection then closed)
         self._stop_all(ranks, ending, signal.SIGTERM)  # a rank failed: the others end now
 
@@ -521,8 +522,7 @@ class HostAgent:
         asked = channel.stop_requested()
         if asked is not None and asked != w.stop_seen:
             w.stop_seen = asked
-            w.kill_at = self._signalled(int(asked["signal"]), ranks, setups, ending, w.kill_at,
-                                        origin=str(asked.get("host") or "another host"))
+            w.kill_at = self._signalled(asked.signal, ranks, setups, ending, w.kill_at, origin=asked.host)
         failure = channel.failure(attempt) if w.kill_at is None else None
         if failure is not None:  # another host's rank failed: end this host's share, restart together
             ending.peer_failed = failure
@@ -582,9 +582,9 @@ class HostAgent:
                 + (f": {said}" if said else ""))
         write_diagnosis(self.paths, "stall", text, found.document() if found else None)
         host = setups[0].place.host if setups else f"node {self.node_rank}"
-        failure = {"rank": None, "host": host, "text": text, "time": now, "stall": True}
+        failure = JobFailure(rank=None, host=host, text=text, stall=True)
         if channel is not None:
-            channel.say_failed(attempt, None, host, text)
+            channel.say_failed(attempt, failure)
         ending.peer_failed = failure
         self._stop_all(ranks, ending, signal.SIGTERM)
         return time.monotonic() + FAILURE_STOP_S
@@ -594,7 +594,7 @@ class HostAgent:
         """Where the ranks were asked where they are (Ctrl-\\, a timeout, a stop, a stall: the run folder's request
         or the channel's), the ranks here that cannot answer get an answer from their agent."""
         asked = channel.dump_request() if channel is not None else None
-        request = (asked.get("time"), asked.get("reason")) if asked else (last_request(self.paths), "request")
+        request = (asked.time, asked.reason) if asked else (last_request(self.paths), "request")
         if request[0] is None or request[0] <= self._answered:
             return
         self._answered = float(request[0])
@@ -620,14 +620,14 @@ class HostAgent:
             if channel is not None:
                 channel.put_dump(place.global_rank, dump.document())
 
-    def _ended_from_outside(self, failure: dict, ranks: list[RankProcess], ending: HostEnding,
+    def _ended_from_outside(self, failure: JobFailure, ranks: list[RankProcess], ending: HostEnding,
                             channel: JobChannel | None, attempt: int, kill_at: float | None) -> float | None:
         """:meth:`end_job`'s cause reached the monitor: stop this host's ranks as after another host's failure (unless
         they are stopping already); the job's first failure is the channel's, if one was said, else this one."""
         if kill_at is not None:
             return kill_at
         if channel is not None:
-            channel.say_failed(attempt, None, str(failure.get("host")), str(failure.get("text", "")))
+            channel.say_failed(attempt, failure)
             failure = channel.failure(attempt) or failure
         ending.peer_failed = failure
         self._stop_all(ranks, ending, signal.SIGTERM)
@@ -731,13 +731,13 @@ class HostAgent:
         if ending.peer_failed:
             failure = ending.peer_failed
             peer_failure(paths, self.plan, failure)
-            if failure.get("rank") is not None:
-                who, more = f"rank {failure['rank']} on {failure['host']} failed: ", "; that host's report says more"
-            elif failure.get("stall"):  # this agent's stall watchdog: the text says it all
+            if failure.rank is not None:
+                who, more = f"rank {failure.rank} on {failure.host} failed: ", "; that host's report says more"
+            elif failure.stall:  # this agent's stall watchdog: the text says it all
                 who, more = "", ""
             else:  # a host itself: lost, or its `run` ended (launcher=ssh says so)
-                who, more = f"host {failure['host']}: ", ""
-            print(f"\n{who}{failure.get('text', '')}\n    stopped this host's {len(setups)} process(es) "
+                who, more = f"host {failure.host}: ", ""
+            print(f"\n{who}{failure.text}\n    stopped this host's {len(setups)} process(es) "
                   f"(attempt {paths.attempt + 1}){more}", file=sys.stderr, flush=True)
             return exits.FAILED
         if ending.signum is not None:
@@ -750,8 +750,8 @@ class HostAgent:
             code = report_host_ending(ending, setups, paths, elapsed_s, self.announce, channel)
         if ending.earlier:
             failure = ending.earlier
-            print(f"\nthe job's first failure, on another host: rank {failure['rank']} on {failure['host']} failed: "
-                  f"{failure.get('text', '')}\n    this host's rank(s) failed after it", file=sys.stderr, flush=True)
+            print(f"\nthe job's first failure, on another host: rank {failure.rank} on {failure.host} failed: "
+                  f"{failure.text}\n    this host's rank(s) failed after it", file=sys.stderr, flush=True)
         return code
 
 

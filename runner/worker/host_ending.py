@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from runner.worker.channel_records import JobFailure
 from runner.worker.rank_life import Stuck
 
 
@@ -19,8 +20,8 @@ class HostEnding:
     stopped: set[int] = field(default_factory=set)  # the ones the agent signalled to end (a failure, a signal)
     signum: int | None = None  # a SIGINT or SIGTERM that reached the agent and stopped the ranks
     requested: bool = False  # a stop request reached the agent and was passed on (runner.common.signals)
-    peer_failed: dict | None = None  # another host said its rank failed: {"rank", "host", "text", "time"}
-    earlier: dict | None = None  # this host's rank failed, but another host's had failed before it (same keys)
+    peer_failed: JobFailure | None = None  # the job's first failure was another host's (or no rank's)
+    earlier: JobFailure | None = None  # this host's rank failed, but another host's had failed before it
     ended_at: dict[int, float] = field(default_factory=dict)  # index -> when the agent saw its process end
     stuck: dict[int, Stuck] = field(default_factory=dict)  # index -> a rank the end guard ended (runner.worker.rank_life)
     began: float = field(default_factory=time.time)  # when the attempt's ranks started

@@ -61,9 +61,11 @@ class RankSetup:
         printed it), for the report; whether torch.distributed timed out, decided here from the exception itself
         (its readers, the agent and the report, take this verdict rather than guess from the text)."""
         place = self.place
-        return ErrorRecord(place.global_rank, place.local_rank, place.host, socket.gethostname(), os.getpid(),
-                           time.time(), _exception_line(exc), shown if shown is not None else
-                           "".join(traceback.format_exception(exc)), timeout=is_collective_timeout(exc))
+        return ErrorRecord(rank=place.global_rank, local_rank=place.local_rank, host=place.host,
+                           machine=socket.gethostname(), pid=os.getpid(), timestamp=time.time(),
+                           exception=_exception_line(exc),
+                           traceback=shown if shown is not None else "".join(traceback.format_exception(exc)),
+                           timeout=is_collective_timeout(exc))
 
 
 def _exception_line(exc: BaseException) -> str:

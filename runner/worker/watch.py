@@ -257,8 +257,8 @@ class Watch(threading.Thread):
         """The reason of a request for this rank's dump made since the last it answered: through the job's channel
         (any host), or the run folder's request file (`run` on a Slurm login node asks there)."""
         asked = self.channel.dump_request() if self.channel is not None else None
-        if asked is not None and asked.get("time", 0) > self._handled:
-            return str(asked.get("reason", "request"))
+        if asked is not None and asked.time > self._handled:
+            return asked.reason
         return requested_since(self.setup.paths, self._handled)
 
     def _beats(self, world: int) -> list[float | None]:

@@ -31,6 +31,7 @@ from runner.app.ssh_host import USAGE, DriverWatch, HostLabelled, _until_agent, 
 from runner.common.signals import handling
 from runner.launchers.ssh.protocol import beat_message, end_message, signal_message, spec_message
 from runner.spec.document import spec_yaml
+from runner.worker.channel_records import JobFailure
 
 CHILD_S = 5.0  # a forked child ends by then whatever happens (exit 97)
 
@@ -126,7 +127,7 @@ def test_a_node_the_spec_has_not_is_refused(tmp_path, capsys) -> None:
 class Ends(list):
     """In place of the host's agent, whose one part a DriverWatch uses: ``end_job``, recorded."""
 
-    def end_job(self, failure: dict) -> None:
+    def end_job(self, failure: JobFailure) -> None:
         self.append(failure)
 
 
@@ -145,7 +146,8 @@ def test_a_signal_is_its_own_an_end_goes_to_the_agent_and_the_rest_is_only_heard
         started = time.monotonic()
         watch._read()  # returns at the end of the stream: no SIGTERM, no exit (the watch is gone already)
     assert got == [signal.SIGUSR2]
-    assert agent == [json.loads(end)["end"]]  # as sent: {"rank": None, "host": "a", "text": ..., "time": ...}
+    assert agent == [JobFailure.from_document(json.loads(end)["end"])]  # as sent: of no rank, host a, its words
+    assert (agent[0].rank, agent[0].host, agent[0].text) == (None, "a", "lost: ssh exited 255")
     assert watch.heard >= started
 
 

@@ -13,8 +13,9 @@ pytestmark = pytest.mark.unit
 
 
 def _error(rank: int, at: float, killed: bool = False) -> ErrorRecord:
-    return ErrorRecord(rank, rank, "node0", None if killed else "m", None if killed else 100 + rank, at,
-                       f"RuntimeError: rank {rank}", "Traceback ...", killed)
+    return ErrorRecord(rank=rank, local_rank=rank, host="node0", machine=None if killed else "m",
+                       pid=None if killed else 100 + rank, timestamp=at, exception=f"RuntimeError: rank {rank}",
+                       traceback="Traceback ...", killed=killed)
 
 
 def test_a_rank_that_returned(paths) -> None:
@@ -36,19 +37,23 @@ def test_the_first_failure_is_a_killed_rank_then_the_earliest(paths) -> None:
     RankOutcome(paths, 0).record_error(_error(0, 10.0))
     RankOutcome(paths, 2).record_error(_error(2, 5.0))
     RankOutcome(paths, 3).record_error(_error(3, 20.0, killed=True))
-    assert [e["rank"] for e in first_failures(paths, range(4))] == [3, 2, 0]
-    assert RankOutcome(paths, 3).error()["killed"] is True and RankOutcome(paths, 1).error() is None
+    assert [e.rank for e in first_failures(paths, range(4))] == [3, 2, 0]
+    assert RankOutcome(paths, 3).error() == _error(3, 20.0, killed=True) and RankOutcome(paths, 1).error() is None
     assert any_failed(paths, range(4)) and not any_failed(paths, [1])
 
 
 def test_a_timeout_is_the_ranks_verdict_and_an_older_records_text(paths) -> None:
-    said = ErrorRecord(0, 0, "node0", "m", 100, 1.0, "ValueError: timeout_s must be > 0")
+    said = ErrorRecord(rank=0, local_rank=0, host="node0", machine="m", pid=100, timestamp=1.0,
+                       exception="ValueError: timeout_s must be > 0")
     RankOutcome(paths, 0).record_error(said)
-    RankOutcome(paths, 1).record_error(ErrorRecord(1, 1, "node0", "m", 101, 2.0, "RuntimeError: Wait timeout",
-                                                   timeout=True))
+    RankOutcome(paths, 1).record_error(ErrorRecord(rank=1, local_rank=1, host="node0", machine="m", pid=101,
+                                                   timestamp=2.0, exception="RuntimeError: Wait timeout", timeout=True))
     assert [timed_out(RankOutcome(paths, r).error()) for r in (0, 1)] == [False, True]
-    older = {k: v for k, v in RankOutcome(paths, 0).error().items() if k != "timeout"}  # written before the verdict
-    assert timed_out(older) is True and timed_out({**older, "exception": "ValueError: bad lr"}) is False
+    older = {k: v for k, v in json.loads(RankOutcome(paths, 0).error_file.read_text()).items() if k != "timeout"}
+    # written before ranks gave their verdict: judged by its text
+    assert timed_out(ErrorRecord.from_document(older)) is True
+    assert timed_out(ErrorRecord.from_document({**older, "exception": "ValueError: bad lr"})) is False
+    assert ErrorRecord.from_json("not json") is None and ErrorRecord.from_document({"rank": 1}) is None
 
 
 def test_all_done_and_clearing_an_attempt(paths) -> None:

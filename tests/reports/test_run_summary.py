@@ -263,7 +263,8 @@ def test_metrics_are_the_numbers_of_the_last_row_and_the_folder_is_shown_where_i
 def _failed_with(paths: RunPaths, exception: str, traceback: str = "") -> None:
     from runner.records.outcomes import ErrorRecord
 
-    RankOutcome(paths, 0).record_error(ErrorRecord(0, 0, "node0", "m", 1, 1.0, exception, traceback))
+    RankOutcome(paths, 0).record_error(ErrorRecord(rank=0, local_rank=0, host="node0", machine="m", pid=1, timestamp=1.0,
+                                                   exception=exception, traceback=traceback))
 
 
 def test_the_status_line_is_the_line_of_the_error_that_says_what_went_wrong(tmp_path):

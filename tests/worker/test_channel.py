@@ -29,6 +29,7 @@ from runner.worker.channel import (
     channel_of,
     gather_dumps,
 )
+from runner.worker.channel_records import DumpRequest, JobFailure, RankEnding, StopAsked
 
 pytestmark = pytest.mark.unit
 
@@ -100,14 +101,15 @@ NOTHING = {"attempt": None, "failure": None, "stop": None, "stop told": False, "
 
 def say_everything(channel: JobChannel) -> None:
     channel.open_attempt(0)
-    channel.say_failed(0, 1, "b", "RuntimeError: boom")
+    channel.say_failed(0, JobFailure(rank=1, host="b", text="RuntimeError: boom"))
     channel.request_stop(signal.SIGTERM, "b")
     channel.say_stop_told(10.0)
     channel.say_joined(0, 1)
     channel.request_dumps_at(10.0, "stop")
     channel.put_dump(1, {"rank": 1})
     channel.put_beat(1, 9.5)
-    channel.say_ended(0, 1, {"code": 0})
+    channel.say_ended(0, 1, RankEnding(host="b", code=0, stopped=False, error=None, returned=None, joined=None,
+                                       end_dump=None))
 
 
 def a_dump(rank: int, at: float, reason: str = "request") -> RankDump:
@@ -151,13 +153,13 @@ def test_the_attempt_read_is_the_last_host_0_opened(ends) -> None:
 
 
 def test_the_first_failure_of_an_attempt_is_kept_and_each_attempt_has_its_own(ends) -> None:
-    ends.other.say_failed(0, 3, "b", "RuntimeError: boom")
-    ends.host0.say_failed(0, 1, "a", "ValueError: later")  # another host's rank failed too, after
-    ends.host0.say_failed(1, None, "a", "host a lost its GPU")  # the host itself, in the next attempt
+    ends.other.say_failed(0, JobFailure(rank=3, host="b", text="RuntimeError: boom"))
+    ends.host0.say_failed(0, JobFailure(rank=1, host="a", text="ValueError: later"))  # another host's, after
+    ends.host0.say_failed(1, JobFailure(rank=None, host="a", text="host a lost its GPU"))  # the host itself, next
     first, next_attempt = ends.host0.failure(0), ends.other.failure(1)
-    assert first == {"rank": 3, "host": "b", "text": "RuntimeError: boom", "time": first["time"]}
-    assert next_attempt == {"rank": None, "host": "a", "text": "host a lost its GPU", "time": next_attempt["time"]}
-    assert first["time"] <= next_attempt["time"] and ends.other.failure(2) is None
+    assert first == JobFailure(rank=3, host="b", text="RuntimeError: boom", time=first.time)
+    assert next_attempt == JobFailure(rank=None, host="a", text="host a lost its GPU", time=next_attempt.time)
+    assert first.time <= next_attempt.time and ends.other.failure(2) is None
 
 
 def test_a_stop_is_read_with_its_signal_and_host_and_told_apart_from_its_dumps_being_told(ends) -> None:
@@ -165,9 +167,9 @@ def test_a_stop_is_read_with_its_signal_and_host_and_told_apart_from_its_dumps_b
     ends.other.request_stop(signal.SIGINT, "b")
     sent(ends.other)
     stop = ends.host0.stop_requested()
-    assert stop == {"signal": 2, "host": "b", "time": stop["time"]} and before <= stop["time"] <= time.time()
+    assert stop == StopAsked(signal=2, host="b", time=stop.time) and before <= stop.time <= time.time()
     assert not ends.other.stop_told()
-    ends.host0.say_stop_told(stop["time"])
+    ends.host0.say_stop_told(stop.time)
     sent(ends.host0)
     assert ends.other.stop_told() and ends.other.stop_requested() == stop
 
@@ -187,12 +189,12 @@ def test_a_request_for_dumps_and_each_ranks_answer_cross_to_the_other_end(ends) 
     ends.other.put_dump(2, dump.document())
     sent(ends.host0)
     sent(ends.other)
-    assert ends.other.dump_request() == {"time": 100.25, "reason": "stall"}
+    assert ends.other.dump_request() == DumpRequest(time=100.25, reason="stall")
     assert RankDump.from_document(ends.host0.dump(2)) == dump
     assert ends.host0.dump(3) is None
     ends.host0.request_dumps_at(200.0, "stop")  # a later request replaces it
     sent(ends.host0)
-    assert ends.other.dump_request() == {"time": 200.0, "reason": "stop"}
+    assert ends.other.dump_request() == DumpRequest(time=200.0, reason="stop")
 
 
 def test_a_ranks_beat_reads_as_the_last_time_it_put_as_a_float(ends) -> None:
@@ -205,8 +207,7 @@ def test_a_ranks_beat_reads_as_the_last_time_it_put_as_a_float(ends) -> None:
 
 
 def test_a_ranks_ending_is_read_for_its_own_attempt_and_rank_only(ends) -> None:
-    record = {"host": "b", "code": -9, "stopped": False, "error": None, "done": None, "joined": "gloo",
-              "end_dump": None}
+    record = RankEnding(host="b", code=-9, stopped=False, error=None, returned=None, joined="gloo", end_dump=None)
     ends.other.say_ended(1, 2, record)
     sent(ends.other)
     assert ends.host0.ended(1, 2) == record
@@ -277,10 +278,10 @@ def test_reach_attempt_joins_the_attempt_host_0_is_in_even_a_later_one(host0_sto
     served, _ = host0_store
     host0 = JobChannel.served(served)
     host0.open_attempt(2)  # this host was started again while the others went on to attempt 2
-    host0.say_failed(2, 0, "a", "RuntimeError: boom")
+    host0.say_failed(2, JobFailure(rank=0, host="a", text="RuntimeError: boom"))
     sent(host0)
     channel, attempt = JobChannel.reach_attempt(LOCAL, served.port, 1, REACH_S)
-    assert attempt == 2 and channel.failure(2)["text"] == "RuntimeError: boom"
+    assert attempt == 2 and channel.failure(2).text == "RuntimeError: boom"
 
 
 def test_reach_attempt_refuses_a_store_that_has_not_opened_the_attempt_in_time(host0_store) -> None:
@@ -335,7 +336,7 @@ def test_a_request_for_dumps_goes_on_the_channel_and_in_the_run_folder(ends, tmp
     asked = ask_for_dumps(paths, ends.host0, "stall")
     assert before <= asked <= time.time()
     sent(ends.host0)
-    assert ends.other.dump_request() == {"time": asked, "reason": "stall"}
+    assert ends.other.dump_request() == DumpRequest(time=asked, reason="stall")
     assert last_request(paths) == asked and requested_since(paths, asked - 1.0) == "stall"
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from runner.worker.channel import ChannelError, ChannelInterrupted, JobChannel
 from runner.worker.channel_proxy import ProxyError, ProxyKeyValue
+from runner.worker.channel_records import JobFailure
 from runner.worker.store_server import serve_from_zygote
 
 
@@ -32,9 +33,9 @@ def test_the_channel_through_the_zygote_reads_and_writes_host_0s_store(zygote) -
         proxy = ProxyKeyValue.reach(zygote, "127.0.0.1", store.port, 10)
         channel = JobChannel(proxy)
         channel.open_attempt(2)
-        channel.say_failed(2, 1, "b", "boom")
-        channel.say_failed(2, 3, "c", "later")  # the first failure stays the first
-        assert channel.attempt() == 2 and channel.failure(2)["rank"] == 1 and channel.stop_requested() is None
+        channel.say_failed(2, JobFailure(rank=1, host="b", text="boom"))
+        channel.say_failed(2, JobFailure(rank=3, host="c", text="later"))  # the first failure stays the first
+        assert channel.attempt() == 2 and channel.failure(2).rank == 1 and channel.stop_requested() is None
         helper = psutil.Process(proxy._pid)
         assert helper.ppid() == zygote.process.pid
         channel.close()

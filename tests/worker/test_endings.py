@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+import dataclasses
 
 import pytest
 
@@ -20,6 +20,7 @@ from runner.records.watch_files import RankWatchFiles
 from runner.spec.job import Job
 from runner.spec.schema import BackendConfig
 from runner.worker.channel import JobChannel
+from runner.worker.channel_records import JobFailure
 from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.failures import silent_end
 from runner.worker.host_agent import rank_setups
@@ -64,6 +65,12 @@ def end_dump(rank: int, reason: str = "end") -> RankDump:
                     "train.py:57 in main")
 
 
+def seen(rank: int, local_rank: int, host: str, at: float, text: str, killed: bool = True) -> ErrorRecord:
+    """A rank's record as an agent (or a peer's word) wrote it: no machine, no pid."""
+    return ErrorRecord(rank=rank, local_rank=local_rank, host=host, machine=None, pid=None, timestamp=at,
+                       exception=text, killed=killed)
+
+
 def files_of(paths: RunPaths, rank: int) -> list[str]:
     return sorted(p.name for p in paths.logs.glob(f"rank{rank:05d}.*"))
 
@@ -83,11 +90,12 @@ def test_each_ranks_record_on_the_channel_is_its_outcome_as_its_host_saw_it(job,
     _, paths, setups = host_b(job, tmp_path)
     channel = shared_channel(tmp_path)
     share_ended(channel, paths, setups, b_ends_with_a_return_and_a_kill(paths, setups))
-    assert channel.ended(0, 2) == {"host": "b", "code": 0, "stopped": False, "error": None,
+    assert channel.ended(0, 2).document() == {"host": "b", "code": 0, "stopped": False, "error": None,
                                    "done": {"stopped": False, "result": RESULT, "ended": None}, "joined": "gloo",
                                    "end_dump": json.loads(json.dumps(end_dump(2).document()))}
-    killed = ErrorRecord(3, 1, "b", None, None, 1234.5, silent_end(-9), killed=True)
-    assert channel.ended(0, 3) == {"host": "b", "code": -9, "stopped": False, "error": asdict(killed), "done": None,
+    killed = ErrorRecord(rank=3, local_rank=1, host="b", machine=None, pid=None, timestamp=1234.5,
+                         exception=silent_end(-9), killed=True)
+    assert channel.ended(0, 3).document() == {"host": "b", "code": -9, "stopped": False, "error": dataclasses.asdict(killed), "done": None,
                                    "joined": "gloo", "end_dump": None}  # a requested dump is not its end's
     assert channel.ended(0, 0) is None and channel.ended(0, 1) is None and channel.ended(1, 2) is None
 
@@ -96,16 +104,17 @@ def test_a_rank_that_raised_shares_its_own_error_and_a_rank_the_agent_stopped_or
         job, tmp_path) -> None:
     _, paths, setups = host_b(job, tmp_path)
     channel = shared_channel(tmp_path)
-    own = ErrorRecord(2, 0, "b", "machine-b", 4242, 1100.0, "RuntimeError: boom", "Traceback ...\n", timeout=True)
+    own = ErrorRecord(rank=2, local_rank=0, host="b", machine="machine-b", pid=4242, timestamp=1100.0,
+                      exception="RuntimeError: boom", traceback="Traceback ...\n", timeout=True)
     setups[0].outcome.record_error(own)
     share_ended(channel, paths, setups, HostEnding(codes={0: 1, 1: -15}, order=[0, 1], stopped={1},
                                                    ended_at={0: 1101.0, 1: 1102.0}))
-    assert channel.ended(0, 2) == {"host": "b", "code": 1, "stopped": False, "error": asdict(own), "done": None,
+    assert channel.ended(0, 2).document() == {"host": "b", "code": 1, "stopped": False, "error": dataclasses.asdict(own), "done": None,
                                    "joined": None, "end_dump": None}
-    assert channel.ended(0, 3) == {"host": "b", "code": -15, "stopped": True, "error": None, "done": None,
+    assert channel.ended(0, 3).document() == {"host": "b", "code": -15, "stopped": True, "error": None, "done": None,
                                    "joined": None, "end_dump": None}
     share_ended(channel, paths, setups[1:], HostEnding(codes={}, order=[]))  # its process not seen to end
-    assert channel.ended(0, 3) == {"host": "b", "code": None, "stopped": False, "error": None, "done": None,
+    assert channel.ended(0, 3).document() == {"host": "b", "code": None, "stopped": False, "error": None, "done": None,
                                    "joined": None, "end_dump": None}
 
 
@@ -113,7 +122,7 @@ def test_a_rank_that_exited_0_without_returning_shares_no_error(job, tmp_path) -
     _, paths, setups = host_b(job, tmp_path)
     channel = shared_channel(tmp_path)
     share_ended(channel, paths, setups[:1], HostEnding(codes={0: 0}, order=[0]))
-    assert channel.ended(0, 2) == {"host": "b", "code": 0, "stopped": False, "error": None, "done": None,
+    assert channel.ended(0, 2).document() == {"host": "b", "code": 0, "stopped": False, "error": None, "done": None,
                                    "joined": None, "end_dump": None}
 
 
@@ -122,7 +131,7 @@ def test_a_torn_done_file_is_shared_as_a_return_with_nothing_said(job, tmp_path)
     setups[0].outcome.done_file.write_text('{"stopped": tr')  # cut short as it was written
     channel = shared_channel(tmp_path)
     share_ended(channel, paths, setups[:1], HostEnding(codes={0: 0}, order=[0]))
-    assert channel.ended(0, 2) == {"host": "b", "code": 0, "stopped": False, "error": None,
+    assert channel.ended(0, 2).document() == {"host": "b", "code": 0, "stopped": False, "error": None,
                                    "done": {"stopped": False, "result": {}, "ended": None}, "joined": None, "end_dump": None}
 
 
@@ -139,8 +148,7 @@ def test_host_0_writes_the_other_hosts_records_into_its_run_folder(job, tmp_path
                                                                                         None)
     assert RankWatchFiles(a_paths, 2).dump() == end_dump(2)
     assert two.done_file.read_text() == RankOutcome(b_paths, 2).done_file.read_text()
-    assert (three.backend, three.done, three.error()) == ("gloo", False, asdict(
-        ErrorRecord(3, 1, "b", None, None, 1234.5, silent_end(-9), killed=True)))
+    assert (three.backend, three.done, three.error()) == ("gloo", False, seen(3, 1, "b", 1234.5, silent_end(-9)))
     assert files_of(a_paths, 2) == ["rank00002.collectives.json", "rank00002.done", "rank00002.joined"]
     assert files_of(a_paths, 3) == ["rank00003.error.json", "rank00003.joined"]  # not its requested dump
     assert files_of(a_paths, 0) == files_of(a_paths, 1) == []  # host 0's own ranks are its own
@@ -158,7 +166,7 @@ def test_a_record_replaces_an_earlier_attempts_files_of_its_rank(job, tmp_path) 
     assert gather_endings(channel, a_paths, plan, {0, 1}, wait_s=5.0) == []
 
     assert files_of(a_paths, 3) == ["rank00003.error.json"]
-    assert earlier.error() == asdict(ErrorRecord(3, 1, "b", None, None, 50.0, silent_end(-9), killed=True))
+    assert earlier.error() == seen(3, 1, "b", 50.0, silent_end(-9))
 
 
 def test_ranks_of_a_host_that_never_says_are_recorded_gone_once_wait_s_is_over(job, tmp_path) -> None:
@@ -173,10 +181,9 @@ def test_ranks_of_a_host_that_never_says_are_recorded_gone_once_wait_s_is_over(j
     after = time.time()
     for rank, local_rank in ((2, 0), (3, 1)):
         error = RankOutcome(a_paths, rank).error()
-        assert error is not None and before <= error["timestamp"] <= after
-        assert error == asdict(ErrorRecord(rank, local_rank, "b", None, None, error["timestamp"],
-                                           "no word from its host b within 0.05 s of the end (its agent gone?)",
-                                           killed=True))
+        assert error is not None and before <= error.timestamp <= after
+        assert error == seen(rank, local_rank, "b", error.timestamp,
+                             "no word from its host b within 0.05 s of the end (its agent gone?)")
         assert files_of(a_paths, rank) == [f"rank{rank:05d}.error.json"]
     assert files_of(a_paths, 0) == files_of(a_paths, 1) == []
 
@@ -189,7 +196,7 @@ def test_records_of_another_attempt_are_not_taken(job, tmp_path) -> None:
 
     assert gather_endings(channel, a_paths, plan, {0, 1}, wait_s=0.05) == [2, 3]
 
-    assert [RankOutcome(a_paths, r).error()["exception"] for r in (2, 3)] == \
+    assert [RankOutcome(a_paths, r).error().exception for r in (2, 3)] == \
         ["no word from its host b within 0.05 s of the end (its agent gone?)"] * 2
     assert not RankOutcome(a_paths, 2).done and not RankOutcome(a_paths, 2).joined
 
@@ -208,42 +215,42 @@ def test_a_host_known_gone_is_not_waited_for_and_what_it_said_before_is_kept(job
     two, three = RankOutcome(a_paths, 2), RankOutcome(a_paths, 3)
     assert (two.done, two.returned_on_request, two.result, two.error()) == (True, True, {}, None)
     error = three.error()
-    assert error is not None and before <= error["timestamp"] <= time.time()
-    assert error == asdict(ErrorRecord(3, 1, "b", None, None, error["timestamp"],
-                                       "its host b is gone: ssh: connection lost", killed=True))
+    assert error is not None and before <= error.timestamp <= time.time()
+    assert error == seen(3, 1, "b", error.timestamp, "its host b is gone: ssh: connection lost")
 
 
 def test_a_peer_failure_is_recorded_for_its_rank_as_its_host_said_it(job, tmp_path) -> None:
     a_paths = host_paths(tmp_path, "a")
-    peer_failure(a_paths, plan_for(job, a_paths), {"rank": 3, "host": "b-machine", "text": "RuntimeError: boom",
-                                                   "time": 100.0})
-    assert RankOutcome(a_paths, 3).error() == asdict(ErrorRecord(3, 1, "b-machine", None, None, 100.0,
-                                                                 "RuntimeError: boom", killed=False))
+    peer_failure(a_paths, plan_for(job, a_paths), JobFailure(rank=3, host="b-machine", text="RuntimeError: boom",
+                                                             time=100.0))
+    assert RankOutcome(a_paths, 3).error() == seen(3, 1, "b-machine", 100.0, "RuntimeError: boom", killed=False)
     assert sorted(p.name for p in a_paths.logs.iterdir()) == ["rank00003.error.json"]
 
 
 def test_a_peer_failure_without_host_or_time_takes_the_plans_host_and_now(job, tmp_path) -> None:
     a_paths = host_paths(tmp_path, "a")
     before = time.time()
-    peer_failure(a_paths, plan_for(job, a_paths), {"rank": 2})
+    peer_failure(a_paths, plan_for(job, a_paths), JobFailure(rank=2, host="", text="", time=0.0))
     error = RankOutcome(a_paths, 2).error()
-    assert error is not None and before <= error["timestamp"] <= time.time()
-    assert error == asdict(ErrorRecord(2, 0, "b", None, None, error["timestamp"], "", killed=False))
+    assert error is not None and before <= error.timestamp <= time.time()
+    assert error == seen(2, 0, "b", error.timestamp, "", killed=False)
 
 
 def test_a_peer_failure_leaves_the_ranks_own_record(job, tmp_path) -> None:
     a_paths = host_paths(tmp_path, "a")
-    own = ErrorRecord(2, 0, "b", "machine-b", 4242, 90.0, "ValueError: bad batch", "Traceback ...\n")
+    own = ErrorRecord(rank=2, local_rank=0, host="b", machine="machine-b", pid=4242, timestamp=90.0,
+                      exception="ValueError: bad batch", traceback="Traceback ...\n")
     RankOutcome(a_paths, 2).record_error(own)  # a run folder both hosts share
-    peer_failure(a_paths, plan_for(job, a_paths), {"rank": 2, "host": "b", "text": "ValueError: bad batch",
-                                                   "time": 91.0})
-    assert RankOutcome(a_paths, 2).error() == asdict(own)
+    peer_failure(a_paths, plan_for(job, a_paths), JobFailure(rank=2, host="b", text="ValueError: bad batch", time=91.0))
+    assert RankOutcome(a_paths, 2).error() == own
 
 
 @pytest.mark.parametrize("rank", [None, 4, -1, "2", 2.0], ids=["a host itself", "past the world", "negative",
                                                               "a string", "a float"])
 def test_a_peer_failure_of_no_rank_of_the_job_writes_nothing(job, tmp_path, rank) -> None:
+    """As the channel's document says it: a rank that is no whole number is none (JobFailure.from_document)."""
     a_paths = host_paths(tmp_path, "a")
-    peer_failure(a_paths, plan_for(job, a_paths), {"rank": rank, "host": "b", "text": "host b lost", "time": 1.0})
+    failure = JobFailure.from_document({"rank": rank, "host": "b", "text": "host b lost", "time": 1.0})
+    peer_failure(a_paths, plan_for(job, a_paths), failure)
     assert list(a_paths.logs.iterdir()) == []
 

@@ -3,6 +3,7 @@ rank that failed first and why, the others after it, a hang) from real rank reco
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from pathlib import Path
@@ -59,8 +60,9 @@ def host_setups(paths: RunPaths, n: int = 2, *, world: int | None = None, node: 
 def raised(setup: RankSetup, exception: str, at: float, traceback: str = TRACEBACK, timeout: bool = False) -> None:
     """The error record a rank writes when it raises (pid 4000 + its rank)."""
     place = setup.place
-    setup.outcome.record_error(ErrorRecord(place.global_rank, place.local_rank, place.host, "machine0",
-                                           4000 + place.global_rank, at, exception, traceback, timeout=timeout))
+    setup.outcome.record_error(ErrorRecord(rank=place.global_rank, local_rank=place.local_rank, host=place.host,
+                                           machine="machine0", pid=4000 + place.global_rank, timestamp=at,
+                                           exception=exception, traceback=traceback, timeout=timeout))
 
 
 def report(capsys, ending: HostEnding, setups: list[RankSetup], paths: RunPaths, announce: bool = True
@@ -116,7 +118,8 @@ def test_the_agents_record_of_a_rank_that_wrote_none_is_marked_killed_and_has_no
     place = RankPlace(global_rank=5, local_rank=1, node_rank=2, world_size=8, local_world_size=2, host="gpu3",
                       device="cpu", device_ids=())
     assert agent_seen_error(place, "killed by SIGKILL", ended_at=1234.5) == ErrorRecord(
-        5, 1, "gpu3", None, None, 1234.5, "killed by SIGKILL", "", killed=True, timeout=False)
+        rank=5, local_rank=1, host="gpu3", machine=None, pid=None, timestamp=1234.5, exception="killed by SIGKILL",
+        traceback="", killed=True, timeout=False)
     before = time.time()
     now = agent_seen_error(place, "killed by SIGKILL").timestamp
     assert before <= now <= time.time()  # no time given: when the agent writes it
@@ -234,7 +237,7 @@ def test_the_first_rank_to_fail_is_the_one_the_agent_saw_end_first_not_the_earli
                                      *TRACEBACK.splitlines(), ""]
     assert err.splitlines()[9:11] == ["then:", "  rank 0 (host node0): RuntimeError: Connection closed by peer"]
     # the run's summary reads the same first failure from the run folder (not the earlier record's time)
-    assert [e["rank"] for e in first_failures(paths, (0, 1))] == [1, 0]
+    assert [e.rank for e in first_failures(paths, (0, 1))] == [1, 0]
 
 
 def test_a_rank_that_lost_its_peer_is_never_named_before_the_rank_that_failed(paths, capsys) -> None:
@@ -245,7 +248,7 @@ def test_a_rank_that_lost_its_peer_is_never_named_before_the_rank_that_failed(pa
     raised(setups[1], "RuntimeError: injected failure on rank 1 at step 3", 100.5)
     _, _, err = report(capsys, HostEnding(codes={0: 1, 1: 1}, order=[0, 1]), setups, paths)
     assert err.splitlines()[2] == "rank 1 (host node0, local rank 1, pid 4001) failed first:"
-    assert [e["rank"] for e in first_failures(paths, (0, 1))] == [1, 0]
+    assert [e.rank for e in first_failures(paths, (0, 1))] == [1, 0]
 
 
 def test_the_choice_of_the_rank_named_first_is_made_apart_from_its_words(paths) -> None:
@@ -256,7 +259,7 @@ def test_the_choice_of_the_rank_named_first_is_made_apart_from_its_words(paths) 
     raised(setups[2], "RuntimeError: injected failure on rank 2", 100.5)
     errors = first_failures(paths, (0, 1, 2))
     chose = choose_first(HostEnding(codes={0: 1, 1: 0, 2: 1}, order=[0, 2, 1]), setups, errors)
-    assert (chose.first, chose.named, chose.head["rank"], [e["rank"] for e in chose.rest]) == (0, 2, 2, [0])
+    assert (chose.first, chose.named, chose.head.rank, [e.rank for e in chose.rest]) == (0, 2, 2, [0])
     assert not chose.exited_only and chose.silent == {}
     killed = choose_first(HostEnding(codes={0: 1, 1: -9, 2: 1}, order=[1, 0, 2]), setups, errors)
     assert (killed.named, killed.head, killed.silent) == (1, None, {1: -9}) and len(killed.rest) == 2
@@ -265,7 +268,7 @@ def test_the_choice_of_the_rank_named_first_is_made_apart_from_its_words(paths) 
     lost = first_failures(paths, (0, 1, 2))
     symptom_first = choose_first(HostEnding(codes={0: 1, 1: -9, 2: 1}, order=[0, 1, 2]), setups, lost)
     assert (symptom_first.first, symptom_first.named, symptom_first.head) == (0, 1, None)
-    assert [e["rank"] for e in symptom_first.rest] == [0, 2]
+    assert [e.rank for e in symptom_first.rest] == [0, 2]
     stopped = choose_first(HostEnding(codes={0: -15, 1: 0, 2: -15}, order=[2, 1, 0], stopped={0, 2}), setups, [])
     assert (stopped.first, stopped.named, stopped.exited_only) == (None, 2, True)
 
@@ -315,11 +318,12 @@ def test_a_rank_killed_first_is_named_with_its_signal_and_the_agent_writes_its_e
                    "  rank 0 (host node0): RuntimeError: Connection closed by peer\n"
                    f"\nper-rank logs: {paths.logs}/\n")
     record = setups[1].outcome.error()
-    assert before <= record.pop("timestamp") <= time.time()
-    assert record == {"rank": 1, "local_rank": 1, "host": "node0", "machine": None, "pid": None,
-                      "exception": "killed by SIGKILL (no Python exception)", "traceback": "", "killed": True,
-                      "timeout": False, "first": True}  # named first: the run's summary names it too
-    assert setups[0].outcome.error()["exception"] == "RuntimeError: Connection closed by peer"  # left as it wrote it
+    assert before <= record.timestamp <= time.time()
+    assert dataclasses.replace(record, timestamp=0.0) == ErrorRecord(
+        rank=1, local_rank=1, host="node0", machine=None, pid=None, timestamp=0.0,
+        exception="killed by SIGKILL (no Python exception)", traceback="", killed=True, timeout=False,
+        first=True)  # named first: the run's summary names it too
+    assert setups[0].outcome.error().exception == "RuntimeError: Connection closed by peer"  # left as it wrote it
 
 
 def test_ranks_that_died_silently_after_the_first_are_listed_then_and_recorded_too(paths, capsys) -> None:
@@ -334,10 +338,10 @@ def test_ranks_that_died_silently_after_the_first_are_listed_then_and_recorded_t
                    "  rank 0 (host node0): killed by SIGKILL (no Python exception)\n"
                    "  1 other process(es) were stopped by the host agent\n"
                    f"\nper-rank logs: {paths.logs}/\n")
-    assert [(o.error() or {}).get("exception") for o in (s.outcome for s in setups)] == [
+    assert [e.exception if (e := o.error()) else None for o in (s.outcome for s in setups)] == [
         "killed by SIGKILL (no Python exception)", "killed by SIGSEGV (no Python exception)", None]
     # stamped when the agent saw each end, so the run's summary finds the same first failure
-    assert [setups[i].outcome.error()["timestamp"] for i in (0, 1)] == [100.5, 100.0]
+    assert [setups[i].outcome.error().timestamp for i in (0, 1)] == [100.5, 100.0]
 
 
 def test_a_rank_that_exited_with_a_status_without_an_error_is_named_by_it(paths, capsys) -> None:
@@ -347,7 +351,7 @@ def test_a_rank_that_exited_with_a_status_without_an_error_is_named_by_it(paths,
     assert code == 1
     assert err.splitlines()[2] == ("rank 1 (host node0) failed first: exit status 7 (no Python exception: it exited "
                                    "without one: os._exit, or a crash in native code)")
-    assert setups[1].outcome.error()["exception"] == "exit status 7 (no Python exception)"
+    assert setups[1].outcome.error().exception == "exit status 7 (no Python exception)"
 
 
 def test_ranks_the_agent_stopped_on_ctrl_c_without_records_name_the_first_by_its_signal(paths, capsys) -> None:

@@ -283,8 +283,9 @@ def test_the_stop_signal_reaches_a_script_as_the_sigterm_it_traps_and_marks_it_s
 
 def failed(setup: RankSetup, timeout: bool) -> None:
     place = setup.place
-    setup.outcome.record_error(ErrorRecord(place.global_rank, place.local_rank, place.host, "machine1", 4000, 100.0,
-                                           "RuntimeError: Wait timeout" if timeout else "RuntimeError: boom",
+    setup.outcome.record_error(ErrorRecord(rank=place.global_rank, local_rank=place.local_rank, host=place.host,
+                                           machine="machine1", pid=4000, timestamp=100.0,
+                                           exception="RuntimeError: Wait timeout" if timeout else "RuntimeError: boom",
                                            timeout=timeout))
 
 

@@ -66,8 +66,8 @@ def test_the_error_record_names_the_rank_this_machine_and_process_and_keeps_the_
     record = setup_of(paths).error_record(raised(ValueError("bad batch")), shown="what the rank printed\n")
     assert before <= record.timestamp <= time.time()
     assert dataclasses.replace(record, timestamp=0.0) == ErrorRecord(
-        3, 1, "node1", socket.gethostname(), os.getpid(), 0.0, "ValueError: bad batch", "what the rank printed\n",
-        killed=False, timeout=False)
+        rank=3, local_rank=1, host="node1", machine=socket.gethostname(), pid=os.getpid(), timestamp=0.0,
+        exception="ValueError: bad batch", traceback="what the rank printed\n", killed=False, timeout=False)
 
 
 def test_an_exception_without_a_message_is_its_bare_name_and_its_traceback_is_formatted_here(paths) -> None:

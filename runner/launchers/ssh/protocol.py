@@ -14,8 +14,10 @@ writes, runner.app.ssh_host reads), in order:
 from __future__ import annotations
 
 import json
-import time
-from typing import IO, Any
+from dataclasses import dataclass
+from typing import IO
+
+from runner.worker.channel_records import JobFailure
 
 BEATS_MISSED = 4  # beats a host may miss before it takes the launching `run` as gone (ssh's own count, and one more)
 
@@ -43,6 +45,28 @@ def read_spec(stream: IO[bytes]) -> str:
     return data.decode()
 
 
+@dataclass(frozen=True)
+class Beat:
+    """The launching `run` is still there."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassSignal:
+    """The launching `run` got ``signum``: the host takes it as its own."""
+
+    signum: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndJob:
+    """The job ends: another host was lost, or its `run` ended badly (``failure``, of no rank)."""
+
+    failure: JobFailure
+
+
+Message = Beat | PassSignal | EndJob
+
+
 def beat_message() -> bytes:
     return b'{"beat": true}\n'
 
@@ -52,14 +76,20 @@ def signal_message(signum: int) -> bytes:
 
 
 def end_message(host: str, text: str) -> bytes:
-    return json.dumps({"end": {"rank": None, "host": host, "text": text, "time": time.time()}}).encode() + b"\n"
+    return json.dumps({"end": JobFailure(rank=None, host=host, text=text).document()}).encode() + b"\n"
 
 
-def parse(line: bytes) -> dict[str, Any]:
-    """One message after the spec: ``{"beat": true}``, ``{"signal": N}`` or ``{"end": {...}}``; {} for anything else
-    (ignored)."""
+def parse(line: bytes) -> Message | None:
+    """One message after the spec (the module docstring); None for anything else (ignored)."""
     try:
         found = json.loads(line)
     except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
+        return None
+    if not isinstance(found, dict):
+        return None
+    if found.get("beat") is True:
+        return Beat()
+    if isinstance(found.get("signal"), int):
+        return PassSignal(signum=found["signal"])
+    failure = JobFailure.from_document(found.get("end"))
+    return EndJob(failure=failure) if failure is not None else None

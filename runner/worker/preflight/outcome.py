@@ -19,9 +19,9 @@ def outcome(ending: HostEnding, setups: Sequence[RankSetup], paths: RunPaths) ->
     if not ending.failed:
         return 0
     errors = [(s.preflight is None, e) for s in setups if (e := s.outcome.error())]
-    errors.sort(key=lambda e: (e[0], e[1]["timestamp"]))
+    errors.sort(key=lambda e: (e[0], e[1].timestamp))
     if errors:
-        print(errors[0][1]["exception"].removeprefix(f"{PreflightFailed.__name__}: "), file=sys.stderr)
+        print(errors[0][1].exception.removeprefix(f"{PreflightFailed.__name__}: "), file=sys.stderr)
     others = sum(1 for code in ending.codes.values() if code) - min(1, len(errors))
     what = "other process(es)" if errors else "process(es)"  # "other" than the one whose line is above
     also = f" ({others} {what} of this host failed or were stopped)" if others > 0 else ""

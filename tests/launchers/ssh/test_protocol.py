@@ -8,7 +8,8 @@ import signal
 
 import pytest
 
-from runner.launchers.ssh.protocol import ProtocolError, end_message, parse, read_spec, signal_message, spec_message
+from runner.launchers.ssh.protocol import (Beat, EndJob, PassSignal, ProtocolError, beat_message, end_message, parse,
+                                          read_spec, signal_message, spec_message)
 from runner.spec.document import load_spec_text, spec_yaml
 from ssh_fixtures import ssh_launcher
 
@@ -20,11 +21,13 @@ def test_the_spec_goes_over_stdin_and_comes_back_equal_then_the_messages(tmp_pat
     stream = io.BytesIO(spec_message(spec_yaml(spec)) + signal_message(signal.SIGINT)
                         + end_message("b", "lost: ssh exited 255"))
     assert load_spec_text(read_spec(stream)) == spec
-    assert parse(stream.readline()) == {"signal": signal.SIGINT}
-    end = parse(stream.readline())["end"]
-    assert (end["rank"], end["host"], end["text"]) == (None, "b", "lost: ssh exited 255")
+    assert parse(stream.readline()) == PassSignal(signum=signal.SIGINT)
+    end = parse(stream.readline())
+    assert isinstance(end, EndJob) and (end.failure.rank, end.failure.host, end.failure.text) == (
+        None, "b", "lost: ssh exited 255")
     assert stream.readline() == b""  # then stdin ends: the host stops as on SIGTERM
-    assert parse(b"not json\n") == {} and parse(b"[1]\n") == {}
+    assert parse(beat_message()) == Beat()
+    assert parse(b"not json\n") is None and parse(b"[1]\n") is None and parse(b'{"end": {"text": 1}}\n') is None
 
 
 def test_anything_else_on_stdin_is_refused_with_why() -> None:
