@@ -99,6 +99,9 @@ NOTHING = {"attempt": None, "failure": None, "stop": None, "stop told": False, "
            "dump": None, "beat": None, "ended": None}
 
 
+ENDED = RankEnding(host="b", code=0, stopped=False, error=None, returned=None, joined=None, end_dump=None)
+
+
 def say_everything(channel: JobChannel) -> None:
     channel.open_attempt(0)
     channel.say_failed(0, JobFailure(rank=1, host="b", text="RuntimeError: boom"))
@@ -108,8 +111,7 @@ def say_everything(channel: JobChannel) -> None:
     channel.request_dumps_at(10.0, "stop")
     channel.put_dump(1, {"rank": 1})
     channel.put_beat(1, 9.5)
-    channel.say_ended(0, 1, RankEnding(host="b", code=0, stopped=False, error=None, returned=None, joined=None,
-                                       end_dump=None))
+    channel.say_ended(0, 1, ENDED)
 
 
 def a_dump(rank: int, at: float, reason: str = "request") -> RankDump:
@@ -137,12 +139,12 @@ def test_everything_one_end_says_the_other_reads(ends) -> None:
     sent(ends.host0)
     after = time.time()
     seen = everything(ends.other)
-    assert before <= seen["failure"]["time"] <= after and before <= seen["stop"]["time"] <= after
-    assert seen == {"attempt": 0, "failure": {"rank": 1, "host": "b", "text": "RuntimeError: boom",
-                                              "time": seen["failure"]["time"]},
-                    "stop": {"signal": 15, "host": "b", "time": seen["stop"]["time"]}, "stop told": True,
-                    "joined": [1], "dump request": {"time": 10.0, "reason": "stop"}, "dump": {"rank": 1}, "beat": 9.5,
-                    "ended": {"code": 0}}
+    assert before <= seen["failure"].time <= after and before <= seen["stop"].time <= after
+    assert seen == {"attempt": 0, "failure": JobFailure(rank=1, host="b", text="RuntimeError: boom",
+                                                        time=seen["failure"].time),
+                    "stop": StopAsked(signal=15, host="b", time=seen["stop"].time), "stop told": True,
+                    "joined": [1], "dump request": DumpRequest(time=10.0, reason="stop"), "dump": {"rank": 1},
+                    "beat": 9.5, "ended": ENDED}
 
 
 def test_the_attempt_read_is_the_last_host_0_opened(ends) -> None:
@@ -249,7 +251,7 @@ def test_a_channel_whose_store_went_away_reads_as_empty_and_takes_words_without_
         host0, other = JobChannel.in_folder(folder), JobChannel.in_folder(folder)
     say_everything(host0)
     sent(host0)
-    assert everything(other)["ended"] == {"code": 0}  # it was there
+    assert everything(other)["ended"] == ENDED  # it was there
 
     if backing == "store":
         del host0, served  # host 0's agent finished: its store's server with it

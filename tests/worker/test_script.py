@@ -112,7 +112,7 @@ def probe_module(folder: Path, package: str) -> Path:
 def the_rank_ended(setup: RankSetup) -> tuple[bool, dict | None]:
     """Whether it marked itself done, and its error record's exception and traceback (None: none)."""
     error = setup.outcome.error()
-    return setup.outcome.done, None if error is None else {k: error[k] for k in ("exception", "traceback")}
+    return setup.outcome.done, None if error is None else {"exception": error.exception, "traceback": error.traceback}
 
 
 def test_the_runners_own_folder_is_not_on_the_path_it_gives_a_script(monkeypatch) -> None:
