@@ -41,9 +41,10 @@ def _record(setup: RankSetup, code: int | None, stopped: bool, ended_at: float |
 
 def share_ended(channel: JobChannel, paths: RunPaths, setups: list[RankSetup], ending: HostEnding) -> None:
     """This agent's ranks have ended: their records on the channel."""
-    for i, setup in enumerate(setups):
-        channel.say_ended(paths.attempt, setup.place.global_rank,
-                          _record(setup, ending.codes.get(i), i in ending.stopped, ending.ended_at.get(i)))
+    for setup in setups:
+        rank = setup.place.global_rank
+        channel.say_ended(paths.attempt, rank,
+                          _record(setup, ending.codes.get(rank), rank in ending.stopped, ending.ended_at.get(rank)))
 
 
 def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iterable[int], wait_s: float,

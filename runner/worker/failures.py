@@ -20,7 +20,7 @@ from runner.reports.hangs import diagnose
 from runner.spec.place import RankPlace
 from runner.worker.channel import JobChannel, gather_dumps
 from runner.worker.host_ending import HostEnding
-from runner.worker.setup import RankSetup
+from runner.worker.setup import RankSetup, by_rank
 
 
 
@@ -28,9 +28,10 @@ def _record_killed(setups: list[RankSetup], codes: dict[int, int], ended_at: dic
     """An error file for each rank that ended badly without a Python exception (it could write none), stamped with
     when its agent saw it end, so that what reads the run folder afterwards (the run's summary, a sweep's) sees
     which rank failed first."""
-    for i, code in codes.items():
-        setups[i].outcome.record_error(agent_seen_error(setups[i].place, f"{_exit_words(code)} (no Python exception)",
-                                                        ended_at.get(i)))
+    placed = by_rank(setups)
+    for rank, code in codes.items():
+        placed[rank].outcome.record_error(agent_seen_error(placed[rank].place, f"{_exit_words(code)} (no Python "
+                                                           f"exception)", ended_at.get(rank)))
 
 
 def agent_seen_error(place: RankPlace, text: str, ended_at: float | None = None) -> ErrorRecord:
@@ -115,7 +116,7 @@ def report_host_ending(ending: HostEnding, setups: list[RankSetup], paths: RunPa
     print("\n".join(failure_lines(choice, ending, setups, paths, errors, channel)), file=sys.stderr)
     _record_killed(setups, choice.silent, ending.ended_at)
     if choice.named is not None:  # the run's summary names the rank this report named
-        setups[choice.named].outcome.mark_first_failure()
+        by_rank(setups)[choice.named].outcome.mark_first_failure()
     return exits.FAILED
 
 
@@ -133,7 +134,7 @@ def _ended_well(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, el
             print(f"\nrun {how}: {n} process(es){where} in {elapsed_s:.1f} s; outputs in {paths.root}/", flush=True)
         return exits.OK if not ending.failed else _stopped_status(ending)
     if all(s.outcome.done for s in setups) and not any(s.outcome.failed for s in setups):
-        codes = ", ".join(f"rank {setups[i].place.global_rank} {_exit_words(c)}" for i, c in ending.codes.items() if c)
+        codes = ", ".join(f"rank {rank} {_exit_words(c)}" for rank, c in ending.codes.items() if c)
         print(f"\nrun finished: every process completed its recipe, but {codes} while exiting "
               f"(a teardown crash after training, not a training failure); outputs in {paths.root}/", flush=True)
         return exits.OK
@@ -144,11 +145,11 @@ def _ended_well(ending: HostEnding, setups: list[RankSetup], paths: RunPaths, el
 class FirstFailure:
     """Which of a host's ranks its report names first, and what it says after (:func:`choose_first`)."""
 
-    first: int | None  # the first rank (index among the host's setups) that failed by itself, as the agent saw them
+    first: int | None  # the first rank (its global rank) that failed by itself, as the agent saw them
     # end (not always the one named: a rank that lost its peer may end before the rank that was killed)
     named: int | None  # the rank the report names first (None: none can be)
     head: ErrorRecord | None  # its error record, where it wrote one
-    silent: dict[int, int]  # index -> exit status: ranks that ended badly by themselves without an exception
+    silent: dict[int, int]  # rank -> exit status: ranks that ended badly by themselves without an exception
     rest: list[ErrorRecord]  # the error records said after it, in order
 
     @property
@@ -162,19 +163,18 @@ def choose_first(ending: HostEnding, setups: list[RankSetup], errors: list[Error
     crash in C); else the record of that rank, unless it only lost a peer (a symptom: its cause comes first); else the
     first record; else the first process that ended badly. Ranks that lost a failed one fail after it."""
     first = ending.first_failure()
-    silent = {i: c for i, c in ending.codes.items() if c and i not in ending.stopped and not setups[i].outcome.failed}
+    silent = _silent(ending, setups)
     if first is not None and first in silent:
         return FirstFailure(first=first, named=first, head=None, silent=silent, rest=errors)
     if errors:
-        head = next((e for e in errors if first is not None and e.rank == setups[first].place.global_rank), errors[0])
+        head = next((e for e in errors if e.rank == first), errors[0])
         if lost_a_peer(head.exception):  # a symptom: ranks that end in the same look end in no telling order
             cause = next((e for e in errors if not lost_a_peer(e.exception)), None)
             killed = next((i for i in ending.order if i in silent), None)  # a rank that left no record: a cause
             if cause is None and killed is not None:
                 return FirstFailure(first=first, named=killed, head=None, silent=silent, rest=errors)
             head = cause or head
-        named = next(i for i, s in enumerate(setups) if s.place.global_rank == head.rank)
-        return FirstFailure(first=first, named=named, head=head, silent=silent, rest=[e for e in errors if e is not head])
+        return FirstFailure(first=first, named=head.rank, head=head, silent=silent, rest=[e for e in errors if e is not head])
     named = next((i for i in ending.order if ending.codes.get(i)), None)
     return FirstFailure(first=first, named=named, head=None, silent=silent, rest=[])
 
@@ -184,9 +184,9 @@ def failure_lines(choice: FirstFailure, ending: HostEnding, setups: list[RankSet
     """The report of a host whose ranks failed: the rank named first and why, a hang's summary, the others, and
     where the logs are."""
     lines = ["\n== job failed =="]
-    named, head = choice.named, choice.head
+    named, head, placed = choice.named, choice.head, by_rank(setups)
     if head is not None:
-        setup = setups[named]
+        setup = placed[named]
         lines.append(f"rank {head.rank} (host {head.host}, local rank {head.local_rank}, pid {head.pid}) "
                      f"failed first:")
         if head.exception.startswith("ScriptExit: "):
@@ -197,10 +197,10 @@ def failure_lines(choice: FirstFailure, ending: HostEnding, setups: list[RankSet
         else:
             lines += ["", head.traceback.rstrip()]
     elif named is not None and named in choice.silent:
-        lines.append(f"rank {setups[named].place.global_rank} (host {setups[named].place.host}) failed first: "
+        lines.append(f"rank {named} (host {placed[named].place.host}) failed first: "
                      f"{silent_end(choice.silent[named])}")
     elif named is not None:
-        lines.append(f"rank {setups[named].place.global_rank} failed first: {_exit_words(ending.codes[named])} "
+        lines.append(f"rank {named} failed first: {_exit_words(ending.codes[named])} "
                      f"(no Python exception)")
     lines += _hang_summary(errors, setups, paths, channel)
     others = [i for i in choice.silent if i != choice.named]
@@ -208,10 +208,10 @@ def failure_lines(choice: FirstFailure, ending: HostEnding, setups: list[RankSet
         lines.append("\nthen:")
         lines += [f"  rank {e.rank} (host {e.host}): {error_line(e.exception).removeprefix('ScriptExit: ')}"
                   for e in choice.rest]
-        lines += [f"  rank {setups[i].place.global_rank} (host {setups[i].place.host}): {_exit_words(choice.silent[i])} "
-                  f"(no Python exception)" for i in others]
-    named_first = {setups[named].place.global_rank} if choice.exited_only else set()
-    accounted = {e.rank for e in errors} | {setups[i].place.global_rank for i in choice.silent} | \
+        lines += [f"  rank {rank} (host {placed[rank].place.host}): {_exit_words(choice.silent[rank])} "
+                  f"(no Python exception)" for rank in others]
+    named_first = {named} if choice.exited_only else set()
+    accounted = {e.rank for e in errors} | set(choice.silent) | \
         {s.place.global_rank for s in setups if s.outcome.done} | named_first
     stopped = len(setups) - len(accounted)
     if stopped > 0:  # every rank of the host is accounted for: failed first, then, or stopped
@@ -221,7 +221,7 @@ def failure_lines(choice: FirstFailure, ending: HostEnding, setups: list[RankSet
 
 
 def _left_early(ending: HostEnding, setups: list[RankSetup], errors: list[ErrorRecord]) -> list[int] | None:
-    """The ranks (indices) that ended well while the others still ran, before any rank failed, where every failure
+    """The ranks that ended well while the others still ran, before any rank failed, where every failure
     says its connection to another rank closed (runner.common.lost_peers): those that left early, whom the others
     lost. None: no such story."""
     if not errors or not all(lost_a_peer(e.exception) for e in errors):
@@ -238,7 +238,7 @@ def _report_left_early(left: list[int], ending: HostEnding, setups: list[RankSet
     that (the rank that left, not the first that lost it), here and in the run folder (the run's summary says the
     same: runner.records.watch_files' diagnosis)."""
     out = sys.stderr
-    who = [setups[i].place for i in left]
+    who = [by_rank(setups)[rank].place for rank in left]
     at = ending.returned_at.get(left[0], ending.ended_at[left[0]]) - ending.began
     lost = sorted(e.rank for e in errors)
     names = ", ".join(str(p.global_rank) for p in who)
@@ -253,9 +253,15 @@ def _report_left_early(left: list[int], ending: HostEnding, setups: list[RankSet
           "group (a rank that returns early, on fewer batches or steps, leaves the others waiting for it)", file=out)
     print(f"\nper-rank logs: {paths.logs}/", file=out)
     write_diagnosis(paths, "left", text, {"left": [p.global_rank for p in who], "lost": lost, "at_s": round(at, 1)})
-    silent = {i: c for i, c in ending.codes.items() if c and i not in ending.stopped and not setups[i].outcome.failed}
-    _record_killed(setups, silent, ending.ended_at)
+    _record_killed(setups, _silent(ending, setups), ending.ended_at)
     return exits.FAILED
+
+
+def _silent(ending: HostEnding, setups: list[RankSetup]) -> dict[int, int]:
+    """rank -> exit status: the ranks that ended badly by themselves (not stopped by the agent) and wrote no error."""
+    placed = by_rank(setups)
+    return {rank: code for rank, code in ending.codes.items()
+            if code and rank not in ending.stopped and not placed[rank].outcome.failed}
 
 
 def _stopped_status(ending: HostEnding) -> int:

@@ -11,11 +11,13 @@ with ``per_device``. Its phases, named as torch elastic's agent names its own:
    tcp://, as torchrun's agent does, from a process of its own: runner.worker.store_server), each rank's setup
    (runner.worker.setup);
 2. **start** — fork every rank (from the zygote);
-3. **monitor** — until every rank has exited: a rank's exit is known at once (the zygote says it), whatever ended it
-   (a return, ``sys.exit``, ``os._exit``, a signal); a rank that fails, another host that says its share failed
-   (the job's channel, runner.worker.channel) or a signal to the agent starts the stop; a rank stuck at its end is
-   ended, and a stall no rank's watch can see ends the attempt (runner.worker.rank_life); a rank that cannot say
-   where it is gets an answer from the agent (runner.worker.process_state);
+3. **monitor** — the attempt as a state machine (runner.worker.attempt_state: its phases RUNNING, STOPPING, KILLED,
+   ENDED, the events that move them, one handler), until every rank has exited: a rank's exit is known at once (the
+   zygote says it), whatever ended it (a return, ``sys.exit``, ``os._exit``, a signal); a rank that fails, another
+   host that says its share failed (the job's channel, runner.worker.channel) or a signal to the agent starts the
+   stop; a rank stuck at its end is ended, and a stall no rank's watch can see ends the attempt
+   (runner.worker.rank_life); a rank that cannot say where it is gets an answer from the agent
+   (runner.worker.process_state);
 4. **stop** — what each cause sends the ranks, then SIGKILL to what is left of their process groups;
 5. **report** — runner.worker.failures; every agent puts its ranks' records on the job's channel, and host 0's
    writes them all into its run folder (runner.worker.endings). Under mpirun, which kills every task once one has
@@ -39,6 +41,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from runner.common import exits
@@ -57,7 +60,10 @@ from runner.spec.document import recipe_config
 from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
 from runner.worker.channel import ChannelError, ChannelInterrupted, JobChannel, ask_for_dumps, gather_dumps, where_through
-from runner.worker.channel_records import JobFailure
+from runner.worker.attempt_state import (AttemptState, Directive, EndedFromOutside, Event,
+                                          FirstFailureWas, PeerFailed, Phase, RankExited, Say, SayWhereTheyWere, Send,
+                                          Signalled, Stalled, StuckAtEnd, Tick, TellFailure, TellOwnFailure)
+from runner.worker.channel_records import JobFailure, StopAsked
 from runner.worker.channel_proxy import ProxyKeyValue
 from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.failures import agent_seen_error, failure_line, report_host_ending
@@ -66,12 +72,12 @@ from runner.worker.preflight.outcome import outcome as preflight_outcome
 from runner.worker.preflight import host as preflight_host
 from runner.worker.preflight.checks import Check, HostChecks
 from runner.worker.process_state import what_it_waits_for
-from runner.worker.rank_life import STACKS_S, EndGuard, stalled
+from runner.worker.rank_life import EndGuard, stalled
 from runner.worker.rank_process import STACK_SIGNAL
 from runner.worker.host_ending import HostEnding
 from runner.worker.relay import Echo, OutputRelay, close_fds, pipes_for
 from runner.worker.rendezvous import Rendezvous, RendezvousError, prepare_rendezvous
-from runner.worker.setup import RankSetup
+from runner.worker.setup import RankSetup, by_rank
 from runner.worker.share import HostShare
 from runner.worker.zygote import RankProcess, Zygote, ZygoteGone
 
@@ -79,7 +85,6 @@ STOP_TOLD_WAIT_S = 10.0  # how long another host's agent waits at most for host 
 ENDINGS_WAIT_S = 15.0  # how long host 0 waits for the other hosts to say how their ranks ended
 REPORTED_WAIT_S = ENDINGS_WAIT_S + 15.0  # how long another task waits for host 0's report, where tasks end together
 LEFT_WAIT_S = 2.0  # ... and how long host 0's keeps its store for them to say they heard it
-FAILURE_STOP_S = 5.0  # after a rank failed: how long the others have to end on SIGTERM before SIGKILL
 PEER_POLL_S = 0.5  # how often the job's channel is looked at: another host's failure, a stop request
 TICK_S = 0.1  # the monitor's longest sleep while something is to be looked at
 SILENT_S = 2.0  # a rank whose watch has not run for this long cannot answer where it is: its agent answers for it
@@ -131,18 +136,23 @@ def _master_unreachable(plan: Plan, node_rank: int, rdzv: Rendezvous, setups: li
         (f"; hint: {check.hint}" if check.hint else "")
 
 
-@dataclass
-class _Watch:
-    """What the monitor keeps between its looks at an attempt's ranks. ``kill_at``: None while they run; the time
-    they are killed once they are asked to end (a failure, a signal, the job ended); inf once killed."""
+@dataclass(kw_only=True)
+class _Running:
+    """One attempt's ranks as the monitor watches them: their processes (in the order of their setups), setups,
+    output, the job's channel, and its state (runner.worker.attempt_state); and what the monitor keeps between its
+    looks."""
 
-    kill_at: float | None = None
+    ranks: list[RankProcess]
+    setups: list[RankSetup]
+    relay: OutputRelay
+    channel: JobChannel | None
+    attempt: int
+    state: AttemptState
     channel_polled: float = 0.0  # when the job's channel was last looked at
-    stop_seen: dict | None = None  # the last stop request seen on the channel
+    stop_seen: StopAsked | None = None  # the last stop request seen on the channel
     asked_for_stacks: bool = False  # after a collective timed out, the late ranks were asked for their stacks
     answers_checked: float = 0.0  # when the agent last answered for ranks that cannot (runner.worker.rank_life)
     guard: EndGuard = field(default_factory=EndGuard)
-    stuck_kill_at: dict[int, float] = field(default_factory=dict)
 
 
 class HostAgent:
@@ -421,48 +431,98 @@ class HostAgent:
     # -- while they run ----------------------------------------------------------------------------------------
     def _monitor(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
                  channel: JobChannel | None, attempt: int) -> HostEnding:
-        """Watch the attempt's ranks until every one has ended: each look reaps the ranks that ended, takes the
-        signals and requests that came, stops the others after a failure (here or on another host), guards their
-        end, and kills what still runs when its time is up (:class:`_Watch`)."""
-        ending = HostEnding(codes={}, order=[])
-        w = _Watch(channel_polled=time.monotonic(),
-                   stop_seen=channel.stop_requested() if channel is not None else None)  # an earlier attempt's
-        while len(ending.codes) < len(ranks):
+        """Watch the attempt's ranks until every one has ended. The attempt is a state machine
+        (runner.worker.attempt_state): each look reads what happened into events (:meth:`_events`), its one handler
+        takes them, and the agent carries out what it returns (:meth:`_carry_out`)."""
+        launcher = self.plan.job.spec.launcher
+        state = AttemptState(ranks=tuple(s.place.global_rank for s in setups),
+                             scripts=bool(setups) and setups[0].runs_script, stop_signal=self.plan.rules.stop_signal,
+                             grace_s=launcher.grace_s)
+        running = _Running(ranks=ranks, setups=setups, relay=relay, channel=channel, attempt=attempt, state=state,
+                           channel_polled=time.monotonic(),
+                           stop_seen=channel.stop_requested() if channel is not None else None)  # an earlier attempt's
+        while state.phase is not Phase.ENDED:
             self._wait_a_tick()
-            self._reap_ended(ranks, relay, ending)
-            while self._pending:
-                signum = self._pending.pop(0)
-                w.kill_at = self._signalled(signum, ranks, setups, ending, w.kill_at)
-                if channel is not None:  # Ctrl-C, SIGTERM or the stop request: every host passes it on
-                    channel.request_stop(signum, setups[0].place.host if setups else f"node {self.node_rank}")
-                    w.stop_seen = channel.stop_requested()
-            if self._where_asked:
-                self._where_asked = False
-                self._say_where_the_ranks_are(ranks, setups, relay, channel)
-            now = time.monotonic()
-            if w.kill_at is None and ending.failed_by_itself():
-                self._stop_after_a_failure(ranks, setups, ending, channel, attempt)
-                w.kill_at = now + FAILURE_STOP_S
-            while self._ends:
-                w.kill_at = self._ended_from_outside(self._ends.pop(0), ranks, ending, channel, attempt, w.kill_at)
-            if channel is not None and now - w.channel_polled >= PEER_POLL_S:
-                w.channel_polled = now
-                self._look_at_the_channel(w, now, ranks, setups, ending, channel, attempt)
-            if not w.asked_for_stacks and w.kill_at is None:
-                w.asked_for_stacks = self._ask_for_stacks_after_a_timeout(ranks, setups)
-            if now - w.answers_checked >= PEER_POLL_S:
-                w.answers_checked = now
-                self._answer_for_the_silent(ranks, setups, relay, channel)
-            if w.kill_at is None:
-                self._guard_the_end(ranks, setups, relay, ending, w.guard, w.stuck_kill_at)
-                w.kill_at = self._stall_watch(ranks, setups, relay, ending, channel, attempt)
-            if w.kill_at is not None and now >= w.kill_at:
-                if ending.signum is not None and not ending.peer_failed:
-                    self._say_where_they_were(ranks, setups, relay, ending.signum, channel)
-                for rank in ranks:
-                    rank.send(signal.SIGKILL, group=True)
-                w.kill_at = float("inf")  # killed: they are reaped as they go
-        return ending
+            for event in self._events(running):
+                self._carry_out(state.handle(event, time.monotonic()), running)
+        return state.ending
+
+    def _events(self, a: _Running) -> Iterator[Event]:
+        """What happened since the last look, as events, in the order the handler takes them; each source is read
+        once the event before was handled (what is looked at depends on the phase it left)."""
+        state = a.state
+        for rank in a.ranks:  # the ranks whose process ended: the zygote said so
+            number = a.setups[rank.index].place.global_rank
+            if number not in state.ending.codes and rank.reap() is not None:
+                life = a.relay.life(rank.index)  # whether it said its work returned, before its process ended
+                yield RankExited(rank=number, code=rank.code, at=time.time(),
+                                 returned_at=life.returned if life is not None else None)
+                a.relay.drain(rank.index)
+        while self._pending:
+            signum = self._pending.pop(0)
+            yield Signalled(signum=signum)
+            self.signalled = self.signalled or state.ending.signum
+            if a.channel is not None:  # Ctrl-C, SIGTERM or the stop request: every host passes it on
+                a.channel.request_stop(signum, a.setups[0].place.host if a.setups else f"node {self.node_rank}")
+                a.stop_seen = a.channel.stop_requested()
+        if self._where_asked:
+            self._where_asked = False
+            self._say_where_the_ranks_are(a.ranks, a.setups, a.relay, a.channel)
+        while self._ends:
+            yield EndedFromOutside(failure=self._ends.pop(0))
+        now = time.monotonic()
+        if a.channel is not None and now - a.channel_polled >= PEER_POLL_S:
+            a.channel_polled = now
+            yield from self._channel_events(a)
+        if not a.asked_for_stacks and state.phase is Phase.RUNNING:
+            a.asked_for_stacks = self._ask_for_stacks_after_a_timeout(a.ranks, a.setups)
+        if now - a.answers_checked >= PEER_POLL_S:
+            a.answers_checked = now
+            self._answer_for_the_silent(a.ranks, a.setups, a.relay, a.channel)
+        if state.phase is Phase.RUNNING:
+            yield from self._stuck_at_end(a)
+        if state.phase is Phase.RUNNING and (stall := self._stall_watch(a.ranks, a.setups, a.relay, a.channel)):
+            yield Stalled(failure=stall)
+        yield Tick()
+
+    def _channel_events(self, a: _Running) -> Iterator[Event]:
+        """Another host's `run` asked to stop (Ctrl-C, SIGTERM, the stop signal), or another host's rank failed."""
+        asked = a.channel.stop_requested()
+        if asked is not None and asked != a.stop_seen:
+            a.stop_seen = asked
+            yield Signalled(signum=asked.signal, origin=asked.host)
+            self.signalled = self.signalled or a.state.ending.signum
+        failure = a.channel.failure(a.attempt) if a.state.phase is Phase.RUNNING else None
+        if failure is not None:  # end this host's share, restart together
+            yield PeerFailed(failure=failure)
+
+    def _carry_out(self, directives: list[Directive], a: _Running) -> None:
+        """What the attempt's handler said to do: signals to the ranks, lines, the job's channel told."""
+        processes = {a.setups[rank.index].place.global_rank: rank for rank in a.ranks}
+        for directive in directives:
+            if isinstance(directive, Send):
+                for number in directive.ranks:
+                    processes[number].send(directive.signum, group=directive.group)
+            elif isinstance(directive, Say):
+                print(directive.text, file=sys.stderr, flush=True)
+            elif isinstance(directive, SayWhereTheyWere):
+                self._say_where_they_were(a.ranks, a.setups, a.relay, directive.signum, a.channel)
+            elif a.channel is not None and (first := self._tell(directive, a)) is not None:
+                self._carry_out(a.state.handle(FirstFailureWas(failure=first), time.monotonic()), a)
+
+    @staticmethod
+    def _tell(directive: TellOwnFailure | TellFailure, a: _Running) -> JobFailure | None:
+        """Put a failure on the job's channel (the other hosts end their share too, and say why); the failure the
+        channel names first, where it was to be read back."""
+        if isinstance(directive, TellOwnFailure):
+            setup = by_rank(a.setups)[directive.rank]
+            failure = JobFailure(rank=directive.rank, host=setup.place.host,
+                                 text=failure_line(setup, a.state.ending.codes[directive.rank]))
+            read_back = True
+        else:
+            failure, read_back = directive.failure, directive.read_back
+        a.channel.say_failed(a.attempt, failure)
+        return a.channel.failure(a.attempt) if read_back else None
 
     def _wait_a_tick(self) -> None:
         """Until the zygote says a rank ended, a signal or a message wakes the agent, or a tick has passed."""
@@ -477,19 +537,6 @@ class HostAgent:
             except (BlockingIOError, OSError):
                 pass
 
-    @staticmethod
-    def _reap_ended(ranks: list[RankProcess], relay: OutputRelay, ending: HostEnding) -> None:
-        """Each rank whose process ended since the last look: its status, when, and whether it said it returned."""
-        for rank in ranks:
-            if rank.index not in ending.codes and rank.reap() is not None:
-                ending.codes[rank.index] = rank.code
-                ending.order.append(rank.index)
-                ending.ended_at[rank.index] = time.time()
-                life = relay.life(rank.index)
-                if life is not None and life.returned is not None:  # it said so before its process ended
-                    ending.returned_at[rank.index] = life.returned
-                relay.drain(rank.index)
-
     def _say_where_the_ranks_are(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
                                  channel: JobChannel | None) -> None:
         """Ctrl-\\: where every rank is, asked through the job's channel; this agent answers for its silent ranks."""
@@ -503,63 +550,29 @@ class HostAgent:
 
         where_the_ranks_are(self.plan, self.paths, ask=ask_and_answer, gather=through["gather"])
 
-    def _stop_after_a_failure(self, ranks: list[RankProcess], setups: list[RankSetup], ending: HostEnding,
-                              channel: JobChannel | None, attempt: int) -> None:
-        """A rank of this host failed by itself: the other hosts are told (and whether one failed first), and this
-        host's other ranks are asked to end."""
-        first = ending.first_failure()
-        if channel is not None and first is not None:  # the other hosts end their share too, and say why
-            channel.say_failed(attempt, JobFailure(rank=setups[first].place.global_rank, host=setups[first].place.host,
-                                                   text=failure_line(setups[first], ending.codes[first])))
-            said = channel.failure(attempt)  # the job's first failure: another host's may have come first
-            if said is not None and said.rank != setups[first].place.global_rank:
-                ending.earlier = said  # (a rank killed there; this one's peer connection then closed)
-        self._stop_all(ranks, ending, signal.SIGTERM)  # a rank failed: the others end now
-
-    def _look_at_the_channel(self, w: _Watch, now: float, ranks: list[RankProcess], setups: list[RankSetup],
-                             ending: HostEnding, channel: JobChannel, attempt: int) -> None:
-        """Another host's `run` asked to stop (Ctrl-C, SIGTERM, the stop signal), or another host's rank failed."""
-        asked = channel.stop_requested()
-        if asked is not None and asked != w.stop_seen:
-            w.stop_seen = asked
-            w.kill_at = self._signalled(asked.signal, ranks, setups, ending, w.kill_at, origin=asked.host)
-        failure = channel.failure(attempt) if w.kill_at is None else None
-        if failure is not None:  # another host's rank failed: end this host's share, restart together
-            ending.peer_failed = failure
-            self._stop_all(ranks, ending, signal.SIGTERM)
-            w.kill_at = now + FAILURE_STOP_S
-
-    def _guard_the_end(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
-                       ending: HostEnding, guard: EndGuard, kill_at: dict[int, float]) -> None:
-        """The end guard (runner.worker.rank_life): a rank stuck at its end is said to be so, asked for its stacks,
-        and killed a moment later."""
-        now = time.time()
-        whole_job = len(setups) == self.plan.world_size  # every other rank's end is known here
-        for rank in ranks:
-            if rank.code is not None:
+    def _stuck_at_end(self, a: _Running) -> Iterator[StuckAtEnd]:
+        """The end guard (runner.worker.rank_life): a rank stuck at its end is said to be so (the handler has it
+        write its stacks and kills it a moment later)."""
+        ending = a.state.ending
+        whole_job = len(a.setups) == self.plan.world_size  # every other rank's end is known here
+        for rank in a.ranks:
+            number = a.setups[rank.index].place.global_rank
+            life = a.relay.life(rank.index)
+            if rank.code is not None or number in ending.stuck or life is None:
                 continue
-            if rank.index in kill_at:
-                if now >= kill_at[rank.index]:
-                    rank.send(signal.SIGKILL, group=True)
-                continue
-            life = relay.life(rank.index)
-            if life is None:
-                continue
-            others = [i for i in range(len(ranks)) if i != rank.index]
-            peers = max((ending.ended_at[i] for i in others), default=None) if whole_job and others and all(
-                ending.codes.get(i) == 0 for i in others) else None
-            found = guard.look(rank.index, setups[rank.index].place.global_rank, rank.pid, life, peers)
+            others = [r for r in a.state.ranks if r != number]
+            peers = max(ending.ended_at[r] for r in others) if whole_job and others and all(
+                ending.codes.get(r) == 0 for r in others) else None
+            found = a.guard.look(rank.index, number, rank.pid, life, peers)
             if found is not None:
-                ending.stuck[rank.index] = found
-                print(f"\n{found.text} (its stacks: {setups[rank.index].log_file})", file=sys.stderr, flush=True)
-                rank.send(STACK_SIGNAL)  # faulthandler writes every thread's stack without the GIL
-                kill_at[rank.index] = now + STACKS_S
+                print(f"\n{found.text} (its stacks: {a.setups[rank.index].log_file})", file=sys.stderr, flush=True)
+                yield StuckAtEnd(rank=number, stuck=found)
 
     def _stall_watch(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
-                     ending: HostEnding, channel: JobChannel | None, attempt: int) -> float | None:
+                     channel: JobChannel | None) -> JobFailure | None:
         """The stall watchdog from outside the ranks (runner.worker.rank_life.stalled): when no rank made progress
-        for launcher.stall_timeout_s and a margin, say where the ranks are, stop this host's, and fail the attempt
-        (as rank 0's watch does where it can); the time to kill what is left, else None."""
+        for launcher.stall_timeout_s and a margin, say where the ranks are, and fail the attempt with that (as rank
+        0's watch does where it can); None while they make progress."""
         timeout_s = self.plan.job.spec.launcher.stall_timeout_s
         if timeout_s is None:
             return None
@@ -582,12 +595,7 @@ class HostAgent:
                 + (f": {said}" if said else ""))
         write_diagnosis(self.paths, "stall", text, found.document() if found else None)
         host = setups[0].place.host if setups else f"node {self.node_rank}"
-        failure = JobFailure(rank=None, host=host, text=text, stall=True)
-        if channel is not None:
-            channel.say_failed(attempt, failure)
-        ending.peer_failed = failure
-        self._stop_all(ranks, ending, signal.SIGTERM)
-        return time.monotonic() + FAILURE_STOP_S
+        return JobFailure(rank=None, host=host, text=text, stall=True)
 
     def _answer_for_the_silent(self, ranks: list[RankProcess], setups: list[RankSetup], relay: OutputRelay,
                                channel: JobChannel | None) -> None:
@@ -620,59 +628,6 @@ class HostAgent:
             if channel is not None:
                 channel.put_dump(place.global_rank, dump.document())
 
-    def _ended_from_outside(self, failure: JobFailure, ranks: list[RankProcess], ending: HostEnding,
-                            channel: JobChannel | None, attempt: int, kill_at: float | None) -> float | None:
-        """:meth:`end_job`'s cause reached the monitor: stop this host's ranks as after another host's failure (unless
-        they are stopping already); the job's first failure is the channel's, if one was said, else this one."""
-        if kill_at is not None:
-            return kill_at
-        if channel is not None:
-            channel.say_failed(attempt, failure)
-            failure = channel.failure(attempt) or failure
-        ending.peer_failed = failure
-        self._stop_all(ranks, ending, signal.SIGTERM)
-        return time.monotonic() + FAILURE_STOP_S
-
-    def _signalled(self, signum: int, ranks: list[RankProcess], setups: list[RankSetup], ending: HostEnding,
-                   kill_at: float | None, origin: str | None = None) -> float | None:
-        """A signal reached the agent (or, ``origin``, another host's): pass it on as the module docstring says;
-        the time to kill what is left."""
-        scripts = bool(setups) and setups[0].runs_script
-        stop = self.plan.rules.stop_signal
-        name = signal.Signals(signum).name + (f" (to {origin}'s `run`)" if origin else "")
-        if signum in (signal.SIGINT, signal.SIGTERM):
-            if self.signalled is not None:
-                return kill_at  # Ctrl-C reaches `run` and the agent both, and `run` passes its own on: once is enough
-            self.signalled = ending.signum = signum
-            running = sum(1 for r in ranks if r.code is None)
-            if signum == signal.SIGTERM and not scripts:
-                print(f"\n{name}: asking {running} process(es) to checkpoint and stop (the stop request; "
-                      f"launcher.grace_s={self.plan.job.spec.launcher.grace_s:g})", file=sys.stderr, flush=True)
-                self._stop_all(ranks, ending, stop)
-            else:
-                print(f"\n{name}: stopping {running} process(es)", file=sys.stderr, flush=True)
-                self._stop_all(ranks, ending, signum)
-            grace = max(0.0, float(self.plan.job.spec.launcher.grace_s))
-            return min(kill_at if kill_at is not None else float("inf"), time.monotonic() + grace)
-        if ending.requested:
-            return kill_at  # passed on already (this host's signal, then the same request read from the channel)
-        # the stop request: a recipe checkpoints and returns (ctx.should_stop); a script gets what it traps
-        running = [r for r in ranks if r.code is None]
-        print(f"\n{name}: asking {len(running)} process(es) to checkpoint and stop"
-              + (" (SIGTERM to the script)" if scripts else ""), file=sys.stderr, flush=True)
-        ending.requested = True
-        for rank in running:
-            rank.send(signal.SIGTERM if scripts else stop)
-        if scripts:
-            ending.stopped.update(r.index for r in running)
-        return kill_at
-
-    @staticmethod
-    def _stop_all(ranks: list[RankProcess], ending: HostEnding, signum: int) -> None:
-        for rank in ranks:
-            if rank.code is None:
-                ending.stopped.add(rank.index)
-                rank.send(signum)
 
     def _ask_for_stacks_after_a_timeout(self, ranks: list[RankProcess], setups: list[RankSetup]) -> bool:
         """When a rank's collective timed out (its error file says so; it waits a moment before exiting), ask the
@@ -717,12 +672,13 @@ class HostAgent:
                 channel: JobChannel | None, elapsed_s: float) -> int:
         """Say how this host's share ended; its exit status. Every agent puts its ranks' records on the job's
         channel; host 0's then writes the other hosts' into its run folder (the run's summary covers every rank)."""
-        for i, stuck in ending.stuck.items():  # the end guard's: recorded as what they were
-            outcome = setups[i].outcome
+        placed = by_rank(setups)
+        for rank, stuck in ending.stuck.items():  # the end guard's: recorded as what they were
+            outcome = placed[rank].outcome
             if stuck.work_done:
                 outcome.mark_ended_after_its_work(stuck.text)
             elif not outcome.failed:
-                outcome.record_error(agent_seen_error(setups[i].place, stuck.text, ending.ended_at.get(i)))
+                outcome.record_error(agent_seen_error(placed[rank].place, stuck.text, ending.ended_at.get(rank)))
         if channel is not None:
             share_ended(channel, paths, setups, ending)
             if self.serves and len(setups) < self.plan.world_size:

@@ -13,19 +13,20 @@ from runner.worker.rank_life import Stuck
 
 @dataclass
 class HostEnding:
-    """How a host's ranks ended: what the report (runner.worker.failures) and preflight read."""
+    """How a host's ranks ended: what the report (runner.worker.failures) and preflight read. Every rank is named
+    by its global rank (runner.worker.setup.by_rank finds its setup)."""
 
-    codes: dict[int, int]  # index among the host's setups -> exit status (the code, or -N: killed by signal N)
-    order: list[int]  # the indices in the order their processes exited
+    codes: dict[int, int]  # rank -> exit status (the code, or -N: killed by signal N)
+    order: list[int]  # the ranks in the order their processes exited
     stopped: set[int] = field(default_factory=set)  # the ones the agent signalled to end (a failure, a signal)
     signum: int | None = None  # a SIGINT or SIGTERM that reached the agent and stopped the ranks
     requested: bool = False  # a stop request reached the agent and was passed on (runner.common.signals)
     peer_failed: JobFailure | None = None  # the job's first failure was another host's (or no rank's)
     earlier: JobFailure | None = None  # this host's rank failed, but another host's had failed before it
-    ended_at: dict[int, float] = field(default_factory=dict)  # index -> when the agent saw its process end
-    stuck: dict[int, Stuck] = field(default_factory=dict)  # index -> a rank the end guard ended (runner.worker.rank_life)
+    ended_at: dict[int, float] = field(default_factory=dict)  # rank -> when the agent saw its process end
+    stuck: dict[int, Stuck] = field(default_factory=dict)  # rank -> one the end guard ended (runner.worker.rank_life)
     began: float = field(default_factory=time.time)  # when the attempt's ranks started
-    returned_at: dict[int, float] = field(default_factory=dict)  # index -> when its script or recipe returned
+    returned_at: dict[int, float] = field(default_factory=dict)  # rank -> when its script or recipe returned
 
     def _bad(self, i: int) -> bool:
         """Rank ``i`` ended badly: a failure status, unless its work was over and the end guard ended it."""
@@ -40,5 +41,5 @@ class HostEnding:
         return any(self._bad(i) and i not in self.stopped for i in self.codes)
 
     def first_failure(self) -> int | None:
-        """The index of the first rank that failed by itself (not one the agent stopped), else None."""
+        """The first rank that failed by itself (not one the agent stopped), else None."""
         return next((i for i in self.order if self._bad(i) and i not in self.stopped), None)

@@ -8,6 +8,7 @@ import signal
 import socket
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -66,6 +67,12 @@ class RankSetup:
                            exception=_exception_line(exc),
                            traceback=shown if shown is not None else "".join(traceback.format_exception(exc)),
                            timeout=is_collective_timeout(exc))
+
+
+def by_rank(setups: Iterable[RankSetup]) -> dict[int, RankSetup]:
+    """A host's setups by the global rank of each: how the record of how they ended names them
+    (runner.worker.host_ending)."""
+    return {setup.place.global_rank: setup for setup in setups}
 
 
 def _exception_line(exc: BaseException) -> str:

@@ -83,7 +83,7 @@ def b_ends_with_a_return_and_a_kill(paths: RunPaths, setups: list[RankSetup]) ->
     RankWatchFiles(paths, 2).write_dump(end_dump(2))
     setups[1].outcome.mark_joined("gloo")
     RankWatchFiles(paths, 3).write_dump(end_dump(3, "request"))
-    return HostEnding(codes={0: 0, 1: -9}, order=[1, 0], ended_at={0: 1230.0, 1: 1234.5})
+    return HostEnding(codes={2: 0, 3: -9}, order=[3, 2], ended_at={2: 1230.0, 3: 1234.5})
 
 
 def test_each_ranks_record_on_the_channel_is_its_outcome_as_its_host_saw_it(job, tmp_path) -> None:
@@ -107,8 +107,8 @@ def test_a_rank_that_raised_shares_its_own_error_and_a_rank_the_agent_stopped_or
     own = ErrorRecord(rank=2, local_rank=0, host="b", machine="machine-b", pid=4242, timestamp=1100.0,
                       exception="RuntimeError: boom", traceback="Traceback ...\n", timeout=True)
     setups[0].outcome.record_error(own)
-    share_ended(channel, paths, setups, HostEnding(codes={0: 1, 1: -15}, order=[0, 1], stopped={1},
-                                                   ended_at={0: 1101.0, 1: 1102.0}))
+    share_ended(channel, paths, setups, HostEnding(codes={2: 1, 3: -15}, order=[2, 3], stopped={3},
+                                                   ended_at={2: 1101.0, 3: 1102.0}))
     assert channel.ended(0, 2).document() == {"host": "b", "code": 1, "stopped": False, "error": dataclasses.asdict(own), "done": None,
                                    "joined": None, "end_dump": None}
     assert channel.ended(0, 3).document() == {"host": "b", "code": -15, "stopped": True, "error": None, "done": None,
@@ -121,7 +121,7 @@ def test_a_rank_that_raised_shares_its_own_error_and_a_rank_the_agent_stopped_or
 def test_a_rank_that_exited_0_without_returning_shares_no_error(job, tmp_path) -> None:
     _, paths, setups = host_b(job, tmp_path)
     channel = shared_channel(tmp_path)
-    share_ended(channel, paths, setups[:1], HostEnding(codes={0: 0}, order=[0]))
+    share_ended(channel, paths, setups[:1], HostEnding(codes={2: 0}, order=[2]))
     assert channel.ended(0, 2).document() == {"host": "b", "code": 0, "stopped": False, "error": None, "done": None,
                                    "joined": None, "end_dump": None}
 
@@ -130,7 +130,7 @@ def test_a_torn_done_file_is_shared_as_a_return_with_nothing_said(job, tmp_path)
     _, paths, setups = host_b(job, tmp_path)
     setups[0].outcome.done_file.write_text('{"stopped": tr')  # cut short as it was written
     channel = shared_channel(tmp_path)
-    share_ended(channel, paths, setups[:1], HostEnding(codes={0: 0}, order=[0]))
+    share_ended(channel, paths, setups[:1], HostEnding(codes={2: 0}, order=[2]))
     assert channel.ended(0, 2).document() == {"host": "b", "code": 0, "stopped": False, "error": None,
                                    "done": {"stopped": False, "result": {}, "ended": None}, "joined": None, "end_dump": None}
 
@@ -161,7 +161,7 @@ def test_a_record_replaces_an_earlier_attempts_files_of_its_rank(job, tmp_path) 
     earlier = RankOutcome(a_paths, 3)
     earlier.mark_joined("nccl")
     earlier.mark_done(True, {"old": 1})
-    share_ended(channel, b_paths, setups, HostEnding(codes={0: 0, 1: -9}, order=[1, 0], ended_at={1: 50.0}))
+    share_ended(channel, b_paths, setups, HostEnding(codes={2: 0, 3: -9}, order=[3, 2], ended_at={3: 50.0}))
 
     assert gather_endings(channel, a_paths, plan, {0, 1}, wait_s=5.0) == []
 
@@ -206,7 +206,7 @@ def test_a_host_known_gone_is_not_waited_for_and_what_it_said_before_is_kept(job
     plan, b_paths, setups = host_b(job, tmp_path)
     channel = shared_channel(tmp_path)
     setups[0].outcome.mark_done(True, {})
-    share_ended(channel, b_paths, setups[:1], HostEnding(codes={0: 0}, order=[0]))  # rank 2 said, then b was lost
+    share_ended(channel, b_paths, setups[:1], HostEnding(codes={2: 0}, order=[2]))  # rank 2 said, then b was lost
     a_paths = host_paths(tmp_path, "a")
     before = time.time()
 

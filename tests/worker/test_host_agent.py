@@ -24,7 +24,6 @@ from runner.records.outcomes import ErrorRecord
 from runner.records.paths import RunPaths
 from runner.spec.probe import FixedProbe
 from runner.spec.schema import BackendConfig, InitConfig, InitMethod, JobConfig, LogConfig, ScriptRecipeConfig
-from runner.worker import host_agent
 from runner.worker.host_agent import HostAgent, _master_unreachable, rank_setups
 from runner.worker.host_ending import HostEnding
 from runner.worker.network import NetworkError
@@ -205,77 +204,6 @@ def test_the_agent_of_host_0_serves_the_store_or_with_a_task_per_process_global_
                                                                                          serves) -> None:
     agent = HostAgent(plan_of(two_hosts(), paths), node_rank, paths, EIGHT_CPUS, only=only)
     assert agent.serves is serves
-
-
-def test_stopping_all_signals_the_ranks_still_running_and_marks_them_stopped() -> None:
-    ranks = [Rank(0), Rank(1, code=1), Rank(2)]
-    ending = HostEnding(codes={1: 1}, order=[1])
-    HostAgent._stop_all(ranks, ending, signal.SIGTERM)
-    assert [r.signalled for r in ranks] == [[signal.SIGTERM], [], [signal.SIGTERM]]
-    assert ending.stopped == {0, 2}
-
-
-class Signalled:
-    """A host agent of host b, its ranks (rank 3 exited already) and the ending so far, on a made-up clock."""
-
-    def __init__(self, spec: JobConfig, paths: RunPaths, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.clock = Clock(1000.0)
-        monkeypatch.setattr(host_agent, "time", SimpleNamespace(monotonic=self.clock))
-        self.agent = HostAgent(plan_of(spec, paths), 1, paths, EIGHT_CPUS)
-        self.setups = setups_of(spec, paths)
-        self.ranks = [Rank(0), Rank(1, code=0)]
-        self.ending = HostEnding(codes={1: 0}, order=[1])
-
-    def signal(self, signum: int, kill_at: float | None = None, origin: str | None = None) -> float | None:
-        return self.agent._signalled(signum, self.ranks, self.setups, self.ending, kill_at, origin)
-
-    @property
-    def sent(self) -> list[list[int]]:
-        return [r.signalled for r in self.ranks]
-
-
-def test_ctrl_c_stops_the_running_ranks_with_sigint_and_kills_them_after_the_grace(paths, monkeypatch, capsys) -> None:
-    host = Signalled(two_hosts(), paths, monkeypatch)
-    assert host.signal(signal.SIGINT) == 1010.0  # launcher.grace_s=10
-    assert host.sent == [[signal.SIGINT], []] and host.ending.stopped == {0}
-    assert host.agent.signalled == host.ending.signum == signal.SIGINT
-    assert capsys.readouterr().err == "\nSIGINT: stopping 1 process(es)\n"
-    assert host.signal(signal.SIGTERM, kill_at=1010.0) == 1010.0  # a second one (`run` passes Ctrl-C on): ignored
-    assert host.sent == [[signal.SIGINT], []] and capsys.readouterr().err == ""
-
-
-def test_sigterm_asks_a_recipe_to_checkpoint_and_stop_and_keeps_an_earlier_kill_time(paths, monkeypatch,
-                                                                                      capsys) -> None:
-    host = Signalled(two_hosts(), paths, monkeypatch)
-    assert host.signal(signal.SIGTERM, kill_at=1003.0) == 1003.0
-    assert host.sent == [[signal.SIGUSR1], []] and host.ending.stopped == {0}
-    assert capsys.readouterr().err == ("\nSIGTERM: asking 1 process(es) to checkpoint and stop (the stop request; "
-                                       "launcher.grace_s=10)\n")
-
-
-def test_sigterm_from_another_hosts_run_reaches_a_script_as_sigterm(paths, monkeypatch, capsys) -> None:
-    host = Signalled(two_hosts(script=True), paths, monkeypatch)
-    assert host.signal(signal.SIGTERM, origin="a") == 1010.0
-    assert host.sent == [[signal.SIGTERM], []] and host.ending.signum == signal.SIGTERM
-    assert capsys.readouterr().err == "\nSIGTERM (to a's `run`): stopping 1 process(es)\n"
-
-
-def test_the_stop_signal_asks_a_recipe_once_and_neither_stops_nor_times_its_ranks(paths, monkeypatch, capsys) -> None:
-    host = Signalled(two_hosts(), paths, monkeypatch)
-    assert host.signal(signal.SIGUSR1) is None
-    assert host.sent == [[signal.SIGUSR1], []] and host.ending.requested and host.ending.stopped == set()
-    assert host.agent.signalled is None and host.ending.signum is None
-    assert capsys.readouterr().err == "\nSIGUSR1: asking 1 process(es) to checkpoint and stop\n"
-    assert host.signal(signal.SIGUSR1, origin="a") is None  # the same request, read back from the channel
-    assert host.sent == [[signal.SIGUSR1], []] and capsys.readouterr().err == ""
-
-
-def test_the_stop_signal_reaches_a_script_as_the_sigterm_it_traps_and_marks_it_stopped(paths, monkeypatch,
-                                                                                       capsys) -> None:
-    host = Signalled(two_hosts(script=True), paths, monkeypatch)
-    assert host.signal(signal.SIGUSR1, kill_at=1005.0) == 1005.0
-    assert host.sent == [[signal.SIGTERM], []] and host.ending.stopped == {0} and host.ending.requested
-    assert capsys.readouterr().err == "\nSIGUSR1: asking 1 process(es) to checkpoint and stop (SIGTERM to the script)\n"
 
 
 # -------------------------------------------------------------------------- a collective that timed out

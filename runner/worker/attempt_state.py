@@ -1,0 +1,280 @@
+"""One attempt of a host's share as a state machine: where it is (:class:`Phase`), the events that move it, and
+what the host agent is to do about each (the directives). torch elastic's agent is the model (its ``WorkerState``
+and the loop of ``_invoke_run``); here one handler, :meth:`AttemptState.handle`, takes every event, in the order
+the agent's monitor sees them, and nothing else changes the phase. It does no input or output: the agent reads
+the ranks, the signals and the job's channel into events, and carries out what the handler returns (signals to
+send, lines to say, the channel to tell), so a test sends events and reads the transitions and the directives.
+
+Ranks are named by their global rank everywhere here, as in :class:`~runner.worker.host_ending.HostEnding`, the
+record the state keeps of how they ended.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass, field
+
+from runner.worker.channel_records import JobFailure
+from runner.worker.host_ending import HostEnding
+from runner.worker.rank_life import STACKS_S, Stuck
+from runner.worker.rank_process import STACK_SIGNAL
+
+FAILURE_STOP_S = 5.0  # after a rank failed: how long the others have to end on SIGTERM before SIGKILL
+
+
+class Phase(enum.Enum):
+    """Where one attempt of a host's share is. Its transitions (and only these):
+
+    - RUNNING -> STOPPING: a rank here failed by itself, another host's rank failed (the job's channel), the job was
+      ended from outside (a host lost), the stall watchdog fired, or a SIGINT or SIGTERM reached the agent (or
+      another host's `run`): the running ranks are sent what the cause sends, with a deadline;
+    - RUNNING -> ENDED: every rank exited by itself (or after a stop request, which keeps the attempt RUNNING: its
+      ranks checkpoint and return);
+    - STOPPING -> KILLED: the deadline passed: SIGKILL to every rank's process group;
+    - STOPPING -> ENDED, KILLED -> ENDED: every rank's exit was seen.
+
+    A rank stuck at its end (the end guard) is killed by itself, whatever the phase: the attempt stays RUNNING.
+    """
+
+    RUNNING = "running"
+    STOPPING = "stopping"
+    KILLED = "killed"
+    ENDED = "ended"
+
+
+# -- events ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class RankExited:
+    """A rank's process ended (the zygote said so): its exit status (-N: killed by signal N), when the agent saw
+    it (``at``, wall clock), and when it said its script or recipe returned, if it did."""
+
+    rank: int
+    code: int
+    at: float
+    returned_at: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Signalled:
+    """SIGINT, SIGTERM or the stop signal reached the agent, or (``origin``: that host's) another host's `run`."""
+
+    signum: int
+    origin: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeerFailed:
+    """The job's channel says another host's rank failed (or another host's agent ended its attempt)."""
+
+    failure: JobFailure
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndedFromOutside:
+    """The job was ended for a cause no rank can see (launcher=ssh lost a host): :meth:`HostAgent.end_job`."""
+
+    failure: JobFailure
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stalled:
+    """The agent's stall watchdog found no progress on any rank (runner.worker.rank_life.stalled)."""
+
+    failure: JobFailure
+
+
+@dataclass(frozen=True, kw_only=True)
+class FirstFailureWas:
+    """What the job's channel names as the attempt's first failure, read back after this host told its own."""
+
+    failure: JobFailure
+
+
+@dataclass(frozen=True, kw_only=True)
+class StuckAtEnd:
+    """The end guard found a rank stuck at its end (runner.worker.rank_life.EndGuard)."""
+
+    rank: int
+    stuck: Stuck
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tick:
+    """A look at the clock: a deadline may have passed."""
+
+
+Event = RankExited | Signalled | PeerFailed | EndedFromOutside | Stalled | FirstFailureWas | StuckAtEnd | Tick
+
+
+# -- directives ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Send:
+    """Send ``signum`` to these ranks' processes (``group``: to each one's process group)."""
+
+    signum: int
+    ranks: tuple[int, ...]
+    group: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Say:
+    """A line on the agent's stderr."""
+
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TellOwnFailure:
+    """Tell the other hosts (the job's channel) that this host's ``rank`` failed, then read which failure the channel
+    names first (:class:`FirstFailureWas`, where it is another)."""
+
+    rank: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TellFailure:
+    """Put ``failure`` on the job's channel; ``read_back``: then read which one the channel names first."""
+
+    failure: JobFailure
+    read_back: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class SayWhereTheyWere:
+    """The grace after a SIGINT or SIGTERM is over: say where the ranks still running are, before they are killed."""
+
+    signum: int
+
+
+Directive = Send | Say | TellOwnFailure | TellFailure | SayWhereTheyWere
+
+
+@dataclass
+class AttemptState:
+    """One attempt of a host's ranks (``ranks``: their global ranks), from their start to the last one's exit.
+    ``scripts``: they run a script (a SIGTERM reaches them as SIGTERM, and the stop request as SIGTERM too), else a
+    recipe; ``stop_signal``: the recipes' stop request (launcher.stop_signal); ``grace_s``: how long ranks have after a
+    SIGINT or SIGTERM (launcher.grace_s). Times (``now``, the deadlines) are the monotonic clock's."""
+
+    ranks: tuple[int, ...]
+    scripts: bool
+    stop_signal: int
+    grace_s: float
+    phase: Phase = Phase.RUNNING
+    deadline: float | None = None  # STOPPING: when what is left is killed
+    ending: HostEnding = field(default_factory=lambda: HostEnding(codes={}, order=[]))
+    stuck_kill_at: dict[int, float] = field(default_factory=dict)  # a stuck rank -> when it is killed
+
+    def __post_init__(self) -> None:
+        if not self.ranks:
+            self.phase = Phase.ENDED
+
+    @property
+    def running(self) -> tuple[int, ...]:
+        """The ranks whose exit has not been seen."""
+        return tuple(r for r in self.ranks if r not in self.ending.codes)
+
+    def handle(self, event: Event, now: float) -> list[Directive]:
+        """Take one event at ``now``: the phase it moves to (see :class:`Phase`) and what the agent is to do."""
+        if isinstance(event, RankExited):
+            return self._exited(event, now)
+        if isinstance(event, Signalled):
+            return self._signalled(event, now)
+        if isinstance(event, (PeerFailed, EndedFromOutside, Stalled)):
+            return self._failed_elsewhere(event, now)
+        if isinstance(event, FirstFailureWas):
+            return self._first_failure_was(event.failure)
+        if isinstance(event, StuckAtEnd):
+            self.ending.stuck[event.rank] = event.stuck
+            self.stuck_kill_at[event.rank] = now + STACKS_S
+            return [Send(signum=STACK_SIGNAL, ranks=(event.rank,))]  # faulthandler writes its stacks without the GIL
+        return self._tick(now)
+
+    # -- the handlers, one per kind of event ------------------------------------------------------------------------
+    def _exited(self, event: RankExited, now: float) -> list[Directive]:
+        ending = self.ending
+        if event.rank in ending.codes or event.rank not in self.ranks:
+            return []
+        ending.codes[event.rank] = event.code
+        ending.order.append(event.rank)
+        ending.ended_at[event.rank] = event.at
+        if event.returned_at is not None:
+            ending.returned_at[event.rank] = event.returned_at
+        said: list[Directive] = []
+        if self.phase is Phase.RUNNING and ending.failed_by_itself():  # the others end now; the other hosts are told
+            said = [TellOwnFailure(rank=ending.first_failure()), *self._stop(signal.SIGTERM, now + FAILURE_STOP_S)]
+        if not self.running:
+            self.phase, self.deadline = Phase.ENDED, None
+        return said
+
+    def _signalled(self, event: Signalled, now: float) -> list[Directive]:
+        """SIGINT reaches the ranks as SIGINT; SIGTERM as SIGTERM to a script and as the stop request to a recipe, both
+        with launcher.grace_s to end; the stop signal as the stop request (a script's SIGTERM), with no deadline."""
+        ending, signum = self.ending, event.signum
+        name = signal.Signals(signum).name + (f" (to {event.origin}'s `run`)" if event.origin else "")
+        if signum in (signal.SIGINT, signal.SIGTERM):
+            if ending.signum is not None:
+                return []  # Ctrl-C reaches `run` and the agent both, and `run` passes its own on: once is enough
+            ending.signum = signum
+            running = len(self.running)
+            if signum == signal.SIGTERM and not self.scripts:
+                said = Say(text=f"\n{name}: asking {running} process(es) to checkpoint and stop (the stop request; "
+                                f"launcher.grace_s={self.grace_s:g})")
+                sent = self.stop_signal
+            else:
+                said, sent = Say(text=f"\n{name}: stopping {running} process(es)"), signum
+            deadline = now + max(0.0, float(self.grace_s))
+            return [said, *self._stop(sent, min(deadline, self.deadline if self.deadline is not None else deadline))]
+        if ending.requested:
+            return []  # passed on already (this host's signal, then the same request read from the channel)
+        running = self.running
+        ending.requested = True
+        if self.scripts:
+            ending.stopped.update(running)
+        return [Say(text=f"\n{name}: asking {len(running)} process(es) to checkpoint and stop"
+                         + (" (SIGTERM to the script)" if self.scripts else "")),
+                Send(signum=signal.SIGTERM if self.scripts else self.stop_signal, ranks=running)]
+
+    def _failed_elsewhere(self, event: PeerFailed | EndedFromOutside | Stalled, now: float) -> list[Directive]:
+        """Another host's failure, the job ended from outside, or a stall: this host's ranks end too (unless they are
+        ending already), and the attempt fails with that cause."""
+        if self.phase is not Phase.RUNNING:
+            return []
+        self.ending.peer_failed = event.failure
+        told: list[Directive] = []
+        if not isinstance(event, PeerFailed):  # the channel says it already where another host's rank failed
+            told = [TellFailure(failure=event.failure, read_back=isinstance(event, EndedFromOutside))]
+        return [*told, *self._stop(signal.SIGTERM, now + FAILURE_STOP_S)]
+
+    def _first_failure_was(self, failure: JobFailure) -> list[Directive]:
+        """The channel names another failure first: the attempt's cause is that one (another host's rank failed
+        before this host's, whose peer connection then closed)."""
+        ending = self.ending
+        if ending.peer_failed is not None:
+            ending.peer_failed = failure
+        elif failure.rank != ending.first_failure():
+            ending.earlier = failure
+        return []
+
+    def _tick(self, now: float) -> list[Directive]:
+        said: list[Directive] = []
+        for rank, at in list(self.stuck_kill_at.items()):
+            if now >= at:
+                del self.stuck_kill_at[rank]
+                if rank in self.running:
+                    said.append(Send(signum=signal.SIGKILL, ranks=(rank,), group=True))
+        if self.phase is Phase.STOPPING and self.deadline is not None and now >= self.deadline:
+            if self.ending.signum is not None and self.ending.peer_failed is None:
+                said.append(SayWhereTheyWere(signum=self.ending.signum))
+            said.append(Send(signum=signal.SIGKILL, ranks=self.ranks, group=True))  # their children too
+            self.phase, self.deadline = Phase.KILLED, None
+        return said
+
+    def _stop(self, signum: int, deadline: float) -> list[Directive]:
+        """Ask every running rank to end with ``signum`` by ``deadline``: RUNNING (or STOPPING) -> STOPPING."""
+        running = self.running
+        self.ending.stopped.update(running)
+        if self.phase in (Phase.RUNNING, Phase.STOPPING) and running:
+            self.phase, self.deadline = Phase.STOPPING, deadline
+        return [Send(signum=signum, ranks=running)] if running else []
