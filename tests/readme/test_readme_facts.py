@@ -48,7 +48,7 @@ from runner.spec.schema import (
 from runner.training import progress
 from runner.training.checkpoints import CHUNK_BYTES
 from runner.training.context import RunContext
-from runner.worker.host_agent import FAILURE_STOP_S
+from runner.worker.attempt_state import FAILURE_STOP_S
 from runner.worker.rank_life import QUIET_S, STACKS_S, STALL_MARGIN_S
 from runner.worker.preflight.checks import COLLECTIVE_TIMEOUT_S
 
