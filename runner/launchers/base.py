@@ -118,6 +118,8 @@ class Launcher(ABC):
                                    "from its last checkpoint there")
     gives_mpi_ranks: ClassVar[bool] = False  # its tasks are MPI ranks (backend=mpi needs them)
     shares_run_folder: ClassVar[bool] = True  # its hosts' processes share the run folder `run` made
+    survives_lost_hosts: ClassVar[bool] = False  # topology.min_nodes and spares work with it (runner.spec.elastic)
+    lost_host_reason: ClassVar[str] = "a lost host ends the job under this launcher"  # why not, when not
     forks_here: ClassVar[bool] = False  # `run` forks this host's processes itself (through its launch agent)
     sets_visible_devices: ClassVar[bool] = True  # CUDA_VISIBLE_DEVICES from topology.hosts[].gpus
     hosts_start_apart: ClassVar[bool] = False  # each host's share is started by its own `run`

@@ -15,6 +15,7 @@ from runner.spec.validation import gpus_of_this_machine
 class LocalLauncher(Launcher):
     name = "local"
     supports_restarts = True
+    lost_host_reason = "one machine, this one: there is no other host to go on with"
     forks_here = True
 
     @classmethod

@@ -48,6 +48,8 @@ class ManualLauncher(Launcher):
     name = "manual"
     supports_restarts = True  # the hosts restart together, agreeing through host 0's store (runner.worker.channel)
     shares_run_folder = False  # each host's `run` makes its own run folder
+    lost_host_reason = ("each host's `run` is started by hand and serves only its own share: none of them starts the "
+                        "job again on the hosts that remain")
     forks_here = True
     hosts_start_apart = True
     pins_master_port = True  # the hosts cannot learn a port chosen on one of them at launch

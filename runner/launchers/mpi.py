@@ -41,6 +41,8 @@ class MpiLauncher(Launcher):
     name = "mpi"
     gives_mpi_ranks = True
     supports_restarts = True  # mpirun is started again, in the same run folder
+    lost_host_reason = ("mpirun ends every process of the job once one host's is lost (Open MPI's run-time "
+                        "aborts the job; its fault-tolerant ULFM mode is not what the ranks' torch.distributed uses)")
     master_source = "host of MPI rank 0"
     pins_master_port = True
     tasks_end_together = True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runner.spec.schema import BackendName, DeviceKind, JobConfig, ParallelMode
 from runner.spec.topology import Host
@@ -15,6 +15,7 @@ class Job:
     device: DeviceKind  # cuda or cpu, never auto
     backend: BackendName  # nccl, gloo or mpi, never auto
     master_addr: str | None  # None: the launcher finds it at launch (first Slurm node, ...)
+    spares: tuple[Host, ...] = field(default=())  # topology.spares: hosts kept ready (runner.spec.elastic)
 
     @property
     def world_size(self) -> int:

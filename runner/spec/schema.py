@@ -94,6 +94,13 @@ class TopologyConfig:
     """A hostfile of the hosts (DeepSpeed's or Open MPI's: NAME slots=N); null: none.
 
     `run` reads it into topology.hosts as it starts (runner.spec.hostfile)."""
+    min_nodes: Optional[int] = None
+    """The fewest hosts the job goes on with (torchrun's --nnodes=MIN:MAX); null: every host.
+
+    While at least this many remain, a lost host ends the attempt and the job restarts on the others from the last
+    checkpoint (each change counts against launcher.max_restarts); null: a lost host ends the job."""
+    spares: list[HostConfig] = field(default_factory=list)
+    """Hosts checked at the start and kept ready: a spare takes a lost host's place, so the world size stays."""
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from runner.common import extras
 from runner.common.signals import is_signal_name
+from runner.spec.elastic import elastic_problems, resolve_spares
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem, Severity, errors
@@ -51,6 +52,8 @@ class LauncherRules(Protocol):
     restart_hint: str  # what to do instead, when it does not
     gives_mpi_ranks: bool  # its tasks are MPI ranks (backend=mpi needs them)
     shares_run_folder: bool  # its hosts' processes share the run folder that `run` made (not manual's)
+    survives_lost_hosts: bool  # topology.min_nodes and spares work with it (runner.spec.elastic)
+    lost_host_reason: str  # why they do not, when they do not
 
     def default_master(self, spec: JobConfig, hosts: tuple[Host, ...]) -> str | None:
         """The master address of a multi-host job whose spec names none; None: found at launch."""
@@ -67,6 +70,7 @@ def validate(spec: JobConfig, probe: MachineProbe, launcher: LauncherRules) -> t
     problems. (runner.launchers.validate picks the launcher the spec names.)"""
     problems: list[Problem] = []
     hosts = resolve_hosts(spec.topology, problems)
+    spares = resolve_spares(spec.topology, hosts, problems)
     device = _resolve_device(spec, probe, problems)
     backend = _resolve_backend(spec, device)
     problems += _check_options(spec, launcher)
@@ -75,9 +79,10 @@ def validate(spec: JobConfig, probe: MachineProbe, launcher: LauncherRules) -> t
     problems += _check_recipe(spec, probe)
     job = None
     if hosts:
-        job = Job(spec, hosts, device, backend, _master_addr(spec, hosts, launcher))
+        job = Job(spec, hosts, device, backend, _master_addr(spec, hosts, launcher), spares)
         for rule in _JOB_RULES:
             problems += rule(job, probe, launcher)
+        problems += elastic_problems(job, launcher.survives_lost_hosts, launcher.lost_host_reason)
         problems += launcher.job_problems(job, probe)
     if errors(problems):
         return None, problems

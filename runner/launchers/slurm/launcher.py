@@ -36,6 +36,8 @@ class SlurmLauncher(Launcher):
     restart_hint = "launcher.slurm.requeue=true: the job is requeued after Slurm's stop signal, and resumes"
     sets_visible_devices = False  # Slurm shows each task its node's GPUs
     master_source = "first host of SLURM_STEP_NODELIST"
+    lost_host_reason = ("a lost node ends the job's srun step, and the next step on the allocation's remaining nodes "
+                        "is not started by the runner yet")
 
     # -- rules ---------------------------------------------------------------------------------------------
     @classmethod

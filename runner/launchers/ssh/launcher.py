@@ -60,6 +60,7 @@ class SshLauncher(Launcher):
     name = "ssh"
     supports_restarts = True  # every host's agent restarts together, through host 0's store (runner.worker.channel)
     shares_run_folder = False  # each host's run folder is its own, unless the hosts share a file system
+    survives_lost_hosts = True  # `run` starts the job again on the hosts that remain (runner.launchers.ssh.membership)
     pins_master_port = True  # the hosts' agents cannot learn a port chosen on one of them at launch
 
     @classmethod

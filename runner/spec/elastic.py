@@ -1,0 +1,157 @@
+"""A job that outlives its hosts: ``topology.min_nodes`` (the fewest hosts it goes on with) and ``topology.spares``
+(hosts kept ready to take a lost one's place), checked before anything starts.
+
+A lost host ends the attempt on every host; the launch starts the next one on the hosts that remain (and a spare in
+the lost one's stead), from the last checkpoint, with the ranks numbered again in the hosts' order: the surviving
+hosts first, as the spec lists them, then the spares taken (runner.launchers.ssh.membership). So the world sizes the
+job may run at are known now, and the global batch must divide over every one of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from runner.spec.job import Job
+from runner.spec.problems import Problem
+from runner.spec.schema import HostConfig, ParallelMode, TopologyConfig, recipe_settings
+from runner.spec.topology import Host, is_valid_host
+
+_MAX_SUBSETS_OF = 16  # hosts: beyond this the world sizes a loss can leave are not enumerated (2^16 subsets)
+
+
+@dataclass(frozen=True)
+class Elasticity:
+    """How a job meets a lost host: ``min_nodes`` of its hosts must remain, ``spares`` take lost ones' places."""
+
+    hosts: int  # the spec's
+    min_nodes: int
+    spares: tuple[Host, ...]
+
+    @property
+    def enabled(self) -> bool:
+        """A lost host is survived (else it ends the job, as without these options)."""
+        return self.min_nodes < self.hosts or bool(self.spares)
+
+    def line(self) -> str:
+        """The dry run's words: "a lost host: the job restarts on the remaining (at least 2 of 3 hosts; spare: d)"."""
+        if not self.enabled:
+            return "a lost host ends the job (topology.min_nodes: every host)"
+        spares = f"; spare(s) kept ready: {', '.join(h.label for h in self.spares)}" if self.spares else ""
+        return (f"a lost host ends the attempt; the job restarts from the last checkpoint on the hosts that remain, "
+                f"while at least {self.min_nodes} of {self.hosts} do (topology.min_nodes){spares}")
+
+
+def elasticity(job: Job) -> Elasticity:
+    topology = job.spec.topology
+    return Elasticity(hosts=len(job.hosts), min_nodes=topology.min_nodes or len(job.hosts), spares=job.spares)
+
+
+def resolve_spares(cfg: TopologyConfig, hosts: tuple[Host, ...], problems: list[Problem]) -> tuple[Host, ...]:
+    """``topology.spares`` as hosts (numbered after the spec's), each with a name to log in to and the devices of
+    the hosts whose place it may take; problems appended."""
+    spares: list[Host] = []
+    taken = {h.reach for h in hosts if h.reach is not None}
+    counts = {h.devices for h in hosts}
+    for i, spare in enumerate(cfg.spares or []):
+        key = f"topology.spares[{i}]"
+        found = _spare(key, spare, cfg.devices_per_node, counts, taken, problems)
+        if found is not None:
+            spares.append(Host(index=len(hosts) + i, name=spare.name, addr=spare.addr, devices=found,
+                               gpus=tuple(spare.gpus) if spare.gpus is not None else tuple(range(found))))
+            taken.add(spare.addr or spare.name)
+    return tuple(spares)
+
+
+def _spare(key: str, spare: HostConfig, per_node: int | None, counts: set[int], taken: set[str],
+           problems: list[Problem]) -> int | None:
+    """One spare's device count, or None with its problem appended."""
+    if not spare.name:
+        problems.append(Problem(f"{key}.name", "not set: a spare is a machine the launch logs in to",
+                                f"name it: '{key}={{name: gpu-d}}'"))
+        return None
+    for field_name in ("name", "addr"):
+        value = getattr(spare, field_name)
+        if value is not None and not is_valid_host(value):
+            problems.append(Problem(f"{key}.{field_name}", f"{value!r} is not a host name or IP address",
+                                    "letters, digits, '-', '_' and '.', or an IPv4/IPv6 literal"))
+            return None
+    if (spare.addr or spare.name) in taken:
+        problems.append(Problem(key, f"{spare.addr or spare.name!r} is already one of the job's hosts or spares",
+                                "a spare is a machine of its own, kept ready"))
+        return None
+    devices = spare.devices if spare.devices is not None else per_node if per_node is not None else \
+        next(iter(counts)) if len(counts) == 1 else None
+    if devices is None or devices < 1 or (counts and devices != max(counts)) or len(counts) > 1:
+        hosts = "+".join(map(str, sorted(counts)))
+        problems.append(Problem(f"{key}.devices", f"{devices}: a spare takes any lost host's place, so it needs the "
+                                                  f"devices every host has, but the hosts have {hosts}",
+                                "hosts of one size, and spares of that size"))
+        return None
+    return devices
+
+
+def world_sizes(job: Job, elastic: Elasticity) -> list[int]:
+    """Every world size the job may run at, from the largest: its own, and what any ``min_nodes`` or more of its
+    hosts (with the spares filling in) make. One process per host under DP."""
+    per_host = [1 if job.spec.parallel.mode is ParallelMode.dp else h.devices for h in job.hosts]
+    if not elastic.enabled or len(per_host) > _MAX_SUBSETS_OF:
+        return [sum(per_host)]
+    sizes = set()
+    spare = [1 if job.spec.parallel.mode is ParallelMode.dp else h.devices for h in elastic.spares]
+    for k in range(elastic.min_nodes, len(per_host) + 1):
+        for left in itertools.combinations(per_host, k):
+            lost = len(per_host) - k
+            sizes.add(sum(left) + sum(spare[:lost]))
+    return sorted(sizes, reverse=True)
+
+
+def elastic_problems(job: Job, survives_lost_hosts: bool, reason: str) -> Iterator[Problem]:
+    """``topology.min_nodes`` and ``topology.spares`` against the hosts, the launcher (``survives_lost_hosts``;
+    ``reason``: why not), the restarts, the master and the global batch."""
+    topology, launcher = job.spec.topology, job.spec.launcher
+    n = len(job.hosts)
+    if topology.min_nodes is not None and not 1 <= topology.min_nodes <= n:
+        yield Problem("topology.min_nodes", f"must be 1..{n} (the topology has {n} host(s)), got {topology.min_nodes}",
+                      f"e.g. topology.min_nodes={max(1, n - 1)}: the job goes on while one host is lost; null: every "
+                      f"host")
+        return
+    elastic = elasticity(job)
+    if not elastic.enabled:
+        return
+    what = f"topology.min_nodes={elastic.min_nodes}" if elastic.min_nodes < n else "topology.spares"
+    key = "topology.min_nodes" if elastic.min_nodes < n else "topology.spares"
+    if not survives_lost_hosts:
+        yield Problem(key, f"launcher={launcher.kind}: {reason}", "launcher=ssh, where `run` starts every host's share "
+                                                                  "and starts the job again on the hosts that remain")
+        return
+    if launcher.max_restarts < 1:
+        yield Problem("launcher.max_restarts", f"0 with {what}: a lost host restarts the job, and every change of its "
+                                               f"hosts counts as a restart",
+                      "launcher.max_restarts=3, or leave topology.min_nodes and topology.spares unset")
+    if job.spec.init.master_addr is not None:
+        yield Problem("init.master_addr", f"{job.spec.init.master_addr!r} with {what}: host 0 may be lost, and the "
+                                          f"next attempt's master is the next host 0",
+                      "leave init.master_addr unset (the master is host 0's address)")
+    yield from _batch_problems(job, elastic, what)
+
+
+def _batch_problems(job: Job, elastic: Elasticity, what: str) -> Iterator[Problem]:
+    """The global batch divides over every world size the job may shrink to (the per-process batch is recomputed
+    at each; the global batch is kept)."""
+    batch = recipe_settings(job.spec.recipe).global_batch_size
+    if not isinstance(batch, int) or batch < 1 or job.spec.parallel.mode is not ParallelMode.ddp:
+        return
+    sizes = world_sizes(job, elastic)
+    bad = [ws for ws in sizes if batch % ws]
+    if not bad:
+        return
+    ws = bad[0]
+    fits = math.lcm(*sizes)
+    yield Problem("recipe.global_batch_size",
+                  f"{batch} does not divide over world size {ws}, which the job runs at once hosts are lost ({what}: "
+                  f"world sizes {', '.join(map(str, sizes))}): {batch} / {ws} = {batch / ws:.2f} per process "
+                  f"({batch} % {ws} = {batch % ws}); the global batch is kept at every world size",
+                  f"a global batch every one divides: recipe.global_batch_size={fits * max(1, round(batch / fits))}")
