@@ -244,6 +244,13 @@ class RunPaths:
         """Metrics logged by the recipe (``ctx.log``, rank 0), one JSON object per line."""
         return self.root / "metrics.jsonl"
 
+    @_file
+    def membership(self) -> Path:
+        """Each change of the job's hosts (a host lost, a spare taken: topology.min_nodes, topology.spares), one JSON
+        object per line: when, the attempt, the hosts before and after, the cause, the seconds to the next attempt's
+        first step and the steps lost since the checkpoint."""
+        return self.root / "membership.jsonl"
+
     @_folder
     def checkpoints(self) -> Path:
         """The recipe's checkpoints (``ctx.save_checkpoint``)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from runner.spec.job import Job
 from runner.spec.problems import Problem
-from runner.spec.schema import HostConfig, ParallelMode, TopologyConfig, recipe_settings
+from runner.spec.schema import HostConfig, JobConfig, ParallelMode, TopologyConfig, recipe_settings
 from runner.spec.topology import Host, is_valid_host
 
 _MAX_SUBSETS_OF = 16  # hosts: beyond this the world sizes a loss can leave are not enumerated (2^16 subsets)
@@ -42,6 +42,12 @@ class Elasticity:
         spares = f"; spare(s) kept ready: {', '.join(h.label for h in self.spares)}" if self.spares else ""
         return (f"a lost host ends the attempt; the job restarts from the last checkpoint on the hosts that remain, "
                 f"while at least {self.min_nodes} of {self.hosts} do (topology.min_nodes){spares}")
+
+
+def keeps_checkpoints_on_every_host(spec: JobConfig) -> bool:
+    """The job may lose host 0 and go on: every host keeps the last checkpoint (runner.training.context)."""
+    hosts = len(spec.topology.hosts or ()) or (spec.topology.nodes or 0)
+    return bool(spec.topology.spares) or (spec.topology.min_nodes is not None and spec.topology.min_nodes < hosts)
 
 
 def elasticity(job: Job) -> Elasticity:

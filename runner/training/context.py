@@ -51,6 +51,7 @@ class ContextSettings:
     metrics_file: Path  # where ctx.log appends (rank 0)
     checkpoint_dir: Path  # where ctx.save_checkpoint writes
     attempt: int = 0  # restarts so far
+    keep_on_every_host: bool = False  # checkpoints kept on every host, not only rank 0's (a job that outlives hosts)
     # this process's own services, which a rank makes once (runner.worker.rank) and which outlive the context:
     stop: StopRequest = field(default_factory=StopRequest)  # set by the stop signal (ctx.stop_requested); never, here
     steps: StepCount = field(default_factory=StepCount)  # its progress bars' steps, read by the rank's watch
@@ -343,8 +344,28 @@ class RunContext:
             path.parent.mkdir(parents=True, exist_ok=True)
             with replaced_atomically(path, durable=True) as tmp:  # a requeued job resumes from it
                 torch.save(state, tmp)
+        if self._settings.keep_on_every_host:
+            self._keep_on_every_host(path)
         self.barrier()
         return path
+
+    def _keep_on_every_host(self, path: Path) -> None:
+        """A job that outlives its hosts (topology.min_nodes, topology.spares: runner.spec.elastic) keeps its last
+        checkpoint on every host: where a host's run folder is its own (it does not see rank 0's file), its local rank
+        0 writes the copy rank 0 sends, so that whichever host is host 0 after a loss resumes from it."""
+        if not (dist.is_initialized() and self.world_size > 1):
+            return
+        stamps: list[object] = [None] * self.world_size
+        dist.all_gather_object(stamps, _file_stamp(path) if self.local_rank == 0 else "-")
+        short = [r for r, s in enumerate(stamps) if s != "-" and s != stamps[0]]
+        if not short:
+            return  # one folder for every host, or each has it already
+        wire = self.device if dist.get_backend() == dist.Backend.NCCL else torch.device("cpu")
+        received = checkpoints.broadcast_file(path if self.is_main else None, wire)
+        if received is not None and self.rank in short:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with replaced_atomically(path, durable=True) as tmp:
+                Path(tmp).write_bytes(received.read())
 
     def checkpoint_to_resume(self, fallback: str | Path | None = None, name: str = "last") -> Path | None:
         """The checkpoint this run resumes from, decided by the main process and the same on every process: the

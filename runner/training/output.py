@@ -11,8 +11,9 @@ runner's own lines do not go there. Events are JSON lines on a pipe the agent ga
   interface, its attempt);
 * ``{"k": "life", "event": ...}`` — a moment of the rank's life its agent watches for (runner.worker.rank_life):
   ``joined`` its default process group, ``destroyed`` it, ``returned`` (its script or recipe: the process is ending);
-* ``{"k": "alive", "progressed": ...}`` — its watch thread runs (so the GIL is to be had), about once a second, and
-  when the rank last completed a collective or a progress step (``time.time()``).
+* ``{"k": "alive", "progressed": ..., "step": ..., "resumed": ...}`` — its watch thread runs (so the GIL is to be
+  had), about once a second, when the rank last completed a collective or a progress step (``time.time()``), its
+  progress bar's step and the step its first bar began at (a resumed attempt's: what a lost host cost).
 
 A process the runner did not start (a recipe called on its own, a test) has no channel (its run context's is
 None), and progress goes to its stdout.
@@ -55,9 +56,10 @@ class AgentChannel:
         """``joined``, ``destroyed`` or ``returned`` (see the module docstring)."""
         self.send({"k": "life", "event": event})
 
-    def alive(self, progressed_s: float) -> None:
-        """The watch runs; the rank last made progress at ``progressed_s``."""
-        self.send({"k": "alive", "progressed": progressed_s})
+    def alive(self, progressed_s: float, step: int | None = None, resumed: int | None = None) -> None:
+        """The watch runs; the rank last made progress at ``progressed_s``; ``step``: its progress bar's step (from
+        the run's start), ``resumed``: the step its first bar started at (None: no bar yet)."""
+        self.send({"k": "alive", "progressed": progressed_s, "step": step, "resumed": resumed})
 
     def lines(self) -> LineSink:
         """Where plain progress lines go, as events."""

@@ -51,6 +51,8 @@ class StepCount:
 
     def __init__(self) -> None:
         self.taken = 0
+        self.position: int | None = None  # the latest bar's step, counted from the run's start (its ``initial`` on)
+        self.resumed: int | None = None  # the first bar's ``initial``: the step a resumed run started at
 
 
 class Progress:
@@ -72,6 +74,9 @@ class Progress:
         self.n = initial
         self._initial = initial
         self._steps = steps
+        if steps is not None:
+            steps.position = initial
+            steps.resumed = initial if steps.resumed is None else steps.resumed
         self._lines = tuple(lines)
         self._interval_s = interval_s
         self._clock = clock
@@ -91,6 +96,7 @@ class Progress:
         self.n += n
         if self._steps is not None:
             self._steps.taken += n
+            self._steps.position = self.n
         if samples:
             self._samples += samples
         if loss is not None:

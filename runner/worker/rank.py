@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.common.signals import StopRequest
+from runner.spec.elastic import keeps_checkpoints_on_every_host
 from runner.spec.schema import InitMethod
 from runner.spec.targets import load_target
 from runner.training.output import AgentChannel
@@ -174,7 +175,7 @@ def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -
         place=place, parallel=setup.spec.parallel, sharding=setup.spec.sharding,
         global_batch_size=setup.recipe.global_batch_size, seed=setup.recipe.seed, output_dir=paths.root,
         metrics_file=paths.metrics, checkpoint_dir=paths.checkpoints, attempt=paths.attempt, stop=services.stop,
-        steps=services.steps, agent=services.agent))
+        steps=services.steps, agent=services.agent, keep_on_every_host=keeps_checkpoints_on_every_host(setup.spec)))
     try:
         return recipe(ctx, setup.recipe_cfg)
     finally:

@@ -44,6 +44,8 @@ class RankLife:
     joined: float | None = None  # it joined its default process group
     destroyed: float | None = None  # it destroyed it
     returned: float | None = None  # its script or recipe returned
+    step: int | None = None  # its progress bar's step, from the run's start (runner.training.progress.StepCount)
+    resumed: int | None = None  # the step its first bar started at: where a resumed attempt began
 
     def heard(self, event: Mapping[str, object], now: float) -> None:
         """An event from the rank (runner.training.output)."""
@@ -52,6 +54,9 @@ class RankLife:
             progressed = event.get("progressed")
             if isinstance(progressed, (int, float)):
                 self.progressed = float(progressed)
+            for key in ("step", "resumed"):
+                if isinstance(event.get(key), int):
+                    setattr(self, key, event[key])
         elif event.get("k") == "life" and event.get("event") in ("joined", "destroyed", "returned"):
             setattr(self, str(event["event"]), now)
 

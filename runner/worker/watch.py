@@ -239,7 +239,7 @@ class Watch(threading.Thread):
         if marker != self._last_marker:
             self._last_marker, self._progressed = marker, now
         if self.agent is not None and now - self._alive_said >= BEAT_S:
-            self.agent.alive(self._progressed)
+            self.agent.alive(self._progressed, self.steps.position, self.steps.resumed)
             self._alive_said = now
         if self._progressed > self._beat_written and now - self._beat_written >= BEAT_S:
             self.files.write_beat(self._progressed)

@@ -22,7 +22,8 @@ def test_every_file_a_run_folder_may_hold_is_listed_once() -> None:
     assert listed == [
         "spec.yaml", "plan.json", "launch.txt", "provenance.json", "code/", ".hydra/", ".hydra/overrides.yaml",
         "run.log", "job.sbatch", "step.sh", "slurm-<job id>.out", "slurm_job_id", "hostfile.<job id>", "user_stop",
-        "logs/", "logs/diagnose.request", "logs/diagnosis.json", "metrics.jsonl", "checkpoints/",
+        "logs/", "logs/diagnose.request", "logs/diagnosis.json", "metrics.jsonl", "membership.jsonl",
+        "checkpoints/",
         "checkpoints/<name>.pt", "run_summary.json", "exit_status", "<run id>.rdzv/", "<run id>.job/",
         "logs/rankNNNNN.log", "logs/rankNNNNN.error.json", "logs/rankNNNNN.elastic-error.json",
         "logs/rankNNNNN.joined", "logs/rankNNNNN.done", "logs/rankNNNNN.collectives.json", "logs/rankNNNNN.beat"]

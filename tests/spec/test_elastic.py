@@ -1,5 +1,5 @@
 """runner.spec.elastic: topology.min_nodes and topology.spares checked before anything starts (the launch that
-survives a lost host: tests/launchers/ssh/test_membership.py, tests/e2e/test_lost_hosts.py)."""
+survives a lost host: tests/launchers/ssh/test_membership_ssh.py, tests/e2e/test_lost_hosts.py)."""
 
 from __future__ import annotations
 

@@ -229,3 +229,18 @@ def test_the_digits_recipe_shows_its_steps_and_a_resumed_run_starts_at_its_step(
     assert shown[0].startswith("progress: train step 45/84 (53%) · ")
     assert shown[-1].startswith("progress: train step 84/84 (100%) · ")
 
+
+
+def test_the_step_count_knows_the_bars_step_and_where_the_first_bar_began() -> None:
+    """What a rank's watch tells its agent (runner.worker.rank_life): a resumed attempt began at 30, is now at 33."""
+    from runner.training.progress import StepCount
+
+    steps = StepCount()
+    assert (steps.taken, steps.position, steps.resumed) == (0, None, None)
+    bar = Progress(100, "train", initial=30, steps=steps)
+    assert (steps.position, steps.resumed) == (30, 30)
+    bar.update(2)
+    bar.update()
+    assert (steps.taken, steps.position, steps.resumed) == (3, 33, 30)
+    Progress(10, "eval", steps=steps).update(4)  # a second bar: its step, the first bar's beginning
+    assert (steps.taken, steps.position, steps.resumed) == (7, 4, 30)

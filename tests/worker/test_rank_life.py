@@ -21,6 +21,9 @@ def test_a_ranks_events_are_its_life() -> None:
     life.heard({"k": "life", "event": "joined"}, 101.0)
     life.heard({"k": "alive", "progressed": 101.5}, 102.0)
     assert (life.joined, life.alive, life.progressed, life.work_over()) == (101.0, 102.0, 101.5, None)
+    assert (life.step, life.resumed) == (None, None)  # no progress bar yet
+    life.heard({"k": "alive", "progressed": 101.7, "step": 33, "resumed": 30}, 102.5)
+    assert (life.step, life.resumed, life.progressed) == (33, 30, 101.7)
     life.heard({"k": "life", "event": "destroyed"}, 102.1)
     life.heard({"k": "life", "event": "returned"}, 102.2)
     life.heard({"k": "life", "event": "anything else"}, 103.0)

@@ -9,10 +9,16 @@ writes, runner.app.ssh_host reads), in order:
    "text": WHY, "time": T}}`` — the job ends: another host was lost, or its `run` ended badly; this host stops its
    share and does not restart it;
 3. the end of the stream: this `run` or the connection is gone; the host stops its share as on SIGTERM.
+
+The other way, each host's `run` says what the launching one needs to know of the job as lines of its stderr that
+begin with :data:`REPORT` (the launching `run` takes them out of what it shows): :class:`AttemptBegan` when the host's
+ranks of an attempt start, :class:`StepReached` as rank 0's progress bar moves (from rank 0's host, at most once a
+second): what a job that outlives its hosts records of a change (runner.launchers.ssh.membership).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import IO
@@ -77,6 +83,47 @@ def signal_message(signum: int) -> bytes:
 
 def end_message(host: str, text: str) -> bytes:
     return json.dumps({"end": JobFailure(rank=None, host=host, text=text).document()}).encode() + b"\n"
+
+
+REPORT = b"\x1erunner-report "  # the start of a host's report line (an ASCII record separator: no program's output)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptBegan:
+    """The host's ranks of ``attempt`` started (``at``: the host's wall clock)."""
+
+    attempt: int
+    at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepReached:
+    """Rank 0's progress bar is at ``step`` in ``attempt``; ``resumed``: the step the attempt began at."""
+
+    attempt: int
+    step: int
+    resumed: int | None
+    at: float
+
+
+HostReport = AttemptBegan | StepReached
+
+
+def report_line(report: HostReport) -> bytes:
+    kind = "attempt" if isinstance(report, AttemptBegan) else "step"
+    return REPORT + json.dumps({"k": kind, **dataclasses.asdict(report)}).encode() + b"\n"
+
+
+def parse_report(line: bytes) -> HostReport | None:
+    """A report line's report (:data:`REPORT` and a JSON object); None for any other line."""
+    if not line.startswith(REPORT):
+        return None
+    try:
+        found = json.loads(line[len(REPORT):])
+        kind = found.pop("k")
+        return AttemptBegan(**found) if kind == "attempt" else StepReached(**found) if kind == "step" else None
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def parse(line: bytes) -> Message | None:

@@ -28,12 +28,14 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner.common import exits
 from runner.common.signals import handling
 from runner.launchers.ssh.host import SshHost
-from runner.launchers.ssh.protocol import beat_message, end_message, signal_message, spec_message
+from runner.launchers.ssh.protocol import (REPORT, HostReport, beat_message, end_message, parse_report,
+                                           signal_message, spec_message)
 from runner.worker.rank_process import die_with_parent
 
 STOP_MARGIN_S = 25.0  # after launcher.grace_s: for the hosts to say where their ranks were, report and end
@@ -79,8 +81,9 @@ class Sessions:
     """Every host's session, from their start to the end of the last (see the module docstring)."""
 
     def __init__(self, hosts: tuple[SshHost, ...], spec_text: str, stop_signal: int, grace_s: float,
-                 beat_s: float = 0.0) -> None:
+                 beat_s: float = 0.0, on_report: Callable[[int, HostReport], None] | None = None) -> None:
         self.hosts = hosts
+        self.on_report = on_report  # what each host reports (runner.launchers.ssh.protocol), with its index
         self.spec_text = spec_text
         self.stop_signal = stop_signal
         self.grace_s = grace_s
@@ -190,8 +193,23 @@ class Sessions:
             whole = bytes(buffer[:cut])
             del buffer[:cut]
             if out == 2:
+                whole = self._reports_taken(session, whole)
                 session.stderr_tail.extend(line for line in whole.decode(errors="replace").splitlines() if line.strip())
-            _write(out, whole)
+            if whole:
+                _write(out, whole)
+
+    def _reports_taken(self, session: Session, lines: bytes) -> bytes:
+        """A host's stderr without its report lines, which go to :attr:`on_report` instead."""
+        if REPORT not in lines:
+            return lines
+        kept = []
+        for line in lines.splitlines(keepends=True):
+            report = parse_report(line)
+            if report is None:
+                kept.append(line)
+            elif self.on_report is not None:
+                self.on_report(session.host.index, report)
+        return b"".join(kept)
 
     def _signalled(self, signum: int) -> None:
         running = [s for s in self.sessions if s.code is None]
@@ -269,6 +287,7 @@ def _write(fd: int, data: bytes) -> None:
 
 
 def run_sessions(hosts: tuple[SshHost, ...], spec_text: str, stop_signal: int, grace_s: float,
-                 beat_s: float = 0.0) -> Ended:
-    """Start every host's share over ssh and relay it to its end (the module docstring)."""
-    return Sessions(hosts, spec_text, stop_signal, grace_s, beat_s).run()
+                 beat_s: float = 0.0, on_report: Callable[[int, HostReport], None] | None = None) -> Ended:
+    """Start every host's share over ssh and relay it to its end (the module docstring); ``on_report``: what the
+    hosts report as it comes."""
+    return Sessions(hosts, spec_text, stop_signal, grace_s, beat_s, on_report).run()

@@ -35,3 +35,20 @@ def test_anything_else_on_stdin_is_refused_with_why() -> None:
         read_spec(io.BytesIO(b"defaults: []\n"))
     with pytest.raises(ProtocolError, match="after 3 of the spec's 10 bytes"):
         read_spec(io.BytesIO(b"10\nabc"))
+
+
+# -------------------------------------------------------------------------- what a host reports back
+
+
+def test_a_hosts_reports_are_lines_of_its_stderr_that_come_back_equal() -> None:
+    from runner.launchers.ssh.protocol import REPORT, AttemptBegan, StepReached, parse_report, report_line
+
+    began, step = AttemptBegan(attempt=2, at=1700.5), StepReached(attempt=2, step=41, resumed=30, at=1701.25)
+    for report in (began, step):
+        line = report_line(report)
+        assert line.startswith(REPORT) and line.endswith(b"\n") and line.count(b"\n") == 1
+        assert parse_report(line) == report
+    assert parse_report(b"[rank 0] step 41\n") is None
+    assert parse_report(REPORT + b"{not json}\n") is None
+    assert parse_report(REPORT + b'{"k": "attempt", "attempt": 1}\n') is None  # a field missing
+    assert parse_report(REPORT + b'{"k": "other", "attempt": 1, "at": 1.0}\n') is None

@@ -1,0 +1,86 @@
+"""The record of a job's hosts changing (runner.spec.elastic): ``membership.jsonl`` in the run folder, one
+:class:`MembershipChange` a line, written by the launch that started the job again on the hosts that remain
+(runner.launchers.ssh.membership) and read by the run's summary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+from runner.records.paths import RunPaths
+
+
+@dataclass(frozen=True, kw_only=True)
+class MembershipChange:
+    """One change of the job's hosts: the attempt that a lost host ended, and the next one on the hosts after."""
+
+    time: float  # when the loss was seen (wall clock of the launching machine)
+    attempt: int  # the attempt the loss ended
+    next_attempt: int | None  # the attempt started on ``after``; None: the job ended with this change
+    before: tuple[str, ...]  # the hosts, in node-rank order
+    after: tuple[str, ...]  # the hosts of the next attempt, in node-rank order (empty: none)
+    lost: tuple[str, ...]  # the hosts lost
+    cause: str  # which host, and how it was seen ("ssh exited 255 (Timeout, server b not responding.)")
+    spares: tuple[str, ...] = ()  # the spares that took a lost host's place
+    world_size_before: int = 0
+    world_size_after: int = 0
+    last_step: int | None = None  # rank 0's last step before the loss, as its host last said it
+    resumed_from: int | None = None  # the step the next attempt started at (its checkpoint's)
+    to_first_step_s: float | None = None  # seconds from the loss seen to the next attempt's first step
+
+    @property
+    def steps_lost(self) -> int | None:
+        """The steps taken since the checkpoint the next attempt resumed from (they are taken again)."""
+        if self.last_step is None or self.resumed_from is None:
+            return None
+        return max(0, self.last_step - self.resumed_from)
+
+    def document(self) -> dict:
+        return {**asdict(self), "steps_lost": self.steps_lost}
+
+    @classmethod
+    def from_document(cls, doc: object) -> MembershipChange | None:
+        if not isinstance(doc, dict):
+            return None
+        names = {f.name for f in fields(cls)}
+        try:
+            found = {k: v for k, v in doc.items() if k in names}
+            for k in ("before", "after", "lost", "spares"):
+                if k in found:
+                    found[k] = tuple(found[k])
+            return cls(**found)
+        except TypeError:
+            return None
+
+    def line(self) -> str:
+        """The summary's words: "host 2 (c) lost at attempt 0 (...): attempt 1 on 2 hosts, world size 4; 0 steps
+        lost, first step 6.1 s after"."""
+        then = f"attempt {self.next_attempt} on {len(self.after)} host(s), world size {self.world_size_after}" \
+            if self.next_attempt is not None else "the job ended"
+        spares = f", spare {', '.join(self.spares)} in its place" if self.spares else ""
+        lost = f"; {self.steps_lost} step(s) lost" if self.steps_lost is not None else ""
+        first = f", first step {self.to_first_step_s:.1f} s after" if self.to_first_step_s is not None else ""
+        return f"{', '.join(self.lost)} lost at attempt {self.attempt} ({self.cause}): {then}{spares}{lost}{first}"
+
+
+def append_change(paths: RunPaths, change: MembershipChange) -> None:
+    """Add ``change`` to the run folder's membership.jsonl."""
+    with open(paths.membership, "a", encoding="utf-8") as f:
+        f.write(json.dumps(change.document(), sort_keys=True) + "\n")
+
+
+def changes(paths: RunPaths) -> list[MembershipChange]:
+    """The changes recorded so far, in order (none: no file)."""
+    try:
+        text = paths.membership.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        try:
+            change = MembershipChange.from_document(json.loads(line))
+        except ValueError:
+            continue
+        if change is not None:
+            found.append(change)
+    return found
