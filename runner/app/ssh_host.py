@@ -29,7 +29,6 @@ from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
 from runner.launchers.ssh.protocol import BEATS_MISSED, EndJob, PassSignal, ProtocolError, parse, read_spec
-from runner.plan.processes import make_plan
 from runner.records.paths import RunPaths
 from runner.spec.document import load_spec_text, spec_yaml
 from runner.spec.probe import LocalProbe
@@ -159,7 +158,7 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
         print(f"error: --ssh-host {node}: the spec has hosts 0..{len(job.hosts) - 1}", file=sys.stderr)
         return exits.INVALID
     paths = RunPaths(folder, spec.run_id or folder.name)
-    plan = make_plan(job, launcher.launch_rules(job, paths), paths)
+    plan = launcher.host_plan(job, paths, environment)
     paths.make()
     if not paths.spec.exists():  # a run folder of this host's own: say what the run is, as the launching `run` did
         write_atomically(paths.spec, spec_yaml(spec))  # (hosts that share it without `run` may both write it)

@@ -9,6 +9,9 @@ under the name ``launcher.kind`` gives it. Its class owns what is particular to 
   (:attr:`supports_restarts`, :attr:`gives_mpi_ranks`, :attr:`shares_run_folder`);
 * **the master** — :meth:`Launcher.default_master` (the address when the spec names none) and
   :meth:`Launcher.launch_rules` (the port's policy, the stop signal, who sets CUDA_VISIBLE_DEVICES);
+* **the plan** — :meth:`Launcher.plan_for`, the one place a plan is made from a spec, for `run` and for every
+  process that plans the run again on its host (:meth:`Launcher.host_plan`), and :meth:`Launcher.resolved`: the
+  values it left to the launch (Deferred), filled in where a host's share runs (Slurm's first node and port);
 * **its pins** — :meth:`Launcher.pins`: what the launch fixes in the spec for every process (the run id, a port
   the hosts agree on), applied to the spec before the plan is made (runner.spec.pins);
 * **its tasks' place** — :meth:`Launcher.task_place`, for a launcher whose scheduler starts
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING, ClassVar
 from runner.common import exits
 from runner.common.signals import handling, parse_signal
 from runner.environments.process import ProcessEnvironment
-from runner.plan.processes import Deferred, LaunchRules, Plan
+from runner.plan.processes import Deferred, LaunchRules, Plan, make_plan
 from runner.records.outcomes import any_failed
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
@@ -159,6 +162,28 @@ class Launcher(ABC):
         return LaunchRules(master_port=cls.master_port(job, paths), master_source=cls.master_source,
                            stop_signal=cls.stop_signal(job.spec), sets_visible_devices=cls.sets_visible_devices,
                            hosts_start_apart=cls.hosts_start_apart, tasks_end_together=cls.tasks_end_together)
+
+    @classmethod
+    def plan_for(cls, job: Job, paths: RunPaths | None = None) -> Plan:
+        """The job's plan under this launcher's rules (runner.plan.processes.make_plan), with the run's names when
+        ``paths`` is given. Every entry makes its plan here — `run` (runner.app.launch), a scheduler's task
+        (runner.app.task), an ssh host's `run` (runner.app.ssh_host) — so that each process of the run expands the
+        one spec into the same ranks by the same rules. What only the launch knows stays Deferred (:meth:`resolved`)."""
+        return make_plan(job, cls.launch_rules(job, paths), paths)
+
+    @classmethod
+    def resolved(cls, plan: Plan, environment: ProcessEnvironment) -> Plan:
+        """``plan`` with what this launcher left to the launch (Deferred) filled in from ``environment``, where a
+        host's share runs: a scheduler tells its tasks what it chose. By default there is nothing to fill in there
+        (a port chosen at launch reaches the ranks through host 0's agent; one the hosts agree on is pinned in the
+        spec), and the plan stays as it is."""
+        return plan
+
+    @classmethod
+    def host_plan(cls, job: Job, paths: RunPaths, environment: ProcessEnvironment) -> Plan:
+        """The plan as a host that runs a share of it sees it: made again there (:meth:`plan_for`, on the host's own
+        devices and network) and :meth:`resolved` from what the host's environment says."""
+        return cls.resolved(cls.plan_for(job, paths), environment)
 
     @classmethod
     def pins(cls, job: Job, paths: RunPaths) -> Pins:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import signal
@@ -16,7 +17,7 @@ from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskErro
 from runner.launchers.slurm.array import ArrayMember
 from runner.launchers.slurm.follow import follow
 from runner.launchers.slurm.job import SlurmError, submit
-from runner.plan.processes import Deferred
+from runner.plan.processes import Deferred, Plan
 from runner.records.outcomes import all_done
 from runner.records.paths import RunPaths
 from runner.reports.where import where_the_ranks_are
@@ -98,6 +99,19 @@ class SlurmLauncher(Launcher):
         return TaskPlace(index=slurm.proc_id, count=slurm.ntasks or 0, local_index=slurm.local_id, source="Slurm",
                          nodes=slurm.step_num_nodes, tasks_per_node=slurm.step_tasks_per_node,
                          attempt=slurm.restart_count)
+
+    @classmethod
+    def resolved(cls, plan: Plan, environment: ProcessEnvironment) -> Plan:
+        """Fill in what only the allocation knows, as each task finds it in Slurm's variables: the step's first node
+        (the master, where the spec names none) and the port derived from the job id (where the spec pins none); the
+        init URL then names them."""
+        addr, port = plan.master_addr, plan.master_port
+        if isinstance(addr, Deferred) or isinstance(port, Deferred):
+            slurm = environment.slurm
+            addr = slurm.first_host() if isinstance(addr, Deferred) else addr
+            port = str(slurm.port()) if isinstance(port, Deferred) else port
+        known = dataclasses.replace(plan, master_addr=addr, master_port=port)
+        return dataclasses.replace(known, init_method=known.init_url(port))
 
     # -- the launch ----------------------------------------------------------------------------------------
     @property

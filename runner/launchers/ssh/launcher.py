@@ -36,7 +36,6 @@ from pathlib import Path
 from runner.common import exits
 from runner.environments.versions import installed
 from runner.launchers.base import HostCommand, Launcher, LaunchRequest
-from runner.plan.processes import Deferred
 from runner.launchers.manual import agreed_port, hosts_apart_problems
 from runner.launchers.ssh.address import HostAddress, explained, host_addresses
 from runner.launchers.ssh.check import check_hosts
@@ -169,7 +168,7 @@ class SshLauncher(Launcher):
         plan = self.plan
         if len(plan.job.hosts) < 2 or plan.job.spec.init.method is InitMethod.file:
             return None
-        if isinstance(plan.master_addr, Deferred) or isinstance(plan.master_port, Deferred) or not plan.master_addr:
+        if not plan.master_known or not plan.master_addr:
             return None
         return plan.master_addr, int(plan.master_port)
 

@@ -122,6 +122,21 @@ def test_slurm_environment_reads_the_step():
     assert env.cpus_per_node == (8, 8)
 
 
+def test_a_task_plans_the_run_with_the_first_node_of_its_step_and_the_port_of_its_job():
+    """The master is left to the launch under Slurm; each task's launcher fills it in from the task's variables,
+    unless the spec names it."""
+    paths = RunPaths(Path("/runs/R1"), "R1")
+    step = environment(SLURM_JOB_ID="42", SLURM_STEP_ID="0", SLURM_STEP_NODELIST="gpu-node[07-08]")
+    job = validate(["launcher=slurm", "device=cpu", "topology=2x2", "init=tcp"]).job
+    plan = SlurmLauncher.host_plan(job, paths, step)
+    assert (plan.master_addr, plan.master_port, plan.init_method) == ("gpu-node07", "20042", "tcp://gpu-node07:20042")
+    assert SlurmLauncher.resolved(SlurmLauncher.plan_for(job, paths), step) == plan
+    named = validate(["launcher=slurm", "device=cpu", "topology=2x2", "init=tcp", "init.master_addr=10.0.0.5",
+                      "init.master_port=29400"]).job
+    plan = SlurmLauncher.host_plan(named, paths, step)
+    assert (plan.master_addr, plan.master_port, plan.init_method) == ("10.0.0.5", "29400", "tcp://10.0.0.5:29400")
+
+
 FAKE_SRUN = """#!/bin/bash
 # srun as the batch script sees it: runs until SIGUSR1 (the ranks checkpoint and return), then exits 0
 trap 'kill "$pid"; exit 0' USR1
