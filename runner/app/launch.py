@@ -236,6 +236,6 @@ def _launch(launcher: Launcher, request: LaunchRequest, started: float) -> int:
     run_summary.json."""
     plan, paths = launcher.plan, launcher.paths
     with handling((signal.SIGQUIT,), lambda _s, _f: _say_where(plan, paths)):
-        code = launcher.launch(request)
-    report_run(plan, paths, code, time.perf_counter() - started, launcher.not_followed, launcher.cause)
-    return code
+        outcome = launcher.launch(request)
+    report_run(plan, paths, outcome.code, time.perf_counter() - started, outcome.not_followed, outcome.cause)
+    return outcome.code

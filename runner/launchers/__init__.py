@@ -4,7 +4,7 @@ a line in LAUNCHERS, and a conf/launcher/<name>.yaml that sets ``kind: <name>``.
 
 from __future__ import annotations
 
-from runner.launchers.base import Invocation, Launcher, LaunchRequest
+from runner.launchers.base import Invocation, Launcher, LaunchOutcome, LaunchRequest
 from runner.launchers.local import LocalLauncher
 from runner.launchers.manual import ManualLauncher
 from runner.launchers.mpi import MpiLauncher
@@ -39,4 +39,4 @@ def plan_for(job: Job, paths: RunPaths | None = None) -> Plan:
     """The job's plan under the rules of the launcher its spec names (Launcher.plan_for)."""
     return LAUNCHERS[job.spec.launcher.kind].plan_for(job, paths)
 
-__all__ = ["LAUNCHERS", "Invocation", "LaunchRequest", "Launcher", "launcher_of", "plan_for", "validate"]
+__all__ = ["LAUNCHERS", "Invocation", "LaunchOutcome", "LaunchRequest", "Launcher", "launcher_of", "plan_for", "validate"]

@@ -16,7 +16,8 @@ under the name ``launcher.kind`` gives it. Its class owns what is particular to 
   the hosts agree on), applied to the spec before the plan is made (runner.spec.pins);
 * **its tasks' place** — :meth:`Launcher.task_place`, for a launcher whose scheduler starts
   ``python -P -m runner.app.task`` (Slurm, mpirun);
-* **the launch** — :meth:`Launcher.request` (no side effects) and :meth:`Launcher.launch`.
+* **the launch** — :meth:`Launcher.request` (no side effects) and :meth:`Launcher.launch`, which says how it
+  ended in a :class:`LaunchOutcome`.
 """
 
 from __future__ import annotations
@@ -105,6 +106,18 @@ class TaskPlace:
     nodes: int | None = None  # nodes of the step, where the scheduler says
     tasks_per_node: tuple[int, ...] | None = None
     attempt: int = 0  # the scheduler's restart count (a requeued Slurm job)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchOutcome:
+    """How a launch ended, as `run`'s summary tells it (runner.reports.run_summary): what :meth:`Launcher.launch`
+    returns, so that what the summary reads is one value made when the launch is over, not what a launcher was left
+    holding."""
+
+    code: int  # the exit status of `run` (runner.common.exits)
+    not_followed: str | None = None  # what a launch submitted and returned from without following it ("Slurm job 12")
+    signalled: int | None = None  # SIGINT or SIGTERM that `run` got and passed on (to a scheduler's command, the hosts)
+    cause: str | None = None  # why the job failed where no rank's record can say it (a host was lost)
 
 
 class TaskError(Exception):
@@ -221,18 +234,15 @@ class Launcher(ABC):
         self.invocation = invocation
         self.environment = environment
         self._run_host = run_host
-        self.not_followed: str | None = None  # set by a launch that submits and returns ("Slurm job 12")
-        self.signalled: int | None = None  # SIGINT or SIGTERM that `run` passed on to a scheduler's command
-        self.stop_passed_on = False  # `run` passed the stop signal on to a scheduler's command (the ranks checkpoint)
-        self.cause: str | None = None  # why the job failed where no rank's record can say it (a host was lost)
 
     @abstractmethod
     def request(self) -> LaunchRequest:
         """The exact commands this launch would execute (no side effects)."""
 
     @abstractmethod
-    def launch(self, request: LaunchRequest) -> int:
-        """Run the job; the exit status of `run` (runner.common.exits)."""
+    def launch(self, request: LaunchRequest) -> LaunchOutcome:
+        """Run the job; how it ended: the exit status of `run` (runner.common.exits), and what the summary says
+        besides."""
 
     def array_member(self) -> ArrayMember | None:
         """This job as a member of a sweep's Slurm job array, prepared and not submitted; None: this
@@ -261,11 +271,13 @@ class Launcher(ABC):
         ``-P``: not the folder the task starts in (the user's) but the installed runner (runner.app.task)."""
         return (self.invocation.python, "-P", "-m", "runner.app.task", str(self.paths.spec))
 
-    def run_forwarding_signals(self, argv: list[str], cwd: str | None, env: dict[str, str] | None = None) -> int:
-        """Run a scheduler's command (srun, mpirun) to its end, passing `run`'s SIGINT, SIGTERM and stop
-        signal on to it (it passes them to the tasks). The exit status for `run`: 128 + n when `run` got
-        signal n (SIGINT, SIGTERM) and the command failed; 1 when a rank failed (the scheduler may report
-        the status of the tasks it stopped because of it instead, e.g. srun's 143); else the command's."""
+    def run_forwarding_signals(self, argv: list[str], cwd: str | None,
+                               env: dict[str, str] | None = None) -> LaunchOutcome:
+        """Run a scheduler's command (srun, mpirun) to its end, passing `run`'s SIGINT, SIGTERM and stop signal on
+        to it (it passes them to the tasks); the launch's outcome, with the first SIGINT or SIGTERM passed on. The
+        exit status for `run`: 128 + n when `run` got signal n (SIGINT, SIGTERM) and the command failed; 1 when a
+        rank failed (the scheduler may report the status of the tasks it stopped because of it instead, e.g. srun's
+        143); else the command's."""
         proc = subprocess.Popen(argv, cwd=cwd, env=env)
         received: list[int] = []
 
@@ -280,12 +292,10 @@ class Launcher(ABC):
             code = proc.wait()  # retried after each forwarded signal (PEP 475)
         code = code if code >= 0 else exits.from_signal(-code)
         stopped = [s for s in received if s in (signal.SIGINT, signal.SIGTERM)]
-        if stopped:
-            self.signalled = stopped[0]
-        self.stop_passed_on = self.plan.rules.stop_signal in received
-        if code and stopped:
-            return exits.from_signal(stopped[0])
-        return exits.FAILED if code and self.rank_failed() else code
+        signalled = stopped[0] if stopped else None
+        if code and signalled is not None:
+            return LaunchOutcome(code=exits.from_signal(signalled), signalled=signalled)
+        return LaunchOutcome(code=exits.FAILED if code and self.rank_failed() else code, signalled=signalled)
 
 
 def named_hosts_problems(job: Job, launcher: str) -> Iterator[Problem]:
