@@ -34,6 +34,7 @@ from runner.spec.document import load_spec_text, spec_yaml
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
 from runner.worker.host_agent import FAILURE_STOP_S, HostAgent
+from runner.worker.share import HostShare
 
 HARD_STOP_MARGIN_S = 10.0  # after launcher.grace_s and the failure stop: the agent had its chance to stop its ranks
 USAGE = "usage: run --ssh-host <node rank> <run folder>  (started by launcher=ssh, with the run's spec on stdin)"
@@ -162,9 +163,9 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
     paths.make()
     if not paths.spec.exists():  # a run folder of this host's own: say what the run is, as the launching `run` did
         write_atomically(paths.spec, spec_yaml(spec))  # (hosts that share it without `run` may both write it)
-    restarts = 0 if spec.preflight else spec.launcher.max_restarts
-    agent = HostAgent(plan=plan, node_rank=node, paths=paths, environment=environment, restarts=restarts,
-                      early_stop=early_stop)
+    share = HostShare(plan=plan, node_rank=node, paths=paths, environment=environment,
+                      restarts=0 if spec.preflight else spec.launcher.max_restarts)
+    agent = HostAgent(share, early_stop=early_stop)
     hard_stop_s = max(0.0, spec.launcher.grace_s) + FAILURE_STOP_S + HARD_STOP_MARGIN_S
     DriverWatch(stream, agent, hard_stop_s, spec.launcher.ssh.keepalive_s).start()
     # Ctrl-\ to the launching `run` comes to host 0's: its agent says where every rank of every host is

@@ -30,6 +30,7 @@ from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
 from runner.spec.schema import TaskMode
 from runner.spec.targets import TargetProblem
+from runner.worker.share import HostShare
 
 
 def verify_place(plan: Plan, place: TaskPlace) -> None:
@@ -88,13 +89,14 @@ def run_task(spec_path: Path, environment: ProcessEnvironment, early_stop: StopR
         print(f"error: {e}", file=sys.stderr)
         return exits.INVALID
     paths.make()
+    # no restarts of its own: a requeued Slurm job, or mpirun started again, starts its tasks again
     if spec.launcher.tasks is TaskMode.per_host:  # this task is its host's agent: it forks the host's processes
-        return HostAgent(plan=plan, node_rank=place.index, paths=paths, environment=environment, announce=True,
-                         early_stop=early_stop).run()
+        share = HostShare(plan=plan, node_rank=place.index, paths=paths, environment=environment)
+        return HostAgent(share, announce=True, early_stop=early_stop).run()
     # one task per process: this task is the agent of its one rank, which serves the store itself if rank 0
     rec = plan.records[place.index]
-    return HostAgent(plan=plan, node_rank=rec.node_rank, paths=paths, environment=environment, only=rec.global_rank,
-                     early_stop=early_stop).run()
+    share = HostShare(plan=plan, node_rank=rec.node_rank, paths=paths, environment=environment)
+    return HostAgent(share, only=rec.global_rank, early_stop=early_stop).run()
 
 
 def main() -> None:
