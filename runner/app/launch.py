@@ -23,7 +23,7 @@ from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
 from runner.launchers.base import Invocation, Launcher, LaunchRequest
 from runner.launchers.slurm.array import ArrayMember
-from runner.plan.processes import Deferred, Plan, make_plan
+from runner.plan.processes import Plan
 from runner.plan.render import plan_table, verdict, write_plan
 from runner.records.paths import RunPaths
 from runner.reports.run_summary import report_run
@@ -95,8 +95,7 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
             agent = None
         paths = _open_run_folder(job, launcher_class, out, run_id)
         job, copy = _pin(job, launcher_class, paths, environment)
-        launcher = launcher_class(plan=make_plan(job, launcher_class.launch_rules(job, paths), paths), paths=paths,
-                                  invocation=invocation,
+        launcher = launcher_class(plan=launcher_class.plan_for(job, paths), paths=paths, invocation=invocation,
                                   environment=environment.with_exported(launcher_class.exported_names(job.spec)),
                                   run_host=agent.run_host if agent else _in_process(zygote))
         request = launcher.request()
@@ -223,7 +222,7 @@ def _say_where(plan: Plan, paths: RunPaths) -> None:
     channel = None
     if plan.rules.hosts_start_apart and len(plan.job.hosts) > 1:
         init = plan.job.spec.init
-        known = not isinstance(plan.master_addr, Deferred) and not isinstance(plan.master_port, Deferred)
+        known = plan.master_known
         channel = channel_of(paths, init.dir, init.method is InitMethod.file, plan.master_addr if known else None,
                              plan.master_port if known else None, REACH_STORE_S)
         if channel is None:
@@ -237,6 +236,6 @@ def _launch(launcher: Launcher, request: LaunchRequest, started: float) -> int:
     run_summary.json."""
     plan, paths = launcher.plan, launcher.paths
     with handling((signal.SIGQUIT,), lambda _s, _f: _say_where(plan, paths)):
-        code = launcher.launch(request)
-    report_run(plan, paths, code, time.perf_counter() - started, launcher.not_followed, launcher.cause)
-    return code
+        outcome = launcher.launch(request)
+    report_run(plan, paths, outcome.code, time.perf_counter() - started, outcome.not_followed, outcome.cause)
+    return outcome.code

@@ -29,13 +29,13 @@ from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
 from runner.launchers.ssh.protocol import BEATS_MISSED, EndJob, PassSignal, ProtocolError, parse, read_spec
-from runner.plan.processes import make_plan
 from runner.records.paths import RunPaths
 from runner.spec.document import load_spec_text, spec_yaml
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
 from runner.worker.attempt_state import FAILURE_STOP_S
 from runner.worker.host_agent import HostAgent
+from runner.worker.share import HostShare
 
 HARD_STOP_MARGIN_S = 10.0  # after launcher.grace_s and the failure stop: the agent had its chance to stop its ranks
 USAGE = "usage: run --ssh-host <node rank> <run folder>  (started by launcher=ssh, with the run's spec on stdin)"
@@ -160,13 +160,13 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
         print(f"error: --ssh-host {node}: the spec has hosts 0..{len(job.hosts) - 1}", file=sys.stderr)
         return exits.INVALID
     paths = RunPaths(folder, spec.run_id or folder.name)
-    plan = make_plan(job, launcher.launch_rules(job, paths), paths)
+    plan = launcher.host_plan(job, paths, environment)
     paths.make()
     if not paths.spec.exists():  # a run folder of this host's own: say what the run is, as the launching `run` did
         write_atomically(paths.spec, spec_yaml(spec))  # (hosts that share it without `run` may both write it)
-    restarts = 0 if spec.preflight else spec.launcher.max_restarts
-    agent = HostAgent(plan=plan, node_rank=node, paths=paths, environment=environment, restarts=restarts,
-                      early_stop=early_stop)
+    share = HostShare(plan=plan, node_rank=node, paths=paths, environment=environment,
+                      restarts=0 if spec.preflight else spec.launcher.max_restarts)
+    agent = HostAgent(share, early_stop=early_stop)
     hard_stop_s = max(0.0, spec.launcher.grace_s) + FAILURE_STOP_S + HARD_STOP_MARGIN_S
     DriverWatch(stream, agent, hard_stop_s, spec.launcher.ssh.keepalive_s).start()
     # Ctrl-\ to the launching `run` comes to host 0's: its agent says where every rank of every host is

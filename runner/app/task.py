@@ -2,16 +2,16 @@
 launcher=slurm and launcher=mpi print and run; ``-P``: the folder it starts in is not put on the path,
 so a ``runner.py`` or ``runner/`` of the user's cannot shadow the runner).
 
-It loads the spec the launch pinned, validates and plans it again on the node it landed on, finds its
-place from the scheduler's environment (the launcher the spec names reads it: Slurm's variables or an
-MPI flavour's), refuses a place that contradicts the plan (with both numbers), and runs its share: with
+It loads the spec the launch pinned, validates and plans it again on the node it landed on (its launcher
+fills in what only the allocation knows: Slurm's first node and port), finds its place from the
+scheduler's environment (the launcher the spec names reads it: Slurm's variables or an MPI flavour's),
+refuses a place that contradicts the plan (with both numbers), and runs its share: with
 ``launcher.tasks=per_host`` it forks its host's processes as launcher=local does; with ``per_device`` it
 is one rank itself, and rank 0 serves the rendezvous store, as torch does.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import socket
@@ -23,24 +23,14 @@ from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
 from runner.launchers.base import TaskError, TaskPlace
-from runner.plan.processes import Deferred, Plan, make_plan
+from runner.plan.processes import Plan
 from runner.records.paths import RunPaths
 from runner.spec.document import load_spec
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
 from runner.spec.schema import TaskMode
 from runner.spec.targets import TargetProblem
-
-
-def resolve_master(plan: Plan, environment: ProcessEnvironment) -> Plan:
-    """Fill in what only the allocation knows: Slurm's first node and the job's port."""
-    addr, port = plan.master_addr, plan.master_port
-    if isinstance(addr, Deferred) or isinstance(port, Deferred):
-        slurm = environment.slurm
-        addr = slurm.first_host() if isinstance(addr, Deferred) else addr
-        port = str(slurm.port()) if isinstance(port, Deferred) else port
-    resolved = dataclasses.replace(plan, master_addr=addr, master_port=port)
-    return dataclasses.replace(resolved, init_method=resolved.init_url(port))
+from runner.worker.share import HostShare
 
 
 def verify_place(plan: Plan, place: TaskPlace) -> None:
@@ -93,19 +83,20 @@ def run_task(spec_path: Path, environment: ProcessEnvironment, early_stop: StopR
     try:
         place = launcher.task_place(environment)
         paths = RunPaths(spec_path.parent, spec.run_id or spec_path.parent.name, place.attempt)
-        plan = resolve_master(make_plan(job, launcher.launch_rules(job, paths), paths), environment)
+        plan = launcher.host_plan(job, paths, environment)  # Slurm's first node and port filled in
         verify_place(plan, place)
     except (TaskError, RuntimeError, ValueError) as e:  # ValueError: a node list that does not parse
         print(f"error: {e}", file=sys.stderr)
         return exits.INVALID
     paths.make()
+    # no restarts of its own: a requeued Slurm job, or mpirun started again, starts its tasks again
     if spec.launcher.tasks is TaskMode.per_host:  # this task is its host's agent: it forks the host's processes
-        return HostAgent(plan=plan, node_rank=place.index, paths=paths, environment=environment, announce=True,
-                         early_stop=early_stop).run()
+        share = HostShare(plan=plan, node_rank=place.index, paths=paths, environment=environment)
+        return HostAgent(share, announce=True, early_stop=early_stop).run()
     # one task per process: this task is the agent of its one rank, which serves the store itself if rank 0
     rec = plan.records[place.index]
-    return HostAgent(plan=plan, node_rank=rec.node_rank, paths=paths, environment=environment, only=rec.global_rank,
-                     early_stop=early_stop).run()
+    share = HostShare(plan=plan, node_rank=rec.node_rank, paths=paths, environment=environment)
+    return HostAgent(share, only=rec.global_rank, early_stop=early_stop).run()
 
 
 def main() -> None:

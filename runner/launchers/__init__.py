@@ -4,13 +4,13 @@ a line in LAUNCHERS, and a conf/launcher/<name>.yaml that sets ``kind: <name>``.
 
 from __future__ import annotations
 
-from runner.launchers.base import Invocation, Launcher, LaunchRequest
+from runner.launchers.base import Invocation, Launcher, LaunchOutcome, LaunchRequest
 from runner.launchers.local import LocalLauncher
 from runner.launchers.manual import ManualLauncher
 from runner.launchers.mpi import MpiLauncher
 from runner.launchers.slurm.launcher import SlurmLauncher
 from runner.launchers.ssh.launcher import SshLauncher
-from runner.plan.processes import Plan, make_plan
+from runner.plan.processes import Plan
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
@@ -36,8 +36,7 @@ def validate(spec: JobConfig, probe: MachineProbe) -> tuple[Job | None, list[Pro
 
 
 def plan_for(job: Job, paths: RunPaths | None = None) -> Plan:
-    """The job's plan under its launcher's rules (runner.plan.processes.make_plan)."""
-    launcher = LAUNCHERS[job.spec.launcher.kind]
-    return make_plan(job, launcher.launch_rules(job, paths), paths)
+    """The job's plan under the rules of the launcher its spec names (Launcher.plan_for)."""
+    return LAUNCHERS[job.spec.launcher.kind].plan_for(job, paths)
 
-__all__ = ["LAUNCHERS", "Invocation", "LaunchRequest", "Launcher", "launcher_of", "plan_for", "validate"]
+__all__ = ["LAUNCHERS", "Invocation", "LaunchOutcome", "LaunchRequest", "Launcher", "launcher_of", "plan_for", "validate"]

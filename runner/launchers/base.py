@@ -9,11 +9,15 @@ under the name ``launcher.kind`` gives it. Its class owns what is particular to 
   (:attr:`supports_restarts`, :attr:`gives_mpi_ranks`, :attr:`shares_run_folder`);
 * **the master** — :meth:`Launcher.default_master` (the address when the spec names none) and
   :meth:`Launcher.launch_rules` (the port's policy, the stop signal, who sets CUDA_VISIBLE_DEVICES);
+* **the plan** — :meth:`Launcher.plan_for`, the one place a plan is made from a spec, for `run` and for every
+  process that plans the run again on its host (:meth:`Launcher.host_plan`), and :meth:`Launcher.resolved`: the
+  values it left to the launch (Deferred), filled in where a host's share runs (Slurm's first node and port);
 * **its pins** — :meth:`Launcher.pins`: what the launch fixes in the spec for every process (the run id, a port
   the hosts agree on), applied to the spec before the plan is made (runner.spec.pins);
 * **its tasks' place** — :meth:`Launcher.task_place`, for a launcher whose scheduler starts
   ``python -P -m runner.app.task`` (Slurm, mpirun);
-* **the launch** — :meth:`Launcher.request` (no side effects) and :meth:`Launcher.launch`.
+* **the launch** — :meth:`Launcher.request` (no side effects) and :meth:`Launcher.launch`, which says how it
+  ended in a :class:`LaunchOutcome`.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import TYPE_CHECKING, ClassVar
 from runner.common import exits
 from runner.common.signals import handling, parse_signal
 from runner.environments.process import ProcessEnvironment
-from runner.plan.processes import Deferred, LaunchRules, Plan
+from runner.plan.processes import Deferred, LaunchRules, Plan, make_plan
 from runner.records.outcomes import any_failed
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
@@ -104,6 +108,18 @@ class TaskPlace:
     attempt: int = 0  # the scheduler's restart count (a requeued Slurm job)
 
 
+@dataclass(frozen=True, kw_only=True)
+class LaunchOutcome:
+    """How a launch ended, as `run`'s summary tells it (runner.reports.run_summary): what :meth:`Launcher.launch`
+    returns, so that what the summary reads is one value made when the launch is over, not what a launcher was left
+    holding."""
+
+    code: int  # the exit status of `run` (runner.common.exits)
+    not_followed: str | None = None  # what a launch submitted and returned from without following it ("Slurm job 12")
+    signalled: int | None = None  # SIGINT or SIGTERM that `run` got and passed on (to a scheduler's command, the hosts)
+    cause: str | None = None  # why the job failed where no rank's record can say it (a host was lost)
+
+
 class TaskError(Exception):
     """A task cannot take its place (not started by its scheduler, a place that contradicts the plan)."""
 
@@ -163,6 +179,28 @@ class Launcher(ABC):
                            hosts_start_apart=cls.hosts_start_apart, tasks_end_together=cls.tasks_end_together)
 
     @classmethod
+    def plan_for(cls, job: Job, paths: RunPaths | None = None) -> Plan:
+        """The job's plan under this launcher's rules (runner.plan.processes.make_plan), with the run's names when
+        ``paths`` is given. Every entry makes its plan here — `run` (runner.app.launch), a scheduler's task
+        (runner.app.task), an ssh host's `run` (runner.app.ssh_host) — so that each process of the run expands the
+        one spec into the same ranks by the same rules. What only the launch knows stays Deferred (:meth:`resolved`)."""
+        return make_plan(job, cls.launch_rules(job, paths), paths)
+
+    @classmethod
+    def resolved(cls, plan: Plan, environment: ProcessEnvironment) -> Plan:
+        """``plan`` with what this launcher left to the launch (Deferred) filled in from ``environment``, where a
+        host's share runs: a scheduler tells its tasks what it chose. By default there is nothing to fill in there
+        (a port chosen at launch reaches the ranks through host 0's agent; one the hosts agree on is pinned in the
+        spec), and the plan stays as it is."""
+        return plan
+
+    @classmethod
+    def host_plan(cls, job: Job, paths: RunPaths, environment: ProcessEnvironment) -> Plan:
+        """The plan as a host that runs a share of it sees it: made again there (:meth:`plan_for`, on the host's own
+        devices and network) and :meth:`resolved` from what the host's environment says."""
+        return cls.resolved(cls.plan_for(job, paths), environment)
+
+    @classmethod
     def pins(cls, job: Job, paths: RunPaths) -> Pins:
         """What this launch fixes in the spec for every process: the run id, and the master port where the spec
         leaves it at 0 and the hosts cannot learn one chosen at launch (:attr:`pins_master_port`: the port
@@ -198,18 +236,15 @@ class Launcher(ABC):
         self.invocation = invocation
         self.environment = environment
         self._run_host = run_host
-        self.not_followed: str | None = None  # set by a launch that submits and returns ("Slurm job 12")
-        self.signalled: int | None = None  # SIGINT or SIGTERM that `run` passed on to a scheduler's command
-        self.stop_passed_on = False  # `run` passed the stop signal on to a scheduler's command (the ranks checkpoint)
-        self.cause: str | None = None  # why the job failed where no rank's record can say it (a host was lost)
 
     @abstractmethod
     def request(self) -> LaunchRequest:
         """The exact commands this launch would execute (no side effects)."""
 
     @abstractmethod
-    def launch(self, request: LaunchRequest) -> int:
-        """Run the job; the exit status of `run` (runner.common.exits)."""
+    def launch(self, request: LaunchRequest) -> LaunchOutcome:
+        """Run the job; how it ended: the exit status of `run` (runner.common.exits), and what the summary says
+        besides."""
 
     def array_member(self) -> ArrayMember | None:
         """This job as a member of a sweep's Slurm job array, prepared and not submitted; None: this
@@ -238,11 +273,13 @@ class Launcher(ABC):
         ``-P``: not the folder the task starts in (the user's) but the installed runner (runner.app.task)."""
         return (self.invocation.python, "-P", "-m", "runner.app.task", str(self.paths.spec))
 
-    def run_forwarding_signals(self, argv: list[str], cwd: str | None, env: dict[str, str] | None = None) -> int:
-        """Run a scheduler's command (srun, mpirun) to its end, passing `run`'s SIGINT, SIGTERM and stop
-        signal on to it (it passes them to the tasks). The exit status for `run`: 128 + n when `run` got
-        signal n (SIGINT, SIGTERM) and the command failed; 1 when a rank failed (the scheduler may report
-        the status of the tasks it stopped because of it instead, e.g. srun's 143); else the command's."""
+    def run_forwarding_signals(self, argv: list[str], cwd: str | None,
+                               env: dict[str, str] | None = None) -> LaunchOutcome:
+        """Run a scheduler's command (srun, mpirun) to its end, passing `run`'s SIGINT, SIGTERM and stop signal on
+        to it (it passes them to the tasks); the launch's outcome, with the first SIGINT or SIGTERM passed on. The
+        exit status for `run`: 128 + n when `run` got signal n (SIGINT, SIGTERM) and the command failed; 1 when a
+        rank failed (the scheduler may report the status of the tasks it stopped because of it instead, e.g. srun's
+        143); else the command's."""
         proc = subprocess.Popen(argv, cwd=cwd, env=env)
         received: list[int] = []
 
@@ -257,12 +294,10 @@ class Launcher(ABC):
             code = proc.wait()  # retried after each forwarded signal (PEP 475)
         code = code if code >= 0 else exits.from_signal(-code)
         stopped = [s for s in received if s in (signal.SIGINT, signal.SIGTERM)]
-        if stopped:
-            self.signalled = stopped[0]
-        self.stop_passed_on = self.plan.rules.stop_signal in received
-        if code and stopped:
-            return exits.from_signal(stopped[0])
-        return exits.FAILED if code and self.rank_failed() else code
+        signalled = stopped[0] if stopped else None
+        if code and signalled is not None:
+            return LaunchOutcome(code=exits.from_signal(signalled), signalled=signalled)
+        return LaunchOutcome(code=exits.FAILED if code and self.rank_failed() else code, signalled=signalled)
 
 
 def named_hosts_problems(job: Job, launcher: str) -> Iterator[Problem]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from runner.launchers.base import HostCommand, Launcher, LaunchRequest
+from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
@@ -42,5 +42,5 @@ class LocalLauncher(Launcher):
             ))
         return LaunchRequest(launcher=self.name, commands=tuple(commands))
 
-    def launch(self, request: LaunchRequest) -> int:
-        return self.run_host(0)
+    def launch(self, request: LaunchRequest) -> LaunchOutcome:
+        return LaunchOutcome(code=self.run_host(0))

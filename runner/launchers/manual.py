@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 
 from runner.common import exits
-from runner.launchers.base import HostCommand, Launcher, LaunchRequest, named_hosts_problems
+from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
@@ -110,9 +110,9 @@ class ManualLauncher(Launcher):
         return (f"{found} this machine ({', '.join(sorted(n for n in names if not is_loopback(n))[:6])}); "
                 f"hint: add launcher.manual.host=<index> (the dry run prints each host's command)")
 
-    def launch(self, request: LaunchRequest) -> int:
+    def launch(self, request: LaunchRequest) -> LaunchOutcome:
         node = self.this_host(LocalProbe().host_names())
         if isinstance(node, str):
             print(f"error: launcher.manual.host: {node}", file=sys.stderr)
-            return exits.INVALID
-        return self.run_host(node)
+            return LaunchOutcome(code=exits.INVALID)
+        return LaunchOutcome(code=self.run_host(node))

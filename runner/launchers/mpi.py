@@ -9,11 +9,13 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 from runner.common import exits
 from runner.common.signals import handling
 from runner.environments.process import ProcessEnvironment
-from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError, TaskPlace, named_hosts_problems
+from runner.launchers.base import (HostCommand, Launcher, LaunchOutcome, LaunchRequest, TaskError, TaskPlace,
+                                   named_hosts_problems)
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
@@ -46,6 +48,12 @@ class MpiLauncher(Launcher):
     master_source = "host of MPI rank 0"
     pins_master_port = True
     tasks_end_together = True
+
+    def __init__(self, **launch: Any) -> None:
+        super().__init__(**launch)
+        # what `run` passed on while mpirun ran, which ends the launch rather than restart it
+        self._signalled: int | None = None  # the first SIGINT or SIGTERM: the outcome's, too
+        self._stop_passed_on = False  # the stop signal: the ranks checkpoint and stop
 
     @classmethod
     def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:
@@ -97,7 +105,7 @@ class MpiLauncher(Launcher):
         command = HostCommand(host="this machine", argv=tuple(argv), note=what, cwd=self.invocation.cwd)
         return LaunchRequest(launcher=self.name, commands=(command,))
 
-    def launch(self, request: LaunchRequest) -> int:
+    def launch(self, request: LaunchRequest) -> LaunchOutcome:
         """Run mpirun; after a failure, up to launcher.max_restarts times again, each attempt's tasks told which
         it is (RUNNER_ATTEMPT): the ranks resume from the run's last checkpoint (ctx.attempt counts)."""
         (command,) = request.commands
@@ -110,10 +118,10 @@ class MpiLauncher(Launcher):
             except FileNotFoundError:
                 print(f"error: launcher=mpi: {command.argv[0]!r} is not on PATH; hint: install Open MPI, or give its "
                       f"path: launcher.mpi.mpirun=/path/to/mpirun", file=sys.stderr)
-                return exits.INVALID
+                return LaunchOutcome(code=exits.INVALID)
             # a rank that raised (1) or was killed (mpirun's own status then), not `run` asked to stop
-            if code in (exits.OK, exits.INVALID) or self.signalled or attempt >= restarts or self.stop_passed_on:
-                return code
+            if code in (exits.OK, exits.INVALID) or self._signalled or attempt >= restarts or self._stop_passed_on:
+                return LaunchOutcome(code=code, signalled=self._signalled)
             attempt += 1
             print(f"\nrestarting: attempt {attempt + 1} of {restarts + 1} (launcher.max_restarts={restarts}): mpirun "
                   f"again; the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
@@ -137,18 +145,18 @@ class MpiLauncher(Launcher):
                 while pending:
                     self._pass_on(pending.pop(0), proc)
         code = code if code >= 0 else exits.from_signal(-code)
-        if code and self.signalled is not None:
-            return exits.from_signal(self.signalled)
+        if code and self._signalled is not None:
+            return exits.from_signal(self._signalled)
         return exits.FAILED if code and self.rank_failed() else code
 
     def _pass_on(self, signum: int, proc: subprocess.Popen) -> None:
         """A signal `run` got while mpirun runs: to every task through the job's channel (the tasks' agents pass it
         on as they would their own), else to mpirun."""
-        again = signum in (signal.SIGINT, signal.SIGTERM) and self.signalled is not None
+        again = signum in (signal.SIGINT, signal.SIGTERM) and self._signalled is not None
         if signum in (signal.SIGINT, signal.SIGTERM):
-            self.signalled = self.signalled or signum
+            self._signalled = self._signalled or signum
         else:
-            self.stop_passed_on = True
+            self._stop_passed_on = True
         if not again:
             init = self.plan.job.spec.init
             channel = channel_of(self.paths, init.dir, init.method is InitMethod.file, self.plan.master_addr,

@@ -72,6 +72,12 @@ class Plan:
     def world_size(self) -> int:
         return len(self.records)
 
+    @property
+    def master_known(self) -> bool:
+        """Whether the master's address and port are known here: neither is left to the launch (Deferred), so a
+        process that is no rank of the run (`run`, an ssh host's check) can dial host 0's store."""
+        return not isinstance(self.master_addr, Deferred) and not isinstance(self.master_port, Deferred)
+
     def host_records(self, node_rank: int) -> tuple[RankPlace, ...]:
         """The places of one host: a contiguous block, found by the rank prefix sums."""
         start = self._host_starts[node_rank]

@@ -160,14 +160,14 @@ class HostAgent:
     starting it again after a failure up to ``restarts`` times. ``announce``: end with a line saying how the host's
     share ended (a Slurm or MPI task, whose `run` is elsewhere; `run` itself ends with its summary)."""
 
-    def __init__(self, plan: Plan, node_rank: int, paths: RunPaths, environment: ProcessEnvironment, *, announce: bool = False, restarts: int = 0,
-                 only: int | None = None, early_stop: StopRequest | None = None, zygote: Zygote | None = None) -> None:
-        self.plan = plan
-        self.node_rank = node_rank
-        self.paths = paths
-        self.environment = environment
+    def __init__(self, share: HostShare, *, announce: bool = False, only: int | None = None,
+                 early_stop: StopRequest | None = None, zygote: Zygote | None = None) -> None:
+        self.plan = share.plan
+        self.node_rank = share.node_rank
+        self.paths = share.paths
+        self.environment = share.environment
         self.announce = announce
-        self.restarts = restarts
+        self.restarts = share.restarts
         self.only = only  # a task per process: this global rank alone, which serves the store itself if rank 0
         self.early_stop = early_stop  # the task's stop request, caught before this agent handles the signal
         self.signalled: int | None = None  # the first SIGINT/SIGTERM that reached the agent
@@ -721,5 +721,4 @@ def _is_tty(stream: object) -> bool:
 def launch_host(share: HostShare, zygote: Zygote | None = None) -> int:
     """Run a host's share of a plan with a :class:`HostAgent` in this process; its exit status. ``zygote``: one started
     already (else the agent starts its own)."""
-    return HostAgent(share.plan, share.node_rank, share.paths, share.environment, restarts=share.restarts,
-                     zygote=zygote).run()
+    return HostAgent(share, zygote=zygote).run()

@@ -1,8 +1,10 @@
-"""The message that hands one host's share of a job to the process that runs it.
+"""The message that hands one host's share of a job to the process that runs it: what every host agent is made from
+(runner.worker.host_agent.HostAgent).
 
 `run` (launcher=local, and each host of launcher=manual) sends it to its launch agent (runner.app.agent), which
-runs it with a host agent (runner.worker.host_agent.launch_host); without a launch agent `run` runs it itself.
-It crosses a pipe (pickled), so it holds plain records only.
+runs it with a host agent (runner.worker.host_agent.launch_host); without a launch agent `run` runs it itself. A
+scheduler's task (runner.app.task) and an ssh host's `run` (runner.app.ssh_host) make their own, from the plan they
+make again where they run. It crosses a pipe (pickled), so it holds plain records only.
 """
 
 from __future__ import annotations

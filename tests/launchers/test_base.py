@@ -1,5 +1,6 @@
 """runner.launchers.base, what every launcher shares: a request rendered as the dry run prints it, the pins of a
-launch, how a scheduler's task enters the runner, and hosts a launcher must be able to name. Each launcher's own
+launch, the plan every entry makes, how a scheduler's task enters the runner, and hosts a launcher must be able to
+name. Each launcher's own
 rules: test_rules.py and test_<kind>_launcher.py."""
 
 from __future__ import annotations
@@ -47,6 +48,19 @@ def test_a_schedulers_task_loads_the_pinned_spec_with_the_installed_runner() -> 
     invocation = Invocation(python="/venv/bin/python", cwd="/work")
     launcher = LAUNCHERS["slurm"](plan=plan_for(job, PATHS), paths=PATHS, invocation=invocation, environment=environment())
     assert launcher.task_argv() == ("/venv/bin/python", "-P", "-m", "runner.app.task", "/runs/R1/spec.yaml")
+
+
+@pytest.mark.parametrize("kind", ["local", "manual", "mpi", "ssh"])
+def test_a_host_plans_its_share_as_run_planned_the_run_where_its_environment_has_nothing_to_fill_in(kind) -> None:
+    """`run`, a scheduler's task and an ssh host's `run` make the plan in one place (Launcher.plan_for); only a
+    launcher that leaves the master to its scheduler fills it in on the host (Slurm: test_launcher_slurm.py)."""
+    hosts = ("topology=custom", "topology.hosts=[{name: a, devices: 1}, {name: b, devices: 1}]") \
+        if kind != "local" else ("topology=1x2",)
+    job = validate((f"launcher={kind}", *hosts, "device=cpu", "recipe.global_batch_size=2")).job
+    launcher = LAUNCHERS[kind]
+    planned = launcher.plan_for(job, PATHS)
+    assert planned == plan_for(job, PATHS)
+    assert launcher.host_plan(job, PATHS, environment(SLURM_JOB_ID="42", SLURM_STEP_NODELIST="n[1-2]")) == planned
 
 
 def test_hosts_a_launcher_reaches_by_name_must_have_one() -> None:

@@ -13,7 +13,7 @@ from conftest import environment, hosts_override, make_spec, validate
 from runner.common import exits
 from runner.launchers import LAUNCHERS, Invocation, plan_for
 from runner.launchers import mpi
-from runner.launchers.base import TaskError
+from runner.launchers.base import LaunchOutcome, TaskError
 from runner.launchers.mpi import ATTEMPT, MpiLauncher
 from runner.records.paths import RunPaths
 from runner.plan.processes import Deferred, port_for
@@ -92,7 +92,7 @@ def test_a_task_finds_its_place_and_attempt_from_mpiruns_variables() -> None:
 
 def test_a_launch_without_mpirun_says_how_to_get_it(capsys) -> None:
     chosen = launcher(*AB, "launcher.mpi.mpirun=/nonexistent/mpirun")
-    assert chosen.launch(chosen.request()) == exits.INVALID
+    assert chosen.launch(chosen.request()) == LaunchOutcome(code=exits.INVALID)
     err = capsys.readouterr().err
     assert err.startswith("mpi: /nonexistent/mpirun -np 3 ")
     assert ("error: launcher=mpi: '/nonexistent/mpirun' is not on PATH; hint: install Open MPI, or give its path: "
@@ -125,17 +125,17 @@ def test_a_signal_to_run_reaches_the_tasks_through_host_0s_store_and_mpirun_is_l
     again: Ctrl-C, SIGTERM and the stop signal go on the job's channel, which every task's agent reads."""
     chosen, seen = passing_on(monkeypatch)
     chosen._pass_on(signal.SIGUSR1, seen)
-    assert (seen.stops, seen.sent, chosen.stop_passed_on, chosen.signalled) == ([(signal.SIGUSR1, "login1")], [],
-                                                                                True, None)
+    assert (seen.stops, seen.sent, chosen._stop_passed_on, chosen._signalled) == ([(signal.SIGUSR1, "login1")], [],
+                                                                                  True, None)
     chosen._pass_on(signal.SIGTERM, seen)
-    assert (seen.stops[1:], seen.sent, chosen.signalled) == ([(signal.SIGTERM, "login1")], [], signal.SIGTERM)
+    assert (seen.stops[1:], seen.sent, chosen._signalled) == ([(signal.SIGTERM, "login1")], [], signal.SIGTERM)
 
 
 def test_a_second_ctrl_c_is_mpiruns_own_stop(monkeypatch) -> None:
     chosen, seen = passing_on(monkeypatch)
     chosen._pass_on(signal.SIGINT, seen)
     chosen._pass_on(signal.SIGINT, seen)
-    assert (seen.stops, seen.sent, chosen.signalled) == ([(signal.SIGINT, "login1")], [signal.SIGINT], signal.SIGINT)
+    assert (seen.stops, seen.sent, chosen._signalled) == ([(signal.SIGINT, "login1")], [signal.SIGINT], signal.SIGINT)
 
 
 def test_without_host_0s_store_the_signal_goes_to_mpirun_and_run_says_so(monkeypatch, capsys) -> None:

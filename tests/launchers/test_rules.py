@@ -11,7 +11,7 @@ import runner.launchers
 import runner.plan.processes
 from conftest import environment, validate
 from runner.launchers import LAUNCHERS, plan_for
-from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError
+from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest, TaskError
 from runner.plan.processes import Deferred
 from runner.records.paths import RunPaths
 
@@ -109,8 +109,8 @@ class EchoLauncher(Launcher):
                          for h in self.plan.job.hosts)
         return LaunchRequest(launcher=self.name, commands=commands)
 
-    def launch(self, request) -> int:
-        return 0
+    def launch(self, request) -> LaunchOutcome:
+        return LaunchOutcome(code=0)
 
 
 def test_a_launcher_of_ones_own_is_a_class_and_a_registry_line(monkeypatch, tmp_path) -> None:

@@ -33,6 +33,7 @@ from runner.worker.rank_process import STACK_SIGNAL
 from runner.worker.relay import Echo
 from runner.worker.rendezvous import Rendezvous
 from runner.worker.setup import RankSetup
+from runner.worker.share import HostShare
 
 pytestmark = pytest.mark.unit
 
@@ -61,6 +62,11 @@ def plan_of(spec: JobConfig, paths: RunPaths) -> Plan:
     got = validate(spec, Probe(paths=frozenset({"train.py"})))
     assert got.valid, got.rendered()
     return plan_for(got.job, paths)
+
+
+def agent_of(plan: Plan, node_rank: int, paths: RunPaths, *, only: int | None = None) -> HostAgent:
+    """The agent of host ``node_rank``'s share of ``plan`` (or of its one rank ``only``), not run."""
+    return HostAgent(HostShare(plan=plan, node_rank=node_rank, paths=paths, environment=EIGHT_CPUS), only=only)
 
 
 def setups_of(spec: JobConfig, paths: RunPaths, node_rank: int = 1, **kwargs: object) -> list[RankSetup]:
@@ -198,11 +204,18 @@ def test_an_unreachable_master_is_tried_for_init_timeout_s_and_named_with_its_po
 # -------------------------------------------------------------------------- the agent
 
 
+def test_an_agent_is_made_from_its_hosts_share_whole(paths) -> None:
+    share = HostShare(plan=plan_of(two_hosts(), paths), node_rank=1, paths=paths, environment=EIGHT_CPUS, restarts=3)
+    agent = HostAgent(share, announce=True)
+    assert (agent.plan, agent.node_rank, agent.paths, agent.environment, agent.restarts, agent.announce) == \
+        (share.plan, 1, paths, EIGHT_CPUS, 3, True)
+
+
 @pytest.mark.parametrize("node_rank, only, serves", [(0, None, True), (0, 0, True), (0, 1, False), (1, None, False),
                                                      (1, 2, False)])
 def test_the_agent_of_host_0_serves_the_store_or_with_a_task_per_process_global_rank_0s(paths, node_rank, only,
                                                                                          serves) -> None:
-    agent = HostAgent(plan_of(two_hosts(), paths), node_rank, paths, EIGHT_CPUS, only=only)
+    agent = agent_of(plan_of(two_hosts(), paths), node_rank, paths, only=only)
     assert agent.serves is serves
 
 
@@ -223,7 +236,7 @@ def test_a_collective_timeout_asks_the_ranks_still_running_for_their_stacks(path
     failed(setups[0], timeout=True)
     setups[2].outcome.mark_done(False)  # returned, not exited yet
     ranks = [Rank(0), Rank(1), Rank(2)]
-    assert HostAgent(plan, 0, paths, EIGHT_CPUS)._ask_for_stacks_after_a_timeout(ranks, setups)
+    assert agent_of(plan, 0, paths)._ask_for_stacks_after_a_timeout(ranks, setups)
     assert [r.signalled for r in ranks] == [[], [STACK_SIGNAL], []]
 
 
@@ -232,5 +245,5 @@ def test_a_failure_that_is_no_timeout_asks_for_no_stacks(paths) -> None:
     setups = rank_setups(plan, 1, RDZV, paths, EIGHT_CPUS)
     failed(setups[0], timeout=False)
     ranks = [Rank(0), Rank(1)]
-    assert not HostAgent(plan, 1, paths, EIGHT_CPUS)._ask_for_stacks_after_a_timeout(ranks, setups)
+    assert not agent_of(plan, 1, paths)._ask_for_stacks_after_a_timeout(ranks, setups)
     assert [r.signalled for r in ranks] == [[], []]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import signal
@@ -12,11 +13,11 @@ from runner.common import exits
 from runner.common.signals import parse_signal
 from runner.environments.process import ProcessEnvironment
 from runner.environments.slurm import SlurmEnvironment, expand_hostnames
-from runner.launchers.base import HostCommand, Launcher, LaunchRequest, TaskError, TaskPlace
+from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest, TaskError, TaskPlace
 from runner.launchers.slurm.array import ArrayMember
 from runner.launchers.slurm.follow import follow
 from runner.launchers.slurm.job import SlurmError, submit
-from runner.plan.processes import Deferred
+from runner.plan.processes import Deferred, Plan
 from runner.records.outcomes import all_done
 from runner.records.paths import RunPaths
 from runner.reports.where import where_the_ranks_are
@@ -100,6 +101,19 @@ class SlurmLauncher(Launcher):
         return TaskPlace(index=slurm.proc_id, count=slurm.ntasks or 0, local_index=slurm.local_id, source="Slurm",
                          nodes=slurm.step_num_nodes, tasks_per_node=slurm.step_tasks_per_node,
                          attempt=slurm.restart_count)
+
+    @classmethod
+    def resolved(cls, plan: Plan, environment: ProcessEnvironment) -> Plan:
+        """Fill in what only the allocation knows, as each task finds it in Slurm's variables: the step's first node
+        (the master, where the spec names none) and the port derived from the job id (where the spec pins none); the
+        init URL then names them."""
+        addr, port = plan.master_addr, plan.master_port
+        if isinstance(addr, Deferred) or isinstance(port, Deferred):
+            slurm = environment.slurm
+            addr = slurm.first_host() if isinstance(addr, Deferred) else addr
+            port = str(slurm.port()) if isinstance(port, Deferred) else port
+        known = dataclasses.replace(plan, master_addr=addr, master_port=port)
+        return dataclasses.replace(known, init_method=known.init_url(port))
 
     # -- the launch ----------------------------------------------------------------------------------------
     @property
@@ -274,7 +288,7 @@ class SlurmLauncher(Launcher):
                                         "or leave the host names out and let Slurm choose"))
         return problems
 
-    def launch(self, request: LaunchRequest) -> int:
+    def launch(self, request: LaunchRequest) -> LaunchOutcome:
         slurm = self.environment.slurm
         try:
             if self.in_allocation:
@@ -282,7 +296,7 @@ class SlurmLauncher(Launcher):
                 if problems:
                     print(render_problems(problems), file=sys.stderr)
                     print("\nthe allocation does not fit the spec; nothing was started.", file=sys.stderr)
-                    return exits.INVALID
+                    return LaunchOutcome(code=exits.INVALID)
                 step = request.commands[0]
                 print(f"slurm: an srun step in job {slurm.job_id} ({self.paths.step_script})", file=sys.stderr)
                 return self.run_forwarding_signals(list(step.argv), step.cwd)
@@ -290,17 +304,17 @@ class SlurmLauncher(Launcher):
             job_id = submit(self.paths.sbatch_script, self.invocation.cwd)
         except SlurmError as e:
             print(f"error: launcher=slurm: {e}", file=sys.stderr)
-            return exits.INVALID
+            return LaunchOutcome(code=exits.INVALID)
         self.paths.slurm_job_id.write_text(job_id + "\n")
         output = self.paths.slurm_output(job_id)
         print(f"slurm: submitted job {job_id}; output: {output}, rank logs: {self.paths.logs}/", file=sys.stderr)
         if not self.plan.job.spec.launcher.slurm.follow:
             print(f"slurm: not following it (launcher.slurm.follow=false): `squeue -j {job_id}` shows it", file=sys.stderr)
-            self.not_followed = f"Slurm job {job_id}"
-            return exits.OK
-        return follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed,
-                                   say_where=lambda: where_the_ranks_are(self.plan, self.paths, "cancelling the job"),
-                                   stop_signal=self.plan.rules.stop_signal, user_stop=self.paths.user_stop)
+            return LaunchOutcome(code=exits.OK, not_followed=f"Slurm job {job_id}")
+        code = follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed,
+                      say_where=lambda: where_the_ranks_are(self.plan, self.paths, "cancelling the job"),
+                      stop_signal=self.plan.rules.stop_signal, user_stop=self.paths.user_stop)
+        return LaunchOutcome(code=code)
 
     @classmethod
     def snapshots_by_default(cls, environment: ProcessEnvironment) -> bool:

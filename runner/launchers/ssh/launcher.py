@@ -35,8 +35,7 @@ from pathlib import Path
 
 from runner.common import exits
 from runner.environments.versions import installed
-from runner.launchers.base import HostCommand, Launcher, LaunchRequest
-from runner.plan.processes import Deferred
+from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest
 from runner.launchers.manual import agreed_port, hosts_apart_problems
 from runner.launchers.ssh.address import HostAddress, explained, host_addresses
 from runner.launchers.ssh.check import check_hosts
@@ -170,7 +169,7 @@ class SshLauncher(Launcher):
         plan = self.plan
         if len(plan.job.hosts) < 2 or plan.job.spec.init.method is InitMethod.file:
             return None
-        if isinstance(plan.master_addr, Deferred) or isinstance(plan.master_port, Deferred) or not plan.master_addr:
+        if not plan.master_known or not plan.master_addr:
             return None
         return plan.master_addr, int(plan.master_port)
 
@@ -195,29 +194,26 @@ class SshLauncher(Launcher):
         return LaunchRequest(launcher=self.name, commands=tuple(commands))
 
     # -- the launch -------------------------------------------------------------------------------------------------
-    def launch(self, request: LaunchRequest) -> int:
+    def launch(self, request: LaunchRequest) -> LaunchOutcome:
         spec = self.plan.job.spec
         hosts = self.hosts()
         started = time.perf_counter()
         try:
             refused = check_hosts(hosts, installed(), spec.launcher.ssh.connect_timeout_s)
         except KeyboardInterrupt:  # Ctrl-C before anything started (the checks' ssh got it too)
-            self.signalled = signal.SIGINT
             print("\nSIGINT during the check: nothing was started.", file=sys.stderr, flush=True)
-            return exits.from_signal(signal.SIGINT)
+            return LaunchOutcome(code=exits.from_signal(signal.SIGINT), signalled=signal.SIGINT)
         if refused:
             print("\n".join(refused) + "\n\nnothing was started.", file=sys.stderr, flush=True)
-            return exits.INVALID
+            return LaunchOutcome(code=exits.INVALID)
         rendezvous = self.rendezvous()
         dialled = f"; each reaches host 0's rendezvous at {rendezvous[0]} port {rendezvous[1]}" if rendezvous else ""
         print(f"ssh: {len(hosts)} host(s) ready ({installed().short()}) in {time.perf_counter() - started:.1f} s: "
               f"{', '.join(h.destination for h in hosts)}{dialled}", file=sys.stderr, flush=True)
         ended = run_sessions(hosts, spec_yaml(spec), self.plan.rules.stop_signal, spec.launcher.grace_s,
                              spec.launcher.ssh.keepalive_s)
-        self.signalled = ended.signalled
-        self.cause = ended.cause
         try:
             collect(hosts, self.paths, ended.lost)
         except KeyboardInterrupt:  # the job is over: only its records were being taken back
             print("\nSIGINT: the hosts' records stay in their run folders", file=sys.stderr, flush=True)
-        return ended.code
+        return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause)

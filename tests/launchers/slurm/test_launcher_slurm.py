@@ -17,8 +17,9 @@ from runner.app.task import verify_place
 from runner.common.signals import parse_signal
 from runner.environments.slurm import SlurmEnvironment, expand_counts
 from runner.launchers import Invocation, plan_for
-from runner.launchers.base import TaskError, TaskPlace
+from runner.launchers.base import LaunchOutcome, TaskError, TaskPlace
 from runner.launchers.slurm.job import JobStatus, exit_status, mark_user_stop
+from runner.launchers.slurm import launcher as launcher_module
 from runner.launchers.slurm.launcher import SlurmLauncher
 from runner.records.paths import RunPaths
 from runs import wait_until
@@ -120,6 +121,32 @@ def test_slurm_environment_reads_the_step():
                                  "SLURM_JOB_CPUS_PER_NODE": "8(x2)"})
     assert (env.step_num_nodes, env.step_tasks_per_node, env.node_name, env.restart_count) == (2, (2, 1), "gpu-node02", 1)
     assert env.cpus_per_node == (8, 8)
+
+
+def test_a_task_plans_the_run_with_the_first_node_of_its_step_and_the_port_of_its_job():
+    """The master is left to the launch under Slurm; each task's launcher fills it in from the task's variables,
+    unless the spec names it."""
+    paths = RunPaths(Path("/runs/R1"), "R1")
+    step = environment(SLURM_JOB_ID="42", SLURM_STEP_ID="0", SLURM_STEP_NODELIST="gpu-node[07-08]")
+    job = validate(["launcher=slurm", "device=cpu", "topology=2x2", "init=tcp"]).job
+    plan = SlurmLauncher.host_plan(job, paths, step)
+    assert (plan.master_addr, plan.master_port, plan.init_method) == ("gpu-node07", "20042", "tcp://gpu-node07:20042")
+    assert SlurmLauncher.resolved(SlurmLauncher.plan_for(job, paths), step) == plan
+    named = validate(["launcher=slurm", "device=cpu", "topology=2x2", "init=tcp", "init.master_addr=10.0.0.5",
+                      "init.master_port=29400"]).job
+    plan = SlurmLauncher.host_plan(named, paths, step)
+    assert (plan.master_addr, plan.master_port, plan.init_method) == ("10.0.0.5", "29400", "tcp://10.0.0.5:29400")
+
+
+def test_a_job_submitted_and_not_followed_is_the_launchs_outcome(tmp_path, monkeypatch, capsys):
+    checked = validate(["launcher=slurm", "device=cpu", "topology=2x1", "launcher.slurm.follow=false"])
+    paths = RunPaths(tmp_path, "R1")
+    paths.make()
+    monkeypatch.setattr(launcher_module, "submit", lambda script, cwd: "4242")
+    chosen = SlurmLauncher(plan=plan_for(checked.job, paths), paths=paths,
+                           invocation=Invocation(python="/venv/bin/python", cwd="/work/proj"), environment=environment())
+    assert chosen.launch(chosen.request()) == LaunchOutcome(code=0, not_followed="Slurm job 4242")
+    assert "not following it (launcher.slurm.follow=false)" in capsys.readouterr().err
 
 
 FAKE_SRUN = """#!/bin/bash
