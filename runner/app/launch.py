@@ -237,5 +237,6 @@ def _launch(launcher: Launcher, request: LaunchRequest, started: float) -> int:
     plan, paths = launcher.plan, launcher.paths
     with handling((signal.SIGQUIT,), lambda _s, _f: _say_where(plan, paths)):
         outcome = launcher.launch(request)
-    report_run(plan, paths, outcome.code, time.perf_counter() - started, outcome.not_followed, outcome.cause)
+    report_run(outcome.plan or plan, paths, outcome.code, time.perf_counter() - started, outcome.not_followed,
+               outcome.cause)
     return outcome.code

@@ -28,17 +28,20 @@ from runner.common.files import write_atomically
 from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
-from runner.launchers.ssh.protocol import BEATS_MISSED, EndJob, PassSignal, ProtocolError, parse, read_spec
+from runner.launchers.ssh.protocol import (BEATS_MISSED, EndJob, PassSignal, ProtocolError, parse, read_spec,
+                                           report_line)
 from runner.records.paths import RunPaths
 from runner.spec.document import load_spec_text, spec_yaml
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
+from runner.worker.agent_reports import AgentReport
 from runner.worker.attempt_state import FAILURE_STOP_S
 from runner.worker.host_agent import HostAgent
 from runner.worker.share import HostShare
 
 HARD_STOP_MARGIN_S = 10.0  # after launcher.grace_s and the failure stop: the agent had its chance to stop its ranks
-USAGE = "usage: run --ssh-host <node rank> <run folder>  (started by launcher=ssh, with the run's spec on stdin)"
+USAGE = ("usage: run --ssh-host <node rank> <run folder> [--attempt N]  (started by launcher=ssh, with the run's spec "
+         "on stdin)")
 
 
 class HostLabelled(io.TextIOBase):
@@ -140,9 +143,10 @@ def _say(text: str) -> None:
 
 
 def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEnvironment,
-              early_stop: StopRequest | None = None) -> int:
+              early_stop: StopRequest | None = None, attempt: int = 0) -> int:
     """Host ``node``'s share of the job whose spec comes on ``stream``, run in ``folder``; its exit status.
-    ``early_stop``: the stop signal caught before the host agent handles it (passed on to the ranks once they run)."""
+    ``early_stop``: the stop signal caught before the host agent handles it (passed on to the ranks once they run);
+    ``attempt``: the first attempt to run (a job started again on the hosts that remain after a loss)."""
     try:
         spec = load_spec_text(read_spec(stream))
     except (ProtocolError, ValueError) as e:
@@ -159,14 +163,14 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
     if not 0 <= node < len(job.hosts):
         print(f"error: --ssh-host {node}: the spec has hosts 0..{len(job.hosts) - 1}", file=sys.stderr)
         return exits.INVALID
-    paths = RunPaths(folder, spec.run_id or folder.name)
+    paths = RunPaths(folder, spec.run_id or folder.name, attempt)
     plan = launcher.host_plan(job, paths, environment)
     paths.make()
     if not paths.spec.exists():  # a run folder of this host's own: say what the run is, as the launching `run` did
         write_atomically(paths.spec, spec_yaml(spec))  # (hosts that share it without `run` may both write it)
     share = HostShare(plan=plan, node_rank=node, paths=paths, environment=environment,
                       restarts=0 if spec.preflight else spec.launcher.max_restarts)
-    agent = HostAgent(share, early_stop=early_stop)
+    agent = HostAgent(share, early_stop=early_stop, reporter=_report)
     hard_stop_s = max(0.0, spec.launcher.grace_s) + FAILURE_STOP_S + HARD_STOP_MARGIN_S
     DriverWatch(stream, agent, hard_stop_s, spec.launcher.ssh.keepalive_s).start()
     # Ctrl-\ to the launching `run` comes to host 0's: its agent says where every rank of every host is
@@ -174,18 +178,40 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
     return agent.run()
 
 
+def _report(report: AgentReport) -> None:
+    """The agent's report, to the launching `run`: a line of this process's stderr it takes out of what it shows
+    (runner.launchers.ssh.protocol), written whole (one write: no rank's line cuts it)."""
+    try:
+        os.write(2, report_line(report))
+    except OSError:  # the launching `run` is gone: the share is stopping anyway
+        pass
+
+
+def _arguments(argv: list[str]) -> tuple[int, Path, int] | None:
+    """``<node rank> <run folder> [--attempt N]``: the node rank, the folder and the first attempt; None: not that."""
+    if len(argv) == 4 and argv[2] == "--attempt" and argv[3].isdigit():
+        argv, attempt = argv[:2], int(argv[3])
+    else:
+        attempt = 0
+    if len(argv) != 2 or not argv[0].isdigit():
+        return None
+    return int(argv[0]), Path(argv[1]), attempt
+
+
 def main(argv: list[str]) -> None:
-    """``run --ssh-host <node rank> <run folder>`` (runner.app.cli hands it these two arguments)."""
+    """``run --ssh-host <node rank> <run folder> [--attempt N]`` (runner.app.cli hands it these arguments)."""
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _until_agent)
     early_stop = StopRequest()
     early_stop.install(signal.SIGUSR1)  # the default stop signal, early: the agent passes it on once it runs
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # until the agent runs (run_share): host 0's then answers Ctrl-\
-    if len(argv) != 2 or not argv[0].isdigit():
+    found = _arguments(argv)
+    if found is None:
         print(USAGE, file=sys.stderr)
         code = exits.INVALID
     else:
-        code = run_share(int(argv[0]), Path(argv[1]), sys.stdin.buffer, ProcessEnvironment.read(), early_stop)
+        node, folder, attempt = found
+        code = run_share(node, folder, sys.stdin.buffer, ProcessEnvironment.read(), early_stop, attempt)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -118,6 +118,7 @@ class LaunchOutcome:
     not_followed: str | None = None  # what a launch submitted and returned from without following it ("Slurm job 12")
     signalled: int | None = None  # SIGINT or SIGTERM that `run` got and passed on (to a scheduler's command, the hosts)
     cause: str | None = None  # why the job failed where no rank's record can say it (a host was lost)
+    plan: Plan | None = None  # the plan the job ended on, where it is not the launcher's (a job that lost hosts)
 
 
 class TaskError(Exception):

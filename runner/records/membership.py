@@ -15,7 +15,7 @@ class MembershipChange:
     """One change of the job's hosts: the attempt that a lost host ended, and the next one on the hosts after."""
 
     time: float  # when the loss was seen (wall clock of the launching machine)
-    attempt: int  # the attempt the loss ended
+    attempt: int  # the attempt the loss ended (counted from 0, as TORCHELASTIC_RESTART_COUNT and the ranks' ctx.attempt)
     next_attempt: int | None  # the attempt started on ``after``; None: the job ended with this change
     before: tuple[str, ...]  # the hosts, in node-rank order
     after: tuple[str, ...]  # the hosts of the next attempt, in node-rank order (empty: none)
@@ -53,14 +53,14 @@ class MembershipChange:
             return None
 
     def line(self) -> str:
-        """The summary's words: "host 2 (c) lost at attempt 0 (...): attempt 1 on 2 hosts, world size 4; 0 steps
-        lost, first step 6.1 s after"."""
-        then = f"attempt {self.next_attempt} on {len(self.after)} host(s), world size {self.world_size_after}" \
+        """The summary's words, attempts counted from 1 as `run`'s restart lines count them: "c lost in attempt 1
+        (...): attempt 2 on 2 host(s), world size 2; 17 step(s) lost, first step 6.2 s after"."""
+        then = f"attempt {self.next_attempt + 1} on {len(self.after)} host(s), world size {self.world_size_after}" \
             if self.next_attempt is not None else "the job ended"
         spares = f", spare {', '.join(self.spares)} in its place" if self.spares else ""
         lost = f"; {self.steps_lost} step(s) lost" if self.steps_lost is not None else ""
         first = f", first step {self.to_first_step_s:.1f} s after" if self.to_first_step_s is not None else ""
-        return f"{', '.join(self.lost)} lost at attempt {self.attempt} ({self.cause}): {then}{spares}{lost}{first}"
+        return f"{', '.join(self.lost)} lost in attempt {self.attempt + 1} ({self.cause}): {then}{spares}{lost}{first}"
 
 
 def append_change(paths: RunPaths, change: MembershipChange) -> None:

@@ -31,6 +31,7 @@ from runner.common.files import write_atomically
 from runner.common.formatting import duration, error_line, number
 from runner.environments import provenance
 from runner.plan.processes import Plan
+from runner.records.membership import changes
 from runner.records.outcomes import RankOutcome, first_failures, outcomes
 from runner.records.paths import RunPaths
 from runner.records.watch_files import end_dumps, read_diagnosis
@@ -70,6 +71,7 @@ class RunSummary:
     hang: dict[str, Any] | None = None  # where the ranks were when a collective timed out or the job stalled
     straggler: str | None = None  # the rank the others waited for, in words
     ended: tuple[str, ...] = ()  # ranks whose work was over but which did not end, ended by their agent, in words
+    membership: tuple[str, ...] = ()  # each change of the job's hosts (membership.jsonl), in words
     files: tuple[str, ...] = ()  # what the run folder holds, relative to it, grouped (logs/rank*.log (2), ...)
     paths: dict[str, Any] = field(default_factory=dict)  # the same, as absolute paths by kind
 
@@ -106,6 +108,8 @@ class RunSummary:
             lines.append(f"  slowest   {self.straggler}")
         for text in self.ended:
             lines.append(f"  ended     {_wrapped(text, 12)}")
+        for text in self.membership:
+            lines.append(f"  hosts     {_wrapped(text, 12)}")
         lines.append(f"  outputs   {_shown_path(self.root, cwd)}/")
         row = ""
         for item in self.files:
@@ -128,7 +132,7 @@ class RunSummary:
             "first_failure": self.first_failure, "signal": self.signal, "slurm_job_id": self.slurm_job_id,
             "code": self.code, "hang": self.hang, "straggler": self.straggler, "ended_by_agent": list(self.ended),
             "metrics_step": self.metrics_step, "final_metrics": self.final_metrics,
-            "paths": self.paths,
+            "membership": list(self.membership), "paths": self.paths,
         }
 
 
@@ -305,7 +309,8 @@ def summarize(plan: Plan, paths: RunPaths, code: int, wall_time_s: float, not_fo
         recipe=recipe, root=paths.root, first_failure=failure, signal=sig, slurm_job_id=slurm_job_id,
         metrics_step=metrics.step, final_metrics=metrics.final, code=_code(paths), hang=_hang(paths),
         straggler=slow.text() if slow else None, files=shown, paths=by_kind,
-        ended=tuple(text for r in ranks if (text := RankOutcome(paths, r).ended_by_its_agent)))
+        ended=tuple(text for r in ranks if (text := RankOutcome(paths, r).ended_by_its_agent)),
+        membership=tuple(change.line() for change in changes(paths)))
 
 
 def _hang(paths: RunPaths) -> dict[str, Any] | None:

@@ -41,7 +41,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from runner.common import exits
@@ -63,6 +63,7 @@ from runner.worker.channel import ChannelError, ChannelInterrupted, JobChannel, 
 from runner.worker.attempt_state import (AttemptState, Directive, EndedFromOutside, Event,
                                           FirstFailureWas, PeerFailed, Phase, RankExited, Say, SayWhereTheyWere, Send,
                                           Signalled, Stalled, StuckAtEnd, Tick, TellFailure, TellOwnFailure)
+from runner.worker.agent_reports import AgentReport, AttemptBegan, StepReached
 from runner.worker.channel_records import JobFailure, StopAsked
 from runner.worker.channel_proxy import ProxyKeyValue
 from runner.worker.endings import gather_endings, peer_failure, share_ended
@@ -87,6 +88,7 @@ REPORTED_WAIT_S = ENDINGS_WAIT_S + 15.0  # how long another task waits for host 
 LEFT_WAIT_S = 2.0  # ... and how long host 0's keeps its store for them to say they heard it
 PEER_POLL_S = 0.5  # how often the job's channel is looked at: another host's failure, a stop request
 TICK_S = 0.1  # the monitor's longest sleep while something is to be looked at
+STEP_REPORT_S = 1.0  # rank 0's step is reported at most this often (its first step of an attempt at once)
 SILENT_S = 2.0  # a rank whose watch has not run for this long cannot answer where it is: its agent answers for it
 
 
@@ -153,6 +155,9 @@ class _Running:
     asked_for_stacks: bool = False  # after a collective timed out, the late ranks were asked for their stacks
     answers_checked: float = 0.0  # when the agent last answered for ranks that cannot (runner.worker.rank_life)
     guard: EndGuard = field(default_factory=EndGuard)
+    step_said: int | None = None  # rank 0's step, as last reported (:attr:`HostAgent.reporter`)
+    step_said_at: float = float("-inf")
+    first_step_said: bool = False
 
 
 class HostAgent:
@@ -161,7 +166,8 @@ class HostAgent:
     share ended (a Slurm or MPI task, whose `run` is elsewhere; `run` itself ends with its summary)."""
 
     def __init__(self, share: HostShare, *, announce: bool = False, only: int | None = None,
-                 early_stop: StopRequest | None = None, zygote: Zygote | None = None) -> None:
+                 early_stop: StopRequest | None = None, zygote: Zygote | None = None,
+                 reporter: Callable[[AgentReport], None] | None = None) -> None:
         self.plan = share.plan
         self.node_rank = share.node_rank
         self.paths = share.paths
@@ -170,6 +176,7 @@ class HostAgent:
         self.restarts = share.restarts
         self.only = only  # a task per process: this global rank alone, which serves the store itself if rank 0
         self.early_stop = early_stop  # the task's stop request, caught before this agent handles the signal
+        self.reporter = reporter  # who hears its reports as it runs (runner.worker.agent_reports): launcher=ssh's `run`
         self.signalled: int | None = None  # the first SIGINT/SIGTERM that reached the agent
         self._pending: list[int] = []
         self._ends: list[JobFailure] = []  # the job ended from outside (end_job), not yet acted on
@@ -278,6 +285,7 @@ class HostAgent:
         ranks: list[RankProcess] = []
         try:
             self._start(setups, relay, ranks)
+            self._tell_reporter(AttemptBegan(attempt=paths.attempt, at=time.time()))
             ending = self._monitor(ranks, setups, relay, channel, paths.attempt)
         finally:
             for rank in ranks:  # whatever happened above, nothing of this attempt stays behind
@@ -483,7 +491,28 @@ class HostAgent:
             yield from self._stuck_at_end(a)
         if state.phase is Phase.RUNNING and (stall := self._stall_watch(a.ranks, a.setups, a.relay, a.channel)):
             yield Stalled(failure=stall)
+        self._report_rank_0s_step(a)
         yield Tick()
+
+    def _tell_reporter(self, report: AgentReport) -> None:
+        """Tell whoever started this agent and asked (:attr:`reporter`: launcher=ssh's `run`)."""
+        if self.reporter is not None:
+            self.reporter(report)
+
+    def _report_rank_0s_step(self, a: _Running) -> None:
+        """Rank 0's progress bar's step, where rank 0 is here: when it moved, at most every :data:`STEP_REPORT_S`
+        (its first step of the attempt at once)."""
+        if self.reporter is None:
+            return
+        rank_0 = next((r for r in a.ranks if a.setups[r.index].place.global_rank == 0), None)
+        life = a.relay.life(rank_0.index) if rank_0 is not None else None
+        if life is None or life.step is None or life.step == a.step_said:
+            return
+        now = time.monotonic()
+        first = life.resumed is not None and life.step > life.resumed and not a.first_step_said
+        if first or now - a.step_said_at >= STEP_REPORT_S:
+            a.step_said, a.step_said_at, a.first_step_said = life.step, now, a.first_step_said or first
+            self._tell_reporter(StepReached(attempt=a.attempt, step=life.step, resumed=life.resumed, at=time.time()))
 
     def _channel_events(self, a: _Running) -> Iterator[Event]:
         """Another host's `run` asked to stop (Ctrl-C, SIGTERM, the stop signal), or another host's rank failed."""

@@ -7,6 +7,11 @@ socket cannot be retrieved``, a refused connection while host 0 is not up yet): 
 :func:`say_each_once` puts a pipe in front of the process's descriptor 2 and a thread that passes on each line whose
 words (its head of time and source line cut off) it has not passed on before. For a process that forks nothing
 (the store's, the channel's: children of the zygote that stay leaves); never a rank's, whose stderr is the script's.
+
+A lost host makes each of these print, with its one-line warning (``[c10d] recvValue failed on SocketImpl(...):
+Connection reset by peer``), the C++ backtrace of the exception behind it (``Exception raised from recvBytes at
+...``, ``frame #3: ...``): torch's internals, the same for every such loss, which the warning's line already says in
+words. Those lines, and blank ones, are dropped too.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import threading
 
 # glog's head: severity, date, time, thread, file:line
 _HEAD = re.compile(rb"^\[?[IWEF]\d{4} [\d:.]+\s+(?:\d+\s+)?[\w.]+:\d+\]\s*")
+# a C++ exception's backtrace, as c10d prints it under its warning
+_BACKTRACE = re.compile(rb"^(Exception raised from \S+ at \S+ \(most recent call first\):|frame #\d+: |"
+                        rb"<omitting python frames>)")
 
 
 def words_of(line: bytes) -> bytes:
@@ -41,7 +49,7 @@ def _pass_on(read: int, out: int) -> None:
     with os.fdopen(read, "rb") as lines:
         for line in lines:
             words = words_of(line)
-            if words and words in seen:
+            if not words or words in seen or _BACKTRACE.match(words):
                 continue
             seen.add(words)
             try:

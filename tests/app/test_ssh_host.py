@@ -250,3 +250,13 @@ def test_ctrl_c_or_sigterm_before_the_agent_runs_ends_the_share_at_once(signum) 
 @pytest.mark.parametrize("argv", [[], ["0"], ["b", "/runs/R1"], ["0", "/runs/R1", "x"]])
 def test_a_command_line_it_does_not_take_says_how_it_is_used(argv) -> None:
     assert in_child(lambda: main(argv)) == (2, USAGE + "\n")
+
+
+def test_a_host_started_again_on_the_hosts_that_remain_is_told_its_first_attempt() -> None:
+    from runner.app.ssh_host import _arguments
+
+    assert _arguments(["1", "/r/runs/x"]) == (1, Path("/r/runs/x"), 0)
+    assert _arguments(["0", "/r/runs/x", "--attempt", "2"]) == (0, Path("/r/runs/x"), 2)
+    for wrong in (["x", "/r"], ["1"], ["1", "/r", "--attempt"], ["1", "/r", "--attempt", "two"], ["1", "/r", "2"]):
+        assert _arguments(wrong) is None, wrong
+    assert "[--attempt N]" in USAGE

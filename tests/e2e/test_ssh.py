@@ -49,18 +49,24 @@ class Job:
         return self.views[host] / "outputs" / "runs" / run_id
 
 
-@pytest.fixture
-def job(testbed, tmp_path) -> Job:
+def job_in(bed, tmp_path: Path) -> Job:
+    """A job folder of its own on each of ``bed``'s hosts and here, holding the tests' workloads, as a user's checkout
+    on each machine, and the migration examples' torchrun script."""
     name = f"{tmp_path.name}-{uuid.uuid4().hex[:6]}"
     views = {}
-    for host in (None, *testbed.names):
-        folder = testbed.home_of(host) / name
+    for host in (None, *bed.names):
+        folder = bed.home_of(host) / name
         folder.mkdir()
-        stage_workloads(folder)  # the workloads, as a user's checkout on each machine
+        stage_workloads(folder)
         for script in ("train_torchrun.py", "common.py"):
             shutil.copy(REPO / "examples" / "migrate" / script, folder)
         views[host] = folder
-    return Job(Path(testbed.ssh["home"]) / name, views)
+    return Job(Path(bed.ssh["home"]) / name, views)
+
+
+@pytest.fixture
+def job(testbed, tmp_path) -> Job:
+    return job_in(testbed, tmp_path)
 
 
 def ssh_options(testbed, ssh_config: str | None = None) -> list[str]:

@@ -29,11 +29,11 @@ def test_each_change_is_a_line_of_membership_jsonl_and_reads_back_equal(tmp_path
 
 
 def test_a_change_says_itself_in_a_line() -> None:
-    assert LOST.line() == ("b lost at attempt 0 (ssh exited 255 (Timeout, server b not responding.)): attempt 1 on 2 "
+    assert LOST.line() == ("b lost in attempt 1 (ssh exited 255 (Timeout, server b not responding.)): attempt 2 on 2 "
                            "host(s), world size 2; 17 step(s) lost, first step 6.2 s after")
     ended = MembershipChange(time=1.0, attempt=2, next_attempt=None, before=("a", "b"), after=(), lost=("a",),
                              cause="2 host(s) left")
-    assert ended.line() == "a lost at attempt 2 (2 host(s) left): the job ended"
+    assert ended.line() == "a lost in attempt 3 (2 host(s) left): the job ended"
     assert ended.steps_lost is None
 
 

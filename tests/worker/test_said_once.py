@@ -39,3 +39,28 @@ thread.join(10)
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stderr == RETRY.format(n=0) + "\n" + "error: something else\n"
+
+
+LOST = """[W1127 18:42:29.179350605 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=6, addr=[::1]:64875, remote=[::1]:4886): Connection reset by peer
+Exception raised from recvBytes at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/Utils.hpp:784 (most recent call first):
+frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7efe4bfa9b8d in libc10.so)
+frame #1: c10d::TCPStore::check(std::vector<std::string> const&) + 0x383 (0x7efe3c1 in libtorch_cpu.so)
+<omitting python frames>
+frame #21: _start + 0x21 (0x5560ee6d6081 in python)
+
+"""
+
+
+def test_a_lost_stores_cpp_backtrace_is_dropped_and_its_warning_kept() -> None:
+    program = f"""
+import os
+from runner.worker.said_once import say_each_once
+thread = say_each_once()
+os.write(2, {LOST!r}.encode())
+os.write(2, b"error: the store is gone\\n")
+os.close(2)
+thread.join(10)
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == LOST.splitlines()[0] + "\nerror: the store is gone\n"

@@ -30,7 +30,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from runner.common import exits
@@ -41,15 +41,19 @@ from runner.launchers.ssh.address import HostAddress, explained, host_addresses
 from runner.launchers.ssh.check import check_hosts
 from runner.launchers.ssh.collect import collect
 from runner.launchers.ssh.host import SshHost, collected, ssh_base
-from runner.launchers.ssh.session import run_sessions
+from runner.launchers.ssh.attempts import AttemptsOnHosts
+from runner.launchers.ssh.session import Ended, run_sessions
 from runner.records.paths import RunPaths
 from runner.spec.document import spec_yaml
 from runner.spec.job import Job
 from runner.spec.pins import Pins
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
+from runner.spec.elastic import elasticity, resolve_spares
 from runner.spec.schema import InitMethod, JobConfig
+from runner.spec.topology import Host, resolve_hosts
 from runner.spec.validation import ENV_NAME
+from runner.worker.agent_reports import AgentReport
 
 _OPTION = re.compile(r"^[A-Za-z][A-Za-z0-9]*=\S.*$")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -137,8 +141,16 @@ class SshLauncher(Launcher):
         return str(workdir / root.relative_to(cwd)) if root.is_relative_to(cwd) else str(root)
 
     def hosts(self) -> tuple[SshHost, ...]:
-        spec = self.plan.job.spec
-        opts = spec.launcher.ssh
+        return tuple(self._ssh_host(host, f"host {host.index}") for host in self.plan.job.hosts)
+
+    def spare_hosts(self) -> tuple[SshHost, ...]:
+        """topology.spares, as hosts to check with the others (each dials host 0's rendezvous as a host other than
+        host 0 would) and to start in a lost host's place (runner.launchers.ssh.attempts)."""
+        return tuple(self._ssh_host(host, f"spare {i}") for i, host in enumerate(self.plan.job.spares))
+
+    def _ssh_host(self, host: Host, label: str) -> SshHost:
+        """Host ``host``'s commands: its check, its share (from this launch's attempt on) and its records."""
+        opts = self.plan.job.spec.launcher.ssh
         base = ssh_base(opts)
         run_command = opts.run or self.invocation.run_command
         run = shlex.quote(run_command)
@@ -146,22 +158,19 @@ class SshLauncher(Launcher):
         env = "".join(f"{shlex.quote(f'{k}={v}')} " for k, v in self.environment.exported.items())
         folder = shlex.quote(self.remote_folder())
         rendezvous = self.rendezvous()
-        found = []
-        for host in self.plan.job.hosts:
-            destination = host.name or host.addr or host.label
-            start = f"{cd} {'env ' + env if env else ''}{run} --ssh-host {host.index} {folder}"
-            check = f"{cd} {run} --version"
-            if rendezvous is not None:
-                check = (f"cd {shlex.quote(self.workdir())} && {run} --version && exec {run} --reach "
-                         f"{shlex.quote(rendezvous[0])} {rendezvous[1]} {host.index}")
-            collect = f"cd {folder} && exec tar -cf - --ignore-failed-read {shlex.join(collected(self.paths))}"
-            found.append(SshHost(index=host.index, name=host.label, label=f"host {host.index} ({destination})",
-                                 destination=destination,
-                                 ranks=tuple(r.global_rank for r in self.plan.host_records(host.index)),
-                                 run=run_command, check=(*base, "--", destination, check), dials=rendezvous is not None,
-                                 start=(*base, "--", destination, start),
-                                 collect=(*base, "--", destination, collect)))
-        return tuple(found)
+        destination = host.name or host.addr or host.label
+        attempt = f" --attempt {self.paths.attempt}" if self.paths.attempt else ""
+        start = f"{cd} {'env ' + env if env else ''}{run} --ssh-host {host.index} {folder}{attempt}"
+        check = f"{cd} {run} --version"
+        if rendezvous is not None:
+            check = (f"cd {shlex.quote(self.workdir())} && {run} --version && exec {run} --reach "
+                     f"{shlex.quote(rendezvous[0])} {rendezvous[1]} {host.index}")
+        collect = f"cd {folder} && exec tar -cf - --ignore-failed-read {shlex.join(collected(self.paths))}"
+        ranks = tuple(r.global_rank for r in self.plan.host_records(host.index)) if host in self.plan.job.hosts else ()
+        return SshHost(index=host.index, name=host.label, label=f"{label} ({destination})", destination=destination,
+                       ranks=ranks, run=run_command, check=(*base, "--", destination, check),
+                       dials=rendezvous is not None, start=(*base, "--", destination, start),
+                       collect=(*base, "--", destination, collect))
 
     def rendezvous(self) -> tuple[str, int] | None:
         """Host 0's rendezvous address and port, which every host's check dials (runner.worker.reach); None where
@@ -183,6 +192,12 @@ class SshLauncher(Launcher):
             commands.append(HostCommand(host=h.label, argv=h.check,
                                         note=f"the check, on every host at once before anything starts: reachable, "
                                              f"`run` there, its runner and torch, the job's folder{dials}"))
+        for h in self.spare_hosts():
+            commands.append(HostCommand(host=h.label, argv=h.check,
+                                        note="a spare, checked with the hosts; started in a lost host's place"))
+        elastic = elasticity(self.plan.job)
+        if elastic.enabled:
+            commands.append(HostCommand(host=elastic.line(), argv=None))
         for h in hosts:
             ranks = f"rank {h.ranks[0]}" if len(h.ranks) == 1 else f"ranks {h.ranks[0]}..{h.ranks[-1]}"
             commands.append(HostCommand(host=h.label, argv=h.start,
@@ -195,11 +210,23 @@ class SshLauncher(Launcher):
 
     # -- the launch -------------------------------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> LaunchOutcome:
+        refused = self.check(with_spares=True)
+        if refused is not None:
+            return refused
+        if elasticity(self.plan.job).enabled:  # a lost host: the job starts again on those that remain
+            return AttemptsOnHosts(self).run()
+        ended = self.sessions()
+        return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause)
+
+    def check(self, with_spares: bool = False) -> LaunchOutcome | None:
+        """Every host checked at once (and the spares, ``with_spares``), its line said: None when all are ready, else
+        how the launch ended (nothing was started)."""
         spec = self.plan.job.spec
         hosts = self.hosts()
         started = time.perf_counter()
         try:
-            refused = check_hosts(hosts, installed(), spec.launcher.ssh.connect_timeout_s)
+            refused = check_hosts((*hosts, *(self.spare_hosts() if with_spares else ())), installed(),
+                                  spec.launcher.ssh.connect_timeout_s)
         except KeyboardInterrupt:  # Ctrl-C before anything started (the checks' ssh got it too)
             print("\nSIGINT during the check: nothing was started.", file=sys.stderr, flush=True)
             return LaunchOutcome(code=exits.from_signal(signal.SIGINT), signalled=signal.SIGINT)
@@ -208,12 +235,32 @@ class SshLauncher(Launcher):
             return LaunchOutcome(code=exits.INVALID)
         rendezvous = self.rendezvous()
         dialled = f"; each reaches host 0's rendezvous at {rendezvous[0]} port {rendezvous[1]}" if rendezvous else ""
+        spares = f" (spare(s) ready: {', '.join(h.destination for h in self.spare_hosts())})" \
+            if with_spares and self.plan.job.spares else ""
         print(f"ssh: {len(hosts)} host(s) ready ({installed().short()}) in {time.perf_counter() - started:.1f} s: "
-              f"{', '.join(h.destination for h in hosts)}{dialled}", file=sys.stderr, flush=True)
+              f"{', '.join(h.destination for h in hosts)}{dialled}{spares}", file=sys.stderr, flush=True)
+        return None
+
+    def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None) -> Ended:
+        """Every host's share, relayed to its end (runner.launchers.ssh.session), then their records taken back."""
+        spec = self.plan.job.spec
+        hosts = self.hosts()
         ended = run_sessions(hosts, spec_yaml(spec), self.plan.rules.stop_signal, spec.launcher.grace_s,
-                             spec.launcher.ssh.keepalive_s)
+                             spec.launcher.ssh.keepalive_s, on_report)
         try:
             collect(hosts, self.paths, ended.lost)
         except KeyboardInterrupt:  # the job is over: only its records were being taken back
             print("\nSIGINT: the hosts' records stay in their run folders", file=sys.stderr, flush=True)
-        return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause)
+        return ended
+
+    def on(self, spec: JobConfig, attempt: int) -> SshLauncher:
+        """This launch on another spec's hosts (the hosts that remain after a loss), from ``attempt`` on."""
+        problems: list[Problem] = []
+        hosts = resolve_hosts(spec.topology, problems)
+        if problems:
+            raise ValueError("; ".join(p.render() for p in problems))
+        job = dataclasses.replace(self.plan.job, spec=spec, hosts=hosts, spares=resolve_spares(spec.topology, hosts, []),
+                                  master_addr=self.default_master(spec, hosts) if len(hosts) > 1 else "127.0.0.1")
+        paths = dataclasses.replace(self.paths, attempt=attempt)
+        return SshLauncher(plan=self.plan_for(job, paths), paths=paths, invocation=self.invocation,
+                           environment=self.environment)

@@ -11,9 +11,9 @@ writes, runner.app.ssh_host reads), in order:
 3. the end of the stream: this `run` or the connection is gone; the host stops its share as on SIGTERM.
 
 The other way, each host's `run` says what the launching one needs to know of the job as lines of its stderr that
-begin with :data:`REPORT` (the launching `run` takes them out of what it shows): :class:`AttemptBegan` when the host's
-ranks of an attempt start, :class:`StepReached` as rank 0's progress bar moves (from rank 0's host, at most once a
-second): what a job that outlives its hosts records of a change (runner.launchers.ssh.membership).
+begin with :data:`REPORT` (the launching `run` takes them out of what it shows): its host agent's reports
+(runner.worker.agent_reports: an attempt began, rank 0's step), what a job that outlives its hosts records of a
+change (runner.launchers.ssh.membership).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass
 from typing import IO
 
+from runner.worker.agent_reports import AgentReport, AttemptBegan, StepReached
 from runner.worker.channel_records import JobFailure
 
 BEATS_MISSED = 4  # beats a host may miss before it takes the launching `run` as gone (ssh's own count, and one more)
@@ -88,33 +89,12 @@ def end_message(host: str, text: str) -> bytes:
 REPORT = b"\x1erunner-report "  # the start of a host's report line (an ASCII record separator: no program's output)
 
 
-@dataclass(frozen=True, kw_only=True)
-class AttemptBegan:
-    """The host's ranks of ``attempt`` started (``at``: the host's wall clock)."""
-
-    attempt: int
-    at: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class StepReached:
-    """Rank 0's progress bar is at ``step`` in ``attempt``; ``resumed``: the step the attempt began at."""
-
-    attempt: int
-    step: int
-    resumed: int | None
-    at: float
-
-
-HostReport = AttemptBegan | StepReached
-
-
-def report_line(report: HostReport) -> bytes:
+def report_line(report: AgentReport) -> bytes:
     kind = "attempt" if isinstance(report, AttemptBegan) else "step"
     return REPORT + json.dumps({"k": kind, **dataclasses.asdict(report)}).encode() + b"\n"
 
 
-def parse_report(line: bytes) -> HostReport | None:
+def parse_report(line: bytes) -> AgentReport | None:
     """A report line's report (:data:`REPORT` and a JSON object); None for any other line."""
     if not line.startswith(REPORT):
         return None

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from runner.common import exits
 from runner.common.signals import handling
 from runner.launchers.ssh.host import SshHost
-from runner.launchers.ssh.protocol import (REPORT, HostReport, beat_message, end_message, parse_report,
+from runner.launchers.ssh.protocol import (REPORT, AgentReport, beat_message, end_message, parse_report,
                                            signal_message, spec_message)
 from runner.worker.rank_process import die_with_parent
 
@@ -75,13 +75,15 @@ class Ended:
     signalled: int | None
     cause: str | None  # "host 1 (b): its ssh session ended ..." where a host was lost
     lost: frozenset[int]  # those hosts' indices
+    lost_at: float | None = None  # when the first was seen lost (time.time())
+    why_lost: dict[int, str] = field(default_factory=dict)  # each lost host's index -> how it was seen
 
 
 class Sessions:
     """Every host's session, from their start to the end of the last (see the module docstring)."""
 
     def __init__(self, hosts: tuple[SshHost, ...], spec_text: str, stop_signal: int, grace_s: float,
-                 beat_s: float = 0.0, on_report: Callable[[int, HostReport], None] | None = None) -> None:
+                 beat_s: float = 0.0, on_report: Callable[[int, AgentReport], None] | None = None) -> None:
         self.hosts = hosts
         self.on_report = on_report  # what each host reports (runner.launchers.ssh.protocol), with its index
         self.spec_text = spec_text
@@ -93,6 +95,7 @@ class Sessions:
         self.pending: list[int] = []  # signals to this `run`, not yet passed on
         self.signalled: int | None = None
         self.lost: dict[int, str] = {}  # host index -> why
+        self.lost_at: float | None = None
         self.order: list[Session] = []  # sessions in the order they ended
         self.close_at: float | None = None  # when to close the sessions still open (a stop, the job ended)
         self.kill_at: float | None = None
@@ -235,6 +238,7 @@ class Sessions:
             said = next((f" ({line})" for line in reversed(session.stderr_tail) if _SSH_SAYS.match(line)), "")
             how = f"exited {code}" if code >= 0 else f"was killed by {signal.Signals(-code).name}"
             self.lost[host.index] = f"ssh {how}{said}: the host, its network or its `run` is gone"
+            self.lost_at = self.lost_at or time.time()
             print(f"\nssh: {host.label} lost: {self.lost[host.index]}", file=sys.stderr, flush=True)
             why = f"lost: {self.lost[host.index]}"
         else:
@@ -267,7 +271,7 @@ class Sessions:
             code = exits.FAILED
         else:
             code = codes[0] if codes else exits.OK
-        return Ended(code, self.signalled, cause, lost)
+        return Ended(code, self.signalled, cause, lost, self.lost_at, dict(self.lost))
 
 
 def _die_with_run() -> None:
@@ -287,7 +291,7 @@ def _write(fd: int, data: bytes) -> None:
 
 
 def run_sessions(hosts: tuple[SshHost, ...], spec_text: str, stop_signal: int, grace_s: float,
-                 beat_s: float = 0.0, on_report: Callable[[int, HostReport], None] | None = None) -> Ended:
+                 beat_s: float = 0.0, on_report: Callable[[int, AgentReport], None] | None = None) -> Ended:
     """Start every host's share over ssh and relay it to its end (the module docstring); ``on_report``: what the
     hosts report as it comes."""
     return Sessions(hosts, spec_text, stop_signal, grace_s, beat_s, on_report).run()

@@ -41,7 +41,8 @@ def test_anything_else_on_stdin_is_refused_with_why() -> None:
 
 
 def test_a_hosts_reports_are_lines_of_its_stderr_that_come_back_equal() -> None:
-    from runner.launchers.ssh.protocol import REPORT, AttemptBegan, StepReached, parse_report, report_line
+    from runner.launchers.ssh.protocol import REPORT, parse_report, report_line
+    from runner.worker.agent_reports import AttemptBegan, StepReached
 
     began, step = AttemptBegan(attempt=2, at=1700.5), StepReached(attempt=2, step=41, resumed=30, at=1701.25)
     for report in (began, step):

@@ -1,0 +1,126 @@
+"""An ssh job that outlives its hosts (topology.min_nodes, topology.spares: runner.spec.elastic): the launching `run`
+runs it attempt after attempt, each on the hosts that remain.
+
+Each round is a whole ssh launch of its own (runner.launchers.ssh.launcher): the hosts' shares started over ssh, their
+output relayed, their records taken back. A round that ends with a host lost (its ssh session gone: the host, its
+network or its `run`; ssh's keepalives find a silent one) has already ended the attempt on every other host
+(runner.launchers.ssh.session); then the next round starts at the next attempt on the hosts
+:class:`~runner.launchers.ssh.membership.Membership` chooses (the survivors, renumbered, then spares in the lost
+hosts' places), checked again, with a rendezvous of its own on the new host 0. The ranks resume from the last
+checkpoint, which every host kept (runner.training.context). Each change is a line of membership.jsonl
+(runner.records.membership), written once the next attempt's first step is seen (or the round ends without one).
+The job ends with the first round that ends without a loss, on a signal, with fewer than topology.min_nodes hosts
+left, or once launcher.max_restarts attempts are used; nothing of a round is left when the next starts (its
+sessions have all ended).
+
+The rendezvous store is therefore no single point of failure: each round's store lives on that round's host 0, and
+losing it loses that round only.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from runner.common import exits
+from runner.launchers.base import LaunchOutcome
+from runner.launchers.ssh.membership import Membership
+from runner.records.membership import MembershipChange, append_change
+from runner.worker.agent_reports import AgentReport, AttemptBegan, StepReached
+
+if TYPE_CHECKING:
+    from runner.launchers.ssh.launcher import SshLauncher
+    from runner.launchers.ssh.session import Ended
+
+
+@dataclass
+class _Heard:
+    """What the hosts of a round reported (runner.worker.agent_reports), as this `run` heard it: the latest attempt
+    that began, rank 0's last step of each attempt, and when (this machine's clock) each attempt's first step came."""
+
+    attempt: int
+    last_step: dict[int, int] = field(default_factory=dict)
+    resumed: dict[int, int | None] = field(default_factory=dict)
+    first_step_at: dict[int, float] = field(default_factory=dict)
+
+    def heard(self, _host: int, report: AgentReport) -> None:
+        if isinstance(report, AttemptBegan):
+            self.attempt = max(self.attempt, report.attempt)
+        elif isinstance(report, StepReached):
+            self.last_step[report.attempt] = report.step
+            self.resumed.setdefault(report.attempt, report.resumed)
+            if report.resumed is None or report.step > report.resumed:
+                self.first_step_at.setdefault(report.attempt, time.time())
+
+
+class AttemptsOnHosts:
+    """The rounds of an ssh job that outlives its hosts, from ``first`` (the launch as `run` made it: its spec's
+    hosts), as the module docstring says."""
+
+    def __init__(self, first: SshLauncher) -> None:
+        self.first = first
+        self.spec = first.plan.job.spec
+        self.pending: MembershipChange | None = None  # a change whose next attempt's first step is not seen yet
+
+    def run(self) -> LaunchOutcome:
+        launcher, membership, attempt = self.first, Membership.of(self.spec), 0
+        limit = self.spec.launcher.max_restarts
+        while True:
+            heard = _Heard(attempt)
+            ended = launcher.sessions(on_report=lambda host, report: self._heard(heard, host, report))
+            self._write_pending(heard)
+            if not ended.lost or ended.signalled is not None:
+                return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause, plan=launcher.plan)
+            attempt = heard.attempt + 1
+            chosen = membership.after_loss(ended.lost)
+            if isinstance(chosen, str) or attempt > limit:
+                why = chosen if isinstance(chosen, str) else f"launcher.max_restarts={limit} used"
+                append_change(self.first.paths, self._change(launcher, membership, ended, heard, None, ()))
+                print(f"ssh: the job ends: {why}", file=sys.stderr, flush=True)
+                return LaunchOutcome(code=exits.FAILED, cause=f"{ended.cause}; {why}", plan=launcher.plan)
+            after, taken = chosen
+            following = launcher.on(after.spec(self.spec, attempt), attempt)
+            self.pending = self._change(launcher, membership, ended, heard, following,
+                                        tuple(h.name or str(h.addr) for h in taken))
+            print(f"ssh: restarting on {len(after.hosts)} host(s) ({', '.join(after.names)}) from the last "
+                  f"checkpoint: attempt {attempt + 1} of {limit + 1} (launcher.max_restarts={limit})"
+                  + (f", spare(s) {', '.join(self.pending.spares)} in the lost host's place" if taken else ""),
+                  file=sys.stderr, flush=True)
+            launcher, membership = following, after
+            refused = launcher.check()
+            if refused is not None:
+                self._write_pending(_Heard(attempt))
+                return replace(refused, code=exits.FAILED, cause=f"{ended.cause}; the hosts that remain were refused",
+                               plan=launcher.plan)
+
+    def _heard(self, heard: _Heard, host: int, report: AgentReport) -> None:
+        heard.heard(host, report)
+        if self.pending is not None and self.pending.next_attempt in heard.first_step_at:
+            self._write_pending(heard)  # at once: the record does not wait for the round's end
+
+    @staticmethod
+    def _change(launcher: SshLauncher, before: Membership, ended: Ended, heard: _Heard,
+                following: SshLauncher | None, spares: tuple[str, ...]) -> MembershipChange:
+        """The change a round's lost hosts make: to ``following``'s hosts (None: the job ends)."""
+        lost = tuple(before.names[i] for i in sorted(ended.lost))
+        cause = "; ".join(f"{before.names[i]}: {ended.why_lost[i]}" for i in sorted(ended.lost) if i in ended.why_lost)
+        return MembershipChange(
+            time=ended.lost_at or time.time(), attempt=heard.attempt,
+            next_attempt=following.paths.attempt if following is not None else None, before=before.names,
+            after=tuple(h.label for h in following.plan.job.hosts) if following is not None else (), lost=lost,
+            cause=cause or str(ended.cause), spares=spares, world_size_before=launcher.plan.world_size,
+            world_size_after=following.plan.world_size if following is not None else 0,
+            last_step=heard.last_step.get(heard.attempt))
+
+    def _write_pending(self, heard: _Heard) -> None:
+        """The change pending, with what the next attempt's round said of its start (its first step, where one came),
+        into membership.jsonl."""
+        change, self.pending = self.pending, None
+        if change is None:
+            return
+        first = heard.first_step_at.get(change.next_attempt)
+        append_change(self.first.paths, replace(
+            change, resumed_from=heard.resumed.get(change.next_attempt),
+            to_first_step_s=round(first - change.time, 3) if first is not None else None))

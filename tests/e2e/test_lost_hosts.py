@@ -1,0 +1,222 @@
+"""A job that outlives its hosts (topology.min_nodes, topology.spares) under launcher=ssh, on a bed of this module's
+own: four namespace hosts, each with its own sshd and a job folder of its own (no shared file system), whose links
+these tests take down (the shared bed's carry Slurm and other tests). The bundled digits recipe on three hosts of one
+process: a host's processes killed, a host's link taken down (no FIN, only silence), host 0 killed, a spare taking
+a lost host's place, a host that flaps (lost, then back), and too few hosts left. Each must end as it says (the
+training done with its accuracy, or failed with the cause), membership.jsonl must say what happened, the checkpoint
+step must never go back, and nothing of the job may be left on any host."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runs import RUN, Started, finish, processes_of, started, wait_until
+from test_ssh import Job, job_in, kill_host
+from testbed_fixtures import (Bed, bed_down, bed_up, leftovers, missing_requirements, namespace_inodes,
+                              unavailable)
+
+pytestmark = pytest.mark.timeout(300)
+
+EPOCHS = 12  # a fault after the first checkpoint (epoch 1) leaves most of the training to the next attempt
+BATCH = 48  # divides over 3 and 2 processes (and 1)
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory) -> Iterator[Bed]:
+    reason = missing_requirements(slurm=False, sshd=True)
+    if reason:
+        unavailable(reason)
+    state = tmp_path_factory.mktemp("lost-hosts-bed")
+    description = bed_up(state, "--hosts", "4", "--sshd", "--prefix", f"lh{uuid.uuid4().hex[:2]}")
+    inodes = namespace_inodes(description)
+    try:
+        yield Bed.from_description(description)
+    finally:
+        for h in description["hosts"]:  # a link a test took down and could not bring up again
+            subprocess.run(["nsenter", f"--net={h['netns_path']}", "--", "ip", "link", "set", h["ifname"], "up"],
+                           capture_output=True)
+        done = bed_down(state)
+        left = leftovers(description, inodes)
+        assert done.returncode == 0 and not left, (left, done.stderr)
+
+
+@pytest.fixture
+def job(bed, tmp_path) -> Iterator[Job]:
+    found = job_in(bed, tmp_path)
+    yield found
+    for folder in found.views.values():
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def hosts(names: list[str]) -> str:
+    return "topology.hosts=[" + ",".join(f"{{name: {n}, devices: 1}}" for n in names) + "]"
+
+
+def spares(names: list[str]) -> str:
+    return "topology.spares=[" + ",".join(f"{{name: {n}, devices: 1}}" for n in names) + "]"
+
+
+def start(bed: Bed, job: Job, args: list[str], run_id: str) -> Started:
+    """`run` in the root namespace (a machine that is none of the hosts: it outlives them all)."""
+    argv = [RUN, "launcher=ssh", f"launcher.ssh.config_file={bed.ssh_config}", "init=tcp", "topology=custom",
+            f"recipe.epochs={EPOCHS}", f"recipe.global_batch_size={BATCH}", "launcher.max_restarts=3",
+            "launcher.grace_s=2", *args, f"run_id={run_id}"]
+    return started(argv, cwd=job.views[None], env=bed.env(), run_id=run_id, merged=True)
+
+
+def checkpoint_on(job: Job, host: str, run_id: str) -> Path:
+    return job.run_folder(host, run_id) / "checkpoints" / "last.pt"
+
+
+def link(bed: Bed, host: str, up: bool) -> None:
+    """``host``'s link to the others up or down (down: its packets are dropped, no connection is closed)."""
+    h = bed.host(host)
+    subprocess.run(bed.exec_argv(h, ["ip", "link", "set", h.ifname, "up" if up else "down"]), check=True)
+
+
+def membership(job: Job, run_id: str) -> list[dict]:
+    path = job.run_folder(None, run_id) / "membership.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def summary(job: Job, run_id: str) -> dict:
+    return json.loads((job.run_folder(None, run_id) / "run_summary.json").read_text())
+
+
+def done_on(job: Job, run_id: str, said: str, code: int, hosts_after: int) -> dict:
+    """The job finished: exit 0, `done`, a final accuracy, on ``hosts_after`` hosts of one process."""
+    assert code == 0, said
+    found = summary(job, run_id)
+    assert found["status"] == "done", said
+    assert found["world_size"] == hosts_after, found
+    assert found["final_metrics"]["test_accuracy"] > 0.8, found
+    assert re.search(r"final test accuracy: 0\.\d+ after \d+ steps", said), said
+    return found
+
+
+def resumed_steps(said: str) -> list[int]:
+    return [int(s) for s in re.findall(r"resumed from \S+: step (\d+),", said)]
+
+
+def nothing_left(run_id: str) -> None:
+    wait_until(lambda: not processes_of(run_id), 30, "nothing of the job left on any host")
+
+
+def fault_after_a_checkpoint(bed: Bed, job: Job, run_id: str, proc: Started, host0: str) -> None:
+    wait_until(lambda: checkpoint_on(job, host0, run_id).exists(), 150, "host 0's first checkpoint", alive=[proc])
+
+
+# --------------------------------------------------------------------------- the faults
+
+
+def test_a_killed_host_leaves_the_job_to_finish_on_the_others(bed, job):
+    a, b, c, _ = bed.names
+    run_id = f"k{uuid.uuid4().hex[:8]}"
+    with start(bed, job, [hosts([a, b, c]), "topology.min_nodes=2"], run_id) as proc:
+        fault_after_a_checkpoint(bed, job, run_id, proc, a)
+        assert kill_host(bed, c, run_id) >= 3
+        ((code, said),) = finish([proc], timeout=240)
+    found = done_on(job, run_id, said, code, hosts_after=2)
+    (change,) = membership(job, run_id)
+    assert (change["attempt"], change["next_attempt"], change["before"], change["after"], change["lost"]) == (
+        0, 1, [a, b, c], [a, b], [c]), change
+    assert change["cause"].startswith(f"{c}: ssh exited 255 (Connection to {c} closed by remote host.)"), change
+    assert (change["world_size_before"], change["world_size_after"]) == (3, 2)
+    assert change["resumed_from"] > 0 and change["steps_lost"] >= 0 and change["to_first_step_s"] > 0, change
+    assert resumed_steps(said) == [change["resumed_from"]], said
+    assert f"ssh: host 2 ({c}) lost" in said and "restarting on 2 host(s)" in said, said
+    assert len(found["membership"]) == 1 and found["membership"][0].startswith(f"{c} lost in attempt 1 ("), found
+    nothing_left(run_id)
+
+
+def test_a_host_whose_link_goes_down_is_found_by_silence_and_the_job_goes_on(bed, job):
+    """Host 1's link taken down: its packets dropped, no connection closed; ssh's keepalives (launcher.ssh.keepalive_s
+    =1: lost after 3 s) find it, the others' ranks waiting in an all-reduce are stopped, and the job restarts on two
+    hosts; once the link is back, host 1's own share has stopped by itself (it heard no beat)."""
+    a, b, c, _ = bed.names
+    run_id = f"l{uuid.uuid4().hex[:8]}"
+    try:
+        with start(bed, job, [hosts([a, b, c]), "topology.min_nodes=2", "launcher.ssh.keepalive_s=1"], run_id) as proc:
+            fault_after_a_checkpoint(bed, job, run_id, proc, a)
+            link(bed, b, up=False)
+            ((code, said),) = finish([proc], timeout=240)
+    finally:
+        link(bed, b, up=True)
+    done_on(job, run_id, said, code, hosts_after=2)
+    (change,) = membership(job, run_id)
+    assert (change["lost"], change["after"]) == ([b], [a, c]), change
+    assert "not responding" in change["cause"], change
+    assert change["to_first_step_s"] < 60, change
+    nothing_left(run_id)
+
+
+def test_losing_host_0_makes_the_next_host_host_0_and_its_copy_of_the_checkpoint_the_one_resumed(bed, job):
+    a, b, c, _ = bed.names
+    run_id = f"z{uuid.uuid4().hex[:8]}"
+    with start(bed, job, [hosts([a, b, c]), "topology.min_nodes=2"], run_id) as proc:
+        fault_after_a_checkpoint(bed, job, run_id, proc, a)
+        wait_until(lambda: checkpoint_on(job, b, run_id).exists(), 60, "host 1's copy of the checkpoint", alive=[proc])
+        assert kill_host(bed, a, run_id) >= 3
+        ((code, said),) = finish([proc], timeout=240)
+    done_on(job, run_id, said, code, hosts_after=2)
+    (change,) = membership(job, run_id)
+    assert (change["lost"], change["after"]) == ([a], [b, c]), change
+    assert change["resumed_from"] > 0, change  # host 1 resumed from its own copy: no step went back to 0
+    nothing_left(run_id)
+
+
+def test_a_spare_takes_the_lost_hosts_place_and_the_world_size_stays(bed, job):
+    a, b, c, d = bed.names
+    run_id = f"s{uuid.uuid4().hex[:8]}"
+    with start(bed, job, [hosts([a, b, c]), spares([d])], run_id) as proc:
+        fault_after_a_checkpoint(bed, job, run_id, proc, a)
+        assert kill_host(bed, b, run_id) >= 3
+        ((code, said),) = finish([proc], timeout=240)
+    found = done_on(job, run_id, said, code, hosts_after=3)
+    (change,) = membership(job, run_id)
+    assert (change["lost"], change["after"], change["spares"]) == ([b], [a, c, d], [d]), change
+    assert change["world_size_after"] == change["world_size_before"] == 3
+    assert f"spare {d}" in found["membership"][0], found
+    assert (job.run_folder(d, run_id) / "logs" / "rank00002.log").exists()  # the spare ran rank 2
+    nothing_left(run_id)
+
+
+def test_a_host_that_flaps_is_lost_once_and_not_taken_back(bed, job):
+    """Host 2's link down until the launch has lost it, then up again at once: the job goes on on the other two, and
+    host 2's `run`, which heard no beat meanwhile, has stopped its share by itself."""
+    a, b, c, _ = bed.names
+    run_id = f"f{uuid.uuid4().hex[:8]}"
+    try:
+        with start(bed, job, [hosts([a, b, c]), "topology.min_nodes=2", "launcher.ssh.keepalive_s=1"], run_id) as proc:
+            fault_after_a_checkpoint(bed, job, run_id, proc, a)
+            link(bed, c, up=False)
+            wait_until(lambda: proc.said(f"host 2 ({c}) lost"), 60, "host 2 lost", alive=[proc])
+            link(bed, c, up=True)
+            ((code, said),) = finish([proc], timeout=240)
+    finally:
+        link(bed, c, up=True)
+    done_on(job, run_id, said, code, hosts_after=2)
+    assert [m["lost"] for m in membership(job, run_id)] == [[c]]
+    nothing_left(run_id)
+
+
+def test_fewer_hosts_left_than_min_nodes_ends_the_job_with_that_cause(bed, job):
+    a, b, c, _ = bed.names
+    run_id = f"m{uuid.uuid4().hex[:8]}"
+    with start(bed, job, [hosts([a, b, c]), "topology.min_nodes=2"], run_id) as proc:
+        fault_after_a_checkpoint(bed, job, run_id, proc, a)
+        assert kill_host(bed, b, run_id) + kill_host(bed, c, run_id) >= 6
+        ((code, said),) = finish([proc], timeout=240)
+    assert code == 1, said
+    assert "fewer than topology.min_nodes=2" in summary(job, run_id)["first_failure"]["exception"], said
+    (change,) = membership(job, run_id)
+    assert (change["next_attempt"], change["after"], sorted(change["lost"])) == (None, [], sorted([b, c])), change
+    nothing_left(run_id)
