@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from runs import RUN, Started, finish, processes_of, started, wait_until
+from runs import RUN, Started, check_readme_quotes, finish, processes_of, seen_in, started, wait_until
 from test_ssh import Job, job_in, kill_host
 from testbed_fixtures import (Bed, bed_down, bed_up, leftovers, missing_requirements, namespace_inodes,
                               unavailable)
@@ -27,6 +27,26 @@ pytestmark = pytest.mark.timeout(300)
 
 EPOCHS = 12  # a fault after the first checkpoint (epoch 1) leaves most of the training to the next attempt
 BATCH = 48  # divides over 3 and 2 processes (and 1)
+
+
+# What `run` shows, as patterns of the bed's host names: README's "When a host is lost" quotes these lines
+# (test_the_readme_quotes_what_these_tests_see checks it)
+SAID = {
+    "lost": r"ssh: host 2 \({host2}\) lost: ssh exited 255 \(Connection to {host2} closed by remote host\.\): the host, "
+            r"its network or its `run` is gone",
+    "restarting": r"ssh: restarting on 2 host\(s\) \({host0}, {host1}\) from the last checkpoint: attempt 2 of 4 "
+                  r"\(launcher\.max_restarts=3\)",
+    "ready again": r"ssh: 2 host\(s\) ready \(runner \S+, torch \S+\) in \d+\.\d s: {host0}, {host1}; each reaches host "
+                   r"0's rendezvous at {host0} port \d+",
+    "hosts line": r"  hosts     {host2} lost in attempt 1 \({host2}: ssh exited 255",
+    "spare": r"ssh: restarting on 3 host\(s\) \({host0}, {host2}, {host3}\) from the last checkpoint: attempt 2 of 4 "
+             r"\(launcher\.max_restarts=3\), spare\(s\) {host3} in the lost host's place",
+    "too few": r"ssh: the job ends: 1 host\(s\) left of 3, fewer than topology\.min_nodes=2 \(no spare left\)",
+}
+
+
+def seen(key: str, bed: Bed | None = None) -> str:
+    return seen_in(SAID, key, bed)
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +115,10 @@ def done_on(job: Job, run_id: str, said: str, code: int, hosts_after: int) -> di
     """The job finished: exit 0, `done`, a final accuracy, on ``hosts_after`` hosts of one process."""
     assert code == 0, said
     found = summary(job, run_id)
-    assert found["status"] == "done", said
+    assert found["status_text"] == "done: every rank returned (exit 0)", found  # the last round's records came back
     assert found["world_size"] == hosts_after, found
+    final = int(re.search(r"final test accuracy: \S+ after (\d+) steps", said)[1])
+    assert found["metrics_step"] == found["final_metrics"]["steps"] == final, found  # the last round's metrics
     assert found["final_metrics"]["test_accuracy"] > 0.8, found
     assert re.search(r"final test accuracy: 0\.\d+ after \d+ steps", said), said
     return found
@@ -132,7 +154,8 @@ def test_a_killed_host_leaves_the_job_to_finish_on_the_others(bed, job):
     assert (change["world_size_before"], change["world_size_after"]) == (3, 2)
     assert change["resumed_from"] > 0 and change["steps_lost"] >= 0 and change["to_first_step_s"] > 0, change
     assert resumed_steps(said) == [change["resumed_from"]], said
-    assert f"ssh: host 2 ({c}) lost" in said and "restarting on 2 host(s)" in said, said
+    for key in ("lost", "restarting", "ready again", "hosts line"):
+        assert re.search(seen(key, bed), said), (key, said)
     assert len(found["membership"]) == 1 and found["membership"][0].startswith(f"{c} lost in attempt 1 ("), found
     nothing_left(run_id)
 
@@ -185,6 +208,7 @@ def test_a_spare_takes_the_lost_hosts_place_and_the_world_size_stays(bed, job):
     assert (change["lost"], change["after"], change["spares"]) == ([b], [a, c, d], [d]), change
     assert change["world_size_after"] == change["world_size_before"] == 3
     assert f"spare {d}" in found["membership"][0], found
+    assert re.search(seen("spare", bed), said), said
     assert (job.run_folder(d, run_id) / "logs" / "rank00002.log").exists()  # the spare ran rank 2
     nothing_left(run_id)
 
@@ -217,6 +241,13 @@ def test_fewer_hosts_left_than_min_nodes_ends_the_job_with_that_cause(bed, job):
         ((code, said),) = finish([proc], timeout=240)
     assert code == 1, said
     assert "fewer than topology.min_nodes=2" in summary(job, run_id)["first_failure"]["exception"], said
+    assert re.search(seen("too few", bed), said), said
     (change,) = membership(job, run_id)
     assert (change["next_attempt"], change["after"], sorted(change["lost"])) == (None, [], sorted([b, c])), change
     nothing_left(run_id)
+
+
+@pytest.mark.unit
+def test_the_readme_quotes_what_these_tests_see():
+    """README's "When a host is lost" shows real output of these tests: each quoted line is one they assert."""
+    check_readme_quotes("### When a host is lost", SAID, "tests/e2e/test_lost_hosts.py")

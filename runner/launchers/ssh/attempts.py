@@ -67,9 +67,11 @@ class AttemptsOnHosts:
     def run(self) -> LaunchOutcome:
         launcher, membership, attempt = self.first, Membership.of(self.spec), 0
         limit = self.spec.launcher.max_restarts
+        records: list[str] = []  # what the last round took back from the hosts: the next round's replace them
         while True:
             heard = _Heard(attempt)
-            ended = launcher.sessions(on_report=lambda host, report: self._heard(heard, host, report))
+            ended, records = launcher.sessions(on_report=lambda host, report: self._heard(heard, host, report),
+                                               replacing=records)
             self._write_pending(heard)
             if not ended.lost or ended.signalled is not None:
                 return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause, plan=launcher.plan)

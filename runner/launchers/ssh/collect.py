@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from runner.launchers.ssh.host import SshHost, collected
@@ -39,13 +40,16 @@ def unpack(stream, paths: RunPaths) -> list[str]:
     return added
 
 
-def collect_host(host: SshHost, paths: RunPaths) -> str | None:
-    """``host``'s records into this run folder; None, or why they could not be had."""
+def collect_host(host: SshHost, paths: RunPaths, taken: list[str] | None = None) -> str | None:
+    """``host``'s records into this run folder (their names added to ``taken``); None, or why they could not be
+    had."""
     proc = subprocess.Popen(host.collect, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     unpacked = None
     try:
         try:
-            unpack(proc.stdout, paths)
+            names = unpack(proc.stdout, paths)
+            if taken is not None:
+                taken.extend(names)
         except tarfile.ReadError as e:  # nothing came: the exit status and stderr say why (no such folder: the
             unpacked = f"{type(e).__name__}: {e}"  # host's `run` refused before it made one)
         _, err = proc.communicate(timeout=COLLECT_S)
@@ -58,12 +62,18 @@ def collect_host(host: SshHost, paths: RunPaths) -> str | None:
     return unpacked
 
 
-def collect(hosts: tuple[SshHost, ...], paths: RunPaths, lost: frozenset[int]) -> None:
+def collect(hosts: tuple[SshHost, ...], paths: RunPaths, lost: frozenset[int], replacing: Iterable[str] = ()) -> list[str]:
     """Every host's records that this run folder lacks, host 0's first (how every rank ended), from the hosts not
-    lost. A host whose records cannot be had is said in a line; the summary then counts what is here."""
+    lost; the names of those taken. ``replacing``: what an earlier round of the job took back (runner.launchers.ssh
+    .attempts), removed first: this round's records replace them (what this folder holds of its own stays). A host
+    whose records cannot be had is said in a line; the summary then counts what is here."""
+    for name in replacing:
+        (paths.root / name).unlink(missing_ok=True)
+    taken: list[str] = []
     for host in hosts:
         if host.index in lost or not host.ranks or paths.rank(host.ranks[0]).log.exists():
             continue
-        failed = collect_host(host, paths)
+        failed = collect_host(host, paths, taken)
         if failed is not None:
             print(f"ssh: {host.label}: its records stay in its own run folder ({failed})", file=sys.stderr, flush=True)
+    return taken

@@ -30,7 +30,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from runner.common import exits
@@ -215,7 +215,7 @@ class SshLauncher(Launcher):
             return refused
         if elasticity(self.plan.job).enabled:  # a lost host: the job starts again on those that remain
             return AttemptsOnHosts(self).run()
-        ended = self.sessions()
+        ended, _ = self.sessions()
         return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause)
 
     def check(self, with_spares: bool = False) -> LaunchOutcome | None:
@@ -241,17 +241,19 @@ class SshLauncher(Launcher):
               f"{', '.join(h.destination for h in hosts)}{dialled}{spares}", file=sys.stderr, flush=True)
         return None
 
-    def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None) -> Ended:
-        """Every host's share, relayed to its end (runner.launchers.ssh.session), then their records taken back."""
+    def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None,
+                 replacing: Sequence[str] = ()) -> tuple[Ended, list[str]]:
+        """Every host's share, relayed to its end (runner.launchers.ssh.session), then their records taken back
+        (replacing those an earlier round took: ``replacing``); how the sessions ended, and the records taken."""
         spec = self.plan.job.spec
         hosts = self.hosts()
         ended = run_sessions(hosts, spec_yaml(spec), self.plan.rules.stop_signal, spec.launcher.grace_s,
                              spec.launcher.ssh.keepalive_s, on_report)
         try:
-            collect(hosts, self.paths, ended.lost)
+            return ended, collect(hosts, self.paths, ended.lost, replacing)
         except KeyboardInterrupt:  # the job is over: only its records were being taken back
             print("\nSIGINT: the hosts' records stay in their run folders", file=sys.stderr, flush=True)
-        return ended
+        return ended, []
 
     def on(self, spec: JobConfig, attempt: int) -> SshLauncher:
         """This launch on another spec's hosts (the hosts that remain after a loss), from ``attempt`` on."""

@@ -49,6 +49,7 @@ class FakeLaunch:
     rounds: list[Round]
     seen: list[tuple[tuple[str, ...], int]] = field(default_factory=list)  # (hosts, attempt) of each round run
     refuse_check: bool = False
+    replaced: list[list[str]] = field(default_factory=list)  # what each round was to replace of the round before
 
     @property
     def plan(self) -> SimpleNamespace:
@@ -56,18 +57,20 @@ class FakeLaunch:
         hosts = tuple(SimpleNamespace(label=h.name) for h in self.spec.topology.hosts)
         return SimpleNamespace(job=SimpleNamespace(spec=self.spec, hosts=hosts), world_size=len(hosts))
 
-    def sessions(self, on_report=None) -> Ended:
+    def sessions(self, on_report=None, replacing=()) -> tuple[Ended, list[str]]:
         self.seen.append((tuple(h.name for h in self.spec.topology.hosts), self.paths.attempt))
         now = self.rounds.pop(0)
         for report in now.reports:
             on_report(0, report)
         lost = frozenset(now.lost)
-        return Ended(exits.FAILED if lost else now.code, now.signalled, f"host {min(lost)} was lost" if lost else None,
-                     lost, 1000.0 if lost else None, {i: "ssh exited 255" for i in lost})
+        self.replaced.append(list(replacing))
+        ended = Ended(exits.FAILED if lost else now.code, now.signalled, f"host {min(lost)} was lost" if lost else None,
+                      lost, 1000.0 if lost else None, {i: "ssh exited 255" for i in lost})
+        return ended, [f"logs/rank{len(self.seen)}.log"]  # what this round "took back"
 
     def on(self, spec: JobConfig, attempt: int) -> FakeLaunch:
         return FakeLaunch(spec, dataclasses.replace(self.paths, attempt=attempt), self.rounds, self.seen,
-                          self.refuse_check)
+                          self.refuse_check, self.replaced)
 
     def check(self, with_spares: bool = False):
         from runner.launchers.base import LaunchOutcome
@@ -100,6 +103,7 @@ def test_a_lost_host_starts_the_next_attempt_on_the_others_and_records_the_chang
         Round(reports=steps(0, 0, 10, 20, 28), lost=(1,)), Round(reports=steps(1, 20, 21, 22, 40))])
     assert outcome.code == exits.OK and outcome.plan.world_size == 2
     assert first.seen == [(("a", "b", "c"), 0), (("a", "c"), 1)]
+    assert first.replaced == [[], ["logs/rank1.log"]]  # the second round's records replace the first's
     (change,) = changes(first.paths)
     assert {k: change[k] for k in ("attempt", "next_attempt", "before", "after", "lost", "cause", "last_step",
                                    "resumed_from", "steps_lost", "world_size_before", "world_size_after")} == {

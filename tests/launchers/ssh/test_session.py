@@ -128,9 +128,11 @@ def test_a_host_whose_run_fails_ends_the_job_on_the_others_and_its_exit_status_i
 def test_a_host_killed_is_lost_the_others_are_told_and_the_job_fails(tmp_path, capfd) -> None:
     told = tmp_path / "told"
     job = sessions(host(0, TAKE_SPEC + "kill -KILL $$", "/dev/null"), host(1, TAKE_SPEC + HEARD, "/dev/null", told))
+    before = time.time()
     ended = job.run()
     why = "ssh was killed by SIGKILL: the host, its network or its `run` is gone"
-    assert ended == Ended(1, None, f"host 0 (a) was lost: {why}", frozenset({0}))
+    assert before <= ended.lost_at <= time.time()  # when it was seen lost: what a lost host's record counts from
+    assert ended == Ended(1, None, f"host 0 (a) was lost: {why}", frozenset({0}), ended.lost_at, {0: why})
     assert [s.code for s in job.sessions] == [128 + signal.SIGKILL, 0]
     end = heard(told)["end"]
     assert (end["rank"], end["host"], end["text"]) == (None, "a", f"lost: {why}")
@@ -172,7 +174,7 @@ def test_a_lost_host_is_named_with_ssh_s_own_words(tmp_path, capsys) -> None:
         ended = sessions(host(0, script, "/dev/null", relayed, *lines, seen)).run()
     assert seen.read_text() == "".join(f"{line}\n" for line in lines)
     why = "ssh exited 255 (Connection to a closed by remote host.): the host, its network or its `run` is gone"
-    assert ended == Ended(1, None, f"host 0 (a) was lost: {why}", frozenset({0}))
+    assert ended == Ended(1, None, f"host 0 (a) was lost: {why}", frozenset({0}), ended.lost_at, {0: why})
     assert capsys.readouterr().err == f"\nssh: host 0 (a) lost: {why}\n"  # no other host to end the job on
 
 
@@ -229,3 +231,21 @@ def test_every_host_hears_a_beat_every_keepalive(tmp_path) -> None:
     told = tmp_path / "told"
     ended = sessions(host(0, TAKE_SPEC + HEARD, "/dev/null", told), beat_s=0.05).run()
     assert ended == Ended(0, None, None, frozenset()) and heard(told) == {"beat": True}
+
+
+def test_a_hosts_reports_are_taken_out_of_its_stderr_and_heard(tmp_path, capfd) -> None:
+    """The host agent's report lines (runner.launchers.ssh.protocol.REPORT) on a host's stderr, between its other lines:
+    they reach ``on_report`` with the host's index, and the terminal sees only the rest."""
+    from runner.launchers.ssh.protocol import report_line
+    from runner.worker.agent_reports import AttemptBegan, StepReached
+
+    reports = [AttemptBegan(attempt=1, at=5.0), StepReached(attempt=1, step=7, resumed=5, at=6.0)]
+    lines = [b"[host b] one\n", report_line(reports[0]), b"[host b] two\n", report_line(reports[1])]
+    out = tmp_path / "stderr"
+    out.write_bytes(b"".join(lines))
+    heard_here: list = []
+    job = Sessions((host(1, TAKE_SPEC + 'cat "$2" >&2', "/dev/null", out),), SPEC, STOP, 10.0, 0.0,
+                   on_report=lambda index, report: heard_here.append((index, report)))
+    assert job.run() == Ended(0, None, None, frozenset())
+    assert heard_here == [(1, reports[0]), (1, reports[1])]
+    assert capfd.readouterr().err == "[host b] one\n[host b] two\n"

@@ -1,0 +1,257 @@
+"""A lost host, survived or not: torchrun's elastic rendezvous (``--nnodes=2:3 --rdzv-backend=c10d``) against `run
+launcher=ssh topology.min_nodes=2`, on three network-namespace hosts of the test bed, for three faults.
+
+    .venv/bin/python benchmarks/lost_hosts.py [--rounds 1]
+
+Needs root and what scripts/testbed.py needs: it brings up a bed of its own (``testbed.py up --hosts 3 --sshd``) and
+takes it down at the end, also when a trial fails. Both launchers run the same torchrun-style script
+(benchmarks/workloads/elastic_steps.py: a tiny DDP model, one all-reduce a step, 0.1 s a step, 60 steps, a
+checkpoint every 5 steps into a folder every host sees, resumed from), one process per host, three restarts allowed:
+
+* torchrun: ``torchrun --nnodes=2:3 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST0:PORT --rdzv-id=ID
+  --max-restarts=3 --rdzv-conf=is_host=1|0,last_call_timeout=1 --local-addr=ADDR`` in each host's namespace, with
+  GLOO_SOCKET_IFNAME=lan0 (``last_call_timeout=1``: a re-formed rendezvous of two hosts waits 1 s for a third, not its
+  default 30 s; ``is_host`` and ``--local-addr``: what torchrun needs where host names resolve to 127.0.0.1);
+* run: ``run launcher=ssh topology.hosts=[the three hosts] topology.min_nodes=2 launcher.max_restarts=3
+  launcher.ssh.keepalive_s=1 init=tcp -- elastic_steps.py ...`` from the root namespace (a machine that is none of
+  the hosts), each host logged in to over its own sshd.
+
+The faults, once rank 0 did step 15: **kill** (every process of host 2's job killed: the machine gone), **link**
+(host 2's link taken down: its packets dropped, no connection closed; back up once the trial is over), **host 0**
+(every process of host 0's job killed: the host that serves torchrun's c10d store, and run's first attempt's).
+Per trial: whether the job finished (every launcher still running exited 0 and rank 0 did the last step), the seconds
+from the fault to the next attempt's first step (rank 0's first line with another TORCHELASTIC_RESTART_COUNT or world
+size), the world size it finished at, and how many processes of the job were left in the namespaces. Every trial
+counts, nothing is retried; which launcher goes first alternates. Results: benchmarks/results/lost_hosts.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import result_file
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "workloads" / "elastic_steps.py"
+TESTBED = HERE.parent / "scripts" / "testbed.py"
+BIN = Path(sys.executable).parent
+TORCHRUN, RUN = "torchrun --nnodes=2:3 (c10d)", "run launcher=ssh topology.min_nodes=2"
+LAUNCHERS = (TORCHRUN, RUN)
+FAULTS = ("kill", "link", "host 0")
+STEPS, EVERY, STEP_S, FAULT_AT = 60, 5, 0.1, 15
+START_S, TRIAL_S = 120.0, 180.0  # deadlines: the fault point, and the whole trial after the fault
+POLL_S = 0.05
+_FOREIGN_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_")
+
+
+class Bed:
+    """Three namespace hosts with sshds (``testbed.py up``, then ``down`` by :meth:`close`), as the tests' fixture."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        done = subprocess.run(self._cmd("up", "--hosts", "3", "--sshd", "--prefix", "lb"), capture_output=True,
+                              text=True, timeout=120)
+        if done.returncode != 0:
+            raise SystemExit(f"testbed.py up failed (exit {done.returncode}):\n{done.stderr}")
+        self.description = json.loads(done.stdout)
+        self.hosts = self.description["hosts"]
+        self.ssh = self.description["ssh"]
+
+    def _cmd(self, *args: str) -> list[str]:
+        return [sys.executable, str(TESTBED), "-q", args[0], "--state", str(self.state), *args[1:]]
+
+    def exec_argv(self, i: int, argv: list[str]) -> list[str]:
+        return ["nsenter", f"--net={self.hosts[i]['netns_path']}", "--", *argv]
+
+    def free_port(self, i: int) -> int:
+        code = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
+        return int(subprocess.run(self.exec_argv(i, [sys.executable, "-c", code]), capture_output=True, text=True,
+                                  check=True, timeout=30).stdout)
+
+    def link(self, i: int, up: bool) -> None:
+        h = self.hosts[i]
+        subprocess.run(self.exec_argv(i, ["ip", "link", "set", h["ifname"], "up" if up else "down"]), check=True)
+
+    def job_pids(self, i: int | None = None) -> list[int]:
+        """Processes in host ``i``'s namespace (every host's: None), but its sshd daemon."""
+        hosts = self.hosts if i is None else [self.hosts[i]]
+        nets = {f"net:[{os.stat(h['netns_path']).st_ino}]" for h in hosts}
+        daemons = {int(h["sshd_pid"]) for h in self.ssh["hosts"].values()}
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and int(proc.name) not in daemons and os.readlink(proc / "ns" / "net") in nets:
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+        return found
+
+    def close(self) -> None:
+        for i in range(len(self.hosts)):
+            self.link(i, up=True)
+        done = subprocess.run(self._cmd("down"), capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            print(f"testbed.py down failed (exit {done.returncode}):\n{done.stderr}", file=sys.stderr)
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _steps(out: Path) -> list[dict]:
+    try:
+        lines = (out / "steps.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue  # being written
+    return found
+
+
+def _start(bed: Bed, launcher: str, folder: Path, out: Path, ckpt: Path) -> list[subprocess.Popen]:
+    """The launcher's processes: torchrun in each host's namespace, or one `run` here."""
+    script = ["--out", str(out), "--ckpt", str(ckpt), "--steps", str(STEPS), "--every", str(EVERY),
+              "--step-s", str(STEP_S)]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(_FOREIGN_PREFIXES) and k not in ("PYTHONPATH", "OMP_NUM_THREADS")}
+    log = (folder / "output.txt").open("w")
+    if launcher == TORCHRUN:
+        endpoint = f"{bed.hosts[0]['addr']}:{bed.free_port(0)}"
+        job_id = f"lb{uuid.uuid4().hex[:10]}"
+        procs = []
+        for i, h in enumerate(bed.hosts):
+            argv = [str(BIN / "torchrun"), "--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint={endpoint}", f"--rdzv-id={job_id}", "--max-restarts=3",
+                    f"--rdzv-conf=is_host={int(i == 0)},last_call_timeout=1", f"--local-addr={h['addr']}",
+                    str(folder / SCRIPT.name), *script]
+            procs.append(subprocess.Popen(bed.exec_argv(i, argv), cwd=folder, env={**env, "GLOO_SOCKET_IFNAME": "lan0"},
+                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        return procs
+    hosts = ", ".join(f"{{name: '{h['name']}', devices: 1}}" for h in bed.hosts)
+    job = Path(bed.ssh["home"]) / folder.name  # the job's folder: the same path in every host's view
+    for view in (Path(bed.ssh["home"]), *(Path(v["home"]) for v in bed.ssh["hosts"].values())):
+        (view / folder.name).mkdir(exist_ok=True)
+        (view / folder.name / SCRIPT.name).write_text(SCRIPT.read_text())
+    argv = [str(BIN / "run"), "launcher=ssh", f"launcher.ssh.config_file={bed.ssh['config']}", "init=tcp",
+            "topology=custom", f"topology.hosts=[{hosts}]", "topology.min_nodes=2", "launcher.max_restarts=3",
+            "launcher.ssh.keepalive_s=1", "launcher.grace_s=2", f"run_id=lb{uuid.uuid4().hex[:10]}", "--",
+            SCRIPT.name, *script]
+    return [subprocess.Popen(argv, cwd=job, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)]
+
+
+def trial(bed: Bed, launcher: str, fault: str, folder: Path) -> dict:
+    """One job under ``launcher``: the fault once rank 0 did step FAULT_AT, then its end."""
+    out, ckpt = folder / "steps", folder / "ckpt"
+    for d in (out, ckpt):
+        d.mkdir(parents=True)
+    (folder / SCRIPT.name).write_text(SCRIPT.read_text())
+    procs = _start(bed, launcher, folder, out, ckpt)
+    result: dict = {"launcher": launcher, "fault": fault}
+    victim = 0 if fault == "host 0" else 2
+    try:
+        deadline = time.monotonic() + START_S
+        while not any(s["step"] >= FAULT_AT for s in _steps(out)):
+            if time.monotonic() > deadline or all(p.poll() is not None for p in procs):
+                raise RuntimeError(f"rank 0 not at step {FAULT_AT} within {START_S:g} s")
+            time.sleep(POLL_S)
+        before = _steps(out)[-1]
+        faulted = time.time()
+        if fault == "link":
+            bed.link(victim, up=False)
+        else:
+            _kill(bed.job_pids(victim))
+        # torchrun's own process on the lost host dies with its namespace's processes; the others must end by
+        # themselves
+        running = [p for i, p in enumerate(procs) if not (launcher == TORCHRUN and i == victim)]
+        end = time.monotonic() + TRIAL_S
+        while any(p.poll() is None for p in running) and time.monotonic() < end:
+            time.sleep(POLL_S)
+        after = [s for s in _steps(out) if s["t"] > faulted and (s["attempt"], s["world"]) !=
+                 (before["attempt"], before["world"])]
+        steps = _steps(out)
+        result.update(
+            recovered_s=round(after[0]["t"] - faulted, 2) if after else None,
+            finished=all(p.poll() == 0 for p in running) and bool(steps) and steps[-1]["step"] == STEPS,
+            exit_codes=[p.poll() for p in running], world_after=after[-1]["world"] if after else None,
+            resumed_from=after[0]["resumed"] if after else None, step_at_fault=before["step"])
+    except RuntimeError as e:
+        result["error"] = str(e)
+    finally:
+        bed.link(victim, up=True)
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        time.sleep(1.0)  # a lost host's share stops by itself a few beats after its link is back (counted below)
+        left = bed.job_pids()
+        result["left_running"] = len(left)
+        _kill(left)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=1, help="trials of each launcher and fault")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("the namespace test bed needs root (scripts/testbed.py)")
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, lambda signum, _: sys.exit(128 + signum))
+    trials: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="lb-") as tmp:
+        bed = Bed(Path(tmp) / "bed")
+        try:
+            for r in range(args.rounds):
+                for k, fault in enumerate(FAULTS):
+                    for j in range(len(LAUNCHERS)):
+                        launcher = LAUNCHERS[(r + k + j) % len(LAUNCHERS)]
+                        folder = Path(tmp) / f"t{r}{k}{j}"
+                        folder.mkdir()
+                        t = trial(bed, launcher, fault, folder)
+                        trials.append(t)
+                        print(f"{fault}, {launcher}: " + json.dumps({k: v for k, v in t.items()
+                                                                    if k not in ("launcher", "fault")}), flush=True)
+        finally:
+            bed.close()
+    table: dict = {}
+    for fault in FAULTS:
+        row = {}
+        for launcher in LAUNCHERS:
+            ts = [t for t in trials if t["fault"] == fault and t["launcher"] == launcher]
+            times = [t["recovered_s"] for t in ts if t.get("finished") and t.get("recovered_s") is not None]
+            row[launcher] = {"finished": sum(1 for t in ts if t.get("finished")), "trials": len(ts),
+                             "median_recovered_s": statistics.median(times) if times else None}
+        a, b = row[RUN]["median_recovered_s"], row[TORCHRUN]["median_recovered_s"]
+        row["ratio_run_vs_torchrun"] = round(a / b, 2) if a and b else None
+        table[fault] = row
+    out = result_file.write("lost_hosts", rounds=args.rounds, steps=STEPS, step_s=STEP_S, fault_at_step=FAULT_AT,
+                            results=table, trials=trials)
+    for fault, row in table.items():
+        cells = "; ".join(f"{name}: finished {r['finished']} of {r['trials']}, next attempt's first step "
+                          f"{'n/a' if r['median_recovered_s'] is None else format(r['median_recovered_s'], '.1f') + ' s'}"
+                          f" after the fault" for name, r in row.items() if name in LAUNCHERS)
+        ratio = row["ratio_run_vs_torchrun"]
+        print(f"{fault}: {cells}" + (f"; run / torchrun {ratio}x" if ratio else ""))
+    print(f"written: {out}")
+
+
+if __name__ == "__main__":
+    main()
