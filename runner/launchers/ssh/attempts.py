@@ -22,17 +22,32 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from runner.common import exits
 from runner.launchers.base import LaunchOutcome
 from runner.launchers.ssh.membership import Membership
+from runner.launchers.ssh.session import Ended
+from runner.plan.processes import Plan
 from runner.records.membership import MembershipChange, append_change
+from runner.records.paths import RunPaths
+from runner.spec.schema import JobConfig
 from runner.worker.agent_reports import AgentReport, AttemptBegan, StepReached
 
-if TYPE_CHECKING:
-    from runner.launchers.ssh.launcher import SshLauncher
-    from runner.launchers.ssh.session import Ended
+
+class Round(Protocol):
+    """What a round is run with: an ssh launch (runner.launchers.ssh.launcher.SshLauncher) of one set of hosts."""
+
+    plan: Plan
+    paths: RunPaths
+
+    def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None,
+                 replacing: Sequence[str] = ()) -> tuple[Ended, list[str]]: ...
+
+    def on(self, spec: JobConfig, attempt: int) -> Round: ...
+
+    def check(self, with_spares: bool = False) -> LaunchOutcome | None: ...
 
 
 @dataclass
@@ -59,7 +74,7 @@ class AttemptsOnHosts:
     """The rounds of an ssh job that outlives its hosts, from ``first`` (the launch as `run` made it: its spec's
     hosts), as the module docstring says."""
 
-    def __init__(self, first: SshLauncher) -> None:
+    def __init__(self, first: Round) -> None:
         self.first = first
         self.spec = first.plan.job.spec
         self.pending: MembershipChange | None = None  # a change whose next attempt's first step is not seen yet
@@ -103,8 +118,8 @@ class AttemptsOnHosts:
             self._write_pending(heard)  # at once: the record does not wait for the round's end
 
     @staticmethod
-    def _change(launcher: SshLauncher, before: Membership, ended: Ended, heard: _Heard,
-                following: SshLauncher | None, spares: tuple[str, ...]) -> MembershipChange:
+    def _change(launcher: Round, before: Membership, ended: Ended, heard: _Heard,
+                following: Round | None, spares: tuple[str, ...]) -> MembershipChange:
         """The change a round's lost hosts make: to ``following``'s hosts (None: the job ends)."""
         lost = tuple(before.names[i] for i in sorted(ended.lost))
         cause = "; ".join(f"{before.names[i]}: {ended.why_lost[i]}" for i in sorted(ended.lost) if i in ended.why_lost)
