@@ -21,8 +21,10 @@ The faults, once rank 0 did step 15: **kill** (every process of host 2's job kil
 (every process of host 0's job killed: the host that serves torchrun's c10d store, and run's first attempt's).
 Per trial: whether the job finished (every launcher still running exited 0 and rank 0 did the last step), the seconds
 from the fault to the next attempt's first step (rank 0's first line with another TORCHELASTIC_RESTART_COUNT or world
-size), the world size it finished at, and how many processes of the job were left in the namespaces. Every trial
-counts, nothing is retried; which launcher goes first alternates. Results: benchmarks/results/lost_hosts.json.
+size), the world size it finished at, and how many processes of the job were still in the namespaces 30 s after the
+trial (a launcher that had not ended by TRIAL_S is killed first; a host cut off stops its share by itself once it
+misses the launching `run`'s beats: the seconds it took). Every trial counts, nothing is retried; which launcher goes
+first alternates. Results: benchmarks/results/lost_hosts.json.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ FAULTS = ("kill", "link", "host 0")
 STEPS, EVERY, STEP_S, FAULT_AT = 60, 5, 0.1, 15
 START_S, TRIAL_S = 120.0, 180.0  # deadlines: the fault point, and the whole trial after the fault
 POLL_S = 0.05
+LEFT_WAIT_S = 30.0  # after a trial: how long the job's processes get to end by themselves before they are counted
 _FOREIGN_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_")
 
 
@@ -110,6 +113,19 @@ def _kill(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _job_left(bed: Bed) -> dict[int, str]:
+    """The job's processes still in the namespaces (not an sshd's), with their command lines."""
+    found = {pid: _cmdline(pid)[:80] for pid in bed.job_pids()}
+    return {pid: c for pid, c in found.items() if c and not c.startswith("sshd")}
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def _steps(out: Path) -> list[dict]:
@@ -200,10 +216,16 @@ def trial(bed: Bed, launcher: str, fault: str, folder: Path) -> dict:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-        time.sleep(1.0)  # a lost host's share stops by itself a few beats after its link is back (counted below)
-        left = bed.job_pids()
+        # what the job left in the namespaces, given LEFT_WAIT_S to end by itself (a host cut off stops its share once
+        # it misses the launching `run`'s beats; an sshd's session of a login whose client is gone is the sshd's,
+        # closed by its own keepalives: listed, not counted)
+        waited = time.monotonic()
+        while (left := _job_left(bed)) and time.monotonic() - waited < LEFT_WAIT_S:
+            time.sleep(POLL_S)
         result["left_running"] = len(left)
-        _kill(left)
+        result["ended_by_itself_s"] = None if left else round(time.monotonic() - waited, 1)
+        result["left"] = sorted(set(left.values()))
+        _kill(bed.job_pids())
     return result
 
 

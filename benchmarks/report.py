@@ -138,6 +138,34 @@ def restarts() -> str:
             + "\nWhat host 0's output says (of the first trial):\n\n" + "\n".join(said) + "\n")
 
 
+LOST_FAULTS = {"kill": "host 2's processes killed", "link": "host 2's link down (no FIN)",
+               "host 0": "host 0's processes killed"}  # benchmarks/lost_hosts.py's faults, in words
+
+
+def lost_host_cell(r: dict) -> str:
+    """One launcher's trials of one fault, in words (README and this report)."""
+    first = "" if r["median_recovered_s"] is None else f", first step {r['median_recovered_s']:.1f} s after the fault"
+    if r["finished"] == 0:
+        return f"did not finish (0 of {r['trials']})"
+    return f"finished ({r['finished']} of {r['trials']}){first}"
+
+
+def lost_hosts() -> str:
+    data = _load("lost_hosts")
+    rows = []
+    for fault, row in data["results"].items():
+        run = next(r for name, r in row.items() if name.startswith("run"))
+        torchrun = next(r for name, r in row.items() if name.startswith("torchrun"))
+        ratio = row["ratio_run_vs_torchrun"]
+        rows.append([LOST_FAULTS[fault], lost_host_cell(run), lost_host_cell(torchrun),
+                     f"{ratio:.2f}" if ratio else "—"])
+    m = data["machine"]
+    return (f"measured {data['date']}, {m['cpus']} CPUs, torch {m['torch']}, gloo; three hosts of one process, the fault "
+            f"once rank 0 did step {data['fault_at_step']} of {data['steps']}\n\n"
+            + _table(["fault", "`run` (topology.min_nodes=2)", "torchrun --nnodes=2:3", "run × torchrun, first step"],
+                     rows))
+
+
 def preload() -> str:
     data = _load("zygote_preload")
     rows = [[name, f"{r['zygote_cpu_s']:.2f}", f"{r['saves_every_rank_cpu_s']:.2f}", f"{r['hangs']} of {r['runs']}"]
@@ -150,7 +178,7 @@ def preload() -> str:
 
 TABLES = {"machine": lambda: machine() + "\n", "launch": launch, "throughput": throughput, "plan": plan,
           "sharding": sharding, "diagnosis": diagnosis, "pairs": pairs, "checkpoint": checkpoint, "restarts": restarts,
-          "preload": preload}
+          "preload": preload, "lost_hosts": lost_hosts}
 
 
 def update(report: Path = REPORT) -> list[str]:

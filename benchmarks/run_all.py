@@ -91,6 +91,13 @@ def headline() -> list[tuple[str, str]]:
                      f"{other['median_s']['both_restarted_s']:.2f} s); restarted {ran['restarted']} vs "
                      f"{other['restarted']} of {other['trials']}; host 0 names the killed rank {ran['names_cause']} vs "
                      f"{other['names_cause']}"))
+    lost = json.loads((RESULTS / "lost_hosts.json").read_text())
+    for fault, row in lost["results"].items():
+        cells = [f"{name.split()[0]} finished {r['finished']} of {r['trials']}"
+                 + ("" if r["median_recovered_s"] is None else f", first step {r['median_recovered_s']:.1f} s after")
+                 for name, r in row.items() if name != "ratio_run_vs_torchrun"]
+        rows.append((f"a lost host ({fault}), 3 hosts, run topology.min_nodes=2 vs torchrun --nnodes=2:3",
+                     "; ".join(cells)))
     return rows
 
 
@@ -99,17 +106,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions: check the suite runs")
     parser.add_argument("--only", nargs="+", choices=["launch_speed", "torchrun_pairs", "diagnosis_overhead", "plan_scale",
                                                       "sharding_memory", "checkpoint_broadcast", "restart_across_hosts",
-                                                      "zygote_preload"],
+                                                      "zygote_preload", "lost_hosts"],
                         help="run these benchmarks only; the summary also reads the others' last result files")
     args = parser.parse_args()
     quick = {"launch_speed": ["--reps", "1", "--steps", "200"], "torchrun_pairs": ["--pairs", "1"],
              "diagnosis_overhead": ["--reps", "1", "--steps", "200"],
              "plan_scale": ["--repeat", "1"], "sharding_memory": ["--steps", "5"], "checkpoint_broadcast": ["--mib", "128"],
-             "restart_across_hosts": ["--rounds", "1"], "zygote_preload": ["--runs", "2"]}
+             "restart_across_hosts": ["--rounds", "1"], "zygote_preload": ["--runs", "2"], "lost_hosts": ["--rounds", "1"]}
     names = list(args.only or quick)
-    if os.geteuid() != 0 and "restart_across_hosts" in names:  # its two hosts are network namespaces
-        print("restart_across_hosts.py needs root (scripts/testbed.py): left out, its last results stand")
-        names.remove("restart_across_hosts")
+    for bed in ("restart_across_hosts", "lost_hosts"):  # their hosts are network namespaces
+        if os.geteuid() != 0 and bed in names:
+            print(f"{bed}.py needs root (scripts/testbed.py): left out, its last results stand")
+            names.remove(bed)
     took = {f"{name}.py": _run(f"{name}.py", *(quick[name] if args.quick else [])) for name in names}
     rows = headline()
     suite = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": _machine(), "quick": args.quick,

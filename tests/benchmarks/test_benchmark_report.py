@@ -34,8 +34,8 @@ def test_every_table_block_of_the_report_is_rewritten_from_the_results(tmp_path)
 def test_the_committed_report_has_every_table_block():
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
     assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "preload", "pairs", "restarts",
-                                                                 "throughput", "diagnosis", "plan", "sharding",
-                                                                 "checkpoint"]
+                                                                 "lost_hosts", "throughput", "diagnosis", "plan",
+                                                                 "sharding", "checkpoint"]
 
 
 def test_the_committed_report_quotes_the_preload_results_and_the_zygote_imports_what_they_show_safe():
@@ -130,3 +130,20 @@ def test_the_readme_quotes_the_restart_across_hosts_results():
             f"{shipped['trials']} under torchrun") in text
     assert f"{data['rounds']} trials each" in text
 
+
+
+def test_the_committed_report_and_readme_quote_the_lost_hosts_results():
+    """The lost-hosts table of the report is benchmarks/results/lost_hosts.json's, and README's "When a host is lost"
+    gives each fault's outcome under both launchers in the same words."""
+    text = (REPO / "benchmarks" / "REPORT.md").read_text()
+    block = text[text.index("<!-- table:lost_hosts -->"):]
+    assert report.lost_hosts() in block[:block.index("<!-- end -->")]
+    data = json.loads((REPO / "benchmarks" / "results" / "lost_hosts.json").read_text())
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### When a host is lost"):].split("\n## ")[0]
+    for fault, row in data["results"].items():
+        run = next(r for name, r in row.items() if name.startswith("run"))
+        torchrun = next(r for name, r in row.items() if name.startswith("torchrun"))
+        assert (f"| {report.LOST_FAULTS[fault]} | {report.lost_host_cell(run)} | {report.lost_host_cell(torchrun)} |"
+                in section), fault
+    assert f"{data['rounds']} rounds, {data['date']}):" in " ".join(section.split())

@@ -64,7 +64,7 @@ SKIPPED = {
 USERS_SCRIPTS = {"train.py", "old_train.py", "tiny.py", "asr/train.py"}
 # Where a section's commands run (README: "Run them from `examples/migrate/`"); the tests' scripts elsewhere.
 FOLDERS = {"Moving an existing launch to a job file": REPO / "examples" / "migrate",
-           "A job over ssh": REPO / "examples" / "ssh"}
+           "A job over ssh": REPO / "examples" / "ssh", "When a host is lost": REPO / "examples" / "ssh"}
 TESTS_SCRIPTS = REPO / "tests" / "scripts"
 
 _PLACEHOLDER = re.compile(r"\.\.\.|…|<[^>]*>")

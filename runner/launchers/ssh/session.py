@@ -14,7 +14,8 @@ and this `run` as the job's one terminal.
   it (a network that drops everything: no connection closes) stops its share as if its stdin had ended.
 * **A host lost.** An ssh that exits 255 (the connection lost, the host or its `run` killed) while the job runs:
   every other host is told to end the job (no restart: the lost host cannot take part), naming the lost host; the
-  job fails (exit 1) and the summary names it. A host whose `run` ends badly (a refusal there, a lost store) while
+  job fails (exit 1) and the summary names it, unless it outlives its hosts (topology.min_nodes, topology.spares),
+  whose next attempt the launching `run` starts on the hosts that remain (runner.launchers.ssh.attempts). A host whose `run` ends badly (a refusal there, a lost store) while
   the others run is told to the others the same way.
 """
 
