@@ -25,7 +25,7 @@ from testbed_fixtures import (Bed, bed_down, bed_up, leftovers, missing_requirem
 
 pytestmark = pytest.mark.timeout(300)
 
-EPOCHS = 12  # a fault after the first checkpoint (epoch 1) leaves most of the training to the next attempt
+EPOCHS = 6  # a fault after the first checkpoint (epoch 1) leaves most of the training to the next attempt
 BATCH = 48  # divides over 3 and 2 processes (and 1)
 
 
