@@ -58,13 +58,15 @@ class ContextSettings:
     agent: AgentChannel | None = None  # the rank's channel to its host agent; None: progress goes to stdout
 
 
-def _file_stamp(path: Path) -> tuple[int, int] | None:
-    """A file's size and modification time (the same file, seen from two hosts, has the same); None: no file."""
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """A file's inode, size and modification time (the same file, seen from two hosts that share its folder, has the
+    same); None: no file. The inode tells apart two copies of one checkpoint written in the same clock tick (the
+    kernel stamps files with a coarse clock: a few ms), which are the same size."""
     try:
         st = path.stat()
     except FileNotFoundError:
         return None
-    return st.st_size, st.st_mtime_ns
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class RunContext:

@@ -180,6 +180,7 @@ class Watch(threading.Thread):
         self._progressed = self._began
         self._beat_written = 0.0
         self._alive_said = 0.0
+        self._first_step_said = False  # the agent heard this attempt's first progress step (runner.worker.agent_reports)
         self._done = threading.Event()
         self._lock = threading.Lock()
 
@@ -238,9 +239,11 @@ class Watch(threading.Thread):
         marker = self._marker()
         if marker != self._last_marker:
             self._last_marker, self._progressed = marker, now
-        if self.agent is not None and now - self._alive_said >= BEAT_S:
-            self.agent.alive(self._progressed, self.steps.position, self.steps.resumed)
-            self._alive_said = now
+        steps = self.steps
+        first_step = steps.position is not None and steps.resumed is not None and steps.position > steps.resumed
+        if self.agent is not None and (now - self._alive_said >= BEAT_S or first_step and not self._first_step_said):
+            self.agent.alive(self._progressed, steps.position, steps.resumed)  # the attempt's first step at once:
+            self._alive_said, self._first_step_said = now, self._first_step_said or first_step  # what a loss cost
         if self._progressed > self._beat_written and now - self._beat_written >= BEAT_S:
             self.files.write_beat(self._progressed)
             if self.channel is not None:
