@@ -28,9 +28,9 @@ from runner.common.files import write_atomically
 from runner.common.signals import StopRequest
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
-from runner.launchers.ssh.protocol import (BEATS_MISSED, EndJob, PassSignal, ProtocolError, parse, read_spec,
-                                           report_line)
+from runner.launchers.ssh.protocol import BEATS_MISSED, EndJob, PassSignal, ProtocolError, parse, read_spec
 from runner.records.paths import RunPaths
+from runner.worker.agent_reports import report_line
 from runner.spec.document import load_spec_text, spec_yaml
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems

@@ -1,6 +1,6 @@
 """The record of a job's hosts changing (runner.spec.elastic): ``membership.jsonl`` in the run folder, one
 :class:`MembershipChange` a line, written by the launch that started the job again on the hosts that remain
-(runner.launchers.ssh.membership) and read by the run's summary."""
+(runner.launchers.elastic.membership) and read by the run's summary."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 
 A lost host ends the attempt on every host; the launch starts the next one on the hosts that remain (and a spare in
 the lost one's stead), from the last checkpoint, with the ranks numbered again in the hosts' order: the surviving
-hosts first, as the spec lists them, then the spares taken (runner.launchers.ssh.membership). So the world sizes the
+hosts first, as the spec lists them, then the spares taken (runner.launchers.elastic.membership). So the world sizes the
 job may run at are known now, and the global batch must divide over every one of them.
 """
 

@@ -1,9 +1,15 @@
-"""What a host agent reports of its share as it runs, to whoever started it and asked (``HostAgent.reporter``):
-launcher=ssh's hosts send them to the launching `run` (runner.launchers.ssh.protocol), which records what a lost
-host cost (runner.launchers.ssh.membership)."""
+"""What a host agent reports of its share as it runs, to whoever started it and asked (``HostAgent.reporter``), and
+how: as whole lines of its process's stderr that begin with :data:`REPORT`, which the launch that reads that stderr
+takes out of what it shows. launcher=ssh's hosts send them to the launching `run` (runner.launchers.ssh.session),
+launcher=slurm's tasks to the `run` that holds the job's srun steps (runner.launchers.slurm.rounds); both record what
+a lost host cost (runner.launchers.elastic.rounds). A Slurm task also says :class:`Alive` every few seconds, from a
+thread of its own: a node whose tasks fall silent is lost.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 
 
@@ -13,6 +19,7 @@ class AttemptBegan:
 
     attempt: int
     at: float
+    host: int | None = None  # the node rank of the host that says it, where the reader cannot tell (srun's output)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +30,34 @@ class StepReached:
     step: int
     resumed: int | None
     at: float
+    host: int | None = None
 
 
-AgentReport = AttemptBegan | StepReached
+@dataclass(frozen=True, kw_only=True)
+class Alive:
+    """The task of host ``host`` is there (said every few seconds, whatever its ranks do)."""
+
+    at: float
+    host: int | None = None
+
+
+AgentReport = AttemptBegan | StepReached | Alive
+_KINDS: dict[str, type] = {"attempt": AttemptBegan, "step": StepReached, "alive": Alive}
+
+REPORT = b"\x1erunner-report "  # the start of a report line (an ASCII record separator: no program's output)
+
+
+def report_line(report: AgentReport) -> bytes:
+    kind = next(k for k, cls in _KINDS.items() if isinstance(report, cls))
+    return REPORT + json.dumps({"k": kind, **dataclasses.asdict(report)}).encode() + b"\n"
+
+
+def parse_report(line: bytes) -> AgentReport | None:
+    """A report line's report (:data:`REPORT` and a JSON object); None for any other line."""
+    if not line.startswith(REPORT):
+        return None
+    try:
+        found = json.loads(line[len(REPORT):])
+        return _KINDS[found.pop("k")](**found)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None

@@ -41,7 +41,7 @@ from runner.launchers.ssh.address import HostAddress, explained, host_addresses
 from runner.launchers.ssh.check import check_hosts
 from runner.launchers.ssh.collect import collect
 from runner.launchers.ssh.host import SshHost, collected, ssh_base
-from runner.launchers.ssh.attempts import AttemptsOnHosts
+from runner.launchers.elastic.rounds import AttemptsOnHosts
 from runner.launchers.ssh.session import Ended, run_sessions
 from runner.records.paths import RunPaths
 from runner.spec.document import spec_yaml
@@ -63,7 +63,7 @@ class SshLauncher(Launcher):
     name = "ssh"
     supports_restarts = True  # every host's agent restarts together, through host 0's store (runner.worker.channel)
     shares_run_folder = False  # each host's run folder is its own, unless the hosts share a file system
-    survives_lost_hosts = True  # `run` starts the job again on the hosts that remain (runner.launchers.ssh.membership)
+    survives_lost_hosts = True  # `run` starts the job again on the hosts that remain (runner.launchers.elastic.membership)
     pins_master_port = True  # the hosts' agents cannot learn a port chosen on one of them at launch
 
     @classmethod
@@ -145,7 +145,7 @@ class SshLauncher(Launcher):
 
     def spare_hosts(self) -> tuple[SshHost, ...]:
         """topology.spares, as hosts to check with the others (each dials host 0's rendezvous as a host other than
-        host 0 would) and to start in a lost host's place (runner.launchers.ssh.attempts)."""
+        host 0 would) and to start in a lost host's place (runner.launchers.elastic.rounds)."""
         return tuple(self._ssh_host(host, f"spare {i}") for i, host in enumerate(self.plan.job.spares))
 
     def _ssh_host(self, host: Host, label: str) -> SshHost:

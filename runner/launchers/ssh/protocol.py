@@ -11,19 +11,17 @@ writes, runner.app.ssh_host reads), in order:
 3. the end of the stream: this `run` or the connection is gone; the host stops its share as on SIGTERM.
 
 The other way, each host's `run` says what the launching one needs to know of the job as lines of its stderr that
-begin with :data:`REPORT` (the launching `run` takes them out of what it shows): its host agent's reports
-(runner.worker.agent_reports: an attempt began, rank 0's step), what a job that outlives its hosts records of a
-change (runner.launchers.ssh.membership).
+begin with runner.worker.agent_reports.REPORT (the launching `run` takes them out of what it shows): its host
+agent's reports (an attempt began, rank 0's step), what a job that outlives its hosts records of a change
+(runner.launchers.elastic.rounds).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from typing import IO
 
-from runner.worker.agent_reports import AgentReport, AttemptBegan, StepReached
 from runner.worker.channel_records import JobFailure
 
 BEATS_MISSED = 4  # beats a host may miss before it takes the launching `run` as gone (ssh's own count, and one more)
@@ -84,26 +82,6 @@ def signal_message(signum: int) -> bytes:
 
 def end_message(host: str, text: str) -> bytes:
     return json.dumps({"end": JobFailure(rank=None, host=host, text=text).document()}).encode() + b"\n"
-
-
-REPORT = b"\x1erunner-report "  # the start of a host's report line (an ASCII record separator: no program's output)
-
-
-def report_line(report: AgentReport) -> bytes:
-    kind = "attempt" if isinstance(report, AttemptBegan) else "step"
-    return REPORT + json.dumps({"k": kind, **dataclasses.asdict(report)}).encode() + b"\n"
-
-
-def parse_report(line: bytes) -> AgentReport | None:
-    """A report line's report (:data:`REPORT` and a JSON object); None for any other line."""
-    if not line.startswith(REPORT):
-        return None
-    try:
-        found = json.loads(line[len(REPORT):])
-        kind = found.pop("k")
-        return AttemptBegan(**found) if kind == "attempt" else StepReached(**found) if kind == "step" else None
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
 
 
 def parse(line: bytes) -> Message | None:

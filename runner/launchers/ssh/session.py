@@ -15,7 +15,7 @@ and this `run` as the job's one terminal.
 * **A host lost.** An ssh that exits 255 (the connection lost, the host or its `run` killed) while the job runs:
   every other host is told to end the job (no restart: the lost host cannot take part), naming the lost host; the
   job fails (exit 1) and the summary names it, unless it outlives its hosts (topology.min_nodes, topology.spares),
-  whose next attempt the launching `run` starts on the hosts that remain (runner.launchers.ssh.attempts). A host whose `run` ends badly (a refusal there, a lost store) while
+  whose next attempt the launching `run` starts on the hosts that remain (runner.launchers.elastic.rounds). A host whose `run` ends badly (a refusal there, a lost store) while
   the others run is told to the others the same way.
 """
 
@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 
 from runner.common import exits
 from runner.common.signals import handling
+from runner.launchers.elastic.rounds import Ended
 from runner.launchers.ssh.host import SshHost
-from runner.launchers.ssh.protocol import (REPORT, AgentReport, beat_message, end_message, parse_report,
-                                           signal_message, spec_message)
+from runner.launchers.ssh.protocol import beat_message, end_message, signal_message, spec_message
+from runner.worker.agent_reports import REPORT, AgentReport, parse_report
 from runner.worker.rank_process import die_with_parent
 
 STOP_MARGIN_S = 25.0  # after launcher.grace_s: for the hosts to say where their ranks were, report and end
@@ -66,18 +67,6 @@ class Session:
                 os.write(self.proc.stdin.fileno(), message)
         except (BrokenPipeError, BlockingIOError, OSError, ValueError):
             pass
-
-
-@dataclass(frozen=True)
-class Ended:
-    """How the hosts' sessions ended: the exit status for `run`, the signal it passed on, and a host lost."""
-
-    code: int
-    signalled: int | None
-    cause: str | None  # "host 1 (b): its ssh session ended ..." where a host was lost
-    lost: frozenset[int]  # those hosts' indices
-    lost_at: float | None = None  # when the first was seen lost (time.time())
-    why_lost: dict[int, str] = field(default_factory=dict)  # each lost host's index -> how it was seen
 
 
 class Sessions:

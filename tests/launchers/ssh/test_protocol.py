@@ -41,11 +41,11 @@ def test_anything_else_on_stdin_is_refused_with_why() -> None:
 
 
 def test_a_hosts_reports_are_lines_of_its_stderr_that_come_back_equal() -> None:
-    from runner.launchers.ssh.protocol import REPORT, parse_report, report_line
-    from runner.worker.agent_reports import AttemptBegan, StepReached
+    from runner.worker.agent_reports import REPORT, Alive, AttemptBegan, StepReached, parse_report, report_line
 
     began, step = AttemptBegan(attempt=2, at=1700.5), StepReached(attempt=2, step=41, resumed=30, at=1701.25)
-    for report in (began, step):
+    alive = Alive(at=1702.0, host=2)  # a Slurm task's, which names its host (srun's output does not)
+    for report in (began, step, alive, StepReached(attempt=0, step=1, resumed=None, at=3.0, host=1)):
         line = report_line(report)
         assert line.startswith(REPORT) and line.endswith(b"\n") and line.count(b"\n") == 1
         assert parse_report(line) == report

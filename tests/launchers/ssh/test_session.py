@@ -236,7 +236,7 @@ def test_every_host_hears_a_beat_every_keepalive(tmp_path) -> None:
 def test_a_hosts_reports_are_taken_out_of_its_stderr_and_heard(tmp_path, capfd) -> None:
     """The host agent's report lines (runner.launchers.ssh.protocol.REPORT) on a host's stderr, between its other lines:
     they reach ``on_report`` with the host's index, and the terminal sees only the rest."""
-    from runner.launchers.ssh.protocol import report_line
+    from runner.worker.agent_reports import report_line
     from runner.worker.agent_reports import AttemptBegan, StepReached
 
     reports = [AttemptBegan(attempt=1, at=5.0), StepReached(attempt=1, step=7, resumed=5, at=6.0)]

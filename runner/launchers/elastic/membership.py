@@ -1,7 +1,7 @@
-"""Which hosts each attempt of an ssh job runs on, when hosts are lost (topology.min_nodes, topology.spares:
+"""Which hosts each attempt of a job runs on, when hosts are lost (topology.min_nodes, topology.spares:
 runner.spec.elastic).
 
-A lost host ends the attempt everywhere (runner.launchers.ssh.session); the launching `run` then starts the next
+A lost host ends the attempt everywhere (runner.launchers.elastic.rounds); the launch then starts the next
 attempt on the hosts that remain, as a job of its own spec: the surviving hosts in their order, then the spares that
 take the lost hosts' places, numbered again from 0 (so the first surviving host is host 0, serves the rendezvous and
 holds the checkpoint every host kept: runner.training.context), with a port of the attempt's own. Nothing here starts

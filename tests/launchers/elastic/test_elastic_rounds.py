@@ -1,4 +1,4 @@
-"""runner.launchers.ssh.attempts: the rounds of an ssh job that outlives its hosts, decided without processes: a fake
+"""runner.launchers.elastic.rounds: the rounds of an ssh job that outlives its hosts, decided without processes: a fake
 launch whose rounds end as each test says (the real ones, on namespace hosts: tests/e2e/test_lost_hosts.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from conftest import make_spec
 from runner.common import exits
-from runner.launchers.ssh.attempts import AttemptsOnHosts, _Heard
+from runner.launchers.elastic.rounds import AttemptsOnHosts, _Heard
 from runner.launchers.ssh.session import Ended
 from runner.records.paths import RunPaths
 from runner.spec.schema import HostConfig, JobConfig

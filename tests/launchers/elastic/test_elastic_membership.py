@@ -1,4 +1,4 @@
-"""runner.launchers.ssh.membership: which hosts the next attempt runs on once hosts are lost, and its spec (the launch
+"""runner.launchers.elastic.membership: which hosts the next attempt runs on once hosts are lost, and its spec (the launch
 that does it: tests/e2e/test_lost_hosts.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from conftest import make_spec
-from runner.launchers.ssh.membership import Membership
+from runner.launchers.elastic.membership import Membership
 from runner.plan.processes import port_for
 from runner.spec.schema import HostConfig, JobConfig
 

@@ -1,17 +1,17 @@
-"""An ssh job that outlives its hosts (topology.min_nodes, topology.spares: runner.spec.elastic): the launching `run`
-runs it attempt after attempt, each on the hosts that remain.
+"""A job that outlives its hosts (topology.min_nodes, topology.spares: runner.spec.elastic): the launch runs it round
+after round, each on the hosts that remain.
 
-Each round is a whole ssh launch of its own (runner.launchers.ssh.launcher): the hosts' shares started over ssh, their
-output relayed, their records taken back. A round that ends with a host lost (its ssh session gone: the host, its
-network or its `run`; ssh's keepalives find a silent one) has already ended the attempt on every other host
-(runner.launchers.ssh.session); then the next round starts at the next attempt on the hosts
-:class:`~runner.launchers.ssh.membership.Membership` chooses (the survivors, renumbered, then spares in the lost
+A round is one launch of the job's shares on one set of hosts, to its end: under launcher=ssh the hosts' shares started
+over ssh by the launching `run`, their output relayed, their records taken back (runner.launchers.ssh.launcher); under
+launcher=slurm an srun step of the allocation (runner.launchers.slurm.rounds). A round that ends with a host lost (its
+ssh session gone or silent; its Slurm task silent, or its node out of the allocation) has already ended the attempt on
+every other host; then the next round starts at the next attempt on the hosts
+:class:`~runner.launchers.elastic.membership.Membership` chooses (the survivors, renumbered, then spares in the lost
 hosts' places), checked again, with a rendezvous of its own on the new host 0. The ranks resume from the last
 checkpoint, which every host kept (runner.training.context). Each change is a line of membership.jsonl
 (runner.records.membership), written once the next attempt's first step is seen (or the round ends without one).
 The job ends with the first round that ends without a loss, on a signal, with fewer than topology.min_nodes hosts
-left, or once launcher.max_restarts attempts are used; nothing of a round is left when the next starts (its
-sessions have all ended).
+left, or once launcher.max_restarts attempts are used; nothing of a round is left when the next starts.
 
 The rendezvous store is therefore no single point of failure: each round's store lives on that round's host 0, and
 losing it loses that round only.
@@ -27,8 +27,7 @@ from typing import Protocol
 
 from runner.common import exits
 from runner.launchers.base import LaunchOutcome
-from runner.launchers.ssh.membership import Membership
-from runner.launchers.ssh.session import Ended
+from runner.launchers.elastic.membership import Membership
 from runner.plan.processes import Plan
 from runner.records.membership import MembershipChange, append_change
 from runner.records.paths import RunPaths
@@ -36,8 +35,20 @@ from runner.spec.schema import JobConfig
 from runner.worker.agent_reports import AgentReport, AttemptBegan, StepReached
 
 
+@dataclass(frozen=True)
+class Ended:
+    """How a round ended: the exit status for `run`, the signal it passed on, and a host lost."""
+
+    code: int
+    signalled: int | None
+    cause: str | None  # "host 1 (b): its ssh session ended ..." where a host was lost
+    lost: frozenset[int]  # those hosts' indices
+    lost_at: float | None = None  # when the first was seen lost (time.time())
+    why_lost: dict[int, str] = field(default_factory=dict)  # each lost host's index -> how it was seen
+
+
 class Round(Protocol):
-    """What a round is run with: an ssh launch (runner.launchers.ssh.launcher.SshLauncher) of one set of hosts."""
+    """What a round is run with: a launch of one set of hosts (an ssh launch, an srun step)."""
 
     plan: Plan
     paths: RunPaths
@@ -71,12 +82,13 @@ class _Heard:
 
 
 class AttemptsOnHosts:
-    """The rounds of an ssh job that outlives its hosts, from ``first`` (the launch as `run` made it: its spec's
+    """The rounds of a job that outlives its hosts, from ``first`` (the launch as `run` made it: its spec's
     hosts), as the module docstring says."""
 
     def __init__(self, first: Round) -> None:
         self.first = first
         self.spec = first.plan.job.spec
+        self.said_as = self.spec.launcher.kind  # what its lines begin with: "ssh", "slurm"
         self.pending: MembershipChange | None = None  # a change whose next attempt's first step is not seen yet
 
     def run(self) -> LaunchOutcome:
@@ -95,13 +107,13 @@ class AttemptsOnHosts:
             if isinstance(chosen, str) or attempt > limit:
                 why = chosen if isinstance(chosen, str) else f"launcher.max_restarts={limit} used"
                 append_change(self.first.paths, self._change(launcher, membership, ended, heard, None, ()))
-                print(f"ssh: the job ends: {why}", file=sys.stderr, flush=True)
+                print(f"{self.said_as}: the job ends: {why}", file=sys.stderr, flush=True)
                 return LaunchOutcome(code=exits.FAILED, cause=f"{ended.cause}; {why}", plan=launcher.plan)
             after, taken = chosen
             following = launcher.on(after.spec(self.spec, attempt), attempt)
             self.pending = self._change(launcher, membership, ended, heard, following,
                                         tuple(h.name or str(h.addr) for h in taken))
-            print(f"ssh: restarting on {len(after.hosts)} host(s) ({', '.join(after.names)}) from the last "
+            print(f"{self.said_as}: restarting on {len(after.hosts)} host(s) ({', '.join(after.names)}) from the last "
                   f"checkpoint: attempt {attempt + 1} of {limit + 1} (launcher.max_restarts={limit})"
                   + (f", spare(s) {', '.join(self.pending.spares)} in the lost host's place" if taken else ""),
                   file=sys.stderr, flush=True)
