@@ -291,13 +291,15 @@ def processes_of(run_id: str) -> list[psutil.Process]:
     """Live processes of a run: ranks carry TORCHELASTIC_RUN_ID; `run` and its launch agent carry
     `run_id=<id>` on their command line (the tests always pass one); launcher=ssh's ssh clients and each host's
     `run --ssh-host <i> <run folder>` end with the run's folder, ``.../runs/<id>``; mpirun, srun and the tasks they
-    start end with its spec, ``.../runs/<id>/spec.yaml``."""
+    start end with its spec, ``.../runs/<id>/spec.yaml``, and the tasks of a Slurm job's rounds name their round's,
+    ``.../runs/<id>/spec.round<N>.yaml``."""
     found = []
     for p in psutil.process_iter():
         try:
             cmdline = p.cmdline()
             mine = (p.environ().get("TORCHELASTIC_RUN_ID") == run_id or f"run_id={run_id}" in cmdline
-                    or bool(cmdline) and cmdline[-1].endswith((f"/runs/{run_id}", f"/runs/{run_id}/spec.yaml")))
+                    or bool(cmdline) and cmdline[-1].endswith((f"/runs/{run_id}", f"/runs/{run_id}/spec.yaml"))
+                    or any(f"/runs/{run_id}/spec.round" in part for part in cmdline))
             if mine and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):

@@ -35,11 +35,10 @@ from runner.spec.document import load_spec_text, spec_yaml
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
 from runner.worker.agent_reports import AgentReport
-from runner.worker.attempt_state import FAILURE_STOP_S
+from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
 from runner.worker.host_agent import HostAgent
 from runner.worker.share import HostShare
 
-HARD_STOP_MARGIN_S = 10.0  # after launcher.grace_s and the failure stop: the agent had its chance to stop its ranks
 USAGE = ("usage: run --ssh-host <node rank> <run folder> [--attempt N]  (started by launcher=ssh, with the run's spec "
          "on stdin)")
 

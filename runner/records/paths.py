@@ -200,6 +200,18 @@ class RunPaths:
         """:meth:`hostfile` as a batch script names it: quoted, then the job id from Slurm (``$SLURM_JOB_ID``)."""
         return shlex.quote(str(self.hostfile(""))) + "$SLURM_JOB_ID"
 
+    @_example("<N>")
+    def round_spec(self, attempt: int | str) -> Path:
+        """A Slurm job that outlives its nodes: the spec of round (attempt) N, on the nodes it ran on, as its tasks
+        load it (runner.launchers.slurm.rounds)."""
+        return self.root / f"spec.round{attempt}.yaml"
+
+    @_file
+    def rounds_beat(self) -> Path:
+        """A Slurm job that outlives its nodes: the round the holding `run` is at, rewritten every moment it runs;
+        a task whose round is over, or whose holder fell silent, stops its share."""
+        return self.root / "rounds.beat"
+
     @_file
     def user_stop(self) -> Path:
         """Written by `run` when it is sent the stop signal while it follows the run's Slurm job, before it passes

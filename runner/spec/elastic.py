@@ -44,6 +44,12 @@ class Elasticity:
                 f"while at least {self.min_nodes} of {self.hosts} do (topology.min_nodes){spares}")
 
 
+def declares_elasticity(spec: JobConfig) -> bool:
+    """The spec says how the job meets a lost host (topology.min_nodes, even at every host, or spares): its launch runs
+    it in rounds where the launcher does (the last round of a job that lost hosts has min_nodes = its hosts)."""
+    return spec.topology.min_nodes is not None or bool(spec.topology.spares)
+
+
 def keeps_checkpoints_on_every_host(spec: JobConfig) -> bool:
     """The job may lose host 0 and go on: every host keeps the last checkpoint (runner.training.context)."""
     hosts = len(spec.topology.hosts or ()) or (spec.topology.nodes or 0)

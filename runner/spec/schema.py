@@ -147,6 +147,10 @@ class SlurmOptions:
     """Wait for a submitted job, showing its output, and exit with its status."""
     array_parallelism: Optional[int] = None
     """A sweep's job array runs at most this many of its jobs at once (--array=...%N); null: no cap."""
+    keepalive_s: int = 2
+    """Seconds between a task's 'alive' lines, in a job that outlives its nodes; four missed: its node is lost.
+
+    Only with topology.min_nodes or topology.spares (runner.launchers.slurm.rounds)."""
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from runner.common import extras
 from runner.common.signals import is_signal_name
-from runner.spec.elastic import elastic_problems, resolve_spares
+from runner.spec.elastic import declares_elasticity, elastic_problems, resolve_spares
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem, Severity, errors
@@ -189,7 +189,7 @@ def _check_stopping_options(spec: JobConfig, launcher: LauncherRules) -> Iterato
     restarts = spec.launcher.max_restarts
     if restarts < 0:
         yield Problem("launcher.max_restarts", f"must be 0 or more, got {restarts}", "0: no restarts")
-    elif restarts and not launcher.supports_restarts:
+    elif restarts and not launcher.supports_restarts and not (launcher.survives_lost_hosts and declares_elasticity(spec)):
         yield Problem("launcher.max_restarts", f"launcher={launcher.name} does not restart a job", launcher.restart_hint)
     grace = spec.launcher.grace_s
     if not grace >= 0:

@@ -21,6 +21,8 @@ from runner.worker.rank_life import STACKS_S, Stuck
 from runner.worker.rank_process import STACK_SIGNAL
 
 FAILURE_STOP_S = 5.0  # after a rank failed: how long the others have to end on SIGTERM before SIGKILL
+HARD_STOP_MARGIN_S = 10.0  # after launcher.grace_s and the failure stop: a share that stops on its own (its launch gone)
+# had its agent's chance to stop its ranks; whatever still runs then ends with its process
 
 
 class Phase(enum.Enum):

@@ -128,6 +128,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     up.add_argument("--hosts", type=int, default=2, help="number of namespace hosts (default 2)")
     up.add_argument("--cpus", type=int, default=8, help="CPUs each Slurm node claims (default 8)")
     up.add_argument("--slurm", action="store_true", help="run a Slurm cluster (munged, slurmctld, slurmd per host)")
+    up.add_argument("--slurmd-timeout", type=int, default=30,
+                    help="Slurm's SlurmdTimeout: seconds before a silent node is marked down (default 30)")
     up.add_argument("--sshd", action="store_true", help="an sshd in every host, keys and an ssh_config (bed.sshd)")
     up.add_argument("--decoy", action="store_true", help=f"give each host a {DECOY_IF} that routes nowhere")
     up.add_argument("--prefix", default="tb", help="start of every name (default tb)")

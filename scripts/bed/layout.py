@@ -66,6 +66,7 @@ class Plan:
     slurmd_port: int | None
     hosts: tuple[Host, ...]
     sshd: bool = False  # an sshd in every host (bed.sshd)
+    slurmd_timeout: int = 30  # Slurm's SlurmdTimeout: a node whose slurmd is silent this long is marked down
 
     @property
     def tag(self) -> str:
@@ -212,7 +213,8 @@ def make_plan(args: argparse.Namespace, state: Path) -> Plan:
         slurmd_port = free_port()
     return Plan(id=bed_id, prefix=args.prefix, state=str(state), subnet=str(subnet),
                 decoy_subnet=str(decoy) if decoy else None, cpus=args.cpus, slurm=args.slurm,
-                ctl_port=ctl_port, slurmd_port=slurmd_port, hosts=hosts, sshd=args.sshd)
+                ctl_port=ctl_port, slurmd_port=slurmd_port, hosts=hosts, sshd=args.sshd,
+                slurmd_timeout=args.slurmd_timeout)
 
 
 def load_plan(paths: Paths) -> Plan | None:

@@ -64,7 +64,7 @@ MinJobAge=5
 InactiveLimit=0
 MessageTimeout=10
 SlurmctldTimeout=30
-SlurmdTimeout=30
+SlurmdTimeout={plan.slurmd_timeout}
 {nodes}
 PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """

@@ -93,3 +93,33 @@ def test_a_task_outside_any_scheduler_says_so(tmp_path):
     spec, _, _ = _dry_run(tmp_path, "topology=1x2", "launcher=mpi")
     (result,) = _start_tasks(spec, [{}])
     assert result.code == 2 and "no MPI rank variables are set" in result.stderr
+
+
+# --------------------------------------------------------------------------- a round of a Slurm job that outlives nodes
+
+@pytest.mark.unit
+def test_a_task_takes_its_spec_and_a_round() -> None:
+    from pathlib import Path
+
+    from runner.app.task import _arguments
+
+    assert _arguments(["s.yaml"]) == (Path("s.yaml"), None)
+    assert _arguments(["s.yaml", "--round", "3"]) == (Path("s.yaml"), 3)
+    assert _arguments(["s.yaml", "--round"]) is None and _arguments(["s.yaml", "--round", "x"]) is None
+
+
+@pytest.mark.parametrize("beat, said", [
+    ("1 4\n", "the job is at attempt 2 (this task ran attempt 1): stopping this node's share"),
+    ("0 4\n", "no beat from the `run` that holds the job's rounds for 8 s"),
+])
+def test_a_rounds_task_stops_its_share_once_the_holder_moved_on_or_fell_silent(tmp_path, beat, said):
+    """runner.app.task.RoundWatch: what the holder wrote in the run folder (runner.launchers.slurm.rounds) says the
+    round is over, or it stopped writing: the task stops its share as on SIGTERM (here: nothing handles it)."""
+    (tmp_path / "rounds.beat").write_text(beat)
+    code = ("import time; from pathlib import Path; from runner.app.task import RoundWatch; "
+            "from runner.records.paths import RunPaths; "
+            f"RoundWatch(RunPaths(Path({str(tmp_path)!r}), 'r'), 0, 1, 1, 30).start(); time.sleep(60)")
+    with started([sys.executable, "-c", code], cwd=tmp_path, merged=True) as proc:
+        done = proc.wait(30)
+    assert done.code == -15 and said in done.output, done
+    assert done.output.count("\x1erunner-report ") >= 1 and '"host": 1' in done.output  # it said Alive meanwhile

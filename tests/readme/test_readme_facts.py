@@ -25,7 +25,7 @@ import pytest
 from conftest import REPO, compose
 from readme_text import readme
 from runner.app.help import options_help
-from runner.app.ssh_host import HARD_STOP_MARGIN_S
+from runner.worker.attempt_state import HARD_STOP_MARGIN_S
 from runner.common import exits
 from runner.environments.process import SOCKET_IFNAME_VARIABLES
 from runner.environments.provenance import DIFF_CAP_BYTES

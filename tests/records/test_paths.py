@@ -21,7 +21,8 @@ def test_every_file_a_run_folder_may_hold_is_listed_once() -> None:
     listed = [e.path for e in RunPaths.entries()]
     assert listed == [
         "spec.yaml", "plan.json", "launch.txt", "provenance.json", "code/", ".hydra/", ".hydra/overrides.yaml",
-        "run.log", "job.sbatch", "step.sh", "slurm-<job id>.out", "slurm_job_id", "hostfile.<job id>", "user_stop",
+        "run.log", "job.sbatch", "step.sh", "slurm-<job id>.out", "slurm_job_id", "hostfile.<job id>", "spec.round<N>.yaml",
+        "rounds.beat", "user_stop",
         "logs/", "logs/diagnose.request", "logs/diagnosis.json", "metrics.jsonl", "membership.jsonl",
         "checkpoints/",
         "checkpoints/<name>.pt", "run_summary.json", "exit_status", "<run id>.rdzv/", "<run id>.job/",

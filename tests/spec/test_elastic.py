@@ -1,5 +1,5 @@
 """runner.spec.elastic: topology.min_nodes and topology.spares checked before anything starts (the launch that
-survives a lost host: tests/launchers/ssh/test_membership_ssh.py, tests/e2e/test_lost_hosts.py)."""
+survives a lost host: tests/launchers/elastic/, tests/e2e/test_lost_hosts.py, tests/e2e/test_lost_nodes_slurm.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import pytest
 from conftest import make_spec, validate
 from runner.launchers.manual import ManualLauncher
 from runner.launchers.mpi import MpiLauncher
-from runner.launchers.slurm.launcher import SlurmLauncher
 from runner.spec.elastic import Elasticity, elasticity, world_sizes
-from runner.spec.schema import HostConfig, InitConfig, JobConfig, LauncherConfig
+from runner.spec.schema import HostConfig, InitConfig, JobConfig, LauncherConfig, TaskMode, TopologyConfig
 
 pytestmark = pytest.mark.unit
 
@@ -48,8 +47,7 @@ def test_min_nodes_outside_one_to_the_hosts_is_refused_with_the_count(min_nodes:
     assert problem is not None and f"got {min_nodes}" in problem.message and "topology.min_nodes=2" in problem.hint
 
 
-@pytest.mark.parametrize("launcher, said", [(ManualLauncher, "started by hand"), (MpiLauncher, "mpirun ends every"),
-                                            (SlurmLauncher, "srun step")])
+@pytest.mark.parametrize("launcher, said", [(ManualLauncher, "started by hand"), (MpiLauncher, "mpirun ends every")])
 def test_launchers_that_cannot_go_on_without_a_host_refuse_with_their_reason(launcher, said) -> None:
     spec = ssh_job([2, 2, 2], min_nodes=2, launcher=launcher.name)
     got = validate(spec)
@@ -57,6 +55,21 @@ def test_launchers_that_cannot_go_on_without_a_host_refuse_with_their_reason(lau
     assert problem is not None, got.rendered()
     assert problem.message == f"launcher={launcher.name}: {launcher.lost_host_reason}"
     assert problem.hint.startswith("launcher=ssh")
+
+
+def test_slurm_goes_on_without_a_node_with_one_task_a_node_and_named_hosts_beside_named_spares() -> None:
+    """launcher=slurm runs a job that outlives its nodes (runner.launchers.slurm.rounds): restarts are its rounds."""
+    assert not validate(ssh_job([2, 2, 2], min_nodes=2, launcher="slurm")).problems
+    per_device = validate(dataclasses.replace(ssh_job([2, 2, 2], min_nodes=2, launcher="slurm"), launcher=LauncherConfig(
+        kind="slurm", tasks=TaskMode.per_device, max_restarts=2)))
+    problem = per_device.find("launcher.tasks", "per_device with topology.min_nodes")
+    assert problem is not None and problem.hint == "launcher.tasks=per_host (the default)"
+    spec = make_spec(devices=[2, 2], launcher="slurm")
+    unnamed = dataclasses.replace(spec, topology=TopologyConfig(nodes=2, devices_per_node=2, spares=[HostConfig(name="d")]),
+                                  launcher=dataclasses.replace(spec.launcher, max_restarts=1))
+    assert validate(unnamed).find("topology.spares", "the hosts are not named") is not None
+    no_restarts = dataclasses.replace(spec, launcher=dataclasses.replace(spec.launcher, max_restarts=1))
+    assert validate(no_restarts).find("launcher.max_restarts", "launcher=slurm does not restart a job") is not None
 
 
 def test_a_spare_on_the_local_launcher_is_refused() -> None:

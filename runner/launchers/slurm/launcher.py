@@ -17,10 +17,12 @@ from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRe
 from runner.launchers.slurm.array import ArrayMember
 from runner.launchers.slurm.follow import follow
 from runner.launchers.slurm.job import SlurmError, submit
+from runner.launchers.slurm.rounds import last_round_plan
 from runner.plan.processes import Deferred, Plan
 from runner.records.outcomes import all_done
 from runner.records.paths import RunPaths
 from runner.reports.where import where_the_ranks_are
+from runner.spec.elastic import declares_elasticity, elasticity
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem, Severity, render_problems
@@ -37,8 +39,7 @@ class SlurmLauncher(Launcher):
     restart_hint = "launcher.slurm.requeue=true: the job is requeued after Slurm's stop signal, and resumes"
     sets_visible_devices = False  # Slurm shows each task its node's GPUs
     master_source = "first host of SLURM_STEP_NODELIST"
-    lost_host_reason = ("a lost node ends the job's srun step, and the next step on the allocation's remaining nodes "
-                        "is not started by the runner yet")
+    survives_lost_hosts = True  # the job's srun steps, one a round, on the nodes that remain (runner.launchers.slurm.rounds)
 
     # -- rules ---------------------------------------------------------------------------------------------
     @classmethod
@@ -80,6 +81,22 @@ class SlurmLauncher(Launcher):
         if 0 < sum(h.name is not None for h in hosts) < len(hosts):
             yield Problem("topology.hosts", "under Slurm, name every host (they become --nodelist) or none (Slurm picks)",
                           "give each host a name, or drop the names")
+        yield from cls._elastic_problems(job)
+
+    @classmethod
+    def _elastic_problems(cls, job: Job) -> Iterator[Problem]:
+        """A job that outlives its nodes: one task per node (it restarts its share, and says it is there), and named
+        hosts beside named spares (both are nodes of the allocation, --nodelist)."""
+        if not declares_elasticity(job.spec):
+            return
+        if job.spec.launcher.tasks is not TaskMode.per_host:
+            yield Problem("launcher.tasks", "per_device with topology.min_nodes or topology.spares: each round of a job "
+                          "that outlives its nodes runs one task per node, which restarts its node's share",
+                          "launcher.tasks=per_host (the default)")
+        if job.spares and not all(h.name for h in job.hosts):
+            yield Problem("topology.spares", "spares are nodes of the allocation by name (--nodelist), and the hosts "
+                          "are not named: Slurm could give a host the spare's node",
+                          "name the hosts too: 'topology.hosts=[{name: n1}, {name: n2}]'")
 
     @classmethod
     def default_master(cls, spec: JobConfig, hosts: tuple[Host, ...]) -> str | None:
@@ -140,13 +157,27 @@ class SlurmLauncher(Launcher):
         return max(self._counts()) if opts.tasks is TaskMode.per_host else None
 
     def _nodelist(self) -> str | None:
+        """The hosts' (and spares') names for --nodelist; None where Slurm picks."""
         hosts = self.plan.job.hosts
-        return ",".join(h.name for h in hosts) if all(h.name for h in hosts) else None
+        return ",".join(h.name for h in (*hosts, *self.plan.job.spares)) if all(h.name for h in hosts) else None
+
+    @property
+    def _elastic(self) -> bool:
+        """The job outlives its nodes: its srun steps are held by runner.app.slurm_rounds (runner.launchers.slurm.rounds)."""
+        return declares_elasticity(self.plan.job.spec)
+
+    def _nodes(self) -> int:
+        """Nodes the job asks for: its hosts, and the spares kept ready."""
+        return len(self.plan.job.hosts) + len(self.plan.job.spares)
 
     def step_lines(self, background: bool = False) -> list[str]:
         """The srun step, and for uneven hosts the hostfile that places its tasks 2+1 in rank order;
         ``background``: started with ``&``, its pid in ``$step`` (the batch script forwards signals);
         else srun replaces the shell, so that signals to the step script reach srun."""
+        if self._elastic:
+            command = shlex.join([self.invocation.python, "-P", "-m", "runner.app.slurm_rounds", str(self.paths.spec)])
+            note = "# the job outlives its nodes: this `run` holds its srun steps, one a round on the nodes that remain"
+            return [note, *([f"{command} &", "step=$!"] if background else [f"exec {command}"])]
         ntasks, per_node, arbitrary = self._layout()
         job = self.plan.job
         lines = []
@@ -185,7 +216,7 @@ class SlurmLauncher(Launcher):
             "#!/bin/bash",
             f"# Written by `run` for run {self.paths.run_id}; submit with: sbatch {q(str(self.paths.sbatch_script))}",
             f"#SBATCH --job-name={q('run-' + self.paths.run_id)}",
-            f"#SBATCH --nodes={len(job.hosts)}",
+            f"#SBATCH --nodes={self._nodes()}",
             f"#SBATCH --ntasks-per-node={per_node}",
             f"#SBATCH --time={opts.time}",
             f"#SBATCH --signal=B:{opts.signal.split(':')[-1]}",
@@ -193,6 +224,8 @@ class SlurmLauncher(Launcher):
             "#SBATCH --open-mode=append",
             "#SBATCH --requeue" if opts.requeue else "#SBATCH --no-requeue",
         ]
+        if self._elastic:  # a node lost leaves the allocation to the others
+            lines.append("#SBATCH --no-kill")
         if self._nodelist():
             lines.append(f"#SBATCH --nodelist={self._nodelist()}")
         if job.device is DeviceKind.cuda:
@@ -243,16 +276,30 @@ class SlurmLauncher(Launcher):
                               "set -euo pipefail", *self.step_lines()]) + "\n"
             cmd = HostCommand(host="this allocation", argv=("bash", str(step)),
                               note="an srun step inside the current allocation", cwd=cwd)
-            return LaunchRequest(launcher=self.name, commands=(cmd,), files={step.name: text})
+            return LaunchRequest(launcher=self.name, commands=(cmd, *self._rounds_said()), files={step.name: text})
         cmd = HostCommand(host="this machine (login node)", argv=("sbatch", "--parsable", str(self.paths.sbatch_script)),
                           note="submits the batch script below", cwd=cwd)
-        return LaunchRequest(launcher=self.name, commands=(cmd,), files={self.paths.sbatch_script.name: self.script()})
+        return LaunchRequest(launcher=self.name, commands=(cmd, *self._rounds_said()),
+                             files={self.paths.sbatch_script.name: self.script()})
+
+    def _rounds_said(self) -> tuple[HostCommand, ...]:
+        """What the dry run says of a job that outlives its nodes: how it goes on, and how a lost node is found."""
+        if not self._elastic:
+            return ()
+        every = self.plan.job.spec.launcher.slurm.keepalive_s
+        spares = ", ".join(h.label for h in self.plan.job.spares)
+        return (HostCommand(host=elasticity(self.plan.job).line(), argv=None),
+                HostCommand(host=f"each round an srun step on the nodes that remain (runner.app.slurm_rounds); a node is "
+                                 f"lost when its task is silent for {4 * every} s (launcher.slurm.keepalive_s={every}) "
+                                 f"or Slurm takes it out of the job" + (f"; spare node(s) {spares} idle in the "
+                                                                        f"allocation until one takes a place" if spares
+                                                                        else ""), argv=None))
 
     # -- launch ---------------------------------------------------------------------------------------
     def allocation_problems(self, slurm: SlurmEnvironment) -> list[Problem]:
         """What the current allocation lacks for this job: nodes, CPUs per node, GPUs, named hosts."""
         job, problems = self.plan.job, []
-        need = len(job.hosts)
+        need = self._nodes()
         where = f"the allocation (job {slurm.job_id})"
         if slurm.num_nodes is not None and slurm.num_nodes < need:
             problems.append(Problem("topology", f"{where} has {slurm.num_nodes} node(s) (SLURM_JOB_NUM_NODES), "
@@ -299,7 +346,8 @@ class SlurmLauncher(Launcher):
                     return LaunchOutcome(code=exits.INVALID)
                 step = request.commands[0]
                 print(f"slurm: an srun step in job {slurm.job_id} ({self.paths.step_script})", file=sys.stderr)
-                return self.run_forwarding_signals(list(step.argv), step.cwd)
+                ended = self.run_forwarding_signals(list(step.argv), step.cwd)
+                return dataclasses.replace(ended, plan=self._ended_on())
             self.paths.user_stop.unlink(missing_ok=True)  # an earlier launch's stop (a relaunch with the same run id)
             job_id = submit(self.paths.sbatch_script, self.invocation.cwd)
         except SlurmError as e:
@@ -314,7 +362,11 @@ class SlurmLauncher(Launcher):
         code = follow(job_id, output, outcome=self._outcome, rank_failed=self.rank_failed,
                       say_where=lambda: where_the_ranks_are(self.plan, self.paths, "cancelling the job"),
                       stop_signal=self.plan.rules.stop_signal, user_stop=self.paths.user_stop)
-        return LaunchOutcome(code=code)
+        return LaunchOutcome(code=code, plan=self._ended_on())
+
+    def _ended_on(self) -> Plan | None:
+        """The plan of the job's last round, where it outlives its nodes and ran rounds (None: this launch's plan)."""
+        return last_round_plan(self.paths, self.plan.job, self.plan_for) if self._elastic else None
 
     @classmethod
     def snapshots_by_default(cls, environment: ProcessEnvironment) -> bool:
@@ -335,4 +387,5 @@ class SlurmLauncher(Launcher):
 
     def _outcome(self) -> int:
         """0 when every rank of the run left its done file, else 1 (for a job Slurm forgot already)."""
-        return exits.OK if all_done(self.paths, (r.global_rank for r in self.plan.records)) else exits.FAILED
+        plan = self._ended_on() or self.plan
+        return exits.OK if all_done(self.paths, (r.global_rank for r in plan.records)) else exits.FAILED

@@ -1,0 +1,165 @@
+"""A Slurm job that outlives its nodes (topology.min_nodes) on a Slurm cluster of this module's own (four namespace
+hosts, one slurmd each, SlurmdTimeout 10 s; the shared bed's cluster serves other tests, and these take its nodes
+down): the bundled digits recipe on three nodes of one process, submitted with sbatch from the "login node" (the root
+namespace) and followed. A node whose every process dies (slurmd, the step's slurmstepd, the task, its ranks: the
+machine gone) is found by its task's silence within seconds; a node whose slurmd alone stops is one Slurm takes out
+of the job once SlurmdTimeout passes, while its task still runs, and that task then stops by itself. Each job must
+finish on the two nodes left with its accuracy, say the change in membership.jsonl and the summary, resume from its
+checkpoint (never from step 0), and leave nothing running on any node."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from runs import RUN, check_readme_quotes, processes_of, seen_in, started, wait_until
+from testbed_fixtures import Bed, bed_down, bed_up, leftovers, missing_requirements, namespace_inodes, unavailable
+
+pytestmark = pytest.mark.timeout(300)
+
+BATCH = 48  # divides over 3 and 2 processes
+SLURMD_TIMEOUT_S = 10
+
+# What the batch output shows, as patterns of the bed's host names: README's "When a host is lost" quotes these lines
+SAID = {
+    "silent": r"slurm: node\(s\) {host2} lost \(its task was silent for \d+ s \(launcher\.slurm\.keepalive_s=1, 4 "
+              r"missed\)\): ending the step",
+    "taken out": r"slurm: node\(s\) {host1} lost \(Slurm took node {host1} out of the job \(scontrol show node "
+                 r"{host1}\)\): ending the step",
+    "restarting": r"slurm: restarting on 2 host\(s\) \({host0}, {host1}\) from the last checkpoint: attempt 2 of 4 "
+                  r"\(launcher\.max_restarts=3\)",
+    "next step": r"slurm: attempt 2: an srun step on 2 node\(s\) \({host0}, {host1}\)",
+}
+
+
+def seen(key: str, bed: Bed | None = None) -> str:
+    return seen_in(SAID, key, bed)
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory) -> Iterator[Bed]:
+    reason = missing_requirements(slurm=True)
+    if reason:
+        unavailable(reason)
+    state = tmp_path_factory.mktemp("lost-nodes-bed")
+    description = bed_up(state, "--hosts", "4", "--slurm", "--slurmd-timeout", str(SLURMD_TIMEOUT_S),
+                         "--prefix", f"ln{uuid.uuid4().hex[:2]}")
+    inodes = namespace_inodes(description)
+    try:
+        yield Bed.from_description(description)
+    finally:
+        done = bed_down(state)
+        left = leftovers(description, inodes)
+        assert done.returncode == 0 and not left, (left, done.stderr)
+
+
+def in_namespace(bed: Bed, host: str) -> list[psutil.Process]:
+    """Every process in ``host``'s network namespace (the bed's slurmd there, and what Slurm started there)."""
+    done = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True, check=True)
+    found = []
+    for pid in done.stdout.split():
+        try:
+            found.append(psutil.Process(int(pid)))
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def kill(processes: list[psutil.Process]) -> int:
+    for p in processes:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            continue
+    return len(processes)
+
+
+def start(bed: Bed, folder: Path, nodes: list[str], epochs: int, run_id: str):
+    hosts = "topology.hosts=[" + ",".join(f"{{name: {n}, devices: 1}}" for n in nodes) + "]"
+    argv = [RUN, "launcher=slurm", "topology=custom", hosts, "topology.min_nodes=2", "launcher.max_restarts=3",
+            "launcher.slurm.keepalive_s=1", "launcher.grace_s=2", f"recipe.epochs={epochs}",
+            f"recipe.global_batch_size={BATCH}", f"run_id={run_id}"]
+    return started(argv, cwd=folder, env=bed.env(), run_id=run_id, merged=True)
+
+
+def run_folder(folder: Path, run_id: str) -> Path:
+    return folder / "outputs" / "runs" / run_id
+
+
+def checkpointed(folder: Path, run_id: str) -> bool:
+    return (run_folder(folder, run_id) / "checkpoints" / "last.pt").exists()
+
+
+def finished_on_two(folder: Path, run_id: str, said: str, code: int, lost: str, kept: list[str]) -> dict:
+    """Done on the two nodes left: exit 0, every rank of the last round done, an accuracy; the change recorded."""
+    assert code == 0, said
+    found = json.loads((run_folder(folder, run_id) / "run_summary.json").read_text())
+    assert found["status_text"].startswith("done: every rank returned (exit 0) · Slurm job "), found
+    assert found["world_size"] == 2 and found["final_metrics"]["test_accuracy"] > 0.8, found
+    assert re.search(rf"  hosts     {re.escape(lost)} lost in attempt 1 \({re.escape(lost)}: ", said), said
+    (change,) = [json.loads(line) for line in (run_folder(folder, run_id) / "membership.jsonl").read_text().splitlines()]
+    assert (change["lost"], change["after"], change["attempt"], change["next_attempt"]) == ([lost], kept, 0, 1), change
+    assert (change["world_size_before"], change["world_size_after"]) == (3, 2), change
+    resumed = [int(s) for s in re.findall(r"resumed from \S+: step (\d+),", said)]
+    assert resumed and resumed[0] > 0 and change["resumed_from"] == resumed[0], (resumed, change)
+    assert change["to_first_step_s"] is not None and change["to_first_step_s"] > 0, change
+    return change
+
+
+def nothing_left(bed: Bed, run_id: str, job_id: str) -> None:
+    """No process of the run anywhere (on a node whose slurmd is gone its task stops by itself), and then no
+    slurmstepd of its job in any node (there, Slurm's own ends once it has given up telling its slurmd: a minute or
+    two)."""
+    def steps() -> list[psutil.Process]:
+        found = []
+        for p in (p for h in bed.names for p in in_namespace(bed, h)):
+            try:
+                if " ".join(p.cmdline()).startswith(f"slurmstepd: [{job_id}."):
+                    found.append(p)
+            except psutil.Error:
+                continue
+        return found
+    wait_until(lambda: not processes_of(run_id), 60, "nothing of the run left on any node")
+    wait_until(lambda: not steps(), 150, f"no slurmstepd of job {job_id} left on any node")
+
+
+def test_a_node_whose_every_process_dies_is_found_by_its_silence_and_the_job_finishes_on_the_others(bed, tmp_path):
+    a, b, c, _ = bed.names
+    run_id = f"s{uuid.uuid4().hex[:8]}"
+    with start(bed, tmp_path, [a, b, c], 12, run_id) as proc:
+        wait_until(lambda: checkpointed(tmp_path, run_id), 150, "the first checkpoint", alive=[proc])
+        assert kill(in_namespace(bed, c)) >= 3  # slurmd, the step's slurmstepd, the task (and its ranks)
+        done = proc.wait(240)
+    said = done.output
+    assert re.search(seen("silent", bed), said) and re.search(seen("restarting", bed), said), said
+    assert re.search(seen("next step", bed), said), said
+    change = finished_on_two(tmp_path, run_id, said, done.code, c, [a, b])
+    assert "its task was silent" in change["cause"], change
+    nothing_left(bed, run_id, (run_folder(tmp_path, run_id) / "slurm_job_id").read_text().strip())
+
+
+def test_a_node_whose_slurmd_stops_is_taken_out_by_slurm_and_its_task_stops_by_itself(bed, tmp_path):
+    a, b, _, d = bed.names
+    run_id = f"s{uuid.uuid4().hex[:8]}"
+    with start(bed, tmp_path, [a, b, d], 40, run_id) as proc:
+        wait_until(lambda: checkpointed(tmp_path, run_id), 150, "the first checkpoint", alive=[proc])
+        assert kill([p for p in in_namespace(bed, b) if p.name() == "slurmd"]) == 1  # the task runs on
+        done = proc.wait(240)
+    said = done.output
+    names = {"host0": re.escape(a), "host1": re.escape(b)}
+    assert re.search(SAID["taken out"].format(**names), said), said
+    assert re.search(SAID["next step"].format(host0=re.escape(a), host1=re.escape(d)), said), said
+    change = finished_on_two(tmp_path, run_id, said, done.code, b, [a, d])
+    assert "Slurm took node" in change["cause"], change
+    nothing_left(bed, run_id, (run_folder(tmp_path, run_id) / "slurm_job_id").read_text().strip())
+
+
+def test_the_readme_quotes_what_these_tests_see() -> None:
+    check_readme_quotes("### When a host is lost", SAID, "tests/e2e/test_lost_nodes_slurm.py")
