@@ -196,3 +196,35 @@ def test_with_requeue_the_batch_script_requeues_after_slurms_signal_but_not_afte
         assert requeued == "" and "run: stopped at the user's request (user_stop): job 42 ends, not requeued" in out
     else:
         assert requeued == "requeue 42\n" and "run: requeueing job 42" in out
+
+
+# --------------------------------------------------------------------------- a job that outlives its nodes
+
+ELASTIC = ("topology=custom", "topology.hosts=[{name: n1, devices: 2},{name: n2, devices: 2}]",
+           "topology.spares=[{name: n3, devices: 2}]", "topology.min_nodes=1", "launcher.max_restarts=2",
+           "recipe.global_batch_size=8")
+
+
+def test_a_job_that_outlives_its_nodes_asks_for_its_spares_keeps_its_allocation_and_runs_the_holding_run():
+    launcher = _launcher(*ELASTIC)
+    script = launcher.script()
+    assert "#SBATCH --nodes=3" in script and "#SBATCH --nodelist=n1,n2,n3" in script
+    assert "#SBATCH --no-kill" in script and "srun --" not in script
+    assert "/venv/bin/python -P -m runner.app.slurm_rounds /runs/R1/spec.yaml &" in script
+    said = [c.host for c in launcher.request().commands if c.argv is None]
+    assert said[0].startswith("a lost host ends the attempt; the job restarts from the last checkpoint")
+    assert said[1] == ("each round an srun step on the nodes that remain (runner.app.slurm_rounds); a node is lost when "
+                       "its task is silent for 8 s (launcher.slurm.keepalive_s=2) or Slurm takes it out of the job; "
+                       "spare node(s) n3 idle in the allocation until one takes a place")
+    (problem,) = launcher.allocation_problems(_allocation(SLURM_JOB_NUM_NODES="2", SLURM_JOB_CPUS_PER_NODE="4(x2)"))
+    assert "has 2 node(s) (SLURM_JOB_NUM_NODES), the spec needs 3" in problem.message  # the spare is a node too
+    plain = _launcher("topology=2x2").script()
+    assert "--no-kill" not in plain and "runner.app.slurm_rounds" not in plain
+
+
+def test_inside_an_allocation_the_step_script_is_the_holding_run():
+    launcher = _launcher(*ELASTIC)
+    launcher.environment = environment(SLURM_JOB_ID="42")
+    request = launcher.request()
+    (text,) = request.files.values()
+    assert text.rstrip().endswith("exec /venv/bin/python -P -m runner.app.slurm_rounds /runs/R1/spec.yaml")
