@@ -42,10 +42,10 @@ import uuid
 from pathlib import Path
 
 import result_file
+from namespace_bed import Bed
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "workloads" / "elastic_steps.py"
-TESTBED = HERE.parent / "scripts" / "testbed.py"
 BIN = Path(sys.executable).parent
 TORCHRUN, RUN = "torchrun --nnodes=2:3 (c10d)", "run launcher=ssh topology.min_nodes=2"
 LAUNCHERS = (TORCHRUN, RUN)
@@ -55,56 +55,6 @@ START_S, TRIAL_S = 120.0, 180.0  # deadlines: the fault point, and the whole tri
 POLL_S = 0.05
 LEFT_WAIT_S = 30.0  # after a trial: how long the job's processes get to end by themselves before they are counted
 _FOREIGN_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_")
-
-
-class Bed:
-    """Three namespace hosts with sshds (``testbed.py up``, then ``down`` by :meth:`close`), as the tests' fixture."""
-
-    def __init__(self, state: Path) -> None:
-        self.state = state
-        done = subprocess.run(self._cmd("up", "--hosts", "3", "--sshd", "--prefix", "lb"), capture_output=True,
-                              text=True, timeout=120)
-        if done.returncode != 0:
-            raise SystemExit(f"testbed.py up failed (exit {done.returncode}):\n{done.stderr}")
-        self.description = json.loads(done.stdout)
-        self.hosts = self.description["hosts"]
-        self.ssh = self.description["ssh"]
-
-    def _cmd(self, *args: str) -> list[str]:
-        return [sys.executable, str(TESTBED), "-q", args[0], "--state", str(self.state), *args[1:]]
-
-    def exec_argv(self, i: int, argv: list[str]) -> list[str]:
-        return ["nsenter", f"--net={self.hosts[i]['netns_path']}", "--", *argv]
-
-    def free_port(self, i: int) -> int:
-        code = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
-        return int(subprocess.run(self.exec_argv(i, [sys.executable, "-c", code]), capture_output=True, text=True,
-                                  check=True, timeout=30).stdout)
-
-    def link(self, i: int, up: bool) -> None:
-        h = self.hosts[i]
-        subprocess.run(self.exec_argv(i, ["ip", "link", "set", h["ifname"], "up" if up else "down"]), check=True)
-
-    def job_pids(self, i: int | None = None) -> list[int]:
-        """Processes in host ``i``'s namespace (every host's: None), but its sshd daemon."""
-        hosts = self.hosts if i is None else [self.hosts[i]]
-        nets = {f"net:[{os.stat(h['netns_path']).st_ino}]" for h in hosts}
-        daemons = {int(h["sshd_pid"]) for h in self.ssh["hosts"].values()}
-        found = []
-        for proc in Path("/proc").iterdir():
-            try:
-                if proc.name.isdigit() and int(proc.name) not in daemons and os.readlink(proc / "ns" / "net") in nets:
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-        return found
-
-    def close(self) -> None:
-        for i in range(len(self.hosts)):
-            self.link(i, up=True)
-        done = subprocess.run(self._cmd("down"), capture_output=True, text=True, timeout=60)
-        if done.returncode != 0:
-            print(f"testbed.py down failed (exit {done.returncode}):\n{done.stderr}", file=sys.stderr)
 
 
 def _kill(pids: list[int]) -> None:
@@ -117,7 +67,7 @@ def _kill(pids: list[int]) -> None:
 
 def _job_left(bed: Bed) -> dict[int, str]:
     """The job's processes still in the namespaces (not an sshd's), with their command lines."""
-    found = {pid: _cmdline(pid)[:80] for pid in bed.job_pids()}
+    found = {pid: _cmdline(pid)[:80] for pid in bed.pids()}
     return {pid: c for pid, c in found.items() if c and not c.startswith("sshd")}
 
 
@@ -193,7 +143,7 @@ def trial(bed: Bed, launcher: str, fault: str, folder: Path) -> dict:
         if fault == "link":
             bed.link(victim, up=False)
         else:
-            _kill(bed.job_pids(victim))
+            _kill(bed.pids(victim))
         # torchrun's own process on the lost host dies with its namespace's processes; the others must end by
         # themselves
         running = [p for i, p in enumerate(procs) if not (launcher == TORCHRUN and i == victim)]
@@ -225,7 +175,7 @@ def trial(bed: Bed, launcher: str, fault: str, folder: Path) -> dict:
         result["left_running"] = len(left)
         result["ended_by_itself_s"] = None if left else round(time.monotonic() - waited, 1)
         result["left"] = sorted(set(left.values()))
-        _kill(bed.job_pids())
+        _kill(bed.pids())
     return result
 
 
@@ -239,7 +189,7 @@ def main() -> None:
         signal.signal(s, lambda signum, _: sys.exit(128 + signum))
     trials: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="lb-") as tmp:
-        bed = Bed(Path(tmp) / "bed")
+        bed = Bed(Path(tmp) / "bed", hosts=3, prefix="lb", sshd=True)
         try:
             for r in range(args.rounds):
                 for k, fault in enumerate(FAULTS):

@@ -47,10 +47,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import result_file
+from namespace_bed import Bed
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "workloads" / "restart_ddp.py"
-TESTBED = HERE.parent / "scripts" / "testbed.py"
 BIN = Path(sys.executable).parent
 TORCHRUN, RUN = "torchrun (c10d rendezvous)", "run (launcher=manual)"
 OWN_STORE = "torchrun, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"  # its workers' store made anew each round (see below)
@@ -65,48 +65,6 @@ ABOUT_FAILURE = re.compile(r"(?i)fail|error|exception|sigkill|\bsignal\b|closed|
 FRAME = re.compile(r'(\[rank\d+\]:)?\s+(File "|\^)')  # a traceback's frame lines
 NOISE = re.compile(r"hostname of the client socket cannot be retrieved")
 _FOREIGN_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_")  # as tests/testbed_fixtures.py: no other job's variables
-
-
-class Bed:
-    """Two namespace hosts of scripts/testbed.py (``up``, then ``down`` by :meth:`close`), as the tests' fixture."""
-
-    def __init__(self, state: Path) -> None:
-        self.state = state
-        done = subprocess.run(self._cmd("up", "--hosts", "2", "--prefix", "rb"), capture_output=True, text=True,
-                              timeout=120)
-        if done.returncode != 0:
-            raise SystemExit(f"testbed.py up failed (exit {done.returncode}):\n{done.stderr}")
-        self.hosts = json.loads(done.stdout)["hosts"]
-
-    def _cmd(self, *args: str) -> list[str]:
-        return [sys.executable, str(TESTBED), "-q", args[0], "--state", str(self.state), *args[1:]]
-
-    def exec_argv(self, i: int, argv: list[str]) -> list[str]:
-        """``argv`` run inside host ``i``'s network namespace (as tests/testbed_fixtures.py's ``Bed.exec_argv``)."""
-        return ["nsenter", f"--net={self.hosts[i]['netns_path']}", "--", *argv]
-
-    def free_port(self, i: int) -> int:
-        """A port free in host ``i``'s namespace (port 0 there)."""
-        code = "import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])"
-        return int(subprocess.run(self.exec_argv(i, [sys.executable, "-c", code]), capture_output=True, text=True,
-                                  check=True, timeout=30).stdout)
-
-    def pids(self) -> list[int]:
-        """Processes still in the bed's namespaces."""
-        inodes = {f"net:[{os.stat(h['netns_path']).st_ino}]" for h in self.hosts}
-        found = []
-        for proc in Path("/proc").iterdir():
-            try:
-                if proc.name.isdigit() and os.readlink(proc / "ns" / "net") in inodes:
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-        return found
-
-    def close(self) -> None:
-        done = subprocess.run(self._cmd("down"), capture_output=True, text=True, timeout=60)
-        if done.returncode != 0:
-            print(f"testbed.py down failed (exit {done.returncode}):\n{done.stderr}", file=sys.stderr)
 
 
 def commands(bed: Bed, launcher: str, job_id: str, out: Path) -> tuple[list[list[str]], dict[str, str]]:
@@ -269,7 +227,7 @@ def main() -> None:
     load_before = os.getloadavg()
     trials: dict[str, list[dict]] = {name: [] for name in LAUNCHERS}
     with tempfile.TemporaryDirectory(prefix="rah-") as tmp:
-        bed = Bed(Path(tmp) / "bed")
+        bed = Bed(Path(tmp) / "bed", hosts=2, prefix="rb")
         try:
             for i in range(args.rounds):
                 for j in range(len(LAUNCHERS)):  # which goes first rotates
