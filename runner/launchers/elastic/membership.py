@@ -15,7 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from runner.plan.processes import port_for
+from runner.spec.elastic import resolve_spares
+from runner.spec.job import Job
+from runner.spec.problems import Problem
 from runner.spec.schema import HostConfig, JobConfig
+from runner.spec.topology import resolve_hosts
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,16 @@ class Membership:
         init = spec.init if attempt == 0 else dataclasses.replace(spec.init,
                                                                    master_port=port_for(f"{spec.run_id}.{attempt}"))
         return dataclasses.replace(spec, topology=topology, init=init)
+
+
+def job_on(job: Job, spec: JobConfig) -> Job:
+    """``job`` as an attempt's ``spec`` (:meth:`Membership.spec`) has it: its hosts and spares resolved again.
+    Raises ValueError where they do not resolve."""
+    problems: list[Problem] = []
+    hosts = resolve_hosts(spec.topology, problems)
+    if problems:
+        raise ValueError("; ".join(p.render() for p in problems))
+    return dataclasses.replace(job, spec=spec, hosts=hosts, spares=resolve_spares(spec.topology, hosts, []))
 
 
 def _name(host: HostConfig, index: int) -> str:

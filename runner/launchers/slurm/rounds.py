@@ -44,14 +44,13 @@ from runner.common import exits
 from runner.common.signals import handling
 from runner.environments.slurm import expand_hostnames
 from runner.launchers.base import LaunchOutcome
+from runner.launchers.elastic.membership import job_on
 from runner.launchers.elastic.rounds import Ended
 from runner.plan.processes import Plan
 from runner.records.paths import RunPaths
 from runner.spec.document import load_spec, spec_yaml
-from runner.spec.elastic import resolve_spares
 from runner.spec.job import Job
 from runner.spec.schema import HostConfig, JobConfig
-from runner.spec.topology import resolve_hosts
 from runner.worker.agent_reports import AgentReport, parse_report
 
 BEATS_MISSED = 4  # keepalive intervals a task may be silent before its node is lost
@@ -121,14 +120,9 @@ def last_round_plan(paths: RunPaths, job: Job, planner: Planner) -> Plan | None:
     if not attempts:
         return None
     try:
-        spec = load_spec(paths.round_spec(attempts[-1]))
+        round_job = job_on(job, load_spec(paths.round_spec(attempts[-1])))
     except (OSError, ValueError):
         return None
-    problems: list = []
-    hosts = resolve_hosts(spec.topology, problems)
-    if problems:
-        return None
-    round_job = dataclasses.replace(job, spec=spec, hosts=hosts, spares=resolve_spares(spec.topology, hosts, []))
     return planner(round_job, dataclasses.replace(paths, attempt=attempts[-1]))
 
 
@@ -152,7 +146,6 @@ def pinned_to_nodes(spec: JobConfig, nodes: Sequence[str]) -> JobConfig:
 class _Heard:
     """When each host of a round was last heard (this machine's monotonic clock), and which are lost, why."""
 
-    hosts: int
     last: dict[int, float] = field(default_factory=dict)
     lost: dict[int, str] = field(default_factory=dict)
     lost_at: float | None = None
@@ -189,11 +182,7 @@ class SlurmRound:
     @classmethod
     def of(cls, spec: JobConfig, paths: RunPaths, job: Job, *, python: str, job_id: str, planner: Planner,
            cwd: str | None) -> SlurmRound:
-        problems: list = []
-        hosts = resolve_hosts(spec.topology, problems)
-        if problems:
-            raise ValueError("; ".join(p.render() for p in problems))
-        job = dataclasses.replace(job, spec=spec, hosts=hosts, spares=resolve_spares(spec.topology, hosts, []))
+        job = job_on(job, spec)
         path = paths.round_spec(paths.attempt)
         path.write_text(spec_yaml(spec))
         return cls(plan=planner(job, paths), paths=paths, spec_path=path, python=python, job_id=job_id,
@@ -230,7 +219,7 @@ class Step:
         spec = round_.plan.job.spec
         self.silent_after_s = BEATS_MISSED * max(1, spec.launcher.slurm.keepalive_s)
         self.stop_signal = round_.plan.rules.stop_signal
-        self.heard = _Heard(len(round_.names))
+        self.heard = _Heard()
         self.lines: queue.Queue[AgentReport | None] = queue.Queue()
         self.signalled: int | None = None
         self.stopping = False  # a signal was passed on: this round's end is the job's

@@ -41,6 +41,7 @@ from runner.launchers.ssh.address import HostAddress, explained, host_addresses
 from runner.launchers.ssh.check import check_hosts
 from runner.launchers.ssh.collect import collect
 from runner.launchers.ssh.host import SshHost, collected, ssh_base
+from runner.launchers.elastic.membership import job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts
 from runner.launchers.ssh.session import Ended, run_sessions
 from runner.records.paths import RunPaths
@@ -49,9 +50,9 @@ from runner.spec.job import Job
 from runner.spec.pins import Pins
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
-from runner.spec.elastic import elasticity, resolve_spares
+from runner.spec.elastic import elasticity
 from runner.spec.schema import InitMethod, JobConfig
-from runner.spec.topology import Host, resolve_hosts
+from runner.spec.topology import Host
 from runner.spec.validation import ENV_NAME
 from runner.worker.agent_reports import AgentReport
 
@@ -257,12 +258,9 @@ class SshLauncher(Launcher):
 
     def on(self, spec: JobConfig, attempt: int) -> SshLauncher:
         """This launch on another spec's hosts (the hosts that remain after a loss), from ``attempt`` on."""
-        problems: list[Problem] = []
-        hosts = resolve_hosts(spec.topology, problems)
-        if problems:
-            raise ValueError("; ".join(p.render() for p in problems))
-        job = dataclasses.replace(self.plan.job, spec=spec, hosts=hosts, spares=resolve_spares(spec.topology, hosts, []),
-                                  master_addr=self.default_master(spec, hosts) if len(hosts) > 1 else "127.0.0.1")
+        job = job_on(self.plan.job, spec)
+        job = dataclasses.replace(job, master_addr=self.default_master(spec, job.hosts) if len(job.hosts) > 1
+                                  else "127.0.0.1")
         paths = dataclasses.replace(self.paths, attempt=attempt)
         return SshLauncher(plan=self.plan_for(job, paths), paths=paths, invocation=self.invocation,
                            environment=self.environment)
