@@ -30,11 +30,10 @@ from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
 from runner.launchers.ssh.protocol import BEATS_MISSED, EndJob, PassSignal, ProtocolError, parse, read_spec
 from runner.records.paths import RunPaths
-from runner.worker.agent_reports import report_line
+from runner.worker.agent_reports import say_report
 from runner.spec.document import load_spec_text, spec_yaml
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
-from runner.worker.agent_reports import AgentReport
 from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
 from runner.worker.host_agent import HostAgent
 from runner.worker.share import HostShare
@@ -169,21 +168,13 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
         write_atomically(paths.spec, spec_yaml(spec))  # (hosts that share it without `run` may both write it)
     share = HostShare(plan=plan, node_rank=node, paths=paths, environment=environment,
                       restarts=0 if spec.preflight else spec.launcher.max_restarts)
-    agent = HostAgent(share, early_stop=early_stop, reporter=_report)
+    # its reports go to the launching `run`, which takes them out of what it shows
+    agent = HostAgent(share, early_stop=early_stop, reporter=say_report)
     hard_stop_s = max(0.0, spec.launcher.grace_s) + FAILURE_STOP_S + HARD_STOP_MARGIN_S
     DriverWatch(stream, agent, hard_stop_s, spec.launcher.ssh.keepalive_s).start()
     # Ctrl-\ to the launching `run` comes to host 0's: its agent says where every rank of every host is
     signal.signal(signal.SIGQUIT, lambda _s, _f: agent.ask_where())
     return agent.run()
-
-
-def _report(report: AgentReport) -> None:
-    """The agent's report, to the launching `run`: a line of this process's stderr it takes out of what it shows
-    (runner.launchers.ssh.protocol), written whole (one write: no rank's line cuts it)."""
-    try:
-        os.write(2, report_line(report))
-    except OSError:  # the launching `run` is gone: the share is stopping anyway
-        pass
 
 
 def _arguments(argv: list[str]) -> tuple[int, Path, int] | None:

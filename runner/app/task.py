@@ -39,7 +39,7 @@ from runner.spec.problems import render_problems
 from runner.spec.schema import TaskMode
 from runner.spec.targets import TargetProblem
 from runner.launchers.slurm.rounds import BEATS_MISSED, read_holder_beat
-from runner.worker.agent_reports import AgentReport, Alive, report_line
+from runner.worker.agent_reports import Alive, say_report
 from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
 from runner.worker.share import HostShare
 
@@ -119,16 +119,8 @@ def run_task(spec_path: Path, environment: ProcessEnvironment, early_stop: StopR
     return HostAgent(share, only=rec.global_rank, early_stop=early_stop).run()
 
 
-def _say(report: AgentReport) -> None:
-    """A report line on this task's stderr, written whole (one write: no rank's line cuts it)."""
-    try:
-        os.write(2, report_line(report))
-    except OSError:  # whoever read it is gone: the share is stopping anyway
-        pass
-
-
 def _reporter(host: int):
-    return lambda report: _say(replace(report, host=host))
+    return lambda report: say_report(replace(report, host=host))
 
 
 class RoundWatch:
@@ -149,7 +141,7 @@ class RoundWatch:
         last, changed = None, time.monotonic()
         silent_s = 2 * BEATS_MISSED * self.every_s
         while True:
-            _say(Alive(at=time.time(), host=self.host))
+            say_report(Alive(at=time.time(), host=self.host))
             beat = read_holder_beat(self.paths)
             if beat is not None and beat != last:
                 last, changed = beat, time.monotonic()

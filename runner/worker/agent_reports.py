@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 
 
@@ -61,3 +62,12 @@ def parse_report(line: bytes) -> AgentReport | None:
         return _KINDS[found.pop("k")](**found)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
+
+
+def say_report(report: AgentReport) -> None:
+    """``report`` as a line of this process's stderr, written whole (one write: no rank's line cuts it); nothing where
+    whoever read that stream is gone (the share is stopping anyway)."""
+    try:
+        os.write(2, report_line(report))
+    except OSError:
+        pass
