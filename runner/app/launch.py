@@ -90,7 +90,8 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
     try:
         job, problems = _validate(spec, agent)
         launcher_class = LAUNCHERS[job.spec.launcher.kind]
-        if agent is not None and (job.spec.dry_run or not launcher_class.forks_here):
+        if agent is not None and (job.spec.dry_run or not launcher_class.forks_here
+                                  or not launcher_class.hands_share_to_agent(job)):
             agent.dismiss()  # it tried the target (validation); no process of this job starts from here
             agent = None
         paths = _open_run_folder(job, launcher_class, out, run_id)

@@ -163,6 +163,12 @@ class Launcher(ABC):
         return hosts[0].reach
 
     @classmethod
+    def hands_share_to_agent(cls, job: Job) -> bool:
+        """Whether `run`'s launch agent runs this host's share (it is handed one, once: runner.app.agent), where
+        :attr:`forks_here`."""
+        return True
+
+    @classmethod
     def master_port(cls, job: Job, paths: RunPaths | None) -> str:
         """The master port when the spec leaves it at 0: by default a free one, chosen at launch by host 0."""
         return Deferred.of("free port chosen at launch")

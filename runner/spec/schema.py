@@ -171,10 +171,14 @@ class MpiOptions:
 
 @dataclass
 class ManualOptions:
-    """launcher=manual: which host this `run` is."""
+    """launcher=manual: which host this `run` is, and how often it asks its peers whether they are alive."""
 
     host: Optional[str] = None
     """Which spec host this machine is: an index, a name or an address; null: found by matching this machine."""
+    keepalive_s: int = 2
+    """Seconds between a host's questions to its peers, in a job that outlives its hosts; four unanswered: lost.
+
+    Only with topology.min_nodes (runner.launchers.manual.watch)."""
 
 
 @dataclass

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from runner.worker.zygote import Zygote
 
 LOOK_S = 0.2  # while it waits for the store: how often the agent is asked whether to give up
+ANSWER_S = 10.0  # a store that has not answered a question within this is taken as gone (its host's link is down:
+# a TCPStore client waits for its whole timeout, minutes, where the agent must go on watching its ranks)
 
 
 class ProxyError(RuntimeError):
@@ -89,6 +91,9 @@ class ProxyKeyValue:
             raise ProxyError("the channel is closed")
         try:
             send(self._sock, (op, args))
+            if not select.select([self._sock], [], [], ANSWER_S)[0]:
+                self.close()
+                raise ProxyError(f"the store did not answer within {ANSWER_S:g} s")
             (said, value), _ = receive(self._sock)
         except (EOFError, OSError) as e:
             raise ProxyError(f"the store's client ended ({e or 'closed'})") from e

@@ -735,8 +735,9 @@ class HostAgent:
             code = report_host_ending(ending, setups, paths, elapsed_s, self.announce, channel)
         if ending.earlier:
             failure = ending.earlier
-            print(f"\nthe job's first failure, on another host: rank {failure.rank} on {failure.host} failed: "
-                  f"{failure.text}\n    this host's rank(s) failed after it", file=sys.stderr, flush=True)
+            what = f"rank {failure.rank} on {failure.host} failed" if failure.rank is not None else f"host {failure.host}"
+            print(f"\nthe job's first failure, on another host: {what}: {failure.text}\n    this host's rank(s) failed "
+                  f"after it", file=sys.stderr, flush=True)
         return code
 
 

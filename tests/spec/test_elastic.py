@@ -47,14 +47,27 @@ def test_min_nodes_outside_one_to_the_hosts_is_refused_with_the_count(min_nodes:
     assert problem is not None and f"got {min_nodes}" in problem.message and "topology.min_nodes=2" in problem.hint
 
 
-@pytest.mark.parametrize("launcher, said", [(ManualLauncher, "started by hand"), (MpiLauncher, "mpirun ends every")])
-def test_launchers_that_cannot_go_on_without_a_host_refuse_with_their_reason(launcher, said) -> None:
-    spec = ssh_job([2, 2, 2], min_nodes=2, launcher=launcher.name)
-    got = validate(spec)
-    problem = got.find("topology.min_nodes", said)
+def test_mpi_cannot_go_on_without_a_host_and_refuses_with_its_reason() -> None:
+    got = validate(ssh_job([2, 2, 2], min_nodes=2, launcher="mpi"))
+    problem = got.find("topology.min_nodes", "mpirun ends every")
     assert problem is not None, got.rendered()
-    assert problem.message == f"launcher={launcher.name}: {launcher.lost_host_reason}"
+    assert problem.message == f"launcher=mpi: {MpiLauncher.lost_host_reason}"
     assert problem.hint.startswith("launcher=ssh")
+
+
+def test_manual_goes_on_without_a_host_but_keeps_no_spare_and_its_keepalive_is_checked() -> None:
+    """launcher=manual: each host's `run` runs its rounds (runner.launchers.manual.rounds); no spare's `run` is called."""
+    got = validate(ssh_job([2, 2, 2], min_nodes=2, launcher="manual"))
+    assert got.valid, got.rendered()
+    assert ManualLauncher.survives_lost_hosts and not ManualLauncher.hands_share_to_agent(got.job)
+    spared = validate(ssh_job([2, 2], spares=[HostConfig(name="h9", devices=2)], launcher="manual"))
+    problem = spared.find("topology.spares", "keeps no spare ready")
+    assert problem is not None and problem.hint.startswith("launcher=ssh"), spared.rendered()
+    spec = ssh_job([2, 2, 2], min_nodes=2, launcher="manual")
+    spec = dataclasses.replace(spec, launcher=dataclasses.replace(
+        spec.launcher, manual=dataclasses.replace(spec.launcher.manual, keepalive_s=0)))
+    problem = validate(spec).find("launcher.manual.keepalive_s", "must be 1 or more")
+    assert problem is not None and "got 0" in problem.message and "keepalive_s=2" in problem.hint
 
 
 def test_slurm_goes_on_without_a_node_with_one_task_a_node_and_named_hosts_beside_named_spares() -> None:

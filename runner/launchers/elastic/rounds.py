@@ -45,6 +45,8 @@ class Ended:
     lost: frozenset[int]  # those hosts' indices
     lost_at: float | None = None  # when the first was seen lost (time.time())
     why_lost: dict[int, str] = field(default_factory=dict)  # each lost host's index -> how it was seen
+    next_attempt: int | None = None  # the attempt the hosts that remain agreed to go on with (launcher=manual's
+    # meeting); None: the one after the last that began
 
 
 class Round(Protocol):
@@ -102,7 +104,7 @@ class AttemptsOnHosts:
             self._write_pending(heard)
             if not ended.lost or ended.signalled is not None:
                 return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause, plan=launcher.plan)
-            attempt = heard.attempt + 1
+            attempt = ended.next_attempt if ended.next_attempt is not None else heard.attempt + 1
             chosen = membership.after_loss(ended.lost)
             if isinstance(chosen, str) or attempt > limit:
                 why = chosen if isinstance(chosen, str) else f"launcher.max_restarts={limit} used"

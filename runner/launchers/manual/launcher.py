@@ -2,23 +2,32 @@
 
 Each command repeats the user's overrides and pins what the hosts must agree on (run id, master
 port: the launch's pins, from the pinned spec), plus the host it is for; run on that host, it starts that
-host's share like launcher=local.
+host's share like launcher=local. With topology.min_nodes, each host's `run` runs its rounds: the job goes on without
+a lost host (runner.launchers.manual.rounds).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from runner.common import exits
 from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
+from runner.launchers.elastic.membership import job_on
+from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended
+from runner.launchers.manual.meeting import MeetingPoint, meeting_port
+from runner.launchers.manual.rounds import Round, run_round
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
+from runner.spec.elastic import elasticity
 from runner.spec.probe import LocalProbe, MachineProbe
 from runner.spec.problems import Problem
-from runner.spec.schema import InitMethod
+from runner.spec.schema import InitMethod, JobConfig
 from runner.spec.topology import is_loopback
+from runner.worker.agent_reports import AgentReport
+from runner.worker.zygote import Zygote
 
 _PINNED = ("launcher.manual.host=", "run_id=", "init.master_port=", "dry_run=")
 
@@ -48,8 +57,7 @@ class ManualLauncher(Launcher):
     name = "manual"
     supports_restarts = True  # the hosts restart together, agreeing through host 0's store (runner.worker.channel)
     shares_run_folder = False  # each host's `run` makes its own run folder
-    lost_host_reason = ("each host's `run` is started by hand and serves only its own share: none of them starts the "
-                        "job again on the hosts that remain")
+    survives_lost_hosts = True  # each host's `run` meets the others after a loss (runner.launchers.manual.rounds)
     forks_here = True
     hosts_start_apart = True
     pins_master_port = True  # the hosts cannot learn a port chosen on one of them at launch
@@ -70,6 +78,23 @@ class ManualLauncher(Launcher):
             names = [h.reach or h.label for h in hosts]
             yield Problem("launcher.manual.host", f"{chosen!r} is none of the hosts {names}",
                           "an index from 0, or one of the names/addresses above")
+
+    @classmethod
+    def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:
+        yield from super().spec_problems(spec)
+        if spec.topology.spares:
+            yield Problem("topology.spares", "launcher=manual keeps no spare ready: a spare's `run` would wait, started "
+                                             "by hand, to be called in, which no host does yet",
+                          "launcher=ssh (its `run` starts a spare's share itself), or topology.min_nodes alone")
+        if spec.launcher.manual.keepalive_s < 1:
+            yield Problem("launcher.manual.keepalive_s", f"must be 1 or more (seconds between a host's questions to "
+                                                         f"its peers), got {spec.launcher.manual.keepalive_s}",
+                          "launcher.manual.keepalive_s=2 (the default): a host silent for 8 s is lost")
+
+    @classmethod
+    def hands_share_to_agent(cls, job: Job) -> bool:
+        """A job that outlives its hosts runs its rounds in `run` itself (each a HostAgent of its own)."""
+        return not elasticity(job).enabled
 
     @classmethod
     def master_port(cls, job: Job, paths: RunPaths | None) -> str:
@@ -115,4 +140,50 @@ class ManualLauncher(Launcher):
         if isinstance(node, str):
             print(f"error: launcher.manual.host: {node}", file=sys.stderr)
             return LaunchOutcome(code=exits.INVALID)
+        if elasticity(self.plan.job).enabled:
+            return self._rounds(node)
         return LaunchOutcome(code=self.run_host(node))
+
+    # -- a job that outlives its hosts: this host's rounds (runner.launchers.elastic.rounds) ----------------------
+    _round: Round | None = None
+
+    def _rounds(self, node: int) -> LaunchOutcome:
+        port = meeting_port(self.paths.run_id)
+        try:
+            point = MeetingPoint(self.paths.run_id, self.plan.job.hosts[node].label, "", port).start()
+        except OSError as e:
+            print(f"error: launcher=manual: this host's meeting point (port {port}, derived from the run id) could "
+                  f"not open: {e}; hint: another `run` of this run id on this machine?", file=sys.stderr)
+            return LaunchOutcome(code=exits.INVALID)
+        zygote = Zygote.start()
+        self._round = Round(plan=self.plan, paths=self.paths, environment=self.environment, point=point,
+                            zygote=zygote, node=node, first=True)
+        try:
+            return AttemptsOnHosts(self).run()
+        finally:
+            zygote.close()
+            point.close()
+
+    def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None,
+                 replacing: Sequence[str] = ()) -> tuple[Ended, list[str]]:
+        """This host's round (runner.launchers.manual.rounds); no records to take back (each host keeps its own)."""
+        assert self._round is not None
+        return run_round(self._round, on_report), []
+
+    def on(self, spec: JobConfig, attempt: int) -> ManualLauncher:
+        """This host's next round: on ``spec``'s hosts (those that went on after a loss), from ``attempt``."""
+        assert self._round is not None
+        job = job_on(self.plan.job, spec)
+        job = dataclasses.replace(job, master_addr=self.default_master(spec, job.hosts) if len(job.hosts) > 1
+                                  else "127.0.0.1")
+        paths = dataclasses.replace(self.paths, attempt=attempt)
+        following = ManualLauncher(plan=self.plan_for(job, paths), paths=paths, invocation=self.invocation,
+                                   environment=self.environment)
+        label = self._round.point.label
+        node = next(h.index for h in job.hosts if h.label == label)
+        following._round = dataclasses.replace(self._round, plan=following.plan, paths=paths, node=node, first=False)
+        return following
+
+    def check(self, with_spares: bool = False) -> LaunchOutcome | None:
+        """Nothing to check before a round: the hosts that go on came to the meeting."""
+        return None
