@@ -51,8 +51,9 @@ def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iter
                    gone: Mapping[str, str] | None = None) -> list[int]:
     """Host 0: the other hosts' ranks' records, waited for up to ``wait_s``, written into this run folder; a rank
     whose host said nothing by then is recorded as gone. ``gone``: hosts known to be gone (host -> why: launcher=ssh
-    lost them), whose ranks are not waited for. The ranks it had no record of."""
-    local, gone = set(local), gone or {}
+    or manual's watch lost them), whose ranks are not waited for: read as it is waited, since a host may be found
+    gone meanwhile (the same mapping, filled in by another thread). The ranks it had no record of."""
+    local, gone = set(local), gone if gone is not None else {}
     missing = [r.global_rank for r in plan.records if r.global_rank not in local]
 
     def look() -> list[int]:

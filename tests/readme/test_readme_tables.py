@@ -1,6 +1,6 @@
 """README.md's tables (and table-like lists) that mirror the code hold what the code holds: the config groups and
 their options, the keys of launcher=ssh, the variables each process gets, what the dry run shows of them, the exit
-statuses, the sharding modes, the launchers that restart, the scheduler variables read, the layers of the Layout and
+statuses, the sharding modes, the launchers that restart and those that refuse to outlive a host, the scheduler variables read, the layers of the Layout and
 what runner.api offers."""
 
 from __future__ import annotations
@@ -86,6 +86,13 @@ def test_the_sharding_table_has_every_mode() -> None:
 def test_the_restart_table_has_every_launcher() -> None:
     rows = readme().table("launcher", "what restarts", "how", "state resumes from").rows
     assert [code_of(r[0])[0] for r in rows] == list(LAUNCHERS)
+
+
+def test_the_lost_host_table_is_every_launcher_that_refuses_with_its_reason() -> None:
+    """"When a host is lost": the launchers that cannot go on without a host, each with the reason validation gives."""
+    rows = readme().table("launcher", "why a lost host ends its job").rows
+    assert {code_of(r[0])[0]: r[1] for r in rows} == {
+        name: launcher.lost_host_reason for name, launcher in LAUNCHERS.items() if not launcher.survives_lost_hosts}
 
 
 def test_the_ssh_key_table_has_every_key_of_the_schema() -> None:

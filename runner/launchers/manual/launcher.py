@@ -18,6 +18,7 @@ from runner.launchers.elastic.membership import job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended
 from runner.launchers.manual.meeting import MeetingPoint, meeting_port
 from runner.launchers.manual.rounds import Round, run_round
+from runner.launchers.manual.watch import BEATS_MISSED
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
@@ -118,7 +119,20 @@ class ManualLauncher(Launcher):
             where = host.reach or host.label
             commands.append(HostCommand(host=f"host {host.index} ({where})", argv=argv, note=f"starts {n} process(es)",
                                         cwd=inv.cwd))
-        return LaunchRequest(launcher=self.name, commands=tuple(commands))
+        return LaunchRequest(launcher=self.name, commands=(*commands, *self._rounds_said()))
+
+    def _rounds_said(self) -> tuple[HostCommand, ...]:
+        """What the dry run says of a job that outlives its hosts: how it goes on, and how a lost host is found."""
+        job = self.plan.job
+        if not elasticity(job).enabled:
+            return ()
+        every = job.spec.launcher.manual.keepalive_s
+        return (HostCommand(host=elasticity(job).line(), argv=None),
+                HostCommand(host=f"each host's `run` serves a meeting point on port {meeting_port(self.paths.run_id)} "
+                                 f"(derived from the run id) and asks its peers' every {every} s "
+                                 f"(launcher.manual.keepalive_s): a peer silent for {BEATS_MISSED * every} s, or whose "
+                                 f"point refuses, is lost; after an attempt ends the hosts meet at the first that "
+                                 f"answers, and more than half of them go on", argv=None))
 
     def this_host(self, names: frozenset[str]) -> int | str:
         """This machine's node rank: launcher.manual.host, else the one host whose name/address is ours."""

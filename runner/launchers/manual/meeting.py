@@ -105,6 +105,7 @@ class MeetingPoint:
         socketserver.ThreadingTCPServer.allow_reuse_address = True
         self._server = socketserver.ThreadingTCPServer((addr, port), Handler, bind_and_activate=False)
         self._server.daemon_threads = True
+        self._server.request_queue_size = 128  # every peer's questions at once (socketserver's default backlog is 5)
 
     def start(self) -> MeetingPoint:
         """Bind and serve; raises OSError where the port is taken."""

@@ -4,9 +4,10 @@ within seconds, whether it closed its connections (its `run` killed: its point r
 or its network gone: no answer), and not only once a collective times out.
 
 A peer is asked every ``launcher.manual.keepalive_s``; one that answered once (hosts started by hand come when they
-come) and then has not answered for :data:`BEATS_MISSED` intervals is lost: the host's agent ends its share at once
-with that cause (HostAgent.end_job), which it also says on the job's channel. A peer that said farewell (its share
-ended well) is not watched any more.
+come) and then has not answered for :data:`BEATS_MISSED` intervals, or whose point refused :data:`REFUSALS` times in a
+row (nothing listens there: its `run` is gone, since a `run` whose share ends any other way either stays for the
+meeting or says farewell first), is lost: the host's agent ends its share at once with that cause
+(HostAgent.end_job), which it also says on the job's channel. A peer that said farewell is not watched any more.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from runner.launchers.manual.meeting import MeetingPoint, Peer, ask
 
 BEATS_MISSED = 4  # keepalive intervals a peer may miss before it is lost
+REFUSALS = 2  # ... or times in a row its point may refuse (a second look: one refusal may be a moment's)
 
 
 class PeerWatch:
@@ -32,6 +34,7 @@ class PeerWatch:
         now = time.monotonic()
         self.heard: dict[str, float] = {p.label: now for p in self.peers} if seen else {}
         self.gone: set[str] = set()
+        self.refused: dict[str, int] = {}  # peer -> refusals in a row
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="runner-peer-watch", daemon=True)
 
@@ -58,10 +61,18 @@ class PeerWatch:
         now = time.monotonic()
         if answer is not None:
             self.heard[peer.label] = now
+            self.refused.pop(peer.label, None)
             return
         since = self.heard.get(peer.label)
-        if since is None or now - since < self.silent_s or self._stop.is_set():
+        refused = self.refused[peer.label] = self.refused.get(peer.label, 0) + 1 if why == "refused" else 0
+        if since is None or self._stop.is_set():
             return
+        if refused >= REFUSALS:
+            self._lose(peer, "its `run` is gone (its meeting point refuses)")
+        elif now - since >= self.silent_s:
+            self._lose(peer, f"no answer for {self.silent_s:g} s (launcher.manual.keepalive_s={self.every_s:g}): its "
+                             f"machine or network is gone")
+
+    def _lose(self, peer: Peer, why: str) -> None:
         self.gone.add(peer.label)
-        how = "its `run` is gone (its meeting point refuses)" if why == "refused" else "its machine or network is gone"
-        self.lost(peer.label, f"no answer for {self.silent_s:g} s (launcher.manual.keepalive_s={self.every_s:g}): {how}")
+        self.lost(peer.label, why)

@@ -100,3 +100,19 @@ def test_a_non_ascii_digit_as_the_host_is_a_problem_not_a_crash() -> None:
 def test_several_hosts_need_names_and_a_master() -> None:
     unnamed = validate(("launcher=manual", "topology=2x1", "recipe.global_batch_size=2"))
     assert unnamed.find("topology.hosts", "launcher=manual must know every host, but host(s) [0, 1] have no name")
+
+
+def test_the_dry_run_says_how_a_job_that_outlives_its_hosts_goes_on_and_finds_a_host_lost() -> None:
+    """With topology.min_nodes: the commands, then what each host's `run` does (runner.launchers.manual.rounds)."""
+    from runner.launchers.manual.meeting import meeting_port
+
+    chosen = launcher(*hosts_override(*({"name": n, "devices": 1} for n in "abc")), "init=tcp", "topology.min_nodes=2",
+                      "launcher.max_restarts=3", "launcher.manual.keepalive_s=3")
+    said = [c.host for c in chosen.request().commands if c.argv is None]
+    assert said == [
+        "a lost host ends the attempt; the job restarts from the last checkpoint on the hosts that remain, while at "
+        "least 2 of 3 do (topology.min_nodes)",
+        f"each host's `run` serves a meeting point on port {meeting_port('R1')} (derived from the run id) and asks its "
+        f"peers' every 3 s (launcher.manual.keepalive_s): a peer silent for 12 s, or whose point refuses, is lost; "
+        f"after an attempt ends the hosts meet at the first that answers, and more than half of them go on"]
+    assert not [c for c in launcher(*NAMED).request().commands if c.argv is None]  # without it: the commands alone
