@@ -3,7 +3,8 @@ namespace hosts, each `run` started in its host's namespace as a user types it t
 own (no shared file system), with no `run` that holds the job: the hosts watch each other and meet after a loss
 (runner.launchers.manual). The bundled digits recipe on three hosts of one process: a host's every process killed,
 a host's link taken down (no FIN, only silence: the cut host ends by itself, not training alone), host 0 killed (the
-next host serves the next attempt, from its own copy of the checkpoint), and too few hosts left. Each must end as
+next host serves the next attempt, from its own copy of the checkpoint), a spare's `run` standing by and called in
+in a lost host's place, and too few hosts left. Each must end as
 it says, membership.jsonl (in the run folder of the last attempt's host 0) must say what happened, the checkpoint
 step must never go back, and nothing of the job may be left on any host."""
 
@@ -42,6 +43,9 @@ SAID = {
                r"more than half, so the others may go on without them",
     "hosts line": r"  hosts     {host2} lost in attempt 1 \({host2}: its `run` is gone",
     "too few": r"manual: the job ends: 2 host\(s\) left of 4, fewer than topology\.min_nodes=3",
+    "spare": r"manual: restarting on 3 host\(s\) \({host0}, {host1}, {host3}\) from the last checkpoint: attempt 2 of 4 "
+             r"\(launcher\.max_restarts=3\), spare\(s\) {host3} in the lost host's place",
+    "called in": r"manual: spare {host3} called in: attempt 2 on 3 host\(s\) \({host0}, {host1}, {host3}\)",
 }
 
 
@@ -69,14 +73,15 @@ def bed(tmp_path_factory) -> Iterator[Bed]:
 
 
 @contextmanager
-def by_hand(bed: Bed, tmp_path: Path, count: int, args: list[str], run_id: str) -> Iterator[list[Started]]:
+def by_hand(bed: Bed, tmp_path: Path, count: int, args: list[str], run_id: str,
+            spares: int = 0) -> Iterator[list[Started]]:
     """`run ... launcher=manual launcher.manual.host=i run_id=...` in the namespaces of the bed's first ``count``
-    hosts, each in its own folder ``tmp_path/host<i>`` (the tests' workloads staged, as a user's checkout there)."""
-    names = bed.names[:count]
-    listed = "topology.hosts=[" + ",".join(f"{{name: {n}, devices: 1}}" for n in names) + "]"
+    hosts (and the ``spares`` after them, which ``args`` name), each in its own folder ``tmp_path/host<i>`` (the tests'
+    workloads staged, as a user's checkout there)."""
+    listed = "topology.hosts=[" + ",".join(f"{{name: {n}, devices: 1}}" for n in bed.names[:count]) + "]"
     with ExitStack() as stack:
         procs = []
-        for i, name in enumerate(names):
+        for i, name in enumerate(bed.names[:count + spares]):
             folder = stage_workloads(tmp_path / f"host{i}")
             argv = [RUN, "launcher=manual", "init=tcp", "topology=custom", listed, f"recipe.epochs={EPOCHS}",
                     f"recipe.global_batch_size={BATCH}", "launcher.max_restarts=3", "launcher.grace_s=2", *args,
@@ -200,6 +205,24 @@ def test_losing_host_0_makes_the_next_host_host_0_with_its_copy_of_the_checkpoin
     assert change["resumed_from"] > 0, change
     assert re.search(rf"resumed from {re.escape(str(folder))}/checkpoints/last\.pt: step {change['resumed_from']},",
                      said1), said1
+    nothing_left(run_id)
+
+
+def test_a_spare_standing_by_takes_the_lost_hosts_place_and_the_world_size_stays(bed, tmp_path):
+    a, b, c, d = bed.names
+    run_id = f"p{uuid.uuid4().hex[:8]}"
+    with by_hand(bed, tmp_path, 3, [f"topology.spares=[{{name: {d}, devices: 1}}]"], run_id, spares=1) as procs:
+        after_a_checkpoint(tmp_path, run_id, procs)
+        assert kill(procs[2]) >= 3
+        (code0, said0), (code1, said1), _, (code3, said3) = finish(procs, timeout=200)
+    found = done_on(run_folder(tmp_path, 0, run_id), said0, code0, world_size=3)
+    assert code1 == code3 == 0, (said1, said3)
+    (change,) = membership(run_folder(tmp_path, 0, run_id))
+    assert (change["after"], change["lost"], change["spares"]) == ([a, b, d], [c], [d]), change
+    assert (change["world_size_before"], change["world_size_after"]) == (3, 3), change
+    assert re.search(seen("spare", bed), said0), said0
+    assert re.search(seen("called in", bed), said3), said3
+    assert f"spare {d} in its place" in found["membership"][0], found
     nothing_left(run_id)
 
 

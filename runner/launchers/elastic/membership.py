@@ -41,6 +41,11 @@ class Membership:
     def names(self) -> tuple[str, ...]:
         return tuple(_name(h, i) for i, h in enumerate(self.hosts))
 
+    def without_spares(self, gone: Iterable[str]) -> Membership:
+        """These hosts, with the spares named in ``gone`` (found gone: launcher=manual's meeting) no longer kept."""
+        dropped = set(gone)
+        return dataclasses.replace(self, spares=tuple(h for h in self.spares if _name(h, -1) not in dropped))
+
     def after_loss(self, lost: Iterable[int]) -> tuple[Membership, tuple[HostConfig, ...]] | str:
         """The hosts after losing those at indices ``lost``, and the spares that took their places; or why the job
         cannot go on (fewer than topology.min_nodes hosts left)."""

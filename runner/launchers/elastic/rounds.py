@@ -3,9 +3,11 @@ after round, each on the hosts that remain.
 
 A round is one launch of the job's shares on one set of hosts, to its end: under launcher=ssh the hosts' shares started
 over ssh by the launching `run`, their output relayed, their records taken back (runner.launchers.ssh.launcher); under
-launcher=slurm an srun step of the allocation (runner.launchers.slurm.rounds). A round that ends with a host lost (its
-ssh session gone or silent; its Slurm task silent, or its node out of the allocation) has already ended the attempt on
-every other host; then the next round starts at the next attempt on the hosts
+launcher=slurm an srun step of the allocation (runner.launchers.slurm.rounds); under launcher=manual this host's share,
+run by this host's `run` as every other host's runs its own, the hosts meeting after each attempt to agree on the next
+(runner.launchers.manual.rounds). A round that ends with a host lost (its ssh session gone or silent; its Slurm task
+silent, or its node out of the allocation; its meeting point gone or silent) has already ended the attempt on every
+other host; then the next round starts at the next attempt on the hosts
 :class:`~runner.launchers.elastic.membership.Membership` chooses (the survivors, renumbered, then spares in the lost
 hosts' places), checked again, with a rendezvous of its own on the new host 0. The ranks resume from the last
 checkpoint, which every host kept (runner.training.context). Each change is a line of membership.jsonl
@@ -47,6 +49,7 @@ class Ended:
     why_lost: dict[int, str] = field(default_factory=dict)  # each lost host's index -> how it was seen
     next_attempt: int | None = None  # the attempt the hosts that remain agreed to go on with (launcher=manual's
     # meeting); None: the one after the last that began
+    spares_gone: frozenset[str] = frozenset()  # spares found gone meanwhile (launcher=manual's meeting): not taken
 
 
 class Round(Protocol):
@@ -105,7 +108,7 @@ class AttemptsOnHosts:
             if not ended.lost or ended.signalled is not None:
                 return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause, plan=launcher.plan)
             attempt = ended.next_attempt if ended.next_attempt is not None else heard.attempt + 1
-            chosen = membership.after_loss(ended.lost)
+            chosen = membership.without_spares(ended.spares_gone).after_loss(ended.lost)
             if isinstance(chosen, str) or attempt > limit:
                 why = chosen if isinstance(chosen, str) else f"launcher.max_restarts={limit} used"
                 append_change(self.first.paths, self._change(launcher, membership, ended, heard, None, ()))

@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from runner.common import exits
 from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
-from runner.launchers.elastic.membership import job_on
+from runner.launchers.elastic.membership import Membership, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended
 from runner.launchers.manual.meeting import MeetingPoint, meeting_port
-from runner.launchers.manual.rounds import Round, run_round
+from runner.launchers.manual.rounds import NotCalled, Round, run_round, stand_by
 from runner.launchers.manual.watch import BEATS_MISSED
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
@@ -70,23 +71,21 @@ class ManualLauncher(Launcher):
         chosen = spec.launcher.manual.host
         if chosen is None:
             return
+        every = (*hosts, *job.spares)
         if chosen.isascii() and chosen.isdigit():
-            if int(chosen) >= len(hosts):
+            if int(chosen) >= len(every):
+                spares = f" and {len(job.spares)} spare(s)" if job.spares else ""
                 yield Problem("launcher.manual.host", f"index {chosen} is past the last host (the topology has "
-                                                      f"{len(hosts)}: 0..{len(hosts) - 1})",
+                                                      f"{len(hosts)}{spares}: 0..{len(every) - 1})",
                               "an index from 0, or this host's name or address")
-        elif not any(chosen in (h.name, h.addr) for h in hosts):
-            names = [h.reach or h.label for h in hosts]
+        elif not any(chosen in (h.name, h.addr) for h in every):
+            names = [h.reach or h.label for h in every]
             yield Problem("launcher.manual.host", f"{chosen!r} is none of the hosts {names}",
                           "an index from 0, or one of the names/addresses above")
 
     @classmethod
     def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:
         yield from super().spec_problems(spec)
-        if spec.topology.spares:
-            yield Problem("topology.spares", "launcher=manual keeps no spare ready: a spare's `run` would wait, started "
-                                             "by hand, to be called in, which no host does yet",
-                          "launcher=ssh (its `run` starts a spare's share itself), or topology.min_nodes alone")
         if spec.launcher.manual.keepalive_s < 1:
             yield Problem("launcher.manual.keepalive_s", f"must be 1 or more (seconds between a host's questions to "
                                                          f"its peers), got {spec.launcher.manual.keepalive_s}",
@@ -119,6 +118,9 @@ class ManualLauncher(Launcher):
             where = host.reach or host.label
             commands.append(HostCommand(host=f"host {host.index} ({where})", argv=argv, note=f"starts {n} process(es)",
                                         cwd=inv.cwd))
+        for spare in self.plan.job.spares:
+            commands.append(HostCommand(host=f"spare {spare.label}", argv=(*base, f"launcher.manual.host={spare.label}"),
+                                        note="waits, ready to take a lost host's place", cwd=inv.cwd))
         return LaunchRequest(launcher=self.name, commands=(*commands, *self._rounds_said()))
 
     def _rounds_said(self) -> tuple[HostCommand, ...]:
@@ -135,8 +137,9 @@ class ManualLauncher(Launcher):
                                  f"answers, and more than half of them go on", argv=None))
 
     def this_host(self, names: frozenset[str]) -> int | str:
-        """This machine's node rank: launcher.manual.host, else the one host whose name/address is ours."""
-        hosts = self.plan.job.hosts
+        """This machine's node rank (a spare's index follows the hosts'): launcher.manual.host, else the one host
+        whose name/address is ours."""
+        hosts = (*self.plan.job.hosts, *self.plan.job.spares)
         chosen = self.plan.job.spec.launcher.manual.host
         if chosen is not None:
             return int(chosen) if chosen.isascii() and chosen.isdigit() else next(h.index for h in hosts if chosen in (h.name, h.addr))
@@ -159,12 +162,15 @@ class ManualLauncher(Launcher):
         return LaunchOutcome(code=self.run_host(node))
 
     # -- a job that outlives its hosts: this host's rounds (runner.launchers.elastic.rounds) ----------------------
-    _round: Round | None = None
+    def __init__(self, **launch: Any) -> None:
+        super().__init__(**launch)
+        self._round: Round | None = None  # this host's round, once it runs rounds
 
     def _rounds(self, node: int) -> LaunchOutcome:
         port = meeting_port(self.paths.run_id)
         try:
-            point = MeetingPoint(self.paths.run_id, self.plan.job.hosts[node].label, "", port).start()
+            point = MeetingPoint(self.paths.run_id, (*self.plan.job.hosts, *self.plan.job.spares)[node].label, "",
+                                 port).start()
         except OSError as e:
             print(f"error: launcher=manual: this host's meeting point (port {port}, derived from the run id) could "
                   f"not open: {e}; hint: another `run` of this run id on this machine?", file=sys.stderr)
@@ -173,10 +179,29 @@ class ManualLauncher(Launcher):
         self._round = Round(plan=self.plan, paths=self.paths, environment=self.environment, point=point,
                             zygote=zygote, node=node, first=True)
         try:
-            return AttemptsOnHosts(self).run()
+            return self._stand_by() if node >= len(self.plan.job.hosts) else AttemptsOnHosts(self).run()
         finally:
             zygote.close()
             point.close()
+
+    def _stand_by(self) -> LaunchOutcome:
+        """A spare's `run`: ready until called in (then its rounds, from the attempt it was called to), or until the
+        job ends without it."""
+        assert self._round is not None
+        this, spec = self._round, self.plan.job.spec
+        windows = this.windows()
+        called = stand_by(this.point, [*this.peers, *this.spares], spec.launcher.manual.keepalive_s,
+                          windows.come_s + windows.silent_s, spec.init.timeout_s)
+        if isinstance(called, NotCalled):
+            print(f"manual: spare {this.point.label}: {called.why}", file=sys.stderr, flush=True)
+            return LaunchOutcome(code=exits.OK if called.job_done else exits.FAILED,
+                                 cause=None if called.job_done else called.why)
+        listed = {h.name or h.addr: h for h in (*(spec.topology.hosts or ()), *(spec.topology.spares or ()))}
+        membership = Membership(tuple(listed[label] for label in called.hosts),
+                                tuple(listed[label] for label in called.spares), Membership.of(spec).min_nodes)
+        print(f"manual: spare {this.point.label} called in: attempt {called.attempt + 1} on {len(called.hosts)} "
+              f"host(s) ({', '.join(called.hosts)})", file=sys.stderr, flush=True)
+        return AttemptsOnHosts(self.on(membership.spec(spec, called.attempt), called.attempt)).run()
 
     def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None,
                  replacing: Sequence[str] = ()) -> tuple[Ended, list[str]]:

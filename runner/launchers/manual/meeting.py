@@ -4,8 +4,8 @@ goes on, with no `run` that holds the job.
 Every host's `run` serves a **meeting point** (:class:`MeetingPoint`) from its start to its end: a small TCP server
 at the host's own address, on a port every host derives from the run id (:func:`meeting_port`), answering one line
 of JSON with one line of JSON. Its peers look at it to know the host's `run` is alive (runner.launchers.manual.watch),
-a host whose share ended well says so at its peers' points before it leaves (:func:`say_farewell`), and the hosts meet
-at one of them after an attempt ends.
+a host whose share ended not to meet again says so at its peers' points before it leaves (:func:`say_farewell`), and
+the hosts meet at one of them after an attempt ends. A spare's `run` serves one too, and waits there to be called.
 
 **The meeting** of an attempt (:func:`meet`), once the attempt has ended on a host (a rank failed, or a peer was
 lost): the attempt's hosts, in host order, are the candidates to chair it; each host goes to the first candidate that
@@ -14,12 +14,14 @@ or is lost: its point refuses (its `run` is gone) or has not answered for the si
 is gone), or it answered but did not come for :attr:`Windows.come_s`. Then it decides (:class:`Decision`): those who
 came go on from the next attempt when they are more than half of the attempt's hosts, or exactly half with the
 attempt's host 0 among them — two halves cut apart cannot both go on, so a host cut off from the others ends instead
-of training alone. Every host that learns the decision keeps it at its own point too, for a host that comes late (it
-learns that the others went on without it, and ends).
+of training alone. Where hosts were lost, the chair calls in spares in their places: the first that answer, in
+order (:class:`Call`). Every host that learns the decision keeps it at its own point too, for a host that comes late
+(it learns that the others went on without it, and ends).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import socketserver
@@ -59,7 +61,8 @@ class Windows:
 @dataclass(frozen=True)
 class Decision:
     """What the chair of meeting ``meeting`` (the attempt that ended) decided: the hosts that go on from ``attempt``
-    (the next), in the attempt's host order; those lost and why; or why the job ends for those who came (``ended``)."""
+    (the next), in the attempt's host order, then the spares it called in; those lost and why; or why the job ends
+    for those who came (``ended``)."""
 
     meeting: int
     attempt: int
@@ -67,9 +70,11 @@ class Decision:
     lost: dict[str, str] = field(default_factory=dict)
     ended: str | None = None
     chair: str = ""
+    spares_taken: tuple[str, ...] = ()  # spares called in, in the lost hosts' places (after those who came)
+    spares_gone: dict[str, str] = field(default_factory=dict)  # spares that did not answer, and why: dropped
 
     def document(self) -> dict[str, Any]:
-        return {**asdict(self), "went_on": list(self.went_on)}
+        return {**asdict(self), "went_on": list(self.went_on), "spares_taken": list(self.spares_taken)}
 
     @classmethod
     def from_document(cls, doc: object) -> Decision | None:
@@ -78,7 +83,26 @@ class Decision:
         return cls(meeting=doc["meeting"], attempt=int(doc.get("attempt") or 0),
                    went_on=tuple(str(h) for h in doc.get("went_on") or ()),
                    lost={str(k): str(v) for k, v in (doc.get("lost") or {}).items()},
-                   ended=doc.get("ended"), chair=str(doc.get("chair") or ""))
+                   ended=doc.get("ended"), chair=str(doc.get("chair") or ""),
+                   spares_taken=tuple(str(h) for h in doc.get("spares_taken") or ()),
+                   spares_gone={str(k): str(v) for k, v in (doc.get("spares_gone") or {}).items()})
+
+
+@dataclass(frozen=True)
+class Call:
+    """A spare called in by the chair of a meeting: the hosts of the attempt it joins (it among them), from which
+    attempt, and the spares still kept ready after it."""
+
+    attempt: int
+    hosts: tuple[str, ...]
+    spares: tuple[str, ...]
+
+    @classmethod
+    def from_document(cls, doc: object) -> Call | None:
+        if not isinstance(doc, dict) or not isinstance(doc.get("attempt"), int):
+            return None
+        return cls(attempt=doc["attempt"], hosts=tuple(map(str, doc.get("hosts") or ())),
+                   spares=tuple(map(str, doc.get("spares") or ())))
 
 
 class MeetingPoint:
@@ -91,6 +115,8 @@ class MeetingPoint:
         self._came: dict[int, dict[str, float]] = {}  # meeting -> label -> when it came
         self._decisions: dict[int, Decision] = {}
         self.farewells: set[str] = set()
+        self.call: Call | None = None  # a spare's: the call that takes it in
+        self.woken = threading.Event()  # a call or a farewell came
         point = self
 
         class Handler(socketserver.StreamRequestHandler):
@@ -133,6 +159,10 @@ class MeetingPoint:
                 self._came.setdefault(meeting, {})[host] = time.time()
             elif op == "farewell":
                 self.farewells.add(host)
+                self.woken.set()
+            elif op == "call" and self.call is None:
+                self.call = Call.from_document(asked.get("call"))
+                self.woken.set()
             decided = self._decisions.get(meeting) if isinstance(meeting, int) else None
         return {"host": self.label, "decision": decided.document() if decided else None}
 
@@ -168,20 +198,26 @@ def ask(addr: str, port: int, message: dict[str, Any]) -> tuple[dict[str, Any] |
 
 
 def say_farewell(point: MeetingPoint, peers: list[Peer]) -> None:
-    """This host's share ended well: its peers' watches are not to take its point's going as a loss."""
+    """This host's share ended, not to meet again (done, or stopped): its peers' watches are not to take its point's
+    going as a loss, and a spare waiting among ``peers`` learns that the job is over."""
     for peer in peers:
         if peer.label != point.label:
             ask(peer.addr, point.port, {"run": point.run_id, "op": "farewell", "host": point.label})
 
 
 def meet(point: MeetingPoint, peers: list[Peer], meeting: int, windows: Windows,
-         known_lost: dict[str, str] | None = None) -> Decision:
+         known_lost: dict[str, str] | None = None, spares: list[Peer] | None = None) -> Decision:
     """This host at meeting ``meeting`` of ``peers`` (the attempt's hosts, in host order; this host among them): the
     decision, from the first candidate that answers, or its own as chair (the module docstring). ``known_lost``:
-    peers this host's watch found lost already (label -> why), not waited for if it chairs (unless they come)."""
+    peers this host's watch found lost already (label -> why), not waited for if it chairs (unless they come);
+    ``spares``: the spares still kept ready, in order, which the chair calls in the lost hosts' places."""
     for candidate in peers:
         if candidate.label == point.label:
-            return _chair(point, peers, meeting, windows, dict(known_lost or {}))
+            decision = _chair(point, peers, meeting, windows, dict(known_lost or {}))
+            if decision.ended is None and decision.lost and spares:
+                decision = _call_spares(point, decision, len(peers), spares)
+            point.keep(decision)
+            return decision
         decision = _follow(point, candidate, meeting, windows)
         if decision is not None:
             point.keep(decision)
@@ -227,9 +263,27 @@ def _chair(point: MeetingPoint, peers: list[Peer], meeting: int, windows: Window
             elif now - started >= windows.come_s:
                 lost[peer.label] = f"alive, but it did not come to the meeting within {windows.come_s:g} s"
         time.sleep(LOOK_S)
-    decision = decide(peers, came, lost, meeting, point.label)
-    point.keep(decision)
-    return decision
+    return decide(peers, came, lost, meeting, point.label)
+
+
+def _call_spares(point: MeetingPoint, decision: Decision, hosts: int, spares: list[Peer]) -> Decision:
+    """The decision with spares in the lost hosts' places: the first that answer, in order (those that do not are
+    dropped), each called in (:class:`Call`), as runner.launchers.elastic.membership takes them."""
+    taken: list[Peer] = []
+    gone: dict[str, str] = {}
+    for spare in spares:
+        if len(taken) == hosts - len(decision.went_on):
+            break
+        answer, why = ask(spare.addr, point.port, {"run": point.run_id, "op": "ping", "host": point.label})
+        if answer is None:
+            gone[spare.label] = "its `run` is gone (its meeting point refuses)" if why == "refused" else "no answer"
+        else:
+            taken.append(spare)
+    left = [s.label for s in spares if s.label not in gone and s not in taken]
+    call = {"attempt": decision.attempt, "hosts": [*decision.went_on, *(s.label for s in taken)], "spares": left}
+    for spare in taken:  # one that does not take the call is found lost in the next attempt, by the watch
+        ask(spare.addr, point.port, {"run": point.run_id, "op": "call", "host": point.label, "call": call})
+    return dataclasses.replace(decision, spares_taken=tuple(s.label for s in taken), spares_gone=gone)
 
 
 def decide(peers: list[Peer], came: dict[str, float], lost: dict[str, str], meeting: int, chair: str) -> Decision:

@@ -7,7 +7,9 @@ A round is this host's share of the job on one set of hosts, attempt after attem
 failure: launcher.max_restarts counts it); when some did not, the round ends with them lost and the next starts on
 the hosts that came (runner.launchers.elastic.membership numbers them, the same on every host); when the chair's
 group is not more than half of the hosts, or this host came too late, the job ends here. A share that ends otherwise
-(done, or stopped by a signal) ends the round and the job; its host says farewell at its peers' points first.
+(done, or stopped by a signal) ends the round and the job; its host says farewell at its peers' and the spares'
+points first. A spare's `run` stands by (:func:`stand_by`) until a chair calls it in, then runs its rounds as the
+hosts' do.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from runner.common import exits
 from runner.common.signals import handling
 from runner.launchers.elastic.rounds import Ended
-from runner.launchers.manual.meeting import Decision, MeetingPoint, Peer, Windows, meet, say_farewell
+from runner.launchers.manual.meeting import Call, Decision, MeetingPoint, Peer, Windows, ask, meet, say_farewell
 from runner.launchers.manual.watch import BEATS_MISSED, PeerWatch
 from runner.plan.processes import Plan
 from runner.records.paths import RunPaths
@@ -52,6 +54,11 @@ class Round:
     def peers(self) -> list[Peer]:
         return [Peer(h.label, str(h.reach)) for h in self.plan.job.hosts]
 
+    @property
+    def spares(self) -> list[Peer]:
+        """The spares still kept ready, in order."""
+        return [Peer(h.label, str(h.reach)) for h in self.plan.job.spares]
+
     def windows(self) -> Windows:
         """How long a meeting waits: four keepalive intervals for a silent point; for one that answers, the most its
         share can take to end (the ranks' grace and stop, host 0's wait for the others' endings) and a margin."""
@@ -66,7 +73,7 @@ def run_round(this: Round, on_report: Callable[[int, AgentReport], None] | None)
     while True:
         code, signalled, found = _share(this, paths, on_report)
         if code != exits.FAILED or signalled is not None:  # done, stopped, or refused: nothing to meet about
-            say_farewell(this.point, this.peers)
+            say_farewell(this.point, [*this.peers, *this.spares])
             return Ended(code=code, signalled=signalled, cause=None, lost=frozenset())
         decision = _meeting(this, paths.attempt, {f.host: f.text.removeprefix("lost: ") for f in found})
         if isinstance(decision, Ended):
@@ -116,7 +123,7 @@ def _meeting(this: Round, attempt: int, known_lost: dict[str, str]) -> Decision 
           file=sys.stderr, flush=True)
     try:
         with handling((signal.SIGINT, signal.SIGTERM), stop):
-            return meet(this.point, this.peers, attempt, this.windows(), known_lost)
+            return meet(this.point, this.peers, attempt, this.windows(), known_lost, this.spares)
     except KeyboardInterrupt:
         signum = got[0] if got else signal.SIGINT
         print(f"\n{signal.Signals(signum).name} during the meeting: this host's share ends", file=sys.stderr)
@@ -144,4 +151,36 @@ def _ended_by(this: Round, decision: Decision, lost_at: float | None) -> Ended |
         print(f"manual: host {i} ({peers[i].label}) lost: {why}", file=sys.stderr, flush=True)
     cause = "; ".join(f"host {i} ({peers[i].label}) lost: {why}" for i, why in lost.items())
     return Ended(code=exits.FAILED, signalled=None, cause=cause, lost=frozenset(lost), lost_at=lost_at or time.time(),
-                 why_lost=lost, next_attempt=decision.attempt)
+                 why_lost=lost, next_attempt=decision.attempt, spares_gone=frozenset(decision.spares_gone))
+
+
+@dataclass(frozen=True)
+class NotCalled:
+    """Why a spare's `run` ends without being called in; ``job_done``: a host said farewell (the job ended)."""
+
+    why: str
+    job_done: bool
+
+
+def stand_by(point: MeetingPoint, job_hosts: list[Peer], every_s: float, silent_s: float,
+             start_s: float) -> Call | NotCalled:
+    """A spare's `run`, until the chair of a meeting calls it in (its call), or why the job went on without it: a host
+    said farewell (the job is over), or none of ``job_hosts`` (the spec's hosts and spares) has answered for
+    ``silent_s`` since one last did (or within ``start_s`` of the start: hosts started by hand come when they come)."""
+    print(f"manual: spare {point.label} ready (meeting point on port {point.port}): waiting to be called in",
+          file=sys.stderr, flush=True)
+    heard, started = None, time.monotonic()
+    while not point.woken.wait(every_s):
+        now = time.monotonic()
+        if any(ask(p.addr, point.port, {"run": point.run_id, "op": "ping", "host": point.label})[0] is not None
+               for p in job_hosts if p.label != point.label):
+            heard = now
+        elif heard is not None and now - heard >= silent_s:
+            return NotCalled(f"no host of the job answered for {silent_s:g} s: it is over", job_done=False)
+        elif heard is None and now - started >= start_s:
+            return NotCalled(f"no host of the job answered within {start_s:g} s of this spare's start "
+                             f"(init.timeout_s)", job_done=False)
+    if point.call is not None:
+        return point.call
+    return NotCalled(f"the job ended without calling this spare ({', '.join(sorted(point.farewells))} said farewell)",
+                     job_done=True)

@@ -116,3 +116,23 @@ def test_the_dry_run_says_how_a_job_that_outlives_its_hosts_goes_on_and_finds_a_
         f"peers' every 3 s (launcher.manual.keepalive_s): a peer silent for 12 s, or whose point refuses, is lost; "
         f"after an attempt ends the hosts meet at the first that answers, and more than half of them go on"]
     assert not [c for c in launcher(*NAMED).request().commands if c.argv is None]  # without it: the commands alone
+
+
+def test_a_spare_gets_a_command_of_its_own_and_is_a_host_this_machine_may_be() -> None:
+    spared = launcher(*hosts_override(*({"name": n, "devices": 1} for n in "ab")), "init=tcp",
+                      "topology.spares=[{name: s1, devices: 1}]", "launcher.max_restarts=1")
+    commands = [c for c in spared.request().commands if c.argv is not None]
+    assert [(c.host, c.argv[-1], c.note) for c in commands] == [
+        ("host 0 (a)", "launcher.manual.host=0", "starts 1 process(es)"),
+        ("host 1 (b)", "launcher.manual.host=1", "starts 1 process(es)"),
+        ("spare s1", "launcher.manual.host=s1", "waits, ready to take a lost host's place")]
+    assert spared.this_host(frozenset({"s1"})) == 2  # a spare's index follows the hosts'
+    past = validate(("launcher=manual", "device=cpu", "init=tcp", "recipe.global_batch_size=6",
+                     *hosts_override(*({"name": n, "devices": 1} for n in "ab")),
+                     "topology.spares=[{name: s1, devices: 1}]", "launcher.max_restarts=1", "launcher.manual.host=3"))
+    problem = past.find("launcher.manual.host", "past the last host")
+    assert problem is not None and "the topology has 2 and 1 spare(s): 0..2" in problem.message, past.rendered()
+    assert validate(("launcher=manual", "device=cpu", "init=tcp", "recipe.global_batch_size=6",
+                     *hosts_override(*({"name": n, "devices": 1} for n in "ab")),
+                     "topology.spares=[{name: s1, devices: 1}]", "launcher.max_restarts=1",
+                     "launcher.manual.host=s1")).valid

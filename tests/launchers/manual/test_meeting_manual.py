@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from runner.launchers.manual.meeting import (Decision, MeetingPoint, Peer, Windows, ask, decide, meet, meeting_port,
+from runner.launchers.manual.meeting import (Call, Decision, MeetingPoint, Peer, Windows, ask, decide, meet, meeting_port,
                                              say_farewell)
 from runner.plan.processes import port_for
 
@@ -149,3 +149,32 @@ def test_a_point_serves_its_callers_at_once(points, run_id) -> None:
     for t in threads:
         t.join()
     assert answers == [{"host": "a", "decision": None}] * 16
+
+
+def test_the_chair_calls_the_first_spares_that_answer_in_the_lost_hosts_places(points, run_id) -> None:
+    """c lost; spare s1 gone (nothing listens), s2 answers: s2 is called in, s1 dropped, s3 still kept ready."""
+    a, b, c = points
+    c.close()
+    points.remove(c)
+    s2 = MeetingPoint(run_id, "s2", "127.0.0.15", a.port).start()
+    s3 = MeetingPoint(run_id, "s3", "127.0.0.16", a.port).start()
+    try:
+        peers = [*peers_of([a, b]), Peer("c", "127.0.0.13")]
+        spares = [Peer("s1", "127.0.0.14"), Peer("s2", "127.0.0.15"), Peer("s3", "127.0.0.16")]
+        with ThreadPoolExecutor(2) as pool:
+            decisions = list(pool.map(lambda p: meet(p, peers, 1, QUICK, spares=spares), [a, b]))
+        assert s2.woken.is_set() and not s3.woken.is_set() and s3.call is None
+    finally:
+        s2.close()
+        s3.close()
+    assert decisions[0] == decisions[1]  # b heard the same from the chair, spares and all
+    assert (decisions[0].went_on, decisions[0].spares_taken) == (("a", "b"), ("s2",))
+    assert decisions[0].spares_gone == {"s1": "its `run` is gone (its meeting point refuses)"}
+    assert s2.call == Call(attempt=2, hosts=("a", "b", "s2"), spares=("s3",))
+
+
+def test_no_spare_is_called_when_nobody_was_lost(points) -> None:
+    peers = peers_of(points)
+    with ThreadPoolExecutor(3) as pool:
+        decisions = list(pool.map(lambda p: meet(p, peers, 0, QUICK, spares=[Peer("s1", "127.0.0.14")]), points))
+    assert decisions[0].spares_taken == () and decisions[0].spares_gone == {}

@@ -1,9 +1,10 @@
 """runner.launchers.manual.rounds without processes: what a meeting's decision makes of this host's round (the same
-hosts again, a round ended with hosts lost, the job ended here), and the meeting's windows. Real rounds on namespace
+hosts again, a round ended with hosts lost, the job ended here), the meeting's windows, and a spare standing by. Real rounds on namespace
 hosts: tests/e2e/test_lost_hosts_manual.py."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,8 @@ from conftest import environment, hosts_override, validate
 from runner.common import exits
 from runner.launchers import plan_for
 from runner.launchers.manual import ManualLauncher
-from runner.launchers.manual.meeting import Decision, MeetingPoint, Peer
-from runner.launchers.manual.rounds import Round, _ended_by
+from runner.launchers.manual.meeting import Call, Decision, MeetingPoint, Peer, ask, say_farewell
+from runner.launchers.manual.rounds import NotCalled, Round, _ended_by, stand_by
 from runner.records.paths import RunPaths
 from runner.spec.pins import pinned
 from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
@@ -71,3 +72,41 @@ def test_the_job_ends_here_when_the_group_is_too_small_or_this_host_came_late(ro
     said = capsys.readouterr().err
     assert "manual: the job ends on this host: only 1 of the attempt's 3 hosts" in said
     assert "manual: the job ends on this host: the other hosts went on without this one" in said
+
+
+def test_a_spare_stands_by_until_called_or_until_a_host_says_farewell(run_id_point) -> None:
+    spare, host = run_id_point
+    peers = [Peer("h", "127.0.0.42")]
+    timer = threading.Timer(0.3, lambda: ask("127.0.0.43", spare.port, {
+        "run": spare.run_id, "op": "call", "host": "h", "call": {"attempt": 1, "hosts": ["h", "s"], "spares": []}}))
+    timer.start()
+    assert stand_by(spare, peers, 0.1, 5.0, 5.0) == Call(attempt=1, hosts=("h", "s"), spares=())
+    timer.join()
+
+
+def test_a_spare_not_called_ends_when_the_job_is_over_or_its_hosts_are_gone(run_id_point) -> None:
+    spare, host = run_id_point
+    peers = [Peer("h", "127.0.0.42")]
+    say_farewell(host, [Peer("s", "127.0.0.43")])
+    done = stand_by(spare, peers, 0.1, 5.0, 5.0)
+    assert done == NotCalled("the job ended without calling this spare (h said farewell)", job_done=True)
+    spare.woken.clear()
+    spare.farewells.clear()
+    host.close()  # heard never (its point is gone): the start's wait applies
+    gone = stand_by(spare, peers, 0.1, 5.0, 0.5)
+    assert gone == NotCalled("no host of the job answered within 0.5 s of this spare's start (init.timeout_s)",
+                             job_done=False)
+
+
+@pytest.fixture
+def run_id_point() -> Iterator[tuple[MeetingPoint, MeetingPoint]]:
+    """A spare's point (s, 127.0.0.43) and a host's (h, 127.0.0.42), one run."""
+    run_id = f"s{uuid.uuid4().hex[:6]}"
+    host = MeetingPoint(run_id, "h", "127.0.0.42", 0).start()
+    spare = MeetingPoint(run_id, "s", "127.0.0.43", host.port).start()
+    yield spare, host
+    for point in (spare, host):
+        try:
+            point.close()
+        except OSError:
+            pass
