@@ -30,6 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from runner.common.polling import poll
 from runner.plan.processes import port_for
 
 ASK_S = 1.0  # how long a question to a point may take (connect and answer)
@@ -115,6 +116,7 @@ class MeetingPoint:
         self._came: dict[int, dict[str, float]] = {}  # meeting -> label -> when it came
         self._decisions: dict[int, Decision] = {}
         self.farewells: set[str] = set()
+        self._told: dict[int, set[str]] = {}  # meeting -> the hosts told its decision
         self.call: Call | None = None  # a spare's: the call that takes it in
         self.woken = threading.Event()  # a call or a farewell came
         point = self
@@ -164,7 +166,14 @@ class MeetingPoint:
                 self.call = Call.from_document(asked.get("call"))
                 self.woken.set()
             decided = self._decisions.get(meeting) if isinstance(meeting, int) else None
+            if decided is not None:
+                self._told.setdefault(meeting, set()).add(host)
         return {"host": self.label, "decision": decided.document() if decided else None}
+
+    def told(self, meeting: int) -> set[str]:
+        """The hosts that have heard meeting ``meeting``'s decision here."""
+        with self._lock:
+            return set(self._told.get(meeting, ()))
 
     def came(self, meeting: int) -> dict[str, float]:
         with self._lock:
@@ -217,6 +226,9 @@ def meet(point: MeetingPoint, peers: list[Peer], meeting: int, windows: Windows,
             if decision.ended is None and decision.lost and spares:
                 decision = _call_spares(point, decision, len(peers), spares)
             point.keep(decision)
+            # every host that came hears it before this `run` may leave (the job may end here, its point with it)
+            came = set(point.came(meeting)) - {point.label}
+            poll(lambda: point.told(meeting), lambda told: came <= told, windows.silent_s, LOOK_S)
             return decision
         decision = _follow(point, candidate, meeting, windows)
         if decision is not None:

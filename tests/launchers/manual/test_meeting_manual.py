@@ -178,3 +178,23 @@ def test_no_spare_is_called_when_nobody_was_lost(points) -> None:
     with ThreadPoolExecutor(3) as pool:
         decisions = list(pool.map(lambda p: meet(p, peers, 0, QUICK, spares=[Peer("s1", "127.0.0.14")]), points))
     assert decisions[0].spares_taken == () and decisions[0].spares_gone == {}
+
+
+def test_the_chair_leaves_only_once_everyone_who_came_has_heard_the_decision(points) -> None:
+    """The job may end at the chair (too few hosts left): its `run` and point go at once after its meeting, and the
+    others must have the decision by then, not meet again without it."""
+    a, b, c = points
+    peers = peers_of(points)
+
+    def chair_then_gone(point: MeetingPoint) -> Decision:
+        decision = meet(point, peers, 0, QUICK)
+        point.close()
+        return decision
+
+    with ThreadPoolExecutor(3) as pool:
+        chaired = pool.submit(chair_then_gone, a)
+        others = [pool.submit(meet, p, peers, 0, QUICK) for p in (b, c)]
+        decisions = [chaired.result(), *(f.result() for f in others)]
+    points.remove(a)
+    assert decisions[0] == decisions[1] == decisions[2] and decisions[0].chair == "a", decisions
+    assert a.told(0) == {"b", "c"}
