@@ -2,7 +2,8 @@
 namespace hosts, each `run` started in its host's namespace as a user types it there, each in a job folder of its
 own (no shared file system), with no `run` that holds the job: the hosts watch each other and meet after a loss
 (runner.launchers.manual). The bundled digits recipe on three hosts of one process: a host's every process killed,
-a host's link taken down (no FIN, only silence: the cut host ends by itself, not training alone), host 0 killed (the
+a host's link taken down (no FIN, only silence: the cut host ends by itself, not training alone), a host that flaps
+(lost, then back: not taken back), a rank's own failure (every host comes: the same hosts again), host 0 killed (the
 next host serves the next attempt, from its own copy of the checkpoint), a spare's `run` standing by and called in
 in a lost host's place, and too few hosts left. Each must end as
 it says, membership.jsonl (in the run folder of the last attempt's host 0) must say what happened, the checkpoint
@@ -11,6 +12,7 @@ step must never go back, and nothing of the job may be left on any host."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import uuid
@@ -43,6 +45,10 @@ SAID = {
                r"more than half, so the others may go on without them",
     "hosts line": r"  hosts     {host2} lost in attempt 1 \({host2}: its `run` is gone",
     "too few": r"manual: the job ends: 2 host\(s\) left of 4, fewer than topology\.min_nodes=3",
+    "same hosts": r"restarting: attempt 2 of 4 \(launcher\.max_restarts=3\); every host came to the meeting; the recipe "
+                  r"resumes from its last checkpoint",
+    "left out": r"manual: the job ends on this host: the other hosts went on without this one \({host0}, {host1}, from "
+                r"attempt 2\): it came to the meeting too late",
     "spare": r"manual: restarting on 3 host\(s\) \({host0}, {host1}, {host3}\) from the last checkpoint: attempt 2 of 4 "
              r"\(launcher\.max_restarts=3\), spare\(s\) {host3} in the lost host's place",
     "called in": r"manual: spare {host3} called in: attempt 2 on 3 host\(s\) \({host0}, {host1}, {host3}\)",
@@ -110,6 +116,24 @@ def kill(proc: Started) -> int:
         except psutil.Error:
             continue
     return len(every)
+
+
+def rank_of(proc: Started, deadline_s: float = 60) -> psutil.Process:
+    """The one rank of a host's `run`: a child of its zygote (`run`'s child: the rounds' zygote) that leads a session
+    of its own (the zygote's other child, the agent's client of host 0's store, does not)."""
+    found: list[psutil.Process] = []
+
+    def look() -> bool:
+        try:
+            found[:] = [child for zygote in psutil.Process(proc.proc.pid).children()
+                        if "runner.worker.zygote" in " ".join(zygote.cmdline())
+                        for child in zygote.children() if os.getsid(child.pid) == child.pid]
+        except (psutil.Error, ProcessLookupError):
+            found.clear()
+        return len(found) == 1
+
+    wait_until(look, deadline_s, "the host's one rank", alive=[proc])
+    return found[0]
 
 
 def link(bed: Bed, host: str, up: bool) -> None:
@@ -187,6 +211,44 @@ def test_a_host_whose_link_goes_down_is_found_by_silence_and_ends_by_itself(bed,
     assert change["resumed_from"] > 0 and change["steps_lost"] >= 0, change
     assert code2 == 1 and re.search(seen("cut off", bed), said2), said2  # c did not train on alone
     assert "resumed from" not in said2 and not membership(run_folder(tmp_path, 2, run_id))
+    nothing_left(run_id)
+
+
+def test_a_rank_that_fails_restarts_the_attempt_on_the_same_hosts_once_every_host_came_to_the_meeting(bed, tmp_path):
+    """No host lost: a rank killed (its host's `run` lives on); the hosts meet, every one comes, and the next attempt
+    runs on all of them, the restart counted; no change of membership is recorded."""
+    run_id = f"r{uuid.uuid4().hex[:8]}"
+    with by_hand(bed, tmp_path, 3, ["topology.min_nodes=2"], run_id) as procs:
+        after_a_checkpoint(tmp_path, run_id, procs)
+        rank_of(procs[1]).kill()
+        done = finish(procs, timeout=200)
+    for code, said in done:
+        assert code == 0 and re.search(seen("same hosts", bed), said), said
+    done_on(run_folder(tmp_path, 0, run_id), done[0][1], done[0][0], world_size=3)
+    assert len(resumed_steps(done[0][1])) == 1 and not membership(run_folder(tmp_path, 0, run_id))
+    nothing_left(run_id)
+
+
+def test_a_host_that_flaps_is_lost_once_and_not_taken_back(bed, tmp_path):
+    """Host 2's link down, and up again once the others restarted without it: it learns that they went on without
+    it and ends; the job finishes on two hosts, one change recorded."""
+    a, b, c, _ = bed.names
+    run_id = f"f{uuid.uuid4().hex[:8]}"
+    try:
+        with by_hand(bed, tmp_path, 3, ["topology.min_nodes=2"], run_id) as procs:
+            after_a_checkpoint(tmp_path, run_id, procs)
+            link(bed, c, up=False)
+            wait_until(lambda: re.search(seen("restarting", bed), procs[0].stdout), 120,
+                       "host 0 restarting without host 2", alive=procs[:2])
+            link(bed, c, up=True)
+            (code0, said0), (code1, said1), (code2, said2) = finish(procs, timeout=240)
+    finally:
+        link(bed, c, up=True)
+    done_on(run_folder(tmp_path, 0, run_id), said0, code0, world_size=2)
+    assert code1 == 0, said1
+    assert code2 == 1 and re.search(seen("left out", bed) + "|" + seen("cut off", bed), said2), said2
+    (change,) = membership(run_folder(tmp_path, 0, run_id))
+    assert (change["after"], change["lost"]) == ([a, b], [c]), change
     nothing_left(run_id)
 
 
