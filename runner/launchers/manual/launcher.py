@@ -119,7 +119,8 @@ class ManualLauncher(Launcher):
             commands.append(HostCommand(host=f"host {host.index} ({where})", argv=argv, note=f"starts {n} process(es)",
                                         cwd=inv.cwd))
         for spare in self.plan.job.spares:
-            commands.append(HostCommand(host=f"spare {spare.label}", argv=(*base, f"launcher.manual.host={spare.label}"),
+            commands.append(HostCommand(host=f"spare {spare.label}",
+                                        argv=(*base, f"launcher.manual.host={spare.label}"),
                                         note="waits, ready to take a lost host's place", cwd=inv.cwd))
         return LaunchRequest(launcher=self.name, commands=(*commands, *self._rounds_said()))
 

@@ -82,7 +82,8 @@ def run_round(this: Round, on_report: Callable[[int, AgentReport], None] | None)
         if ended is not None:
             return ended
         if decision.attempt > limit:
-            return Ended(code=exits.FAILED, signalled=None, cause=f"launcher.max_restarts={limit} used", lost=frozenset())
+            return Ended(code=exits.FAILED, signalled=None, cause=f"launcher.max_restarts={limit} used",
+                         lost=frozenset())
         paths = dataclasses.replace(paths, attempt=decision.attempt)
         print(f"\nrestarting: attempt {paths.attempt + 1} of {limit + 1} (launcher.max_restarts={limit}); every host "
               f"came to the meeting; the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
@@ -93,7 +94,8 @@ def _share(this: Round, paths: RunPaths, on_report: Callable[[int, AgentReport],
     """One attempt of this host's share, its peers watched: its exit status, the signal that ended it, and the peers
     its watch found lost (in the order found)."""
     share = HostShare(plan=this.plan, node_rank=this.node, paths=paths, environment=this.environment, restarts=0)
-    agent = HostAgent(share, zygote=this.zygote, reporter=(lambda report: on_report(this.node, report)) if on_report else None)
+    reporter = (lambda report: on_report(this.node, report)) if on_report else None
+    agent = HostAgent(share, zygote=this.zygote, reporter=reporter)
     found: list[JobFailure] = []
 
     def lost(host: str, why: str) -> None:

@@ -57,7 +57,8 @@ class PeerWatch:
                     self._ask(peer)
 
     def _ask(self, peer: Peer) -> None:
-        answer, why = ask(peer.addr, self.point.port, {"run": self.point.run_id, "op": "ping", "host": self.point.label})
+        point = self.point
+        answer, why = ask(peer.addr, point.port, {"run": point.run_id, "op": "ping", "host": point.label})
         now = time.monotonic()
         if answer is not None:
             self.heard[peer.label] = now
