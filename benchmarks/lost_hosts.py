@@ -1,5 +1,6 @@
 """A lost host, survived or not: torchrun's elastic rendezvous (``--nnodes=2:3 --rdzv-backend=c10d``) against `run
-launcher=ssh topology.min_nodes=2`, on three network-namespace hosts of the test bed, for three faults.
+launcher=ssh topology.min_nodes=2` and `run launcher=manual topology.min_nodes=2`, on three network-namespace hosts of
+the test bed, for three faults.
 
     .venv/bin/python benchmarks/lost_hosts.py [--rounds 1]
 
@@ -14,7 +15,11 @@ checkpoint every 5 steps into a folder every host sees, resumed from), one proce
   default 30 s; ``is_host`` and ``--local-addr``: what torchrun needs where host names resolve to 127.0.0.1);
 * run: ``run launcher=ssh topology.hosts=[the three hosts] topology.min_nodes=2 launcher.max_restarts=3
   launcher.ssh.keepalive_s=1 init=tcp -- elastic_steps.py ...`` from the root namespace (a machine that is none of
-  the hosts), each host logged in to over its own sshd.
+  the hosts), each host logged in to over its own sshd;
+* run by hand: ``run launcher=manual ... launcher.manual.host=i -- elastic_steps.py ...`` in each host's namespace,
+  each in a folder of its own (the script's steps and checkpoints in the folder every host sees), its default
+  ``launcher.manual.keepalive_s=2``. The host cut off ends by itself (exit 1, by design): its exit is not counted
+  against the job's finishing, as torchrun's on a killed host is not.
 
 The faults, once rank 0 did step 15: **kill** (every process of host 2's job killed: the machine gone), **link**
 (host 2's link taken down: its packets dropped, no connection closed; back up once the trial is over), **host 0**
@@ -40,6 +45,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import IO
 
 import result_file
 from namespace_bed import Bed
@@ -48,7 +54,9 @@ HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "workloads" / "elastic_steps.py"
 BIN = Path(sys.executable).parent
 TORCHRUN, RUN = "torchrun --nnodes=2:3 (c10d)", "run launcher=ssh topology.min_nodes=2"
-LAUNCHERS = (TORCHRUN, RUN)
+MANUAL = "run launcher=manual topology.min_nodes=2"
+LAUNCHERS = (TORCHRUN, RUN, MANUAL)
+PER_HOST = (TORCHRUN, MANUAL)  # a launcher process in each host's namespace (the lost host's is not counted)
 FAULTS = ("kill", "link", "host 0")
 STEPS, EVERY, STEP_S, FAULT_AT = 60, 5, 0.1, 15
 START_S, TRIAL_S = 120.0, 180.0  # deadlines: the fault point, and the whole trial after the fault
@@ -112,6 +120,8 @@ def _start(bed: Bed, launcher: str, folder: Path, out: Path, ckpt: Path) -> list
                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         return procs
     hosts = ", ".join(f"{{name: '{h['name']}', devices: 1}}" for h in bed.hosts)
+    if launcher == MANUAL:
+        return _start_by_hand(bed, folder, hosts, script, env, log)
     job = Path(bed.ssh["home"]) / folder.name  # the job's folder: the same path in every host's view
     for view in (Path(bed.ssh["home"]), *(Path(v["home"]) for v in bed.ssh["hosts"].values())):
         (view / folder.name).mkdir(exist_ok=True)
@@ -121,6 +131,22 @@ def _start(bed: Bed, launcher: str, folder: Path, out: Path, ckpt: Path) -> list
             "launcher.ssh.keepalive_s=1", "launcher.grace_s=2", f"run_id=lb{uuid.uuid4().hex[:10]}", "--",
             SCRIPT.name, *script]
     return [subprocess.Popen(argv, cwd=job, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)]
+
+
+def _start_by_hand(bed: Bed, folder: Path, hosts: str, script: list[str], env: dict[str, str],
+                   log: IO[str]) -> list[subprocess.Popen]:
+    """launcher=manual: each host's `run` in its namespace, in a folder of its own (``folder/host<i>``)."""
+    run_id, procs = f"lm{uuid.uuid4().hex[:10]}", []
+    for i in range(len(bed.hosts)):
+        own = folder / f"host{i}"
+        own.mkdir()
+        (own / SCRIPT.name).write_text(SCRIPT.read_text())
+        argv = [str(BIN / "run"), "launcher=manual", "init=tcp", "topology=custom", f"topology.hosts=[{hosts}]",
+                "topology.min_nodes=2", "launcher.max_restarts=3", "launcher.grace_s=2", f"launcher.manual.host={i}",
+                f"run_id={run_id}", "--", SCRIPT.name, *script]
+        procs.append(subprocess.Popen(bed.exec_argv(i, argv), cwd=own, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True))
+    return procs
 
 
 def trial(bed: Bed, launcher: str, fault: str, folder: Path) -> dict:
@@ -144,9 +170,9 @@ def trial(bed: Bed, launcher: str, fault: str, folder: Path) -> dict:
             bed.link(victim, up=False)
         else:
             _kill(bed.pids(victim))
-        # torchrun's own process on the lost host dies with its namespace's processes; the others must end by
-        # themselves
-        running = [p for i, p in enumerate(procs) if not (launcher == TORCHRUN and i == victim)]
+        # a per-host launcher's process on the lost host dies with its namespace's processes (or, cut off, ends by
+        # itself); the others must end by themselves
+        running = [p for i, p in enumerate(procs) if not (launcher in PER_HOST and i == victim)]
         end = time.monotonic() + TRIAL_S
         while any(p.poll() is None for p in running) and time.monotonic() < end:
             time.sleep(POLL_S)
@@ -211,8 +237,10 @@ def main() -> None:
             times = [t["recovered_s"] for t in ts if t.get("finished") and t.get("recovered_s") is not None]
             row[launcher] = {"finished": sum(1 for t in ts if t.get("finished")), "trials": len(ts),
                              "median_recovered_s": statistics.median(times) if times else None}
-        a, b = row[RUN]["median_recovered_s"], row[TORCHRUN]["median_recovered_s"]
-        row["ratio_run_vs_torchrun"] = round(a / b, 2) if a and b else None
+        b = row[TORCHRUN]["median_recovered_s"]
+        for ours, key in ((RUN, "ratio_run_vs_torchrun"), (MANUAL, "ratio_manual_vs_torchrun")):
+            a = row[ours]["median_recovered_s"]
+            row[key] = round(a / b, 2) if a and b else None
         table[fault] = row
     out = result_file.write("lost_hosts", rounds=args.rounds, steps=STEPS, step_s=STEP_S, fault_at_step=FAULT_AT,
                             results=table, trials=trials)
@@ -220,8 +248,9 @@ def main() -> None:
         cells = "; ".join(f"{name}: finished {r['finished']} of {r['trials']}, next attempt's first step "
                           f"{'n/a' if r['median_recovered_s'] is None else format(r['median_recovered_s'], '.1f') + ' s'}"
                           f" after the fault" for name, r in row.items() if name in LAUNCHERS)
-        ratio = row["ratio_run_vs_torchrun"]
-        print(f"{fault}: {cells}" + (f"; run / torchrun {ratio}x" if ratio else ""))
+        ratios = [f"{name} / torchrun {row[key]}x" for name, key in (("ssh", "ratio_run_vs_torchrun"),
+                                                                     ("manual", "ratio_manual_vs_torchrun")) if row[key]]
+        print(f"{fault}: {cells}" + "".join(f"; {r}" for r in ratios))
     print(f"written: {out}")
 
 

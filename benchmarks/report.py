@@ -154,16 +154,23 @@ def lost_hosts() -> str:
     data = _load("lost_hosts")
     rows = []
     for fault, row in data["results"].items():
-        run = next(r for name, r in row.items() if name.startswith("run"))
-        torchrun = next(r for name, r in row.items() if name.startswith("torchrun"))
-        ratio = row["ratio_run_vs_torchrun"]
-        rows.append([LOST_FAULTS[fault], lost_host_cell(run), lost_host_cell(torchrun),
-                     f"{ratio:.2f}" if ratio else "—"])
+        ssh, manual, torchrun = lost_host_launchers(row)
+        ratios = [row[key] for key in ("ratio_run_vs_torchrun", "ratio_manual_vs_torchrun")]
+        rows.append([LOST_FAULTS[fault], lost_host_cell(ssh), lost_host_cell(manual), lost_host_cell(torchrun),
+                     *(f"{ratio:.2f}" if ratio else "—" for ratio in ratios)])
     m = data["machine"]
     return (f"measured {data['date']}, {m['cpus']} CPUs, torch {m['torch']}, gloo; three hosts of one process, the fault "
             f"once rank 0 did step {data['fault_at_step']} of {data['steps']}\n\n"
-            + _table(["fault", "`run` (topology.min_nodes=2)", "torchrun --nnodes=2:3", "run × torchrun, first step"],
-                     rows))
+            + _table(["fault", "`run` launcher=ssh", "`run` launcher=manual", "torchrun --nnodes=2:3",
+                      "ssh × torchrun, first step", "manual × torchrun"], rows))
+
+
+def lost_host_launchers(row: dict) -> tuple[dict, dict, dict]:
+    """One fault's trials under `run` launcher=ssh, `run` launcher=manual and torchrun (topology.min_nodes=2 and
+    --nnodes=2:3)."""
+    return (next(r for name, r in row.items() if name.startswith("run launcher=ssh")),
+            next(r for name, r in row.items() if name.startswith("run launcher=manual")),
+            next(r for name, r in row.items() if name.startswith("torchrun")))
 
 
 def preload() -> str:

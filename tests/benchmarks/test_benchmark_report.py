@@ -134,7 +134,7 @@ def test_the_readme_quotes_the_restart_across_hosts_results():
 
 def test_the_committed_report_and_readme_quote_the_lost_hosts_results():
     """The lost-hosts table of the report is benchmarks/results/lost_hosts.json's, and README's "When a host is lost"
-    gives each fault's outcome under both launchers in the same words."""
+    gives each fault's outcome under the three launchers in the same words."""
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
     block = text[text.index("<!-- table:lost_hosts -->"):]
     assert report.lost_hosts() in block[:block.index("<!-- end -->")]
@@ -142,8 +142,6 @@ def test_the_committed_report_and_readme_quote_the_lost_hosts_results():
     readme = (REPO / "README.md").read_text()
     section = readme[readme.index("### When a host is lost"):].split("\n## ")[0]
     for fault, row in data["results"].items():
-        run = next(r for name, r in row.items() if name.startswith("run"))
-        torchrun = next(r for name, r in row.items() if name.startswith("torchrun"))
-        assert (f"| {report.LOST_FAULTS[fault]} | {report.lost_host_cell(run)} | {report.lost_host_cell(torchrun)} |"
-                in section), fault
+        cells = " | ".join(report.lost_host_cell(r) for r in report.lost_host_launchers(row))
+        assert f"| {report.LOST_FAULTS[fault]} | {cells} |" in section, fault
     assert f"{data['rounds']} rounds, {data['date']}):" in " ".join(section.split())

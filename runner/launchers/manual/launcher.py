@@ -9,11 +9,13 @@ a lost host (runner.launchers.manual.rounds).
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from runner.common import exits
+from runner.common.signals import handling
 from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
 from runner.launchers.elastic.membership import Membership, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended
@@ -177,10 +179,11 @@ class ManualLauncher(Launcher):
                   f"not open: {e}; hint: another `run` of this run id on this machine?", file=sys.stderr)
             return LaunchOutcome(code=exits.INVALID)
         zygote = Zygote.start()
-        self._round = Round(plan=self.plan, paths=self.paths, environment=self.environment, point=point,
-                            zygote=zygote, node=node, first=True)
+        self._round = this = Round(plan=self.plan, paths=self.paths, environment=self.environment, point=point,
+                                   zygote=zygote, node=node, first=True)
         try:
-            return self._stand_by() if node >= len(self.plan.job.hosts) else AttemptsOnHosts(self).run()
+            with handling((signal.SIGINT, signal.SIGTERM), lambda signum, _frame: this.stopped.append(signum)):
+                return self._stand_by() if node >= len(self.plan.job.hosts) else AttemptsOnHosts(self).run()
         finally:
             zygote.close()
             point.close()
@@ -192,9 +195,11 @@ class ManualLauncher(Launcher):
         this, spec = self._round, self.plan.job.spec
         windows = this.windows()
         called = stand_by(this.point, [*this.peers, *this.spares], spec.launcher.manual.keepalive_s,
-                          windows.come_s + windows.silent_s, spec.init.timeout_s)
+                          windows.come_s + windows.silent_s, spec.init.timeout_s, this.stopped)
         if isinstance(called, NotCalled):
             print(f"manual: spare {this.point.label}: {called.why}", file=sys.stderr, flush=True)
+            if this.stopped:
+                return LaunchOutcome(code=exits.from_signal(this.stopped[0]), signalled=this.stopped[0])
             return LaunchOutcome(code=exits.OK if called.job_done else exits.FAILED,
                                  cause=None if called.job_done else called.why)
         listed = {h.name or h.addr: h for h in (*(spec.topology.hosts or ()), *(spec.topology.spares or ()))}

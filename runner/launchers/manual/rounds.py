@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runner.common import exits
 from runner.common.signals import handling
@@ -49,6 +49,8 @@ class Round:
     zygote: Zygote  # where every round's ranks are forked from (started once: runner.worker.zygote)
     node: int
     first: bool
+    stopped: list[int] = field(default_factory=list)  # SIGINT/SIGTERM that reached `run` between shares (one list
+    # for all of this host's rounds: ManualLauncher records them while no agent or meeting handles them)
 
     @property
     def peers(self) -> list[Peer]:
@@ -71,6 +73,10 @@ def run_round(this: Round, on_report: Callable[[int, AgentReport], None] | None)
     """This host's round (the module docstring) to its end."""
     paths, limit = this.paths, this.plan.job.spec.launcher.max_restarts
     while True:
+        if this.stopped:  # between two shares: this host's share ends here, as the agent would have ended it
+            say_farewell(this.point, [*this.peers, *this.spares])
+            return Ended(code=exits.from_signal(this.stopped[0]), signalled=this.stopped[0], cause=None,
+                         lost=frozenset())
         code, signalled, found = _share(this, paths, on_report)
         if code != exits.FAILED or signalled is not None:  # done, stopped, or refused: nothing to meet about
             say_farewell(this.point, [*this.peers, *this.spares])
@@ -164,15 +170,18 @@ class NotCalled:
     job_done: bool
 
 
-def stand_by(point: MeetingPoint, job_hosts: list[Peer], every_s: float, silent_s: float,
-             start_s: float) -> Call | NotCalled:
+def stand_by(point: MeetingPoint, job_hosts: list[Peer], every_s: float, silent_s: float, start_s: float,
+             stopped: list[int]) -> Call | NotCalled:
     """A spare's `run`, until the chair of a meeting calls it in (its call), or why the job went on without it: a host
     said farewell (the job is over), or none of ``job_hosts`` (the spec's hosts and spares) has answered for
-    ``silent_s`` since one last did (or within ``start_s`` of the start: hosts started by hand come when they come)."""
+    ``silent_s`` since one last did (or within ``start_s`` of the start: hosts started by hand come when they come), or
+    a signal reached `run` (``stopped``)."""
     print(f"manual: spare {point.label} ready (meeting point on port {point.port}): waiting to be called in",
           file=sys.stderr, flush=True)
     heard, started = None, time.monotonic()
     while not point.woken.wait(every_s):
+        if stopped:
+            return NotCalled(f"{signal.Signals(stopped[0]).name}: this spare stops standing by", job_done=False)
         now = time.monotonic()
         if any(ask(p.addr, point.port, {"run": point.run_id, "op": "ping", "host": point.label})[0] is not None
                for p in job_hosts if p.label != point.label):

@@ -4,6 +4,7 @@ hosts: tests/e2e/test_lost_hosts_manual.py."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import uuid
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from runner.common import exits
 from runner.launchers import plan_for
 from runner.launchers.manual import ManualLauncher
 from runner.launchers.manual.meeting import Call, Decision, MeetingPoint, Peer, ask, say_farewell
-from runner.launchers.manual.rounds import NotCalled, Round, _ended_by, stand_by
+from runner.launchers.manual.rounds import NotCalled, Round, _ended_by, run_round, stand_by
 from runner.records.paths import RunPaths
 from runner.spec.pins import pinned
 from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
@@ -80,7 +81,7 @@ def test_a_spare_stands_by_until_called_or_until_a_host_says_farewell(run_id_poi
     timer = threading.Timer(0.3, lambda: ask("127.0.0.43", spare.port, {
         "run": spare.run_id, "op": "call", "host": "h", "call": {"attempt": 1, "hosts": ["h", "s"], "spares": []}}))
     timer.start()
-    assert stand_by(spare, peers, 0.1, 5.0, 5.0) == Call(attempt=1, hosts=("h", "s"), spares=())
+    assert stand_by(spare, peers, 0.1, 5.0, 5.0, []) == Call(attempt=1, hosts=("h", "s"), spares=())
     timer.join()
 
 
@@ -88,14 +89,16 @@ def test_a_spare_not_called_ends_when_the_job_is_over_or_its_hosts_are_gone(run_
     spare, host = run_id_point
     peers = [Peer("h", "127.0.0.42")]
     say_farewell(host, [Peer("s", "127.0.0.43")])
-    done = stand_by(spare, peers, 0.1, 5.0, 5.0)
+    done = stand_by(spare, peers, 0.1, 5.0, 5.0, [])
     assert done == NotCalled("the job ended without calling this spare (h said farewell)", job_done=True)
     spare.woken.clear()
     spare.farewells.clear()
     host.close()  # heard never (its point is gone): the start's wait applies
-    gone = stand_by(spare, peers, 0.1, 5.0, 0.5)
+    gone = stand_by(spare, peers, 0.1, 5.0, 0.5, [])
     assert gone == NotCalled("no host of the job answered within 0.5 s of this spare's start (init.timeout_s)",
                              job_done=False)
+    stopped = stand_by(spare, peers, 0.1, 5.0, 60.0, [signal.SIGTERM])  # `run` got SIGTERM while it stood by
+    assert stopped == NotCalled("SIGTERM: this spare stops standing by", job_done=False)
 
 
 @pytest.fixture
@@ -110,3 +113,10 @@ def run_id_point() -> Iterator[tuple[MeetingPoint, MeetingPoint]]:
             point.close()
         except OSError:
             pass
+
+
+def test_a_signal_between_two_shares_ends_the_round_before_the_next_share(round_of_b) -> None:
+    """SIGTERM reached `run` after the meeting, before the next share's agent handles signals: no share starts."""
+    round_of_b.stopped.append(signal.SIGTERM)
+    ended = run_round(round_of_b, None)
+    assert (ended.code, ended.signalled, ended.lost) == (exits.from_signal(signal.SIGTERM), signal.SIGTERM, frozenset())
