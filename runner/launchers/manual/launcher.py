@@ -66,6 +66,10 @@ class ManualLauncher(Launcher):
     hosts_start_apart = True
     pins_master_port = True  # the hosts cannot learn a port chosen on one of them at launch
 
+    def __init__(self, **launch: Any) -> None:
+        super().__init__(**launch)
+        self._round: Round | None = None  # this host's round, once it runs rounds (a job that outlives its hosts)
+
     @classmethod
     def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
         yield from hosts_apart_problems(job, cls.name)
@@ -165,10 +169,6 @@ class ManualLauncher(Launcher):
         return LaunchOutcome(code=self.run_host(node))
 
     # -- a job that outlives its hosts: this host's rounds (runner.launchers.elastic.rounds) ----------------------
-    def __init__(self, **launch: Any) -> None:
-        super().__init__(**launch)
-        self._round: Round | None = None  # this host's round, once it runs rounds
-
     def _rounds(self, node: int) -> LaunchOutcome:
         port = meeting_port(self.paths.run_id)
         try:

@@ -17,7 +17,7 @@ from runner.launchers.manual.watch import BEATS_MISSED, PeerWatch
 
 pytestmark = pytest.mark.unit
 
-EVERY_S = 0.2
+EVERY_S = 0.1
 
 
 class Heard:
@@ -99,5 +99,5 @@ def test_peers_taken_as_seen_are_lost_even_if_never_heard_and_a_silent_one_after
         finally:
             watch.stop()
     assert sorted(heard.lost) == [("c", "its `run` is gone (its meeting point refuses)"),
-                                  ("d", "no answer for 0.8 s (launcher.manual.keepalive_s=0.2): its machine or "
+                                  ("d", "no answer for 0.4 s (launcher.manual.keepalive_s=0.1): its machine or "
                                         "network is gone")]
