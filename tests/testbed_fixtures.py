@@ -21,7 +21,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -288,3 +289,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _SHARED_KEY = pytest.StashKey[Path]()
+
+
+@contextmanager
+def bed_of_its_own(state: Path, *options: str, slurm: bool = False, sshd: bool = False) -> Iterator[Bed]:
+    """A bed a test module makes for itself (``testbed.py up --state STATE OPTIONS...``), for the faults it injects
+    where the shared bed carries other tests: yielded, then every host's link brought up again (one a test took down
+    and could not), taken down, and checked to leave nothing behind."""
+    reason = missing_requirements(slurm=slurm, sshd=sshd)
+    if reason:
+        unavailable(reason)
+    description = bed_up(state, *options)
+    inodes = namespace_inodes(description)
+    try:
+        yield Bed.from_description(description)
+    finally:
+        for h in description["hosts"]:
+            subprocess.run(["nsenter", f"--net={h['netns_path']}", "--", "ip", "link", "set", h["ifname"], "up"],
+                           capture_output=True)
+        done = bed_down(state)
+        left = leftovers(description, inodes)
+        assert done.returncode == 0 and not left, (left, done.stderr)

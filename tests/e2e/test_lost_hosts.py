@@ -20,8 +20,7 @@ import pytest
 
 from runs import RUN, Started, check_readme_quotes, finish, processes_of, seen_in, started, wait_until
 from test_ssh import Job, job_in, kill_host
-from testbed_fixtures import (Bed, bed_down, bed_up, leftovers, missing_requirements, namespace_inodes,
-                              unavailable)
+from testbed_fixtures import Bed, bed_of_its_own
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,21 +51,9 @@ def seen(key: str, bed: Bed | None = None) -> str:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory) -> Iterator[Bed]:
-    reason = missing_requirements(slurm=False, sshd=True)
-    if reason:
-        unavailable(reason)
-    state = tmp_path_factory.mktemp("lost-hosts-bed")
-    description = bed_up(state, "--hosts", "4", "--sshd", "--prefix", f"lh{uuid.uuid4().hex[:2]}")
-    inodes = namespace_inodes(description)
-    try:
-        yield Bed.from_description(description)
-    finally:
-        for h in description["hosts"]:  # a link a test took down and could not bring up again
-            subprocess.run(["nsenter", f"--net={h['netns_path']}", "--", "ip", "link", "set", h["ifname"], "up"],
-                           capture_output=True)
-        done = bed_down(state)
-        left = leftovers(description, inodes)
-        assert done.returncode == 0 and not left, (left, done.stderr)
+    with bed_of_its_own(tmp_path_factory.mktemp("lost-hosts-bed"), "--hosts", "4", "--sshd", "--prefix",
+                        f"lh{uuid.uuid4().hex[:2]}", sshd=True) as made:
+        yield made
 
 
 @pytest.fixture

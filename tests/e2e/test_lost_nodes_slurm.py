@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from runs import RUN, check_readme_quotes, processes_of, started, wait_until
-from testbed_fixtures import Bed, bed_down, bed_up, leftovers, missing_requirements, namespace_inodes, unavailable
+from testbed_fixtures import Bed, bed_of_its_own
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -45,19 +45,9 @@ SAID = {
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory) -> Iterator[Bed]:
-    reason = missing_requirements(slurm=True)
-    if reason:
-        unavailable(reason)
-    state = tmp_path_factory.mktemp("lost-nodes-bed")
-    description = bed_up(state, "--hosts", "5", "--slurm", "--slurmd-timeout", str(SLURMD_TIMEOUT_S),
-                         "--prefix", f"ln{uuid.uuid4().hex[:2]}")
-    inodes = namespace_inodes(description)
-    try:
-        yield Bed.from_description(description)
-    finally:
-        done = bed_down(state)
-        left = leftovers(description, inodes)
-        assert done.returncode == 0 and not left, (left, done.stderr)
+    with bed_of_its_own(tmp_path_factory.mktemp("lost-nodes-bed"), "--hosts", "5", "--slurm", "--slurmd-timeout",
+                        str(SLURMD_TIMEOUT_S), "--prefix", f"ln{uuid.uuid4().hex[:2]}", slurm=True) as made:
+        yield made
 
 
 def in_namespace(bed: Bed, host: str) -> list[psutil.Process]:
