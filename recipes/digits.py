@@ -102,8 +102,11 @@ def main(ctx: RunContext, cfg: DictConfig) -> dict[str, float]:
         if ctx.is_main:
             print(f"resumed from {source}: step {step}, epoch {first_epoch}, batch {skip}", flush=True)
     if ctx.is_main:
+        split = ctx.batch_split  # 64 over 3 processes: 22, 21, 21 (shown as 22/21)
+        shares = "/".join(str(n) for n in sorted(set(split.counts), reverse=True))
+        micro = f", micro-batches of at most {split.micro_size}" if split.micro_size is not None else ""
         print(f"digits: {len(train)} train / {len(test)} test images, {ctx.world_size} process(es), "
-              f"global batch {cfg.global_batch_size} ({ctx.per_process_batch_size} per process), {cfg.epochs} epochs, "
+              f"global batch {cfg.global_batch_size} ({shares} per process{micro}), {cfg.epochs} epochs, "
               f"sharding={ctx.sharding_mode}", flush=True)
     samples, t0 = 0, time.perf_counter()
     # a live bar on rank 0's terminal (plain lines where it is not a TTY, and in every rank's log);
@@ -115,12 +118,15 @@ def main(ctx: RunContext, cfg: DictConfig) -> dict[str, float]:
         for batch, (x, y) in enumerate(loader):
             if batch < skip:
                 continue  # trained before the stop this run resumed from
-            x, y = x.to(ctx.device), y.to(ctx.device)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
-            loss.backward()
+            # this process's share of the global batch, in micro-batches of at most recipe.micro_batch_size; each
+            # loss weighted so that the step's gradient is the global batch's mean at any world size
+            last = 0.0
+            for (xm, ym), weight, share in ctx.micro_batches((x, y), model):
+                loss = loss_fn(model(xm), ym)
+                (loss * weight).backward()
+                last += loss.item() * share  # this process's mean loss, as shown
             optimizer.step()
-            last = loss.item()
             total += last
             step += 1
             samples += cfg.global_batch_size

@@ -3,7 +3,7 @@ here keeps its meaning across releases of the runner; everything else in ``runne
 
 A recipe is a function ``main(ctx, cfg)`` in a module of yours (``recipe.target=mypkg.train:main``), called
 once in every process of the job with its :class:`RunContext` (its place in the job, the device, wrapping
-and sharding, data, progress, metrics, checkpoints, stop requests) and its config (the spec's ``recipe``
+and sharding, data and its micro-batches, progress, metrics, checkpoints, stop requests) and its config (the spec's ``recipe``
 section, an OmegaConf ``DictConfig``). It may return a mapping of final metrics: rank 0's goes into the
 run's summary and ``run_summary.json``.
 
@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 from omegaconf import DictConfig
 
+from runner.spec.batch import BatchSplit
+from runner.training.batches import MicroBatch
 from runner.training.context import RunContext, single_process_context
 from runner.training.progress import Progress
 
@@ -33,4 +35,4 @@ class Recipe(Protocol):
     def __call__(self, ctx: RunContext, cfg: DictConfig, /) -> Mapping[str, Any] | None: ...
 
 
-__all__ = ["Progress", "Recipe", "RunContext", "single_process_context"]
+__all__ = ["BatchSplit", "MicroBatch", "Progress", "Recipe", "RunContext", "single_process_context"]

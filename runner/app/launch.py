@@ -24,7 +24,7 @@ from runner.launchers import LAUNCHERS, validate
 from runner.launchers.base import Invocation, Launcher, LaunchRequest
 from runner.launchers.slurm.array import ArrayMember
 from runner.plan.processes import Plan
-from runner.plan.render import plan_table, verdict, write_plan
+from runner.plan.render import batch_line, plan_table, verdict, write_plan
 from runner.records.paths import RunPaths
 from runner.reports.run_summary import report_run
 from runner.reports.where import where_the_ranks_are
@@ -189,6 +189,8 @@ def _show_dry_run(launcher: Launcher, request: LaunchRequest, problems: list[Pro
     print(spec_yaml(spec).rstrip())
     print("\n== verdict ==")
     print(verdict(plan))
+    if (batch := batch_line(plan)) is not None:
+        print(batch)
     if problems:
         print(render_problems(problems))
     print("\n== plan ==")

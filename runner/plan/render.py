@@ -6,8 +6,10 @@ import json
 from dataclasses import asdict
 
 from runner.plan.processes import Plan
+from runner.spec.batch import BatchSplit
+from runner.spec.elastic import elasticity, world_size_range
 from runner.spec.place import RankPlace
-from runner.spec.schema import DeviceKind
+from runner.spec.schema import DeviceKind, recipe_settings
 
 SHOWN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
              "CUDA_VISIBLE_DEVICES", "GLOO_SOCKET_IFNAME")
@@ -23,6 +25,23 @@ def verdict(plan: Plan) -> str:
             f"({plan.init_method}), {spec.parallel.mode.value}, sharding {spec.sharding.mode.value}, "
             f"launcher {spec.launcher.kind} ({spec.launcher.tasks.value})"
             + ("; preflight: each host's checks and one all-reduce, no recipe" if spec.preflight else ""))
+
+
+def batch_line(plan: Plan) -> str | None:
+    """How the recipe's global batch is split: "batch: 64 over 3 processes: 22, 21, 21", and, for a job that outlives
+    its hosts, the split at its fewest processes; None where the recipe has no global batch (recipe=script)."""
+    job = plan.job
+    recipe = recipe_settings(job.spec.recipe)
+    if not isinstance(recipe.global_batch_size, int) or recipe.global_batch_size < plan.world_size:
+        return None
+    micro = recipe.micro_batch_size if isinstance(recipe.micro_batch_size, int) else None
+    line = f"batch: {BatchSplit(recipe.global_batch_size, plan.world_size, micro).describe()}"
+    elastic = elasticity(job)
+    fewest, _ = world_size_range(job, elastic)
+    if fewest < plan.world_size:
+        line += (f"\n       with hosts lost, down to topology.min_nodes={elastic.min_nodes}: "
+                 f"{BatchSplit(recipe.global_batch_size, fewest, micro).describe()}")
+    return line
 
 
 def _row(plan: Plan, r: RankPlace, cuda: bool) -> list[str]:

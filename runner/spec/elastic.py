@@ -3,24 +3,20 @@
 
 A lost host ends the attempt on every host; the launch starts the next one on the hosts that remain (and a spare in
 the lost one's stead), from the last checkpoint, with the ranks numbered again in the hosts' order: the surviving
-hosts first, as the spec lists them, then the spares taken (runner.launchers.elastic.membership). So the world sizes the
-job may run at are known now, and the global batch must divide over every one of them.
+hosts first, as the spec lists them, then the spares taken (runner.launchers.elastic.membership). The global batch is
+kept at every world size the job runs at, split exactly over the processes that remain (runner.spec.batch): nothing
+about it needs checking here beyond the full world size, which validation checks.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from runner.spec.job import Job
 from runner.spec.problems import Problem
-from runner.spec.schema import HostConfig, JobConfig, ParallelMode, TopologyConfig, recipe_settings
+from runner.spec.schema import HostConfig, JobConfig, ParallelMode, TopologyConfig
 from runner.spec.topology import Host, is_valid_host
-
-_MAX_SUBSETS_OF = 16  # hosts: beyond this the world sizes a loss can leave are not enumerated (2^16 subsets)
-
 
 @dataclass(frozen=True)
 class Elasticity:
@@ -105,24 +101,21 @@ def _spare(key: str, spare: HostConfig, per_node: int | None, counts: set[int], 
     return devices
 
 
-def world_sizes(job: Job, elastic: Elasticity) -> list[int]:
-    """Every world size the job may run at, from the largest: its own, and what any ``min_nodes`` or more of its
-    hosts (with the spares filling in) make. One process per host under DP."""
-    per_host = [1 if job.spec.parallel.mode is ParallelMode.dp else h.devices for h in job.hosts]
-    if not elastic.enabled or len(per_host) > _MAX_SUBSETS_OF:
-        return [sum(per_host)]
-    sizes = set()
-    spare = [1 if job.spec.parallel.mode is ParallelMode.dp else h.devices for h in elastic.spares]
-    for k in range(elastic.min_nodes, len(per_host) + 1):
-        for left in itertools.combinations(per_host, k):
-            lost = len(per_host) - k
-            sizes.add(sum(left) + sum(spare[:lost]))
-    return sorted(sizes, reverse=True)
+def world_size_range(job: Job, elastic: Elasticity) -> tuple[int, int]:
+    """The smallest and the largest world size the job may run at (one process per host under DP): its own, and, at
+    the fewest hosts, its ``min_nodes`` smallest hosts with a spare in each lost host's place while spares last
+    (spares have the hosts' size: :func:`resolve_spares`). By arithmetic, for any number of hosts."""
+    per_host = sorted(1 if job.spec.parallel.mode is ParallelMode.dp else h.devices for h in job.hosts)
+    largest = sum(per_host)
+    if not elastic.enabled:
+        return largest, largest
+    filled = min(len(per_host) - elastic.min_nodes, len(elastic.spares))
+    return sum(per_host[:elastic.min_nodes]) + filled * per_host[-1], largest
 
 
 def elastic_problems(job: Job, survives_lost_hosts: bool, reason: str) -> Iterator[Problem]:
     """``topology.min_nodes`` and ``topology.spares`` against the hosts, the launcher (``survives_lost_hosts``;
-    ``reason``: why not), the restarts, the master and the global batch."""
+    ``reason``: why not), the restarts and the master."""
     topology, launcher = job.spec.topology, job.spec.launcher
     n = len(job.hosts)
     if topology.min_nodes is not None and not 1 <= topology.min_nodes <= n:
@@ -147,23 +140,3 @@ def elastic_problems(job: Job, survives_lost_hosts: bool, reason: str) -> Iterat
         yield Problem("init.master_addr", f"{job.spec.init.master_addr!r} with {what}: host 0 may be lost, and the "
                                           f"next attempt's master is the next host 0",
                       "leave init.master_addr unset (the master is host 0's address)")
-    yield from _batch_problems(job, elastic, what)
-
-
-def _batch_problems(job: Job, elastic: Elasticity, what: str) -> Iterator[Problem]:
-    """The global batch divides over every world size the job may shrink to (the per-process batch is recomputed
-    at each; the global batch is kept)."""
-    batch = recipe_settings(job.spec.recipe).global_batch_size
-    if not isinstance(batch, int) or batch < 1 or job.spec.parallel.mode is not ParallelMode.ddp:
-        return
-    sizes = world_sizes(job, elastic)
-    bad = [ws for ws in sizes if batch % ws]
-    if not bad:
-        return
-    ws = bad[0]
-    fits = math.lcm(*sizes)
-    yield Problem("recipe.global_batch_size",
-                  f"{batch} does not divide over world size {ws}, which the job runs at once hosts are lost ({what}: "
-                  f"world sizes {', '.join(map(str, sizes))}): {batch} / {ws} = {batch / ws:.2f} per process "
-                  f"({batch} % {ws} = {batch % ws}); the global batch is kept at every world size",
-                  f"a global batch every one divides: recipe.global_batch_size={fits * max(1, round(batch / fits))}")

@@ -316,7 +316,13 @@ class RecipeConfig:
 
     Imported from the job's folder (workdir) first, then the installed packages (runner.spec.targets)."""
     global_batch_size: Optional[int] = 64
-    """The global batch, kept whatever the world size; per process: global / world size."""
+    """The global batch, kept whatever the world size; split exactly over the processes (runner.spec.batch).
+
+    Each process takes G // W samples of it, the first G % W processes one more; at least one per process."""
+    micro_batch_size: Optional[int] = None
+    """The most samples one process puts through the model at once (null: its whole share).
+
+    A larger share is accumulated over micro-batches (ctx.micro_batches) into the same step."""
     seed: int = 0
     """The random seed: torch is seeded with it in every process."""
     init_process_group: bool = True
@@ -453,6 +459,7 @@ def recipe_settings(recipe: Any) -> RecipeConfig:
         return RecipeConfig(target=repr(recipe))
     base = RecipeConfig()
     return RecipeConfig(target=recipe.get("target", ""), global_batch_size=recipe.get("global_batch_size", base.global_batch_size),
+                        micro_batch_size=recipe.get("micro_batch_size", base.micro_batch_size),
                         seed=recipe.get("seed", base.seed),
                         init_process_group=recipe.get("init_process_group", base.init_process_group))
 

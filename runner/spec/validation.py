@@ -18,6 +18,7 @@ from typing import Protocol
 
 from runner.common import extras
 from runner.common.signals import is_signal_name
+from runner.spec.batch import batch_problems
 from runner.spec.elastic import declares_elasticity, elastic_problems, resolve_spares
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
@@ -284,11 +285,6 @@ def _check_recipe(spec: JobConfig, probe: MachineProbe) -> Iterator[Problem]:
         for extra in extras.RECIPE_EXTRAS.get(target.split(":", 1)[0], ()):
             if not probe.extra_installed(extra.name):
                 yield Problem("recipe.target", f"{target}: {extra.missing()}", extra.install)
-    batch = recipe.global_batch_size
-    if batch is not None and not isinstance(batch, int):
-        yield Problem("recipe.global_batch_size", f"must be a whole number, got {batch!r}", "e.g. recipe.global_batch_size=64")
-    elif isinstance(batch, int) and batch < 1:
-        yield Problem("recipe.global_batch_size", f"must be at least 1, got {batch}", "e.g. recipe.global_batch_size=64")
 
 
 LOCAL_RANK_FLAGS = ("--local_rank", "--local-rank")
@@ -415,17 +411,8 @@ def _check_parallel(job: Job, probe: MachineProbe, launcher: LauncherRules) -> I
     elif sharding not in (ShardingMode.none, ShardingMode.fairscale_fsdp) and job.world_size == 1:
         yield Problem("sharding.mode", f"{sharding.value} with world size 1 shards nothing: it runs as plain training",
                       "use 2 or more processes to shard", Severity.notice)
-    batch = recipe_settings(spec.recipe).global_batch_size
-    if isinstance(batch, int) and batch >= 1 and mode is ParallelMode.ddp and batch % job.world_size:
-        ws = job.world_size
-        lower, upper = batch - batch % ws, batch + ws - batch % ws
-        sizes = f"{lower} or {upper}" if lower else f"{upper}"
-        fits = [n for n in range(1, min(ws, batch) + 1) if batch % n == 0][-3:]
-        yield Problem("recipe.global_batch_size",
-                      f"{batch} does not divide over world size {ws}: {batch} / {ws} = {batch / ws:.2f} per process "
-                      f"({batch} % {ws} = {batch % ws}); the global batch is kept whatever the device count",
-                      f"recipe.global_batch_size={sizes}, or a world size that divides {batch} "
-                      f"(e.g. {', '.join(map(str, fits))})")
+    recipe = recipe_settings(spec.recipe)
+    yield from batch_problems(recipe.global_batch_size, recipe.micro_batch_size, job.world_size)
 
 
 _FSDP_HINT = ("sharding=fsdp (torch FSDP2's fully_shard: parameters, gradients and optimizer state sharded; "

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.optim import Optimizer
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset
 
 from runner.common.files import replaced_atomically
 from runner.common.formatting import number
@@ -32,7 +32,9 @@ from runner.common.signals import StopRequest
 from runner.records.paths import RunPaths, checkpoint_file
 from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
+from runner.spec.batch import BatchSplit
 from runner.training import checkpoints
+from runner.training.batches import GlobalBatchSampler, MicroBatch, micro_batches
 from runner.training.output import AgentChannel
 from runner.training.progress import LINE_INTERVAL_S, Progress, StepCount, for_rank
 from runner.training.sharding import OptimizerFactory, OptimizerRecipe, Placement, Strategy, strategy_for
@@ -52,6 +54,7 @@ class ContextSettings:
     checkpoint_dir: Path  # where ctx.save_checkpoint writes
     attempt: int = 0  # restarts so far
     keep_on_every_host: bool = False  # checkpoints kept on every host, not only rank 0's (a job that outlives hosts)
+    micro_batch_size: int | None = None  # the most samples a process takes at once (None: its whole share)
     # this process's own services, which a rank makes once (runner.worker.rank) and which outlive the context:
     stop: StopRequest = field(default_factory=StopRequest)  # set by the stop signal (ctx.stop_requested); never, here
     steps: StepCount = field(default_factory=StepCount)  # its progress bars' steps, read by the rank's watch
@@ -76,7 +79,7 @@ class RunContext:
     :attr:`device`); the model wrapped or sharded as the spec says (:meth:`setup`, :meth:`wrap`,
     :meth:`unwrap`, :meth:`full_state`); this process's share of each global batch (:meth:`loader`);
     progress of a loop (:meth:`progress`: a live bar on rank 0's terminal, plain lines in the logs);
-    metrics (:meth:`log`, rank 0 to metrics.jsonl); checkpoints (:meth:`save_checkpoint`,
+    metrics (:meth:`log`, rank 0 to metrics.jsonl); micro-batches with their loss weights (:meth:`micro_batches`); checkpoints (:meth:`save_checkpoint`,
     :meth:`load_checkpoint`); stop requests (:meth:`should_stop`); small collectives (:meth:`mean`,
     :meth:`barrier`).
     """
@@ -159,11 +162,24 @@ class RunContext:
         return self._settings.sharding.mode.value
 
     @property
-    def per_process_batch_size(self) -> int:
-        """Global batch / world size (validated to divide); DP keeps the global batch in its one process."""
+    def batch_split(self) -> BatchSplit:
+        """How the global batch is split over the processes and, in each, over micro-batches
+        (:class:`runner.spec.batch.BatchSplit`)."""
         if self.global_batch_size is None:
             raise ValueError("recipe.global_batch_size is not set: the recipe's config must give one")
-        return self.global_batch_size // self.world_size
+        return BatchSplit(self.global_batch_size, self.world_size, self._settings.micro_batch_size)
+
+    @property
+    def per_process_batch_size(self) -> int:
+        """This process's share of each global batch: global // world size, one more on the first global % world size
+        ranks (64 over 3: 22, 21, 21); DP keeps the global batch in its one process."""
+        return self.batch_split.count(self.rank)
+
+    @property
+    def micro_batch_size(self) -> int | None:
+        """``recipe.micro_batch_size``: the most samples this process puts through the model at once (None: its
+        whole share); :meth:`micro_batches` cuts each batch so."""
+        return self._settings.micro_batch_size
 
     # -- model ---------------------------------------------------------------------------------------
     @property
@@ -250,15 +266,41 @@ class RunContext:
         """A loader of this process's share of each global batch.
 
         Global batch b is dataset[perm[b*G:(b+1)*G]] (perm seeded by seed + epoch) whatever the
-        world size: rank r takes every world_size-th index, so the ranks' per-process batches of
-        G / world_size together form exactly that global batch. Call ``loader.sampler.set_epoch(e)``
-        each epoch. Incomplete global batches are dropped (``drop_last``) so that every topology
-        takes the same steps.
+        world size: rank r takes the indices at positions r, r + world_size, ... of it
+        (:attr:`per_process_batch_size` of them), so the ranks' batches together form exactly that
+        global batch (:class:`~runner.training.batches.GlobalBatchSampler`). Call
+        ``loader.sampler.set_epoch(e)`` each epoch. Incomplete global batches are dropped
+        (``drop_last``) so that every topology takes the same steps. Put each batch through
+        :meth:`micro_batches`: the loss weights make the step's gradient the global batch's mean
+        whether or not the split is even.
         """
-        sampler = DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank, shuffle=shuffle,
-                                     seed=self.seed, drop_last=drop_last)
+        sampler = GlobalBatchSampler(dataset, self.batch_split, self.rank, shuffle=shuffle, seed=self.seed,
+                                     drop_last=drop_last)
         return DataLoader(dataset, batch_size=self.per_process_batch_size, sampler=sampler, drop_last=drop_last,
                           **kwargs)
+
+    def micro_batches(self, batch: Any, model: nn.Module) -> Iterator[MicroBatch]:
+        """This process's batch (as :meth:`loader` gives it) in micro-batches of at most ``recipe.micro_batch_size``
+        samples, on this process's device, each with the weight of its mean loss:
+
+        .. code-block:: python
+
+            for batch in loader:
+                optimizer.zero_grad()
+                for (x, y), weight, _ in ctx.micro_batches(batch, model):
+                    (loss_fn(model(x), y) * weight).backward()
+                optimizer.step()
+
+        ``weight`` is the micro-batch's samples x world size / global batch, so that the gradients DDP averages
+        over the processes are the mean over the global batch, whether or not it divides over them (1.0 for a
+        whole share of an even split). Every process runs the same number of micro-batches
+        (:attr:`runner.spec.batch.BatchSplit.micro_steps`; one without ``recipe.micro_batch_size``), and the
+        backward passes of all but the last accumulate without exchanging gradients (DDP's ``no_sync``, ShardedDDP's,
+        FSDP2's ``set_requires_gradient_sync``), so ``model`` is the one :meth:`setup` or :meth:`wrap` returned.
+        Each item is a :class:`~runner.training.batches.MicroBatch` ``(data, weight, share)``: ``data`` in the
+        batch's structure (tensors cut on their first dimension), ``share`` its part of this process's batch.
+        """
+        return micro_batches(batch, self.batch_split, lambda: self._sharding.no_sync(model), self.device)
 
     # -- collectives --------------------------------------------------------------------------------
     def mean(self, value: float | torch.Tensor) -> float:
@@ -470,7 +512,7 @@ def single_process_context(cfg: Mapping[str, Any] | None = None, output_dir: str
                              f"already; this context is a world of 1")
         seed = int(cfg.get("seed", 0))
         torch.manual_seed(seed)
-        batch = cfg.get("global_batch_size")
+        batch, micro = cfg.get("global_batch_size"), cfg.get("micro_batch_size")
         where = torch.device(device)
         place = RankPlace(global_rank=0, local_rank=0, node_rank=0, world_size=1, local_world_size=1,
                           host=socket.gethostname(), device=str(where),  # as given ("cuda": torch's current GPU)
@@ -478,6 +520,7 @@ def single_process_context(cfg: Mapping[str, Any] | None = None, output_dir: str
         ctx = RunContext(ContextSettings(
             place=place, parallel=ParallelConfig(), sharding=ShardingConfig(),
             global_batch_size=int(batch) if batch is not None else None, seed=seed,
+            micro_batch_size=int(micro) if micro is not None else None,
             output_dir=root, metrics_file=paths.metrics, checkpoint_dir=paths.checkpoints))
         stack.callback(ctx._close)
         yield ctx

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -224,6 +225,13 @@ class Strategy:
             return model.module
         return model
 
+    def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
+        """The backward passes inside accumulate their gradients on this process without exchanging them (the
+        micro-batches before a step's last one); the next backward outside exchanges the sum."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        return model.no_sync() if isinstance(model, DistributedDataParallel) else nullcontext()
+
     # -- full state -----------------------------------------------------------------------------
     def full_state(self, model: nn.Module, optimizer: Optimizer | None, copy: bool = True) -> dict[str, Any] | None:
         """``{"model": ..., "optimizer": ...}`` on rank 0, None elsewhere. Call on every rank (it may communicate)."""
@@ -312,6 +320,9 @@ class SDPStrategy(OSSStrategy):
         optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
         return wrapped, optimizer
 
+    def no_sync(self, model):
+        return model.no_sync() if type(model).__name__ == "ShardedDataParallel" else nullcontext()
+
 
 class ZeroStrategy(Strategy):
     """``zero``: torch's ZeroRedundancyOptimizer shards the optimizer state; DDP all-reduces the gradients."""
@@ -384,6 +395,19 @@ class FSDPStrategy(Strategy):
                 fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         return model, optimizer.build(model)  # over the sharded (DTensor) parameters
+
+    @contextmanager
+    def no_sync(self, model):
+        from torch.distributed.fsdp import FSDPModule
+
+        if not isinstance(model, FSDPModule):
+            yield
+            return
+        model.set_requires_gradient_sync(False)  # gradients accumulate unsharded until the last micro-batch
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
 
     def full_state(self, model, optimizer, copy=True):
         from torch.distributed.checkpoint.state_dict import (

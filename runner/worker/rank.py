@@ -173,7 +173,8 @@ def _run(setup: RankSetup, channel: JobChannel | None, services: RankServices) -
     paths = setup.paths
     ctx = RunContext(ContextSettings(
         place=place, parallel=setup.spec.parallel, sharding=setup.spec.sharding,
-        global_batch_size=setup.recipe.global_batch_size, seed=setup.recipe.seed, output_dir=paths.root,
+        global_batch_size=setup.recipe.global_batch_size, micro_batch_size=setup.recipe.micro_batch_size,
+        seed=setup.recipe.seed, output_dir=paths.root,
         metrics_file=paths.metrics, checkpoint_dir=paths.checkpoints, attempt=paths.attempt, stop=services.stop,
         steps=services.steps, agent=services.agent, keep_on_every_host=keeps_checkpoints_on_every_host(setup.spec)))
     try:

@@ -76,7 +76,10 @@ CASES = [
     case("negative-port", "init.master_port=-5", says="init.master_port"),
     case("zero-timeout", "init.timeout_s=0", says="init.timeout_s"),
     case("zero-batch", "recipe.global_batch_size=0", says="recipe.global_batch_size"),
-    case("batch-not-divisible", "topology=1x2", "recipe.global_batch_size=7", says=("recipe.global_batch_size", "7")),
+    case("batch-smaller-than-world", "topology=1x2", "recipe.global_batch_size=1",
+         says=("recipe.global_batch_size", "1 over world size 2")),
+    case("micro-batch-larger-than-global", "recipe.micro_batch_size=65",
+         says=("recipe.micro_batch_size", "65 is larger than the global batch 64")),
     case("negative-restarts", "launcher.max_restarts=-1", says="launcher.max_restarts"),
     case("negative-grace", "launcher.grace_s=-3", says=("launcher.grace_s", "got -3.0")),
     # shell metacharacters and unsafe names

@@ -55,7 +55,9 @@ SKIPPED = {
     "run --ssh-host": "what launcher=ssh starts on each host, not a user's command (tests/app/test_cli.py: typed by "
                       "hand it says so; tests/e2e/test_ssh.py runs it)",
     "run --config-dir jobs topology=mycluster": "shows how a user's option is picked, not a whole job (mycluster's "
-                                                "2+1 hosts need a launcher of several hosts, and a batch that divides 3)",
+                                                "2+1 hosts need a launcher of several hosts)",
+    "run topology=hetero_2_1 recipe.global_batch_size=2": "refused on purpose: the dry run's example of an invalid "
+                                                          "spec (test_the_invalid_spec_shown_is_what_validation_says)",
     "run topology=1x4 sharding=fsdp recipe.resume=outputs/.../checkpoints/last.pt":
         "`...` stands for an earlier run's folder",
 }
@@ -346,12 +348,12 @@ def test_the_mpirun_line_is_what_launcher_mpi_runs() -> None:
 
 
 def test_the_invalid_spec_shown_is_what_validation_says() -> None:
-    """The dry run's example of an invalid spec is what `run topology=hetero_2_1` (2+1 processes, launcher=local)
-    prints, every problem at once."""
+    """The dry run's example of an invalid spec is what `run topology=hetero_2_1 recipe.global_batch_size=2` (2+1
+    processes, launcher=local) prints, every problem at once."""
     section = readme().section("The dry run")
     [shown] = [b for b in readme().blocks if b.section == "The dry run" and b.lines[0].startswith("error:")]
-    assert "every problem at once" in section
-    job, problems = check(compose("topology=hetero_2_1"), FixedProbe())
+    assert "every problem at once" in section and "`run topology=hetero_2_1 recipe.global_batch_size=2`" in section
+    job, problems = check(compose("topology=hetero_2_1", "recipe.global_batch_size=2"), FixedProbe())
     assert job is None and render_problems(problems) == "\n".join(shown.lines)
 
 

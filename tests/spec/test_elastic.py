@@ -10,7 +10,7 @@ import pytest
 from conftest import make_spec, validate
 from runner.launchers.manual import ManualLauncher
 from runner.launchers.mpi import MpiLauncher
-from runner.spec.elastic import Elasticity, elasticity, world_sizes
+from runner.spec.elastic import Elasticity, elasticity, world_size_range
 from runner.spec.schema import HostConfig, InitConfig, JobConfig, LauncherConfig, TaskMode, TopologyConfig
 
 pytestmark = pytest.mark.unit
@@ -101,16 +101,27 @@ def test_a_fixed_master_cannot_follow_host_0() -> None:
     assert problem is not None and "the next attempt's master is the next host 0" in problem.message
 
 
-def test_the_global_batch_must_divide_over_every_world_size_the_job_can_shrink_to() -> None:
-    """3 hosts of 2, at least 2 left: world sizes 6 and 4; 30 divides over 6 but not over 4."""
+def test_any_global_batch_of_a_sample_a_process_runs_at_every_world_size_the_job_can_shrink_to() -> None:
+    """3 hosts of 2, at least 2 left: world sizes 6 and 4; 30 does not divide over 4 and needs not (it is split
+    7, 7, 8, 8 ... exactly: runner.spec.batch). Only the full world size is checked: a batch smaller than it leaves a
+    process without a sample."""
     got = validate(ssh_job([2, 2, 2], min_nodes=2, batch=30))
-    problem = got.find("recipe.global_batch_size", "world size 4")
-    assert problem is not None, got.rendered()
-    assert problem.message == ("30 does not divide over world size 4, which the job runs at once hosts are lost "
-                               "(topology.min_nodes=2: world sizes 6, 4): 30 / 4 = 7.50 per process (30 % 4 = 2); "
-                               "the global batch is kept at every world size")
-    assert problem.hint == "a global batch every one divides: recipe.global_batch_size=24"
-    assert validate(ssh_job([2, 2, 2], min_nodes=2, batch=48)).valid
+    assert got.valid, got.rendered()
+    assert world_size_range(got.job, elasticity(got.job)) == (4, 6)
+    small = validate(ssh_job([2, 2, 2], min_nodes=2, batch=5))
+    problem = small.find("recipe.global_batch_size", "world size 6")
+    assert problem is not None, small.rendered()
+    assert problem.message == ("5 over world size 6 leaves rank 5 without a sample (5 < 6: each process takes at "
+                               "least one of each global batch)")
+
+
+def test_the_world_size_range_is_arithmetic_for_any_number_of_hosts() -> None:
+    """No enumeration of the hosts a loss can leave (it stopped at 16 hosts before): 40 hosts of 8, at least 30."""
+    got = validate(ssh_job([8] * 40, min_nodes=30, batch=1024))
+    assert got.valid, got.rendered()
+    assert world_size_range(got.job, elasticity(got.job)) == (240, 320)
+    mixed = validate(ssh_job([4, 1, 2, 3], min_nodes=2, batch=64, launcher="manual"))
+    assert world_size_range(mixed.job, elasticity(mixed.job)) == (3, 10)  # the 2 smallest hosts: 1 + 2
 
 
 def test_spares_keep_the_world_size_and_need_the_hosts_devices() -> None:
@@ -119,7 +130,7 @@ def test_spares_keep_the_world_size_and_need_the_hosts_devices() -> None:
     assert got.valid, got.rendered()
     elastic = elasticity(got.job)
     assert [h.label for h in elastic.spares] == ["s0"] and elastic.spares[0].devices == 2
-    assert world_sizes(got.job, elastic) == [6]  # a spare fills the lost host's place
+    assert world_size_range(got.job, elastic) == (6, 6)  # a spare fills the lost host's place
     small = validate(ssh_job([2, 2, 2], spares=[HostConfig(name="s0", devices=1)]))
     assert small.find("topology.spares[0].devices", "the hosts have 2") is not None
 
@@ -133,7 +144,7 @@ def test_a_spare_is_a_machine_of_its_own_with_a_name() -> None:
 def test_world_sizes_with_spares_fewer_than_the_losses() -> None:
     got = validate(ssh_job([1, 1, 1, 1], min_nodes=2, spares=[HostConfig(name="s0")], batch=12))
     assert got.valid, got.rendered()
-    assert world_sizes(got.job, elasticity(got.job)) == [4, 3]  # one loss filled by the spare; two leave 3
+    assert world_size_range(got.job, elasticity(got.job)) == (3, 4)  # one loss filled by the spare; two leave 3
 
 
 def test_elasticity_is_off_for_a_job_of_every_host() -> None:
