@@ -77,11 +77,11 @@ class RunContext:
 
     Where this process is (:attr:`rank`, :attr:`local_rank`, :attr:`world_size`, :attr:`is_main`,
     :attr:`device`); the model wrapped or sharded as the spec says (:meth:`setup`, :meth:`wrap`,
-    :meth:`unwrap`, :meth:`full_state`); this process's share of each global batch (:meth:`loader`);
-    progress of a loop (:meth:`progress`: a live bar on rank 0's terminal, plain lines in the logs);
-    metrics (:meth:`log`, rank 0 to metrics.jsonl); micro-batches with their loss weights (:meth:`micro_batches`); checkpoints (:meth:`save_checkpoint`,
-    :meth:`load_checkpoint`); stop requests (:meth:`should_stop`); small collectives (:meth:`mean`,
-    :meth:`barrier`).
+    :meth:`unwrap`, :meth:`full_state`); this process's share of each global batch (:meth:`loader`) in
+    micro-batches with their loss weights (:meth:`micro_batches`); progress of a loop (:meth:`progress`: a live
+    bar on rank 0's terminal, plain lines in the logs); metrics (:meth:`log`, rank 0 to metrics.jsonl);
+    checkpoints (:meth:`save_checkpoint`, :meth:`load_checkpoint`); stop requests (:meth:`should_stop`); small
+    collectives (:meth:`mean`, :meth:`barrier`).
     """
 
     def __init__(self, settings: ContextSettings) -> None:
@@ -491,12 +491,13 @@ def single_process_context(cfg: Mapping[str, Any] | None = None, output_dir: str
     """A run context for one process, to call a recipe directly: in a unit test, a notebook, a debugger.
 
     ``with single_process_context(cfg, tmp_path) as ctx: result = main(ctx, cfg)`` gives the recipe what
-    ``run topology=1x1`` gives its one rank: rank 0 of a world of 1 on ``device``, ``cfg``'s ``global_batch_size``
-    and ``seed`` (torch is seeded with it, as the worker does), and ``output_dir`` as its run folder (metrics.jsonl,
-    checkpoints/; a temporary folder, removed afterwards, when None). Sharding and DDP have nothing to do at world
-    size 1: ``ctx.setup`` returns the model on the device and a plain optimizer. No process group is needed; with
-    ``process_group=True`` a real one-rank gloo group is made (rendezvous by a file in the folder: no port), for a
-    recipe that calls ``torch.distributed`` itself, and destroyed on leaving (one that exists already is used)."""
+    ``run topology=1x1`` gives its one rank: rank 0 of a world of 1 on ``device``, ``cfg``'s ``global_batch_size``,
+    ``micro_batch_size`` and ``seed`` (torch is seeded with it, as the worker does), and ``output_dir`` as its run
+    folder (metrics.jsonl, checkpoints/; a temporary folder, removed afterwards, when None). Sharding and DDP have
+    nothing to do at world size 1: ``ctx.setup`` returns the model on the device and a plain optimizer. No process
+    group is needed; with ``process_group=True`` a real one-rank gloo group is made (rendezvous by a file in the
+    folder: no port), for a recipe that calls ``torch.distributed`` itself, and destroyed on leaving (one that exists
+    already is used)."""
     cfg = cfg if cfg is not None else {}
     with contextlib.ExitStack() as stack:
         root = Path(output_dir) if output_dir is not None else Path(stack.enter_context(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runs import artifacts, run, stage_workloads
+from runs import TESTS, artifacts, run, stage_workloads
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -85,8 +85,9 @@ def test_accumulation_exchanges_the_gradients_once_a_step(tmp_path) -> None:
     weighted by its samples x 3 / 16, and one all-reduce of DDP's one bucket a step."""
     out = tmp_path / "out"
     out.mkdir()
-    done = run("topology=1x3", "recipe=custom", "recipe.target=workloads.accumulate:main", "recipe.global_batch_size=16",
-               "recipe.micro_batch_size=3", "+recipe.steps=4", f"+recipe.out_dir={out}", cwd=stage_workloads(tmp_path))
+    done = run("topology=1x3", "recipe=custom", "recipe.target=workloads.accumulate:main",
+               "recipe.global_batch_size=16", "recipe.micro_batch_size=3", "+recipe.steps=4", f"+recipe.out_dir={out}",
+               cwd=stage_workloads(tmp_path))
     assert done.code == 0, done.output
     records = artifacts(out)
     assert sorted(records) == [0, 1, 2]
@@ -98,3 +99,16 @@ def test_accumulation_exchanges_the_gradients_once_a_step(tmp_path) -> None:
             assert [m[0] for m in step] == sizes
             assert [m[1] for m in step] == pytest.approx([s * 3 / 16 for s in sizes])
             assert sum(m[2] for m in step) == pytest.approx(1.0)
+
+
+@pytest.mark.unit
+def test_the_readme_states_these_numbers() -> None:
+    """README, "The global batch at any world size": the steps, the sizes and the tolerance this module uses."""
+    text = (TESTS.parent / "README.md").read_text()
+    start = text.index("### The global batch at any world size")
+    section = " ".join(text[start:text.index("\n#", start + 1)].split())
+    tolerance = f"{TOLERANCE:.0e}".replace("e-0", "e-")  # 1e-5
+    assert f"after the same {EPOCHS * 21} steps every weight agrees with the one-process run's within {tolerance}" \
+        in section
+    assert "at 1, 2, 3, 4 and 5 processes" in section and SIZES == (1, 2, 3, 4, 5)
+    assert "`recipe.micro_batch_size=5`" in section and "micro-batches of 8" in section

@@ -7,7 +7,7 @@ and a spare node of the allocation takes its place; a node whose slurmd alone st
 once SlurmdTimeout passes, while its task still runs, and that task then stops by itself; inside salloc, host 0 itself
 is lost and the next node serves the next attempt's rendezvous. Each job must finish with its accuracy, say the
 change in membership.jsonl and the summary, resume from its checkpoint (never from step 0), and leave nothing running
-on any node."""
+on any node. First, while every node is up, the default job on 2+2+1 processes of three nodes."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from testbed_fixtures import Bed, bed_of_its_own
 
 pytestmark = pytest.mark.timeout(300)
 
-BATCH = 48  # divides over 3 and 2 processes
+BATCH = 48  # the README's quotes of these runs were taken with it (any batch of 3 or more runs)
 SLURMD_TIMEOUT_S = 6
 
 # What the batch output shows, as patterns of the bed's host names: README's "When a host is lost" quotes these lines
@@ -122,6 +122,25 @@ def nothing_left(bed: Bed, run_id: str, job_id: str) -> None:
         return found
     wait_until(lambda: not processes_of(run_id), 60, "nothing of the run left on any node")
     wait_until(lambda: not steps(), 150, f"no slurmstepd of job {job_id} left on any node")
+
+
+def test_the_default_job_runs_on_2_plus_2_plus_1_processes_of_three_nodes(bed, tmp_path):
+    """Five processes on three nodes, one Slurm task a process (nodes of unequal sizes: launcher.tasks=per_device):
+    the default job (digits, 64 over 5: 13, 13, 13, 13, 12; 2 of its 20 epochs), sbatch from the login node. The
+    first test of the module: every node is up."""
+    a, b, c = bed.names[:3]
+    run_id = f"p{uuid.uuid4().hex[:8]}"
+    listed = "topology.hosts=[" + ",".join(f"{{name: {n}, devices: {d}}}" for n, d in ((a, 2), (b, 2), (c, 1))) + "]"
+    argv = [RUN, "launcher=slurm", "launcher.tasks=per_device", "topology=custom", listed,
+            "recipe.epochs=2", f"run_id={run_id}"]
+    with started(argv, cwd=tmp_path, env=bed.env(), run_id=run_id, merged=True) as proc:
+        done = proc.wait(240)
+    assert done.code == 0, done.output
+    assert "5 process(es), global batch 64 (13/12 per process), 2 epochs" in done.output, done.output
+    found = json.loads((run_folder(tmp_path, run_id) / "run_summary.json").read_text())
+    assert (found["world_size"], found["processes_per_host"], found["metrics_step"]) == (5, [2, 2, 1], 42), found
+    assert found["final_metrics"]["test_accuracy"] > 0.85, found
+    nothing_left(bed, run_id, (run_folder(tmp_path, run_id) / "slurm_job_id").read_text().strip())
 
 
 def test_a_spare_node_takes_the_lost_nodes_place_and_the_world_size_stays(bed, tmp_path):

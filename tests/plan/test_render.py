@@ -8,7 +8,7 @@ import pytest
 
 from conftest import validate
 from runner.launchers import plan_for
-from runner.plan.render import TABLE_HEAD, plan_document, plan_table, verdict, write_plan
+from runner.plan.render import TABLE_HEAD, batch_line, plan_document, plan_table, verdict, write_plan
 
 pytestmark = pytest.mark.unit
 
@@ -25,6 +25,19 @@ def test_the_verdict_says_the_job_in_one_line() -> None:
     assert verdict(plan) == (
         "valid: 3 process(es) on 2 host(s) (2+1); device cpu, backend gloo, init env (env://), ddp, sharding none, "
         "launcher slurm (per_device); preflight: each host's checks and one all-reduce, no recipe")
+
+
+def test_the_batch_line_says_the_split_and_for_a_job_that_outlives_hosts_the_split_at_its_fewest() -> None:
+    assert batch_line(planned("topology=1x3")) == "batch: 64 over 3 processes: 22, 21, 21"
+    assert batch_line(planned("topology=1x3", "recipe.micro_batch_size=8")) == (
+        "batch: 64 over 3 processes: 22, 21, 21; at most 8 through the model at once: 3 micro-batches a step")
+    hosts = "topology.hosts=[{name: a, devices: 2}, {name: b, devices: 2}, {name: c, devices: 1}]"
+    assert batch_line(planned("topology=custom", hosts, "launcher=ssh", "init=tcp", "topology.min_nodes=2",
+                              "launcher.max_restarts=3")) == (
+        "batch: 64 over 5 processes: 13, 13, 13, 13, 12\n"
+        "       with hosts lost, down to topology.min_nodes=2: 64 over 3 processes: 22, 21, 21")
+    script = validate(("device=cpu", "recipe=script", "recipe.path=train.py"), paths=frozenset({"train.py"}))
+    assert batch_line(plan_for(script.job)) is None  # a script batches its own data
 
 
 def test_the_table_has_a_row_per_process_with_its_variables() -> None:
