@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from runs import RUN, Started, check_readme_quotes, finish, processes_of, seen_in, started, wait_until
-from test_ssh import Job, job_in, kill_host
+from test_ssh import Job, job_in, kill_host, kill_hosts
 from testbed_fixtures import Bed, bed_of_its_own
 
 pytestmark = pytest.mark.timeout(300)
@@ -229,7 +229,7 @@ def test_fewer_hosts_left_than_min_nodes_ends_the_job_with_that_cause(bed, job):
     run_id = f"m{uuid.uuid4().hex[:8]}"
     with start(bed, job, [hosts([a, b, c]), "topology.min_nodes=2"], run_id) as proc:
         fault_after_a_checkpoint(bed, job, run_id, proc, a)
-        assert kill_host(bed, b, run_id) + kill_host(bed, c, run_id) >= 6
+        assert kill_hosts(bed, [b, c], run_id) >= 6
         ((code, said),) = finish([proc], timeout=240)
     assert code == 1, said
     assert "fewer than topology.min_nodes=2" in summary(job, run_id)["first_failure"]["exception"], said

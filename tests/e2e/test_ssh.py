@@ -389,13 +389,19 @@ def job_processes(testbed, host: str, run_id: str) -> tuple[list[psutil.Process]
 def kill_host(testbed, host: str, run_id: str) -> int:
     """The job's processes on ``host`` killed at once (its ssh login, its `run`, its ranks): the machine gone, as its
     peers see it. How many."""
-    logins, job = job_processes(testbed, host, run_id)
-    for p in (*logins, *job):
+    return kill_hosts(testbed, [host], run_id)
+
+
+def kill_hosts(testbed, hosts: list[str], run_id: str) -> int:
+    """:func:`kill_host` for several hosts together: every one's processes found before any is killed (killing one
+    host's makes the launch stop the others' at once, which then had nothing left to find). How many."""
+    found = [job_processes(testbed, host, run_id) for host in hosts]
+    for p in (p for logins, job in found for p in (*logins, *job)):
         try:
             p.kill()
         except psutil.Error:
             continue
-    return len(logins) + len(job)
+    return sum(len(logins) + len(job) for logins, job in found)
 
 
 def test_a_host_killed_mid_run_ends_the_job_on_every_host_within_seconds(testbed, job, tmp_path):

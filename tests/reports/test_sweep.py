@@ -184,7 +184,8 @@ def test_a_job_the_stop_signal_found_not_started_reads_as_stopped_and_stops_the_
 
 
 def test_a_failed_job_does_not_stop_the_sweep_and_the_sweep_says_so(tmp_path):
-    done = run("-m", "topology=1x2,1x1", "recipe.global_batch_size=3", "recipe.epochs=1", cwd=tmp_path)
+    """A global batch of 3 cannot give each of 4 processes a sample: the 1x4 job is refused, the 1x2 one runs."""
+    done = run("-m", "topology=1x4,1x2", "recipe.global_batch_size=3", "recipe.epochs=1", cwd=tmp_path)
     assert done.code == 1, done.output
     assert "1 of 2 job(s) of the sweep failed" in done.stderr
     (summary,) = (tmp_path / "outputs" / "multirun").glob("*/*/summary.csv")
