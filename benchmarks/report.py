@@ -110,6 +110,17 @@ def checkpoint() -> str:
                                                 "× one pickled object"], rows))
 
 
+def copies() -> str:
+    data = _load("checkpoint_copies")
+    rows = [[f"{size['mib']:,}", way, f"{r['rank0']['seconds']:.2f}", f"{r['rank1']['peak_growth_bytes'] / 2**20:,.0f}",
+             f"{size['ratio_copies_vs_local']:.2f}" if way == "copies" else "1.00"]
+            for size in data["sizes"] for way, r in size["ways"].items()]
+    m = data["machine"]
+    return (f"measured {data['date']}, {m['cpus']} CPUs, torch {m['torch']}, gloo\n\n"
+            + _table(["checkpoint (MiB)", "save", "seconds the save held rank 0", "rank 1's peak memory growth (MiB)",
+                      "× the local save"], rows))
+
+
 def _clip(line: str | None, most: int = 160) -> str:
     return "none" if line is None else f"`` {line[:most]} ``" + ("…" if len(line) > most else "")
 
@@ -184,7 +195,8 @@ def preload() -> str:
 
 
 TABLES = {"machine": lambda: machine() + "\n", "launch": launch, "throughput": throughput, "plan": plan,
-          "sharding": sharding, "diagnosis": diagnosis, "pairs": pairs, "checkpoint": checkpoint, "restarts": restarts,
+          "sharding": sharding, "diagnosis": diagnosis, "pairs": pairs, "checkpoint": checkpoint, "copies": copies,
+          "restarts": restarts,
           "preload": preload, "lost_hosts": lost_hosts}
 
 

@@ -82,6 +82,13 @@ def headline() -> list[tuple[str, str]]:
                  ", ".join(f"{rank} {ratio:.2f}x ({chunked[rank]['peak_growth_bytes'] / 2**20:,.0f} MiB vs "
                            f"{whole[rank]['peak_growth_bytes'] / 2**20:,.0f} MiB)"
                            for rank, ratio in checkpoint["ratio_chunked_vs_whole"].items())))
+    copies = json.loads((RESULTS / "checkpoint_copies.json").read_text())
+    for size in copies["sizes"]:
+        ways = size["ways"]
+        rows.append((f"a save that keeps every host's copy of a {size['mib']:,} MiB checkpoint, vs rank 0's local save",
+                     f"{size['ratio_copies_vs_local']:.2f}x ({ways['copies']['rank0']['seconds']:.1f} s vs "
+                     f"{ways['local']['rank0']['seconds']:.1f} s); the receiving rank's peak memory growth "
+                     f"{ways['copies']['rank1']['peak_growth_bytes'] / 2**20:,.0f} MiB"))
     restarts = json.loads((RESULTS / "restart_across_hosts.json").read_text())
     ran = next(r for name, r in restarts["results"].items() if name.startswith("run"))
     for ref, ratio in restarts["ratio_run_vs"].items():
@@ -105,13 +112,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions: check the suite runs")
     parser.add_argument("--only", nargs="+", choices=["launch_speed", "torchrun_pairs", "diagnosis_overhead", "plan_scale",
-                                                      "sharding_memory", "checkpoint_broadcast", "restart_across_hosts",
+                                                      "sharding_memory", "checkpoint_broadcast", "checkpoint_copies",
+                                                      "restart_across_hosts",
                                                       "zygote_preload", "lost_hosts"],
                         help="run these benchmarks only; the summary also reads the others' last result files")
     args = parser.parse_args()
     quick = {"launch_speed": ["--reps", "1", "--steps", "200"], "torchrun_pairs": ["--pairs", "1"],
              "diagnosis_overhead": ["--reps", "1", "--steps", "200"],
              "plan_scale": ["--repeat", "1"], "sharding_memory": ["--steps", "5"], "checkpoint_broadcast": ["--mib", "128"],
+             "checkpoint_copies": ["--mib", "128"],
              "restart_across_hosts": ["--rounds", "1"], "zygote_preload": ["--runs", "2"], "lost_hosts": ["--rounds", "1"]}
     names = list(args.only or quick)
     for bed in ("restart_across_hosts", "lost_hosts"):  # their hosts are network namespaces

@@ -26,6 +26,8 @@ class MembershipChange:
     world_size_after: int = 0
     last_step: int | None = None  # rank 0's last step before the loss, as its host last said it
     resumed_from: int | None = None  # the step the next attempt started at (its checkpoint's)
+    resumed_from_host: str | None = None  # the host whose copy of the checkpoint it was (runner.training.copies)
+    resumed_from_save: int | None = None  # that copy's sequence among the run's saves
     to_first_step_s: float | None = None  # seconds from the loss seen to the next attempt's first step
 
     @property

@@ -273,6 +273,12 @@ class RunPaths:
         """A checkpoint of the recipe (``last``: consolidated, in plain torch format, under every sharding mode)."""
         return checkpoint_file(self.checkpoints, name)
 
+    @_example("<name>")
+    def checkpoint_commit(self, name: str) -> Path:
+        """The commit record of this host's copy of a checkpoint: the save's number among the run's saves and its
+        step, and which file it is (runner.training.copies): the newest complete copy any host holds is resumed."""
+        return commit_file(checkpoint_file(self.checkpoints, name))
+
     def scratch(self, rank: int) -> Path:
         """Rank ``rank``'s temporary files of this attempt (its TMPDIR: Python's ``tempfile`` folder, and the programs
         it starts), removed after it: a folder of its own in this machine's temporary folder, short, not in the run
@@ -338,6 +344,11 @@ def checkpoint_file(checkpoints: Path, name: str) -> Path:
     """The checkpoint ``name`` in a checkpoints folder (:attr:`RunPaths.checkpoints`; a recipe's context holds the
     folder alone)."""
     return checkpoints / f"{name}.pt"
+
+
+def commit_file(checkpoint: Path) -> Path:
+    """The commit record beside a checkpoint file (:meth:`RunPaths.checkpoint_commit`)."""
+    return checkpoint.with_name(checkpoint.name + ".commit")
 
 
 @dataclass(frozen=True)

@@ -99,9 +99,11 @@ class _Received(io.RawIOBase):
         return self._pos
 
 
-def broadcast_file(path: Path | None, wire: torch.device, chunk_bytes: int = CHUNK_BYTES) -> io.RawIOBase | None:
-    """Rank 0 (``path``): send the file to every rank of the default group, its size first, then at most
-    ``chunk_bytes`` per broadcast; None. The other ranks (``path`` None): a file over the bytes received.
+def broadcast_file(path: Path | None, wire: torch.device, chunk_bytes: int = CHUNK_BYTES, *, src: int = 0,
+                   group: dist.ProcessGroup | None = None, into: BinaryIO | None = None) -> io.RawIOBase | None:
+    """Rank ``src`` (``path``): send the file to every rank of ``group`` (the default group: None), its size first,
+    then at most ``chunk_bytes`` per broadcast; None. The other ranks (``path`` None): a file over the bytes
+    received, or, with ``into``, each chunk written there as it comes (nothing held beyond a chunk); None then.
     ``wire``: where the chunks travel (the device for NCCL, which sends no CPU tensors; the CPU otherwise)."""
     sender = path is not None
     size = torch.tensor([-1], dtype=torch.int64, device=wire)
@@ -111,35 +113,37 @@ def broadcast_file(path: Path | None, wire: torch.device, chunk_bytes: int = CHU
             source = open(path, "rb")
             size[0] = Path(path).stat().st_size
         except OSError as e:
-            problem = e  # said on rank 0 after the size (-1) tells the others to give up too
-    dist.broadcast(size, src=0)
+            problem = e  # said on the sender after the size (-1) tells the others to give up too
+    dist.broadcast(size, src=src, group=group)
     n = int(size.item())
     if n < 0:
-        raise CheckpointError(f"rank 0 could not read checkpoint {path}: {problem.strerror}" if sender else
-                              "rank 0 could not read the checkpoint it was to send (its log says why)")
-    staging = torch.empty(min(n, chunk_bytes), dtype=torch.uint8) if sender else None
+        raise CheckpointError(f"rank {src} could not read checkpoint {path}: {problem.strerror}" if sender else
+                              f"rank {src} could not read the checkpoint it was to send (its log says why)")
+    staging = torch.empty(min(n, chunk_bytes), dtype=torch.uint8) if sender or into is not None else None
     on_wire = None if wire.type == "cpu" else torch.empty(min(n, chunk_bytes), dtype=torch.uint8, device=wire)
-    received = None if sender else torch.empty(n, dtype=torch.uint8)
+    received = None if sender or into is not None else torch.empty(n, dtype=torch.uint8)
     try:
         for start in range(0, n, chunk_bytes):
             count = min(chunk_bytes, n - start)
             if sender:
                 _read_exactly(source, memoryview(staging.numpy())[:count], path)
                 chunk = staging[:count]
-            else:
-                chunk = received[start:start + count]  # received in place: no copy on the CPU
+            else:  # received in place (no copy on the CPU), or into the staging buffer, then written
+                chunk = received[start:start + count] if received is not None else staging[:count]
             if on_wire is None:
-                dist.broadcast(chunk, src=0)
-                continue
-            if sender:
-                on_wire[:count].copy_(chunk)
-            dist.broadcast(on_wire[:count], src=0)
-            if not sender:
-                chunk.copy_(on_wire[:count])
+                dist.broadcast(chunk, src=src, group=group)
+            else:
+                if sender:
+                    on_wire[:count].copy_(chunk)
+                dist.broadcast(on_wire[:count], src=src, group=group)
+                if not sender:
+                    chunk.copy_(on_wire[:count])
+            if into is not None and not sender:
+                into.write(memoryview(chunk.numpy()).cast("B"))
     finally:
         if source is not None:
             source.close()
-    return None if sender else _Received(received)
+    return None if sender or into is not None else _Received(received)
 
 
 def _read_exactly(source: BinaryIO, into: memoryview, path: Path) -> None:

@@ -26,15 +26,14 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader, Dataset
 
-from runner.common.files import replaced_atomically
 from runner.common.formatting import number
 from runner.common.signals import StopRequest
 from runner.records.paths import RunPaths, checkpoint_file
 from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.spec.batch import BatchSplit
-from runner.training import checkpoints
 from runner.training.batches import GlobalBatchSampler, MicroBatch, micro_batches
+from runner.training.copies import Copies
 from runner.training.output import AgentChannel
 from runner.training.progress import LINE_INTERVAL_S, Progress, StepCount, for_rank
 from runner.training.sharding import OptimizerFactory, OptimizerRecipe, Placement, Strategy, strategy_for
@@ -61,17 +60,6 @@ class ContextSettings:
     agent: AgentChannel | None = None  # the rank's channel to its host agent; None: progress goes to stdout
 
 
-def _file_stamp(path: Path) -> tuple[int, int, int] | None:
-    """A file's inode, size and modification time (the same file, seen from two hosts that share its folder, has the
-    same); None: no file. The inode tells apart two copies of one checkpoint written in the same clock tick (the
-    kernel stamps files with a coarse clock: a few ms), which are the same size."""
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
-
-
 class RunContext:
     """Rank, device, wrapping, data, progress, metrics and checkpoints for one process of a job.
 
@@ -94,6 +82,7 @@ class RunContext:
         self._metrics_file = None
         self._progress: list[Progress] = []
         self._t0 = time.perf_counter()
+        self._copies = Copies(settings.place, self._device, settings.keep_on_every_host)
 
     # -- where am I -------------------------------------------------------------------------------
     @property
@@ -378,68 +367,39 @@ class RunContext:
         """The main process writes ``state`` atomically to checkpoints/<name>.pt; every process waits for it.
 
         With ``model`` (and ``optimizer``), call it on every process: their full state (:meth:`full_state`)
-        is gathered and saved under ``"model"`` and ``"optimizer"`` beside ``state``'s own entries.
+        is gathered and saved under ``"model"`` and ``"optimizer"`` beside ``state``'s own entries. Each save is
+        recorded beside the file (``<name>.pt.commit``: its sequence among the run's saves and ``state``'s
+        ``"step"``), and in a job that outlives its hosts every host keeps a copy (runner.training.copies).
         """
         path = checkpoint_file(self.checkpoint_dir, name)
         if model is not None:
             full = self._sharding.full_state(model, optimizer, copy=False)  # written at once: no snapshot needed
             state = {**(state or {}), **full} if full is not None else None
-        if self.is_main:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with replaced_atomically(path, durable=True) as tmp:  # a requeued job resumes from it
-                torch.save(state, tmp)
-        if self._settings.keep_on_every_host:
-            self._keep_on_every_host(path)
+        step = state.get("step") if isinstance(state, dict) else None
+        self._copies.save(path, state, step if isinstance(step, int) and not isinstance(step, bool) else None)
         self.barrier()
         return path
 
-    def _keep_on_every_host(self, path: Path) -> None:
-        """A job that outlives its hosts (topology.min_nodes, topology.spares: runner.spec.elastic) keeps its last
-        checkpoint on every host: where a host's run folder is its own (it does not see rank 0's file), its local rank
-        0 writes the copy rank 0 sends, so that whichever host is host 0 after a loss resumes from it."""
-        if not (dist.is_initialized() and self.world_size > 1):
-            return
-        stamps: list[object] = [None] * self.world_size
-        dist.all_gather_object(stamps, _file_stamp(path) if self.local_rank == 0 else "-")
-        short = [r for r, s in enumerate(stamps) if s != "-" and s != stamps[0]]
-        if not short:
-            return  # one folder for every host, or each has it already
-        wire = self.device if dist.get_backend() == dist.Backend.NCCL else torch.device("cpu")
-        received = checkpoints.broadcast_file(path if self.is_main else None, wire)
-        if received is not None and self.rank in short:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with replaced_atomically(path, durable=True) as tmp:
-                Path(tmp).write_bytes(received.read())
-
     def checkpoint_to_resume(self, fallback: str | Path | None = None, name: str = "last") -> Path | None:
-        """The checkpoint this run resumes from, decided by the main process and the same on every process: the
-        run's own (``checkpoints/<name>.pt``: a restart, a requeue, a relaunch with the same run id) where the main
-        process has it, else ``fallback`` (another run's, as ``recipe.resume`` names it), else None. Call it on
-        every process, then :meth:`load_checkpoint` with the path it gives: every rank takes the same branch,
-        whatever its host's own folder holds (a host started by hand has a run folder of its own).
-        Raises FileNotFoundError (on every process) when ``fallback`` is given and the main process has no such
-        file."""
-        decision: list[Any] = [None]
-        if self.is_main:
-            own = checkpoint_file(self.checkpoint_dir, name)
-            if own.exists():
-                decision = [("own", str(own))]
-            elif fallback:
-                decision = [("given", str(fallback)) if Path(fallback).exists() else ("missing", str(fallback))]
-        if dist.is_initialized() and self.world_size > 1:
-            dist.broadcast_object_list(decision, src=0)
-        if decision[0] is None:
-            return None
-        kind, found = decision[0]
-        if kind == "missing":
-            raise FileNotFoundError(f"no checkpoint at {found} (seen from rank 0's host): the fallback to resume from")
-        return Path(found)
+        """The checkpoint this run resumes from, the same on every process: the run's own (``checkpoints/<name>.pt``:
+        a restart, a requeue, a relaunch with the same run id), its newest copy on any host (hosts with run folders
+        of their own may hold copies of different ages: the newest wins, and the host that holds it sends it when
+        :meth:`load_checkpoint` loads it), else ``fallback`` (another run's, as ``recipe.resume`` names it) where the
+        main process has it, else None. Call it on every process, then :meth:`load_checkpoint` with the path it
+        gives: every rank takes the same branch, whatever its host's own folder holds. Raises FileNotFoundError (on
+        every process) when ``fallback`` is given and the main process has no such file."""
+        found = self._copies.to_resume(checkpoint_file(self.checkpoint_dir, name), fallback)
+        resumed, agent = self._copies.resumed, self._settings.agent
+        if resumed is not None and self.is_main and agent is not None:
+            agent.resumed_copy(resumed.host, resumed.seq, resumed.step)
+        return found
 
     def load_checkpoint(self, name: str = "last", path: str | Path | None = None, *, model: nn.Module | None = None,
                         optimizer: Optimizer | None = None) -> dict[str, Any] | None:
         """A saved state, mapped onto this process's device; None when there is none. Call it on every process:
-        they all get the main process's checkpoint, read from the file where they see the same one, else sent by
-        the main process (a host that does not share the run folder).
+        they all get the same checkpoint (the run's own: its newest copy on any host; another file: the main
+        process's), read from the file where they see the same one, else sent by the process that has it (a host
+        that does not share the run folder).
 
         With ``model`` (and ``optimizer``), the checkpoint's full state is loaded into them
         (:meth:`load_full_state`, whatever mode and world size saved it) and the other entries are returned.
@@ -449,32 +409,13 @@ class RunContext:
         :class:`~runner.training.checkpoints.CheckpointError` without running any of it.
         """
         path = Path(path) if path is not None else checkpoint_file(self.checkpoint_dir, name)
-        state = self._read_agreed(path)
+        state = self._copies.read(path, own=path.parent == self.checkpoint_dir)
         if state is None:
             return None
         if model is not None:
             self.load_full_state(model, optimizer, state)
             state = {k: v for k, v in state.items() if k not in ("model", "optimizer")}
         return state
-
-    def _read_agreed(self, path: Path) -> dict[str, Any] | None:
-        """The main process's checkpoint at ``path`` (None: it has none), on every process: read from the file
-        where each process sees the same one, else sent by the main process in chunks (a host without the folder,
-        such as launcher=manual's other hosts, whose run folders are their own); loaded without running anything
-        from it (runner.training.checkpoints)."""
-        if not (dist.is_initialized() and self.world_size > 1):
-            return checkpoints.load(path, path, self.device) if path.exists() else None
-        stamps: list[tuple[int, int] | None] = [None] * self.world_size
-        dist.all_gather_object(stamps, _file_stamp(path))
-        if stamps[0] is None:
-            return None
-        if all(s == stamps[0] for s in stamps):
-            return checkpoints.load(path, path, self.device)
-        wire = self.device if dist.get_backend() == dist.Backend.NCCL else torch.device("cpu")
-        received = checkpoints.broadcast_file(path if self.is_main else None, wire)
-        if received is None:  # the main process: its own file
-            return checkpoints.load(path, path, self.device)
-        return checkpoints.load(received, f"{path} (sent by rank 0)", self.device)
 
     def _close(self) -> None:
         """What is left open when the recipe returns (progress bars, the metrics file); the worker calls it."""

@@ -13,7 +13,9 @@ runner's own lines do not go there. Events are JSON lines on a pipe the agent ga
   ``joined`` its default process group, ``destroyed`` it, ``returned`` (its script or recipe: the process is ending);
 * ``{"k": "alive", "progressed": ..., "step": ..., "resumed": ...}`` — its watch thread runs (so the GIL is to be
   had), about once a second, when the rank last completed a collective or a progress step (``time.time()``), its
-  progress bar's step and the step its first bar began at (a resumed attempt's: what a lost host cost).
+  progress bar's step and the step its first bar began at (a resumed attempt's: what a lost host cost);
+* ``{"k": "copy", "host": ..., "seq": ..., "step": ...}`` — rank 0 resumes from the copy of the run's checkpoint
+  that host held (runner.training.copies).
 
 A process the runner did not start (a recipe called on its own, a test) has no channel (its run context's is
 None), and progress goes to its stdout.
@@ -60,6 +62,11 @@ class AgentChannel:
         """The watch runs; the rank last made progress at ``progressed_s``; ``step``: its progress bar's step (from
         the run's start), ``resumed``: the step its first bar started at (None: no bar yet)."""
         self.send({"k": "alive", "progressed": progressed_s, "step": step, "resumed": resumed})
+
+    def resumed_copy(self, host: str, seq: int, step: int | None) -> None:
+        """The run resumes from the copy of its checkpoint that ``host`` held: save ``seq`` of the run, at ``step``
+        (runner.training.copies)."""
+        self.send({"k": "copy", "host": host, "seq": seq, "step": step})
 
     def lines(self) -> LineSink:
         """Where plain progress lines go, as events."""

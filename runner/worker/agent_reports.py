@@ -25,13 +25,16 @@ class AttemptBegan:
 
 @dataclass(frozen=True, kw_only=True)
 class StepReached:
-    """Rank 0's progress bar is at ``step`` in ``attempt``; ``resumed``: the step the attempt began at."""
+    """Rank 0's progress bar is at ``step`` in ``attempt``; ``resumed``: the step the attempt began at, from the copy
+    of the checkpoint that ``copy_host`` held (save ``copy_save`` of the run)."""
 
     attempt: int
     step: int
     resumed: int | None
     at: float
     host: int | None = None
+    copy_host: str | None = None
+    copy_save: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

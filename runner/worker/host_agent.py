@@ -512,7 +512,8 @@ class HostAgent:
         first = life.resumed is not None and life.step > life.resumed and not a.first_step_said
         if first or now - a.step_said_at >= STEP_REPORT_S:
             a.step_said, a.step_said_at, a.first_step_said = life.step, now, a.first_step_said or first
-            self._tell_reporter(StepReached(attempt=a.attempt, step=life.step, resumed=life.resumed, at=time.time()))
+            self._tell_reporter(StepReached(attempt=a.attempt, step=life.step, resumed=life.resumed, at=time.time(),
+                                            copy_host=life.copy_host, copy_save=life.copy_save))
 
     def _channel_events(self, a: _Running) -> Iterator[Event]:
         """Another host's `run` asked to stop (Ctrl-C, SIGTERM, the stop signal), or another host's rank failed."""

@@ -46,6 +46,8 @@ class RankLife:
     returned: float | None = None  # its script or recipe returned
     step: int | None = None  # its progress bar's step, from the run's start (runner.training.progress.StepCount)
     resumed: int | None = None  # the step its first bar started at: where a resumed attempt began
+    copy_host: str | None = None  # the host whose copy of the checkpoint it resumed from (runner.training.copies)
+    copy_save: int | None = None  # that copy's sequence among the run's saves
 
     def heard(self, event: Mapping[str, object], now: float) -> None:
         """An event from the rank (runner.training.output)."""
@@ -57,6 +59,10 @@ class RankLife:
             for key in ("step", "resumed"):
                 if isinstance(event.get(key), int):
                     setattr(self, key, event[key])
+        elif event.get("k") == "copy":
+            host, save = event.get("host"), event.get("seq")
+            self.copy_host = host if isinstance(host, str) else None
+            self.copy_save = save if isinstance(save, int) else None
         elif event.get("k") == "life" and event.get("event") in ("joined", "destroyed", "returned"):
             setattr(self, str(event["event"]), now)
 

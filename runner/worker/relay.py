@@ -259,7 +259,7 @@ class OutputRelay(threading.Thread):
                 self._to_terminal(self._stdout, echo.prefix.encode() + text)
         elif kind == "bar" and pipes.echo.live_bar and self._bar_ok:
             self._draw_bar(event)
-        elif kind in ("life", "alive"):
+        elif kind in ("life", "alive", "copy"):
             pipes.life.heard(event, time.time())
 
     # -- the terminal ----------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ def test_the_committed_report_has_every_table_block():
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
     assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "preload", "pairs", "restarts",
                                                                  "lost_hosts", "throughput", "diagnosis", "plan",
-                                                                 "sharding", "checkpoint"]
+                                                                 "sharding", "checkpoint", "copies"]
 
 
 def test_the_committed_report_quotes_the_preload_results_and_the_zygote_imports_what_they_show_safe():
@@ -90,6 +90,22 @@ def test_the_committed_report_and_readme_quote_the_checkpoint_broadcast_results(
     assert (f"**{data['ratio_chunked_vs_whole']['rank0']:.2f}×** on rank 0 ({mib(chunked['rank0'])} vs "
             f"{mib(whole['rank0'])}), **{data['ratio_chunked_vs_whole']['rank1']:.2f}×** on the receiving rank "
             f"({mib(chunked['rank1'])} vs {mib(whole['rank1'])})") in row
+
+
+def test_the_committed_report_and_readme_quote_the_checkpoint_copies_results():
+    """The copies table holds what benchmarks/results/checkpoint_copies.json holds, and so does the README's row."""
+    text = (REPO / "benchmarks" / "REPORT.md").read_text()
+    block = text[text.index("<!-- table:copies -->"):]
+    assert report.copies() in block[:block.index("<!-- end -->")]
+    data = json.loads((REPO / "benchmarks" / "results" / "checkpoint_copies.json").read_text())
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| a save that keeps"))
+    for size in data["sizes"]:
+        ways = size["ways"]
+        seconds = [ways[way]["rank0"]["seconds"] for way in ("copies", "local")]
+        assert (f"**{size['ratio_copies_vs_local']:.2f}×** at {size['mib']:,} MiB ({seconds[0]:.1f} s vs "
+                f"{seconds[1]:.1f} s)") in row
+    most = max(s["ways"]["copies"]["rank1"]["peak_growth_bytes"] for s in data["sizes"])
+    assert f"the receiving rank holds {most / 2**20:,.0f} MiB at most" in row and data["date"] in row
 
 
 def test_the_committed_report_quotes_the_restart_across_hosts_results():

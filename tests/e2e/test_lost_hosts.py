@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from runner.training.copies import complete_copy
 from runs import RUN, Started, check_readme_quotes, finish, processes_of, seen_in, started, wait_until
 from test_ssh import Job, job_in, kill_host, kill_hosts
 from testbed_fixtures import Bed, bed_of_its_own
@@ -179,12 +180,15 @@ def test_losing_host_0_makes_the_next_host_host_0_and_its_copy_of_the_checkpoint
     with start(bed, job, [hosts([a, b, c]), "topology.min_nodes=2"], run_id) as proc:
         fault_after_a_checkpoint(bed, job, run_id, proc, a)
         wait_until(lambda: checkpoint_on(job, b, run_id).exists(), 60, "host 1's copy of the checkpoint", alive=[proc])
+        copy = complete_copy(checkpoint_on(job, b, run_id))
         assert kill_host(bed, a, run_id) >= 3
         ((code, said),) = finish([proc], timeout=240)
     done_on(job, run_id, said, code, hosts_after=2)
     (change,) = membership(job, run_id)
     assert (change["lost"], change["after"]) == ([a], [b, c]), change
-    assert change["resumed_from"] > 0, change  # host 1 resumed from its own copy: no step went back to 0
+    # host 1 (the next host 0) resumed from its own copy, the one it held when host 0 was lost: no step went back
+    assert (change["resumed_from"], change["resumed_from_host"], change["resumed_from_save"]) == (
+        copy.step, b, copy.seq), (change, copy)
     nothing_left(run_id)
 
 

@@ -40,6 +40,7 @@ def test_rank_0s_first_step_is_reported_at_once_then_at_most_every_step_report_s
     agent._report_rank_0s_step(running)
     assert said == []  # no progress bar yet
     life.step, life.resumed = 40, 40  # resumed at 40: no step of this attempt yet
+    life.copy_host, life.copy_save = "b", 7  # from host b's copy, the run's 7th save
     agent._report_rank_0s_step(running)
     life.step = 41
     agent._report_rank_0s_step(running)  # the first step: at once
@@ -50,7 +51,8 @@ def test_rank_0s_first_step_is_reported_at_once_then_at_most_every_step_report_s
     agent._report_rank_0s_step(running)
     agent._report_rank_0s_step(running)  # the same step: nothing new
     assert [(r.step, r.resumed) for r in said] == [(40, 40), (41, 40), (42, 40)]
-    assert all(r == StepReached(attempt=3, step=r.step, resumed=40, at=1700.0) for r in said)
+    assert all(r == StepReached(attempt=3, step=r.step, resumed=40, at=1700.0, copy_host="b", copy_save=7)
+               for r in said)
 
 
 def test_a_host_without_rank_0_or_an_agent_nobody_asked_reports_nothing(paths, monkeypatch) -> None:

@@ -24,6 +24,8 @@ def test_a_ranks_events_are_its_life() -> None:
     assert (life.step, life.resumed) == (None, None)  # no progress bar yet
     life.heard({"k": "alive", "progressed": 101.7, "step": 33, "resumed": 30}, 102.5)
     assert (life.step, life.resumed, life.progressed) == (33, 30, 101.7)
+    life.heard({"k": "copy", "host": "b", "seq": 4, "step": 30}, 102.6)  # rank 0 resumes from host b's copy
+    assert (life.copy_host, life.copy_save) == ("b", 4)
     life.heard({"k": "life", "event": "destroyed"}, 102.1)
     life.heard({"k": "life", "event": "returned"}, 102.2)
     life.heard({"k": "life", "event": "anything else"}, 103.0)

@@ -74,6 +74,7 @@ class _Heard:
     attempt: int
     last_step: dict[int, int] = field(default_factory=dict)
     resumed: dict[int, int | None] = field(default_factory=dict)
+    copies: dict[int, tuple[str | None, int | None]] = field(default_factory=dict)  # the copy each attempt resumed from
     first_step_at: dict[int, float] = field(default_factory=dict)
 
     def heard(self, _host: int, report: AgentReport) -> None:
@@ -82,6 +83,7 @@ class _Heard:
         elif isinstance(report, StepReached):
             self.last_step[report.attempt] = report.step
             self.resumed.setdefault(report.attempt, report.resumed)
+            self.copies.setdefault(report.attempt, (report.copy_host, report.copy_save))
             if report.resumed is None or report.step > report.resumed:
                 self.first_step_at.setdefault(report.attempt, time.time())
 
@@ -155,6 +157,7 @@ class AttemptsOnHosts:
         if change is None:
             return
         first = heard.first_step_at.get(change.next_attempt)
+        host, save = heard.copies.get(change.next_attempt, (None, None))
         append_change(self.first.paths, replace(
-            change, resumed_from=heard.resumed.get(change.next_attempt),
+            change, resumed_from=heard.resumed.get(change.next_attempt), resumed_from_host=host, resumed_from_save=save,
             to_first_step_s=round(first - change.time, 3) if first is not None else None))
