@@ -16,6 +16,7 @@ PACKAGES=(
   iputils-ping  # ping between namespace hosts in the tests
   openssh-server  # sshd in every namespace host (launcher=ssh's tests)
   openssh-client  # ssh, ssh-keygen: launcher=ssh, and the bed's keys
+  etcd-server   # etcd: where a launcher=manual job that outlives its hosts decides who goes on (a member per host)
 )
 if [ "${1:-}" = "--dev" ]; then
   PACKAGES+=(libopenmpi-dev gcc)

@@ -47,9 +47,10 @@ def declares_elasticity(spec: JobConfig) -> bool:
 
 
 def keeps_checkpoints_on_every_host(spec: JobConfig) -> bool:
-    """The job may lose host 0 and go on: every host keeps the last checkpoint (runner.training.context)."""
-    hosts = len(spec.topology.hosts or ()) or (spec.topology.nodes or 0)
-    return bool(spec.topology.spares) or (spec.topology.min_nodes is not None and spec.topology.min_nodes < hosts)
+    """The job may lose host 0 and go on: every host keeps the last checkpoint (runner.training.copies), from the
+    first attempt to the last (at its fewest hosts too: a relaunch of the run id resumes from the newest copy any host
+    holds)."""
+    return declares_elasticity(spec)
 
 
 def elasticity(job: Job) -> Elasticity:

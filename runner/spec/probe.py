@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ class MachineProbe(Protocol):
     def exists(self, path: str) -> bool: ...
     def is_dir(self, path: str) -> bool: ...
     def host_names(self) -> frozenset[str]: ...
+    def program_found(self, name: str) -> bool: ...
     def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None: ...
     def module_problem(self, module: str, workdir: str | None) -> TargetProblem | None: ...
 
@@ -88,6 +90,9 @@ class LocalProbe:
             names.update(a.address.split("%")[0] for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
         return frozenset(names)
 
+    def program_found(self, name: str) -> bool:
+        return shutil.which(name) is not None
+
 
 @dataclass
 class FixedProbe:
@@ -99,6 +104,7 @@ class FixedProbe:
     paths: frozenset[str] = frozenset()
     dirs: frozenset[str] = frozenset({"/shared", "/tmp"})
     names: frozenset[str] = frozenset({"thishost"})
+    programs: frozenset[str] = frozenset({"etcd"})  # the programs found on the PATH
     asked: list[str] = field(default_factory=list)
 
     def cuda_device_count(self) -> int:
@@ -121,6 +127,9 @@ class FixedProbe:
 
     def host_names(self) -> frozenset[str]:
         return self.names
+
+    def program_found(self, name: str) -> bool:
+        return name in self.programs
 
     def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None:
         """This machine's answer: the modules a test names are those of this checkout and its tests."""

@@ -171,14 +171,19 @@ class MpiOptions:
 
 @dataclass
 class ManualOptions:
-    """launcher=manual: which host this `run` is, and how often it asks its peers whether they are alive."""
+    """launcher=manual: which host this `run` is, and, for a job that outlives its hosts, where its hosts agree."""
 
     host: Optional[str] = None
     """Which spec host this machine is: an index, a name or an address; null: found by matching this machine."""
     keepalive_s: int = 2
-    """Seconds between a host's questions to its peers, in a job that outlives its hosts; four unanswered: lost.
+    """Seconds between a host's keepalives in the job's etcd, in a job that outlives its hosts; four missed: lost.
 
-    Only with topology.min_nodes (runner.launchers.manual.watch)."""
+    Only with topology.min_nodes or topology.spares (runner.launchers.manual.watch)."""
+    etcd: list[str] = field(default_factory=list)
+    """An etcd of yours (host:port of its members' client URLs) where the hosts decide who goes on after a loss.
+
+    Empty: every host's and spare's `run` starts a member of the job's own etcd (Debian's etcd-server), which decides
+    while a majority of them is up. Only with topology.min_nodes or topology.spares (runner.launchers.elastic)."""
 
 
 @dataclass

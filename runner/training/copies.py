@@ -78,6 +78,8 @@ def write_copy(path: Path, write: Callable[[Path], None], seq: int, step: int | 
     """Write the copy at ``path`` whole (``write`` fills the temporary file it is given), recorded as ``seq`` and
     ``step`` (the module docstring says in which order, and why no moment leaves it half seen)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    for left in path.parent.glob(f".{path.name}.*.tmp"):  # a copy whose writer was killed (this host's alone: one
+        left.unlink(missing_ok=True)  # writer a host, its local rank 0; the others' are in folders of their own)
     previous = complete_copy(path)
     with replaced_atomically(path, durable=True) as tmp:
         write(tmp)

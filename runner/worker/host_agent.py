@@ -167,7 +167,8 @@ class HostAgent:
 
     def __init__(self, share: HostShare, *, announce: bool = False, only: int | None = None,
                  early_stop: StopRequest | None = None, zygote: Zygote | None = None,
-                 reporter: Callable[[AgentReport], None] | None = None) -> None:
+                 reporter: Callable[[AgentReport], None] | None = None,
+                 on_signal: Callable[[int], None] | None = None) -> None:
         self.plan = share.plan
         self.node_rank = share.node_rank
         self.paths = share.paths
@@ -177,6 +178,7 @@ class HostAgent:
         self.only = only  # a task per process: this global rank alone, which serves the store itself if rank 0
         self.early_stop = early_stop  # the task's stop request, caught before this agent handles the signal
         self.reporter = reporter  # who hears its reports as it runs (runner.worker.agent_reports): launcher=ssh's `run`
+        self.on_signal = on_signal  # told of each signal first, in the handler (launcher=manual: a host's leaving)
         self.signalled: int | None = None  # the first SIGINT/SIGTERM that reached the agent
         self._pending: list[int] = []
         self._ends: list[JobFailure] = []  # the job ended from outside (end_job), not yet acted on
@@ -235,6 +237,8 @@ class HostAgent:
             self._wakeup = None
 
     def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.on_signal is not None:
+            self.on_signal(signum)
         self._pending.append(signum)
 
     def end_job(self, failure: JobFailure) -> None:

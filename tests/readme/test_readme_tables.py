@@ -274,3 +274,19 @@ def sharding_rows() -> list[tuple[str, ...]]:
 def test_the_sharding_measurements_are_the_committed_results() -> None:
     table = readme().table("shape", "mode", "optimizer state / process", "peak tensor memory / process", "step time")
     assert list(table.rows) == sharding_rows()
+
+
+def test_the_readmes_table_of_guarantees_is_the_launchers_and_the_floor_of_the_jobs_own_etcd() -> None:
+    """README, "When a host is lost": a row for each launcher that goes on without a lost host, and none for the
+    others; the floor of the job's own etcd is a majority of its members (runner.launchers.elastic.etcd_member)."""
+    from runner.launchers import LAUNCHERS
+    from runner.launchers.elastic.etcd_member import OwnCluster
+
+    table = readme().table("launcher", "who decides who goes on", "can the job split in two?",
+                           "the fewest hosts it goes on with", "the checkpoint resumed")
+    rows = {row[0].strip("`"): row for row in table.rows}
+    assert set(rows) == {name for name, cls in LAUNCHERS.items() if cls.survives_lost_hosts}
+    assert all(row[2].startswith("no:") for row in rows.values())
+    assert "n // 2 + 1 of its n hosts and spares" in rows["manual"][3]
+    assert [OwnCluster(names=("x",) * n, addrs=(), client_port=0, peer_port=0, token="").floor
+            for n in (1, 2, 3, 4, 5)] == [n // 2 + 1 for n in (1, 2, 3, 4, 5)] == [1, 2, 2, 3, 3]

@@ -120,7 +120,7 @@ def test_the_world_size_range_is_arithmetic_for_any_number_of_hosts() -> None:
     got = validate(ssh_job([8] * 40, min_nodes=30, batch=1024))
     assert got.valid, got.rendered()
     assert world_size_range(got.job, elasticity(got.job)) == (240, 320)
-    mixed = validate(ssh_job([4, 1, 2, 3], min_nodes=2, batch=64, launcher="manual"))
+    mixed = validate(ssh_job([4, 1, 2, 3], min_nodes=2, batch=64))
     assert world_size_range(mixed.job, elasticity(mixed.job)) == (3, 10)  # the 2 smallest hosts: 1 + 2
 
 

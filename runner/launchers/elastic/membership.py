@@ -42,7 +42,7 @@ class Membership:
         return tuple(_name(h, i) for i, h in enumerate(self.hosts))
 
     def without_spares(self, gone: Iterable[str]) -> Membership:
-        """These hosts, with the spares named in ``gone`` (found gone: launcher=manual's meeting) no longer kept."""
+        """These hosts, with the spares named in ``gone`` (found gone: launcher=manual's decision) no longer kept."""
         dropped = set(gone)
         return dataclasses.replace(self, spares=tuple(h for h in self.spares if _name(h, -1) not in dropped))
 

@@ -4,9 +4,9 @@ after round, each on the hosts that remain.
 A round is one launch of the job's shares on one set of hosts, to its end: under launcher=ssh the hosts' shares started
 over ssh by the launching `run`, their output relayed, their records taken back (runner.launchers.ssh.launcher); under
 launcher=slurm an srun step of the allocation (runner.launchers.slurm.rounds); under launcher=manual this host's share,
-run by this host's `run` as every other host's runs its own, the hosts meeting after each attempt to agree on the next
-(runner.launchers.manual.rounds). A round that ends with a host lost (its ssh session gone or silent; its Slurm task
-silent, or its node out of the allocation; its meeting point gone or silent) has already ended the attempt on every
+run by this host's `run` as every other host's runs its own, the hosts deciding the next attempt in etcd
+(runner.launchers.manual.rounds, runner.launchers.elastic.decisions). A round that ends with a host lost (its ssh session gone or silent; its Slurm task
+silent, or its node out of the allocation; its lease in etcd expired) has already ended the attempt on every
 other host; then the next round starts at the next attempt on the hosts
 :class:`~runner.launchers.elastic.membership.Membership` chooses (the survivors, renumbered, then spares in the lost
 hosts' places), checked again, with a rendezvous of its own on the new host 0. The ranks resume from the last
@@ -47,9 +47,9 @@ class Ended:
     lost: frozenset[int]  # those hosts' indices
     lost_at: float | None = None  # when the first was seen lost (time.time())
     why_lost: dict[int, str] = field(default_factory=dict)  # each lost host's index -> how it was seen
-    next_attempt: int | None = None  # the attempt the hosts that remain agreed to go on with (launcher=manual's
-    # meeting); None: the one after the last that began
-    spares_gone: frozenset[str] = frozenset()  # spares found gone meanwhile (launcher=manual's meeting): not taken
+    next_attempt: int | None = None  # the attempt the hosts that remain go on with (launcher=manual's decision in
+    # etcd); None: the one after the last that began
+    spares_gone: frozenset[str] = frozenset()  # spares found gone meanwhile (launcher=manual's decision): not taken
 
 
 class Round(Protocol):

@@ -1,5 +1,6 @@
 """launcher=manual: one `run` per host, typed by hand (launcher), and a job that outlives its hosts without a `run`
-that holds it: the hosts' meeting points (meeting), their watch of each other (watch), this host's rounds (rounds)."""
+that holds it: their watch of each other's leases in etcd (watch), this host's rounds (rounds), the decisions made
+in etcd (runner.launchers.elastic.decisions)."""
 
 from runner.launchers.manual.launcher import ManualLauncher, agreed_port, hosts_apart_problems
 

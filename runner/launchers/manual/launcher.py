@@ -2,8 +2,9 @@
 
 Each command repeats the user's overrides and pins what the hosts must agree on (run id, master
 port: the launch's pins, from the pinned spec), plus the host it is for; run on that host, it starts that
-host's share like launcher=local. With topology.min_nodes, each host's `run` runs its rounds: the job goes on without
-a lost host (runner.launchers.manual.rounds).
+host's share like launcher=local. With topology.min_nodes or topology.spares, each host's `run` runs its rounds: the
+job goes on without a lost host, the hosts deciding who goes on in etcd (runner.launchers.manual.rounds,
+runner.launchers.elastic.decisions): the user's (launcher.manual.etcd), or the job's own, a member on every host.
 """
 
 from __future__ import annotations
@@ -11,17 +12,19 @@ from __future__ import annotations
 import dataclasses
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from runner.common import exits
 from runner.common.signals import handling
 from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
+from runner.launchers.elastic.decisions import BEATS_MISSED, Decider
+from runner.launchers.elastic.etcd import Etcd, EtcdError
+from runner.launchers.elastic.etcd_member import ETCD, OwnCluster, OwnMember
 from runner.launchers.elastic.membership import Membership, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended
-from runner.launchers.manual.meeting import MeetingPoint, meeting_port
 from runner.launchers.manual.rounds import NotCalled, Round, run_round, stand_by
-from runner.launchers.manual.watch import BEATS_MISSED
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
@@ -29,7 +32,7 @@ from runner.spec.elastic import elasticity
 from runner.spec.probe import LocalProbe, MachineProbe
 from runner.spec.problems import Problem
 from runner.spec.schema import InitMethod, JobConfig
-from runner.spec.topology import is_loopback
+from runner.spec.topology import is_loopback, is_valid_host
 from runner.worker.agent_reports import AgentReport
 from runner.worker.zygote import Zygote
 
@@ -61,7 +64,7 @@ class ManualLauncher(Launcher):
     name = "manual"
     supports_restarts = True  # the hosts restart together, agreeing through host 0's store (runner.worker.channel)
     shares_run_folder = False  # each host's `run` makes its own run folder
-    survives_lost_hosts = True  # each host's `run` meets the others after a loss (runner.launchers.manual.rounds)
+    survives_lost_hosts = True  # the hosts' `run`s decide who goes on in etcd (runner.launchers.manual.rounds)
     forks_here = True
     hosts_start_apart = True
     pins_master_port = True  # the hosts cannot learn a port chosen on one of them at launch
@@ -73,6 +76,7 @@ class ManualLauncher(Launcher):
     @classmethod
     def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
         yield from hosts_apart_problems(job, cls.name)
+        yield from _etcd_problems(job, probe)
         spec, hosts = job.spec, job.hosts
         chosen = spec.launcher.manual.host
         if chosen is None:
@@ -93,9 +97,14 @@ class ManualLauncher(Launcher):
     def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:
         yield from super().spec_problems(spec)
         if spec.launcher.manual.keepalive_s < 1:
-            yield Problem("launcher.manual.keepalive_s", f"must be 1 or more (seconds between a host's questions to "
-                                                         f"its peers), got {spec.launcher.manual.keepalive_s}",
+            yield Problem("launcher.manual.keepalive_s", f"must be 1 or more (seconds between a host's keepalives in "
+                                                         f"the job's etcd), got {spec.launcher.manual.keepalive_s}",
                           "launcher.manual.keepalive_s=2 (the default): a host silent for 8 s is lost")
+        for i, endpoint in enumerate(spec.launcher.manual.etcd or ()):
+            host, _, port = str(endpoint).rpartition(":")
+            if not (host and is_valid_host(host.strip("[]")) and port.isdigit() and 0 < int(port) < 65536):
+                yield Problem(f"launcher.manual.etcd[{i}]", f"{endpoint!r} is not host:port",
+                              "an etcd member's client address, e.g. launcher.manual.etcd=[10.0.0.5:2379]")
 
     @classmethod
     def hands_share_to_agent(cls, job: Job) -> bool:
@@ -131,17 +140,31 @@ class ManualLauncher(Launcher):
         return LaunchRequest(launcher=self.name, commands=(*commands, *self._rounds_said()))
 
     def _rounds_said(self) -> tuple[HostCommand, ...]:
-        """What the dry run says of a job that outlives its hosts: how it goes on, and how a lost host is found."""
+        """What the dry run says of a job that outlives its hosts: how it goes on, where the hosts decide it, and how
+        a lost host is found."""
         job = self.plan.job
         if not elasticity(job).enabled:
             return ()
-        every = job.spec.launcher.manual.keepalive_s
+        manual = job.spec.launcher.manual
+        every = manual.keepalive_s
+        if manual.etcd:
+            where = (f"who goes on after a loss is decided in your etcd ({', '.join(manual.etcd)}): one decision "
+                     f"per attempt, made once (a compare-and-swap), which every host follows; it decides while a "
+                     f"majority of its own members is up")
+        else:
+            own = OwnCluster.of(job)
+            where = (f"who goes on after a loss is decided in the job's own etcd: a member started by each host's and "
+                     f"spare's `run` ({own.size}: {', '.join(own.names)}; clients on port {own.client_port}, peers on "
+                     f"{own.peer_port}, derived from the run id), one decision per attempt, made once (a "
+                     f"compare-and-swap), which every host follows; it decides while {own.floor} of its {own.size} "
+                     f"members are up, so the job goes on down to {max(own.floor, elasticity(job).min_nodes)} "
+                     f"host(s)")
         return (HostCommand(host=elasticity(job).line(), argv=None),
-                HostCommand(host=f"each host's `run` serves a meeting point on port {meeting_port(self.paths.run_id)} "
-                                 f"(derived from the run id) and asks its peers' every {every} s "
-                                 f"(launcher.manual.keepalive_s): a peer silent for {BEATS_MISSED * every} s, or whose "
-                                 f"point refuses, is lost; after an attempt ends the hosts meet at the first that "
-                                 f"answers, and more than half of them go on", argv=None))
+                HostCommand(host=where, argv=None),
+                HostCommand(host=f"each host's `run` keeps a lease in etcd alive every {every} s "
+                                 f"(launcher.manual.keepalive_s): a host whose lease expires ({BEATS_MISSED * every} s "
+                                 f"without a keepalive: its `run`, machine or network gone) is lost, and its peers end "
+                                 f"the attempt", argv=None))
 
     def this_host(self, names: frozenset[str]) -> int | str:
         """This machine's node rank (a spare's index follows the hosts'): launcher.manual.host, else the one host
@@ -170,34 +193,72 @@ class ManualLauncher(Launcher):
 
     # -- a job that outlives its hosts: this host's rounds (runner.launchers.elastic.rounds) ----------------------
     def _rounds(self, node: int) -> LaunchOutcome:
-        port = meeting_port(self.paths.run_id)
+        job, spec = self.plan.job, self.plan.job.spec
+        machines = (*job.hosts, *job.spares)
+        member = None
+        stopped: list[int] = []
         try:
-            point = MeetingPoint(self.paths.run_id, (*self.plan.job.hosts, *self.plan.job.spares)[node].label, "",
-                                 port).start()
-        except OSError as e:
-            print(f"error: launcher=manual: this host's meeting point (port {port}, derived from the run id) could "
-                  f"not open: {e}; hint: another `run` of this run id on this machine?", file=sys.stderr)
-            return LaunchOutcome(code=exits.INVALID)
-        zygote = Zygote.start()
-        self._round = this = Round(plan=self.plan, paths=self.paths, environment=self.environment, point=point,
-                                   zygote=zygote, node=node, first=True)
-        try:
-            with handling((signal.SIGINT, signal.SIGTERM), lambda signum, _frame: this.stopped.append(signum)):
-                return self._stand_by() if node >= len(self.plan.job.hosts) else AttemptsOnHosts(self).run()
+            with handling((signal.SIGINT, signal.SIGTERM), lambda signum, _frame: stopped.append(signum)):
+                endpoints, member = self._etcd(node)
+                decider = Decider(Etcd(endpoints), self.paths.run_id, machines[node].label,
+                                  "host" if node < len(job.hosts) else "spare", spec.launcher.manual.keepalive_s)
+                refused = self._join(decider, member, stopped)
+                if refused is not None:
+                    return refused
+                zygote = Zygote.start()
+                self._round = Round(plan=self.plan, paths=self.paths, environment=self.environment, decider=decider,
+                                    zygote=zygote, node=node, stopped=stopped)
+                try:
+                    return self._stand_by() if node >= len(job.hosts) else AttemptsOnHosts(self).run()
+                finally:
+                    zygote.close()
+                    decider.leave()
+                    if member is not None:
+                        _linger(decider, self._round.come_s())
         finally:
-            zygote.close()
-            point.close()
+            if member is not None:
+                member.stop()
+
+    def _etcd(self, node: int) -> tuple[list[str], OwnMember | None]:
+        """Where this host's decisions are made: the user's etcd, or the job's own, whose member here it starts."""
+        job = self.plan.job
+        if job.spec.launcher.manual.etcd:
+            return list(job.spec.launcher.manual.etcd), None
+        cluster = OwnCluster.of(job)
+        member = OwnMember(cluster, node, self.paths.root / "etcd.log")
+        print(f"manual: this host's member of the job's etcd ({cluster.names[node]}, {cluster.size} members) on port "
+              f"{cluster.client_port}", file=sys.stderr, flush=True)
+        return cluster.endpoints, member
+
+    def _join(self, decider: Decider, member: OwnMember | None, stopped: list[int]) -> LaunchOutcome | None:
+        """This host in the job's etcd, once a majority of its members is up (within init.timeout_s: the hosts are
+        started by hand); refused: why not."""
+        timeout_s = self.plan.job.spec.init.timeout_s
+        if member is not None:
+            why = member.serving(timeout_s)
+            if why is not None:
+                print(f"error: launcher=manual: {why}", file=sys.stderr)
+                return LaunchOutcome(code=exits.FAILED, cause=why)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                decider.join()
+                return None
+            except EtcdError as e:
+                if stopped or time.monotonic() > deadline:
+                    why = f"the job's etcd ({', '.join(decider.etcd.endpoints)}) did not answer: {e}"
+                    print(f"error: launcher=manual: {why}", file=sys.stderr)
+                    return LaunchOutcome(code=exits.from_signal(stopped[0]) if stopped else exits.FAILED, cause=why)
+                time.sleep(1.0)
 
     def _stand_by(self) -> LaunchOutcome:
-        """A spare's `run`: ready until called in (then its rounds, from the attempt it was called to), or until the
-        job ends without it."""
+        """A spare's `run`: ready until a decision takes it in (then its rounds, from that attempt), or until the job
+        ends without it."""
         assert self._round is not None
         this, spec = self._round, self.plan.job.spec
-        windows = this.windows()
-        called = stand_by(this.point, [*this.peers, *this.spares], spec.launcher.manual.keepalive_s,
-                          windows.come_s + windows.silent_s, spec.init.timeout_s, this.stopped)
+        called = stand_by(this.decider, this.stopped, spec.init.timeout_s)
         if isinstance(called, NotCalled):
-            print(f"manual: spare {this.point.label}: {called.why}", file=sys.stderr, flush=True)
+            print(f"manual: spare {this.decider.label}: {called.why}", file=sys.stderr, flush=True)
             if this.stopped:
                 return LaunchOutcome(code=exits.from_signal(this.stopped[0]), signalled=this.stopped[0])
             return LaunchOutcome(code=exits.OK if called.job_done else exits.FAILED,
@@ -205,7 +266,7 @@ class ManualLauncher(Launcher):
         listed = {h.name or h.addr: h for h in (*(spec.topology.hosts or ()), *(spec.topology.spares or ()))}
         membership = Membership(tuple(listed[label] for label in called.hosts),
                                 tuple(listed[label] for label in called.spares), Membership.of(spec).min_nodes)
-        print(f"manual: spare {this.point.label} called in: attempt {called.attempt + 1} on {len(called.hosts)} "
+        print(f"manual: spare {this.decider.label} taken in: attempt {called.attempt + 1} on {len(called.hosts)} "
               f"host(s) ({', '.join(called.hosts)})", file=sys.stderr, flush=True)
         return AttemptsOnHosts(self.on(membership.spec(spec, called.attempt), called.attempt)).run()
 
@@ -224,11 +285,45 @@ class ManualLauncher(Launcher):
         paths = dataclasses.replace(self.paths, attempt=attempt)
         following = ManualLauncher(plan=self.plan_for(job, paths), paths=paths, invocation=self.invocation,
                                    environment=self.environment)
-        label = self._round.point.label
+        label = self._round.decider.label
         node = next(h.index for h in job.hosts if h.label == label)
-        following._round = dataclasses.replace(self._round, plan=following.plan, paths=paths, node=node, first=False)
+        following._round = dataclasses.replace(self._round, plan=following.plan, paths=paths, node=node)
         return following
 
     def check(self, with_spares: bool = False) -> LaunchOutcome | None:
-        """Nothing to check before a round: the hosts that go on came to the meeting."""
+        """Nothing to check before a round: the hosts that go on ended the last one alive."""
         return None
+
+
+def _linger(decider: Decider, most_s: float) -> None:
+    """This host's member of the job's own etcd stays up until the other hosts have left it too (their member keys
+    gone), at most ``most_s``: a host still ending its share needs the majority of members that decides."""
+    deadline = time.monotonic() + most_s
+    while time.monotonic() < deadline:
+        try:
+            if not decider.alive():
+                return
+        except EtcdError:
+            return
+        time.sleep(1.0)
+
+
+def _etcd_problems(job: Job, probe: MachineProbe) -> Iterator[Problem]:
+    """A job that outlives its hosts decides in etcd: the user's, or the job's own, which needs the etcd program and
+    a majority of its members up, so the job cannot go on below that (a partition's smaller side never decides)."""
+    elastic = elasticity(job)
+    if not elastic.enabled or job.spec.launcher.manual.etcd:
+        return
+    if not probe.program_found(ETCD):
+        yield Problem("launcher.manual.etcd", f"the job's own etcd needs the `{ETCD}` program on every host and spare "
+                                              f"(a member each), and it is not found here",
+                      f"install it (Debian: apt-get install etcd-server), or name an etcd of yours: "
+                      f"launcher.manual.etcd=[host:port]")
+    own = OwnCluster.of(job)
+    if elastic.min_nodes < own.floor:
+        yield Problem("topology.min_nodes", f"{elastic.min_nodes} with the job's own etcd: it has a member on each of "
+                                            f"the {own.size} host(s) and spare(s) and decides while {own.floor} of "
+                                            f"{own.size} are up ({own.size} // 2 + 1), so the job cannot go on with "
+                                            f"fewer than {own.floor} host(s)",
+                      f"topology.min_nodes={own.floor}, or name an etcd of yours that outlives the hosts "
+                      f"(launcher.manual.etcd=[host:port]), which lets the job go on down to any number")

@@ -102,20 +102,48 @@ def test_several_hosts_need_names_and_a_master() -> None:
     assert unnamed.find("topology.hosts", "launcher=manual must know every host, but host(s) [0, 1] have no name")
 
 
-def test_the_dry_run_says_how_a_job_that_outlives_its_hosts_goes_on_and_finds_a_host_lost() -> None:
-    """With topology.min_nodes: the commands, then what each host's `run` does (runner.launchers.manual.rounds)."""
-    from runner.launchers.manual.meeting import meeting_port
+def test_the_dry_run_says_how_a_job_that_outlives_its_hosts_goes_on_where_it_decides_and_finds_a_host_lost() -> None:
+    """With topology.min_nodes: the commands, then what each host's `run` does (runner.launchers.manual.rounds), in
+    the job's own etcd or in the user's."""
+    from runner.launchers.elastic.etcd_member import OwnCluster
 
-    chosen = launcher(*hosts_override(*({"name": n, "devices": 1} for n in "abc")), "init=tcp", "topology.min_nodes=2",
-                      "launcher.max_restarts=3", "launcher.manual.keepalive_s=3")
+    overrides = (*hosts_override(*({"name": n, "devices": 1} for n in "abc")), "init=tcp", "topology.min_nodes=2",
+                 "launcher.max_restarts=3", "launcher.manual.keepalive_s=3")
+    chosen = launcher(*overrides)
+    own = OwnCluster.of(chosen.plan.job)
     said = [c.host for c in chosen.request().commands if c.argv is None]
     assert said == [
         "a lost host ends the attempt; the job restarts from the last checkpoint on the hosts that remain, while at "
         "least 2 of 3 do (topology.min_nodes)",
-        f"each host's `run` serves a meeting point on port {meeting_port('R1')} (derived from the run id) and asks its "
-        f"peers' every 3 s (launcher.manual.keepalive_s): a peer silent for 12 s, or whose point refuses, is lost; "
-        f"after an attempt ends the hosts meet at the first that answers, and more than half of them go on"]
+        f"who goes on after a loss is decided in the job's own etcd: a member started by each host's and spare's `run` "
+        f"(3: a, b, c; clients on port {own.client_port}, peers on {own.peer_port}, derived from the run id), one "
+        f"decision per attempt, made once (a compare-and-swap), which every host follows; it decides while 2 of its 3 "
+        f"members are up, so the job goes on down to 2 host(s)",
+        "each host's `run` keeps a lease in etcd alive every 3 s (launcher.manual.keepalive_s): a host whose lease "
+        "expires (12 s without a keepalive: its `run`, machine or network gone) is lost, and its peers end the attempt"]
+    users = [c.host for c in launcher(*overrides, "launcher.manual.etcd=[10.0.0.9:2379]").request().commands
+             if c.argv is None]
+    assert users[1].startswith("who goes on after a loss is decided in your etcd (10.0.0.9:2379): one decision per "
+                               "attempt")
     assert not [c for c in launcher(*NAMED).request().commands if c.argv is None]  # without it: the commands alone
+
+
+def test_the_job_s_own_etcd_sets_the_floor_and_needs_its_program() -> None:
+    """Two hosts, topology.min_nodes=1: the job's own etcd needs both of its members, so it cannot go on with one:
+    refused with the numbers (an etcd of the user's lets it); no etcd program here: refused with the way out."""
+    two = (*hosts_override({"name": "a", "devices": 1}, {"name": "b", "devices": 1}), "launcher=manual", "device=cpu",
+           "init=tcp", "topology.min_nodes=1", "launcher.max_restarts=1")
+    problem = validate(two).find("topology.min_nodes", "with the job's own etcd")
+    assert problem is not None and problem.message == (
+        "1 with the job's own etcd: it has a member on each of the 2 host(s) and spare(s) and decides while 2 of 2 are "
+        "up (2 // 2 + 1), so the job cannot go on with fewer than 2 host(s)")
+    assert "launcher.manual.etcd=[host:port]" in problem.hint
+    assert validate((*two, "launcher.manual.etcd=[10.0.0.9:2379]")).valid
+    three = (*hosts_override(*({"name": n, "devices": 1} for n in "abc")), "launcher=manual", "device=cpu", "init=tcp",
+             "topology.min_nodes=2", "launcher.max_restarts=1")
+    missing = validate(three, programs=frozenset())
+    assert missing.find("launcher.manual.etcd", "needs the `etcd` program on every host") is not None
+    assert validate((*two, "launcher.manual.etcd=[not a host:x]")).find("launcher.manual.etcd[0]", "is not host:port")
 
 
 def test_a_spare_gets_a_command_of_its_own_and_is_a_host_this_machine_may_be() -> None:

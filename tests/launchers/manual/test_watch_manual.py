@@ -1,103 +1,78 @@
-"""runner.launchers.manual.watch: a host's watch of its peers' meeting points (real points on loopback addresses),
-each waited for by its event with a deadline: a peer whose point goes is lost once, with how it went; one never seen
-(not started yet) is not; one that said farewell is not."""
+"""runner.launchers.manual.watch: a host's watch of its peers' leases in a real etcd (tests/etcd_fixtures.py), one
+look at a time: a peer whose lease is gone is lost once; this host is out where its own lease is gone or a decision
+for the next attempt exists without it; nobody is lost once the job is over."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from runner.launchers.manual.meeting import MeetingPoint, Peer, say_farewell
-from runner.launchers.manual.watch import BEATS_MISSED, PeerWatch
+from etcd_fixtures import local_etcd
+from runner.launchers.elastic.decisions import Decider, Decision
+from runner.launchers.elastic.etcd import Etcd
+from runner.launchers.manual.watch import LeaseWatch
+from runs import wait_until
 
-pytestmark = pytest.mark.unit
 
-EVERY_S = 0.1
-
-
-class Heard:
-    """What a watch said: each lost peer's label and why, and an event once one came."""
-
-    def __init__(self) -> None:
-        self.lost: list[tuple[str, str]] = []
-        self.event = threading.Event()
-
-    def __call__(self, label: str, why: str) -> None:
-        self.lost.append((label, why))
-        self.event.set()
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    with local_etcd() as found:
+        yield found
 
 
 @pytest.fixture
-def pair() -> Iterator[tuple[MeetingPoint, MeetingPoint]]:
-    run_id = f"w{uuid.uuid4().hex[:8]}"
-    a = MeetingPoint(run_id, "a", "127.0.0.21", 0).start()
-    b = MeetingPoint(run_id, "b", "127.0.0.22", a.port).start()
-    yield a, b
-    for point in (a, b):
-        try:
-            point.close()
-        except OSError:
-            pass
+def three(endpoint) -> Iterator[dict[str, Decider]]:
+    run_id = f"w{uuid.uuid4().hex[:6]}"
+    found = {h: Decider(Etcd([endpoint]), run_id, h, "host", every_s=0.2) for h in "abc"}
+    for d in found.values():
+        d.join()
+    yield found
+    for d in found.values():
+        d.leave()
 
 
-PEERS = [Peer("a", "127.0.0.21"), Peer("b", "127.0.0.22")]
+def watch_of(deciders: dict[str, Decider], lost: list) -> LeaseWatch:
+    return LeaseWatch(deciders["a"], ["a", "b", "c"], 0, lambda h, why: lost.append((h, why)), lambda why: None)
 
 
-def test_a_peer_whose_point_goes_is_lost_once_with_its_point_refusing(pair) -> None:
-    a, b = pair
-    heard = Heard()
-    watch = PeerWatch(a, PEERS, EVERY_S, heard, seen=False).start()
-    try:
-        assert watch.silent_s == BEATS_MISSED * EVERY_S
-        deadline = time.monotonic() + 10
-        while "b" not in watch.heard:  # the watch hears b once: from then on b's silence counts
-            assert time.monotonic() < deadline, "a never heard b"
-            time.sleep(EVERY_S)
-        b.close()
-        assert heard.event.wait(10 * watch.silent_s), "b never found lost"
-    finally:
-        watch.stop()
-    assert heard.lost == [("b", "its `run` is gone (its meeting point refuses)")]  # two refusals, not 4 intervals
+def test_a_peer_whose_lease_is_gone_is_lost_once_with_why(three) -> None:
+    lost: list = []
+    watch = watch_of(three, lost)
+    assert watch.look() is None and lost == []
+    three["c"].leave()
+    assert watch.look() is None and watch.look() is None
+    assert lost == [("c", "its lease in the job's etcd expired (2 s without a keepalive): its `run`, its machine or "
+                          "its network is gone")]
 
 
-def test_a_peer_never_seen_is_not_lost(pair) -> None:
-    a, _ = pair
-    heard = Heard()
-    watch = PeerWatch(a, [*PEERS[:1], Peer("c", "127.0.0.23")], EVERY_S, heard, seen=False).start()  # c never started
-    assert not heard.event.wait(3 * watch.silent_s)
+def test_a_decision_without_this_host_puts_it_out(three) -> None:
+    watch = watch_of(three, [])
+    three["b"].etcd.create(three["b"].keys.attempt(1), Decision(attempt=1, hosts=("b", "c"), by="b").document())
+    assert watch.look() == "the other hosts went on to attempt 2 (b, c) without this host's share of attempt 1"
+
+
+def test_this_hosts_lease_gone_puts_it_out(three) -> None:
+    a = three["a"]
+    a.etcd.revoke(a.lease)
+    watch = watch_of(three, [])
+    wait_until(lambda: watch.look() is not None, 10, "a's watch finding a out")
+    assert watch.look().startswith("this host's lease in the job's etcd expired")
+
+
+def test_once_the_job_is_over_a_peer_that_goes_is_no_loss(three) -> None:
+    lost: list = []
+    watch = watch_of(three, lost)
+    three["b"].say_over("done")
+    three["b"].leave()
+    assert watch.look() is None and lost == []
+
+
+def test_the_watch_thread_says_a_loss_and_stops(three) -> None:
+    lost: list = []
+    watch = watch_of(three, lost).start()
+    three["c"].leave()
+    wait_until(lambda: lost, 10, "the watch saying c lost")
     watch.stop()
-    assert heard.lost == [] and "c" not in watch.heard
-
-
-def test_a_peer_that_said_farewell_is_not_lost_when_its_point_goes(pair) -> None:
-    a, b = pair
-    heard = Heard()
-    say_farewell(b, PEERS)  # b's share ended well: a's point has its farewell
-    b.close()
-    watch = PeerWatch(a, PEERS, EVERY_S, heard, seen=True).start()
-    assert not heard.event.wait(3 * watch.silent_s)
-    watch.stop()
-    assert heard.lost == [] and a.farewells == {"b"}
-
-
-def test_peers_taken_as_seen_are_lost_even_if_never_heard_and_a_silent_one_after_four_intervals(pair) -> None:
-    a, _ = pair
-    heard = Heard()
-    with socket.create_server(("127.0.0.24", a.port)):  # d accepts and never answers: silent, not refusing
-        peers = [*PEERS[:1], Peer("c", "127.0.0.23"), Peer("d", "127.0.0.24")]
-        watch = PeerWatch(a, peers, EVERY_S, heard, seen=True).start()
-        try:
-            wait_for = time.monotonic() + 20 * watch.silent_s
-            while len(heard.lost) < 2:
-                assert heard.event.wait(max(0.0, wait_for - time.monotonic())), heard.lost
-                heard.event.clear()
-        finally:
-            watch.stop()
-    assert sorted(heard.lost) == [("c", "its `run` is gone (its meeting point refuses)"),
-                                  ("d", "no answer for 0.4 s (launcher.manual.keepalive_s=0.1): its machine or "
-                                        "network is gone")]
+    assert [h for h, _ in lost] == ["c"]

@@ -1,0 +1,287 @@
+"""Who is in each attempt of a launcher=manual job that outlives its hosts, decided in etcd, where it cannot split.
+
+No `run` holds such a job: each host's `run` runs its own share, and they must agree, after an attempt ends, on who
+goes on. They agree through etcd (runner.launchers.elastic.etcd: the job's own members, or the user's), whose writes
+need a majority of its members: a side of a partition without that majority can neither decide nor learn a
+decision, and ends. Under the prefix of the run id and the launch (:class:`Keys`):
+
+* ``member/<host>`` — put with the host's lease, which its `run` keeps alive every ``launcher.manual.keepalive_s``;
+  the lease lasts :data:`BEATS_MISSED` intervals. A host whose key is gone is lost (its `run`, machine or network);
+* ``ended/<k>/<host>`` — the host's share of attempt k ended (``failed``, or ``leaving``: SIGTERM to its `run`);
+* ``attempt/<k+1>`` — **the decision** for the next attempt, made once: every host of attempt k that ended it tries to
+  create it (one transaction: create only where absent) with what it sees, once every host of attempt k ended it,
+  is gone, or did not end it within the come window; the first wins, and every host follows the decision that
+  exists, never its own. The decision is the one model of rounds' (runner.launchers.elastic.membership): the hosts
+  that came, in order, then the spares alive in the lost hosts' places; the job ends where fewer than
+  topology.min_nodes remain;
+* ``over`` — the job ended on a host (done, stopped): a spare standing by stops, no peer counts as lost any more.
+
+A launch of the run id is a number of its own (``launch/<n>``, made with its first host's member key in one
+transaction): a relaunch after the last launch ended, or after every host of it is gone, starts the next one, so
+no key of an earlier launch is read as this one's.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from runner.launchers.elastic.etcd import Etcd, EtcdError
+from runner.launchers.elastic.membership import Membership
+from runner.spec.schema import HostConfig
+
+BEATS_MISSED = 4  # keepalive intervals a host's lease outlives its last keepalive by: then it is lost
+LOOK_S = 0.25  # how often a decider looks at etcd again while it waits
+
+
+class Keys:
+    """The keys of one launch of run ``run_id``."""
+
+    def __init__(self, run_id: str, launch: int) -> None:
+        self.run = f"/runner/{run_id}/"
+        self.launch = launch
+        self.root = f"{self.run}launch/{launch}/"
+
+    def member(self, label: str = "") -> str:
+        return f"{self.root}member/{label}"
+
+    def ended(self, attempt: int, label: str = "") -> str:
+        return f"{self.root}ended/{attempt}/{label}"
+
+    def attempt(self, attempt: int) -> str:
+        return f"{self.root}attempt/{attempt}"
+
+    @property
+    def over(self) -> str:
+        return f"{self.root}over"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The hosts of ``attempt`` (in node order), the spares still kept, those that took lost hosts' places, the lost
+    hosts and why, the spares passed over (found gone), or why the job ends (``ended``); ``by``: the host that wrote
+    it."""
+
+    attempt: int
+    hosts: tuple[str, ...]
+    spares: tuple[str, ...] = ()
+    taken: tuple[str, ...] = ()
+    lost: dict[str, str] = field(default_factory=dict)
+    spares_gone: tuple[str, ...] = ()
+    ended: str | None = None
+    by: str = ""
+
+    def document(self) -> str:
+        return json.dumps({**asdict(self), "hosts": list(self.hosts), "spares": list(self.spares),
+                           "taken": list(self.taken), "spares_gone": list(self.spares_gone)}, sort_keys=True)
+
+    @classmethod
+    def of(cls, text: str) -> Decision:
+        doc = json.loads(text)
+        return cls(attempt=int(doc["attempt"]), hosts=tuple(doc["hosts"]), spares=tuple(doc.get("spares", ())),
+                   taken=tuple(doc.get("taken", ())), lost=dict(doc.get("lost", {})),
+                   spares_gone=tuple(doc.get("spares_gone", ())), ended=doc.get("ended"), by=doc.get("by", ""))
+
+
+def decide(membership: Membership, attempt: int, came: list[str], why_lost: dict[str, str], alive: set[str],
+           by: str) -> Decision:
+    """The decision for the attempt after ``attempt`` of ``membership``'s hosts, where ``came`` ended it and are alive,
+    the others are lost (``why_lost``), and ``alive`` says which spares are up: the one model of rounds'
+    (:meth:`Membership.after_loss`), with the spares that are not up passed over."""
+    names = membership.names
+    lost = {names.index(h): why for h, why in why_lost.items()}
+    if not lost:
+        return Decision(attempt=attempt + 1, hosts=names, spares=_labels(membership.spares), by=by)
+    gone = tuple(s for s in _labels(membership.spares) if s not in alive)
+    chosen = membership.without_spares(gone).after_loss(lost)
+    if isinstance(chosen, str):
+        return Decision(attempt=attempt + 1, hosts=(), lost=why_lost, spares_gone=gone, ended=chosen, by=by)
+    after, taken = chosen
+    return Decision(attempt=attempt + 1, hosts=after.names, spares=_labels(after.spares), taken=_labels(taken),
+                    lost=why_lost, spares_gone=gone, by=by)
+
+
+def _labels(hosts: tuple[HostConfig, ...]) -> tuple[str, ...]:
+    return tuple(h.name or str(h.addr) for h in hosts)
+
+
+class Decider:
+    """This host's part in the job's decisions: its member key and lease, its word that an attempt ended, the
+    decision it follows. ``label``: this host's; ``role``: ``host`` or ``spare``; ``every_s``: the keepalive
+    interval."""
+
+    def __init__(self, etcd: Etcd, run_id: str, label: str, role: str, every_s: float) -> None:
+        self.etcd, self.run_id, self.label, self.role, self.every_s = etcd, run_id, label, role, every_s
+        self.ttl_s = max(2, round(BEATS_MISSED * every_s))
+        self.lease: int | None = None
+        self.keys: Keys | None = None
+        self.reached = time.monotonic()  # when etcd last answered this host
+        self.out: str | None = None  # why this host is out of the job (its lease gone), once it is
+        self._stop = threading.Event()
+        self._beating: threading.Thread | None = None
+
+    # -- joining and leaving --------------------------------------------------------------------------------------------
+    def join(self) -> Keys:
+        """This host's member key, with a lease of its own, in the launch that runs (or a new one: the module
+        docstring)."""
+        self.lease = self.etcd.grant(self.ttl_s)
+        me = json.dumps({"role": self.role})
+        while True:
+            launch = self._running_launch()
+            keys = Keys(self.run_id, launch)
+            created, _ = self.etcd.create(f"{keys.run}launch/{launch}", self.label,  # the launch and its first host
+                                          also=[(keys.member(self.label), me, self.lease)])
+            if created or self._live(keys):
+                self.etcd.put(keys.member(self.label), me, self.lease)
+                self.keys = keys
+                self._beating = threading.Thread(target=self._beat, name="runner-etcd-keepalive", daemon=True)
+                self._beating.start()
+                return keys
+
+    def _running_launch(self) -> int:
+        """The newest launch of the run id if it runs (not over, a host alive in it), else the one after."""
+        prefix = f"/runner/{self.run_id}/launch/"
+        found = [int(k[len(prefix):]) for k in self.etcd.prefix(prefix) if k[len(prefix):].isdigit()]
+        if not found:
+            return 0
+        newest = max(found)
+        return newest if self._live(Keys(self.run_id, newest)) else newest + 1
+
+    def _live(self, keys: Keys) -> bool:
+        return self.etcd.get(keys.over) is None and bool(self.etcd.prefix(keys.member()))
+
+    def leave(self) -> None:
+        """This host's member key goes now (its lease revoked, its keepalives stopped); nothing where etcd cannot be
+        reached."""
+        self._stop.set()
+        if self._beating is not None:
+            self._beating.join()
+        if self.lease is not None:
+            try:
+                self.etcd.revoke(self.lease)
+            except EtcdError:
+                pass
+
+    # -- from joining to leaving --------------------------------------------------------------------------------------
+    def _beat(self) -> None:
+        """This host's lease kept alive every ``every_s`` from :meth:`join` to :meth:`leave` (while a share runs, and
+        while it waits for a decision), until it is out (:attr:`out`: its lease expired, or etcd has not answered for
+        the lease's time)."""
+        while not self._stop.wait(self.every_s):
+            why = self.beat()
+            if why is not None:
+                self.out = why
+                return
+
+    def beat(self) -> str | None:
+        """Keep this host's lease alive once; None, or why this host is out of the job."""
+        assert self.lease is not None
+        try:
+            left = self.etcd.keepalive(self.lease)
+        except EtcdError as e:
+            if time.monotonic() - self.reached >= self.ttl_s:
+                return f"the job's etcd has not answered this host for {self.ttl_s} s ({e})"
+            return None
+        self.reached = time.monotonic()
+        if left > 0:
+            return None
+        try:  # a member behind the others may answer so: the lease is gone only where a majority reads its key gone
+            if self.keys is not None and self.etcd.get(self.keys.member(self.label)) is not None:
+                return None
+        except EtcdError:
+            return None  # (the silence rule says when too long is too long)
+        return f"this host's lease in the job's etcd expired ({self.ttl_s} s without a keepalive)"
+
+    def alive(self) -> set[str]:
+        """The hosts and spares whose member key is there."""
+        assert self.keys is not None
+        prefix = self.keys.member()
+        return {k[len(prefix):] for k in self.etcd.prefix(prefix)}
+
+    def decision(self, attempt: int) -> Decision | None:
+        assert self.keys is not None
+        found = self.etcd.get(self.keys.attempt(attempt))
+        return Decision.of(found) if found is not None else None
+
+    def decisions(self) -> list[Decision]:
+        """Every decision of this launch, by attempt."""
+        assert self.keys is not None
+        return sorted((Decision.of(v) for v in self.etcd.prefix(self.keys.attempt(0)[:-1]).values()),
+                      key=lambda d: d.attempt)
+
+    def is_over(self) -> dict[str, Any] | None:
+        assert self.keys is not None
+        found = self.etcd.get(self.keys.over)
+        return json.loads(found) if found is not None else None
+
+    # -- after an attempt ---------------------------------------------------------------------------------------------
+    def say_over(self, how: str) -> None:
+        """The job ended on this host (done, stopped): said before its member key goes."""
+        assert self.keys is not None
+        try:
+            self.etcd.create(self.keys.over, json.dumps({"how": how, "by": self.label}))
+        except EtcdError:
+            pass
+
+    def say_ended(self, attempt: int, how: str, why: str = "") -> None:
+        assert self.keys is not None
+        self.etcd.put(self.keys.ended(attempt, self.label), json.dumps({"how": how, "why": why}))
+
+    def leaving(self, attempt: int) -> set[str]:
+        """The hosts that left during ``attempt`` (SIGTERM to their `run`: a preempted machine)."""
+        assert self.keys is not None
+        prefix = self.keys.ended(attempt)
+        return {k[len(prefix):] for k, v in self.etcd.prefix(prefix).items() if json.loads(v).get("how") == "leaving"}
+
+    def next_attempt(self, membership: Membership, attempt: int, come_s: float,
+                     stopped: Callable[[], bool]) -> Decision | None:
+        """The decision for the attempt after ``attempt`` (of ``membership``'s hosts): the one that exists, or, once
+        every host ended that attempt, is gone or did not end it within ``come_s``, the one this host makes, where no
+        other host made one first. None: ``stopped()`` said so while it waited. Raises EtcdError where etcd has not
+        answered for the lease's time."""
+        assert self.keys is not None
+        started = time.monotonic()
+        while True:
+            if stopped():
+                return None
+            try:
+                found = self.decision(attempt + 1)
+                if found is not None:
+                    return found
+                made = self._decide(membership, attempt, waited_s=time.monotonic() - started, come_s=come_s)
+                if made is not None:
+                    _, text = self.etcd.create(self.keys.attempt(attempt + 1), made.document())
+                    return Decision.of(text)
+                self.reached = time.monotonic()
+            except EtcdError:
+                if time.monotonic() - self.reached >= self.ttl_s:
+                    raise
+            time.sleep(LOOK_S)
+
+    def _decide(self, membership: Membership, attempt: int, waited_s: float, come_s: float) -> Decision | None:
+        """This host's decision, where it may make one now; None: a host that is up has not ended the attempt yet,
+        and the come window is not over."""
+        assert self.keys is not None
+        alive = self.alive()
+        prefix = self.keys.ended(attempt)
+        ended = {k[len(prefix):]: json.loads(v) for k, v in self.etcd.prefix(prefix).items()}
+        hosts = membership.names
+        if waited_s < come_s and any(h in alive and h not in ended for h in hosts):
+            return None
+        came, why_lost = [], {}
+        for h in hosts:
+            how = ended.get(h, {}).get("how")
+            if how == "leaving":
+                why_lost[h] = f"it left: {ended[h].get('why') or 'SIGTERM to its run'}"
+            elif h not in alive:
+                why_lost[h] = (f"its lease in the job's etcd expired ({self.ttl_s} s without a keepalive): its `run`, "
+                               f"its machine or its network is gone")
+            elif how is None:
+                why_lost[h] = f"it did not end attempt {attempt + 1} within {come_s:g} s of this host"
+            else:
+                came.append(h)
+        return decide(membership, attempt, came, why_lost, alive, self.label)

@@ -1,0 +1,122 @@
+"""The job's own etcd (runner.launchers.elastic.etcd): one member on each machine of a launcher=manual job that
+outlives its hosts, started by that machine's `run` and stopped with it, where the user names no etcd of theirs
+(``launcher.manual.etcd``).
+
+The members are the spec's hosts and spares, in that order, named by their labels, bootstrapped statically (each
+knows the others from the spec: ``--initial-cluster``), on two ports every host derives from the run id (clients,
+peers), with a data folder of this launch's own (a temporary one, removed at the end: a relaunch starts a fresh
+cluster). etcd decides while a majority of its members is up: ``floor`` members of ``size``. The member dies with
+its `run` (PR_SET_PDEATHSIG), whatever ends it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.launchers.elastic.etcd import Etcd, EtcdError
+from runner.plan.processes import port_for
+from runner.spec.job import Job
+from runner.worker.rank_process import die_with_parent
+
+ETCD = "etcd"  # the server's program (Debian's etcd-server)
+READY_S = 0.2  # how often a starting member is asked whether it serves
+
+
+@dataclass(frozen=True)
+class OwnCluster:
+    """The members of a job's own etcd: their names (the machines' labels) and addresses, and the two ports."""
+
+    names: tuple[str, ...]
+    addrs: tuple[str, ...]
+    client_port: int
+    peer_port: int
+    token: str  # the cluster's token (the run id): members of another run's cluster never join this one
+
+    @classmethod
+    def of(cls, job: Job) -> OwnCluster:
+        machines = (*job.hosts, *job.spares)
+        run_id = job.spec.run_id or ""
+        return cls(names=tuple(h.label for h in machines), addrs=tuple(str(h.reach or h.label) for h in machines),
+                   client_port=port_for(f"{run_id}.etcd"), peer_port=port_for(f"{run_id}.etcd-peers"), token=run_id)
+
+    @property
+    def size(self) -> int:
+        return len(self.names)
+
+    @property
+    def floor(self) -> int:
+        """The members that must be up for etcd to decide: a majority."""
+        return self.size // 2 + 1
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [f"{_url_host(a)}:{self.client_port}" for a in self.addrs]
+
+    def argv(self, index: int, data_dir: Path) -> list[str]:
+        """The command of member ``index`` (etcd binds IP addresses only: names are resolved here)."""
+        addr = _url_host(_ip(self.addrs[index]))
+        cluster = ",".join(f"{n}=http://{_url_host(_ip(a))}:{self.peer_port}" for n, a in zip(self.names, self.addrs))
+        return [ETCD, "--name", self.names[index], "--data-dir", str(data_dir), "--logger", "zap",
+                "--listen-client-urls", f"http://{addr}:{self.client_port}",
+                "--advertise-client-urls", f"http://{addr}:{self.client_port}",
+                "--listen-peer-urls", f"http://{addr}:{self.peer_port}",
+                "--initial-advertise-peer-urls", f"http://{addr}:{self.peer_port}",
+                "--initial-cluster", cluster, "--initial-cluster-state", "new", "--initial-cluster-token", self.token]
+
+
+def _url_host(addr: str) -> str:
+    return f"[{addr}]" if ":" in addr else addr
+
+
+def _ip(addr: str) -> str:
+    """``addr``'s IP address (itself, for an address), as this machine resolves it."""
+    try:
+        return socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)[0][4][0]
+    except OSError:
+        return addr  # (etcd says it cannot bind a name; the spec check named unresolvable hosts already)
+
+
+class OwnMember:
+    """This machine's member of the job's own etcd, from :meth:`start` to :meth:`stop`."""
+
+    def __init__(self, cluster: OwnCluster, index: int, log: Path) -> None:
+        self.cluster, self.index = cluster, index
+        self.data_dir = Path(tempfile.mkdtemp(prefix=f"runner-etcd-{cluster.names[index]}-"))
+        self.log = log
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(cluster.argv(index, self.data_dir), stdin=subprocess.DEVNULL, stdout=out,
+                                            stderr=subprocess.STDOUT, start_new_session=True,
+                                            preexec_fn=lambda: die_with_parent(signal.SIGKILL))
+
+    def serving(self, timeout_s: float) -> str | None:
+        """Wait until this member answers (it serves once a majority of the members is up: the others are started
+        by hand, when they are); None, or why not."""
+        deadline = time.monotonic() + timeout_s
+        own = Etcd([self.cluster.endpoints[self.index]], ask_s=1.0)
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return f"etcd exited {self.process.returncode} (its output: {self.log})"
+            try:
+                own.get("/runner/ready")
+                return None
+            except EtcdError:
+                time.sleep(READY_S)
+        return f"no majority of the job's etcd members ({self.cluster.floor} of {self.cluster.size}) came up within " \
+               f"{timeout_s:g} s (init.timeout_s)"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.data_dir, ignore_errors=True)

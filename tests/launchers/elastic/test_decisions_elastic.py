@@ -1,0 +1,126 @@
+"""runner.launchers.elastic.decisions: the hosts' decisions in a real etcd (tests/etcd_fixtures.py), each host a
+Decider of its own in this process: one decision per attempt whoever races for it, the hosts that came going on with
+the spares alive in the lost hosts' places, a host that left or whose lease expired lost, too few hosts ending the
+job, a launch of its own for every relaunch."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from etcd_fixtures import local_etcd
+from runner.launchers.elastic.decisions import Decider, Decision, decide
+from runner.launchers.elastic.etcd import Etcd
+from runner.launchers.elastic.membership import Membership
+from runner.spec.schema import HostConfig
+
+
+def membership(hosts: str, spares: str = "", min_nodes: int = 2) -> Membership:
+    return Membership(tuple(HostConfig(name=h) for h in hosts), tuple(HostConfig(name=s) for s in spares), min_nodes)
+
+
+@pytest.mark.unit
+def test_the_decision_is_the_rounds_model_with_the_spares_that_are_up() -> None:
+    m = membership("abc", "st")
+    assert decide(m, 0, ["a", "b", "c"], {}, set("abcst"), "a") == Decision(
+        attempt=1, hosts=("a", "b", "c"), spares=("s", "t"), by="a")
+    took = decide(m, 2, ["a", "c"], {"b": "gone"}, {"a", "c", "t"}, "c")  # spare s is down: t takes b's place
+    assert (took.attempt, took.hosts, took.taken, took.spares, took.spares_gone, took.lost) == (
+        3, ("a", "c", "t"), ("t",), (), ("s",), {"b": "gone"})
+    ended = decide(membership("abc"), 0, ["a"], {"b": "gone", "c": "gone"}, {"a"}, "a")
+    assert ended.hosts == () and ended.ended.startswith("1 host(s) left of 3, fewer than topology.min_nodes=2")
+    assert Decision.of(took.document()) == took
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    with local_etcd() as found:
+        yield found
+
+
+def hosts(endpoint: str, run_id: str, labels: str, spares: str = "") -> dict[str, Decider]:
+    """A Decider each, joined (tests leave them with :func:`leave`: every lease revoked)."""
+    found = {}
+    for label in labels + spares:
+        found[label] = Decider(Etcd([endpoint]), run_id, label, "spare" if label in spares else "host", every_s=0.5)
+        found[label].join()
+    return found
+
+
+def leave(deciders: dict[str, Decider]) -> None:
+    for d in deciders.values():
+        d.leave()
+
+
+def test_every_host_follows_the_one_decision_whoever_makes_it(endpoint) -> None:
+    """a and b ended attempt 0 and race to decide; c's lease is gone (its `run` ended without a word): both get the
+    one decision, without c, spare s in its place."""
+    run_id = f"d{uuid.uuid4().hex[:6]}"
+    d = hosts(endpoint, run_id, "abc", "s")
+    d["c"].leave()
+    for h in "ab":
+        d[h].say_ended(0, "failed")
+    got: dict[str, Decision] = {}
+    racing = [threading.Thread(target=lambda h=h: got.update({h: d[h].next_attempt(membership("abc", "s"), 0, 30,
+                                                                                    lambda: False)})) for h in "ab"]
+    for t in racing:
+        t.start()
+    for t in racing:
+        t.join()
+    assert got["a"] == got["b"] and got["a"].hosts == ("a", "b", "s") and got["a"].taken == ("s",)
+    assert "lease in the job's etcd expired" in got["a"].lost["c"]
+    assert d["s"].decisions() == [got["a"]] and d["a"].decision(1) == got["a"]
+    leave(d)
+
+
+def test_a_host_that_is_up_but_has_not_ended_its_share_is_waited_for_then_lost(endpoint) -> None:
+    run_id = f"w{uuid.uuid4().hex[:6]}"
+    d = hosts(endpoint, run_id, "abc")
+    d["a"].say_ended(0, "failed")
+    d["c"].say_ended(0, "leaving", "SIGTERM to its run")
+    made = d["a"].next_attempt(membership("abc"), 0, 1.0, lambda: False)  # b stays up, silent: lost after 1 s
+    assert made.hosts == () and made.ended is not None  # 1 of 3 left: the job ends
+    assert made.lost == {"b": "it did not end attempt 1 within 1 s of this host", "c": "it left: SIGTERM to its run"}
+    assert d["b"].leaving(0) == {"c"}
+    leave(d)
+
+
+def test_a_stop_while_waiting_ends_the_wait_and_every_host_that_ended_it_restarts_together(endpoint) -> None:
+    run_id = f"s{uuid.uuid4().hex[:6]}"
+    d = hosts(endpoint, run_id, "ab")
+    d["a"].say_ended(0, "failed")
+    assert d["a"].next_attempt(membership("ab"), 0, 30, lambda: True) is None
+    d["b"].say_ended(0, "failed")
+    assert d["a"].next_attempt(membership("ab"), 0, 30, lambda: False).hosts == ("a", "b")
+    leave(d)
+
+
+def test_a_host_whose_lease_is_gone_learns_it_is_out(endpoint) -> None:
+    run_id = f"o{uuid.uuid4().hex[:6]}"
+    d = hosts(endpoint, run_id, "ab")
+    d["b"].etcd.revoke(d["b"].lease)
+    from runs import wait_until
+
+    wait_until(lambda: d["b"].out is not None, 10, "b's keepalive finding its lease gone")
+    assert d["b"].out.startswith("this host's lease in the job's etcd expired") and d["a"].alive() == {"a"}
+    leave(d)
+
+
+def test_a_relaunch_after_the_job_ended_or_every_host_left_is_a_launch_of_its_own(endpoint) -> None:
+    run_id = f"r{uuid.uuid4().hex[:6]}"
+    first = hosts(endpoint, run_id, "ab")
+    assert {d.keys.launch for d in first.values()} == {0}
+    first["a"].say_over("done")
+    for d in first.values():
+        d.leave()
+    again = hosts(endpoint, run_id, "ab")
+    assert {d.keys.launch for d in again.values()} == {1}  # launch 0 is over
+    for d in again.values():
+        d.leave()  # gone without a word (killed): launch 1 has no host left
+    third = hosts(endpoint, run_id, "a")
+    assert third["a"].keys.launch == 2
+    third["a"].leave()
+
