@@ -38,7 +38,8 @@ from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
 from runner.spec.schema import TaskMode
 from runner.spec.targets import TargetProblem
-from runner.launchers.slurm.rounds import BEATS_MISSED, read_holder_beat
+from runner.launchers.elastic.liveness import BEATS_MISSED
+from runner.launchers.slurm.rounds import read_holder_beat
 from runner.worker.agent_reports import Alive, say_report
 from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
 from runner.worker.share import HostShare

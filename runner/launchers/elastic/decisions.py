@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runner.launchers.elastic.etcd import Etcd, EtcdError
+from runner.launchers.elastic.liveness import BEATS_MISSED, silent_after_s
 from runner.launchers.elastic.membership import Membership
 from runner.spec.schema import HostConfig
 
-BEATS_MISSED = 4  # keepalive intervals a host's lease outlives its last keepalive by: then it is lost
 LOOK_S = 0.25  # how often a decider looks at etcd again while it waits
 
 
@@ -116,7 +116,7 @@ class Decider:
 
     def __init__(self, etcd: Etcd, run_id: str, label: str, role: str, every_s: float) -> None:
         self.etcd, self.run_id, self.label, self.role, self.every_s = etcd, run_id, label, role, every_s
-        self.ttl_s = max(2, round(BEATS_MISSED * every_s))
+        self.ttl_s = max(2, round(silent_after_s(every_s)))  # the lease outlives the last keepalive by as long
         self.lease: int | None = None
         self.keys: Keys | None = None
         self.reached = time.monotonic()  # when etcd last answered this host
@@ -124,7 +124,7 @@ class Decider:
         self._stop = threading.Event()
         self._beating: threading.Thread | None = None
 
-    # -- joining and leaving --------------------------------------------------------------------------------------------
+    # -- joining and leaving ------------------------------------------------------------------------------------------
     def join(self) -> Keys:
         """This host's member key, with a lease of its own, in the launch that runs (or a new one: the module
         docstring)."""

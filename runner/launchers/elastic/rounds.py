@@ -5,12 +5,13 @@ A round is one launch of the job's shares on one set of hosts, to its end: under
 over ssh by the launching `run`, their output relayed, their records taken back (runner.launchers.ssh.launcher); under
 launcher=slurm an srun step of the allocation (runner.launchers.slurm.rounds); under launcher=manual this host's share,
 run by this host's `run` as every other host's runs its own, the hosts deciding the next attempt in etcd
-(runner.launchers.manual.rounds, runner.launchers.elastic.decisions). A round that ends with a host lost (its ssh session gone or silent; its Slurm task
-silent, or its node out of the allocation; its lease in etcd expired) has already ended the attempt on every
-other host; then the next round starts at the next attempt on the hosts
+(runner.launchers.manual.rounds, runner.launchers.elastic.decisions). A round that ends with a host lost (what lost
+means: runner.launchers.elastic.liveness; its ssh session gone or silent; its Slurm task silent, or its node out of the
+allocation; its lease in etcd expired) has already ended the attempt on every other host; then the next round starts
+at the next attempt on the hosts
 :class:`~runner.launchers.elastic.membership.Membership` chooses (the survivors, renumbered, then spares in the lost
 hosts' places), checked again, with a rendezvous of its own on the new host 0. The ranks resume from the last
-checkpoint, which every host kept (runner.training.context). Each change is a line of membership.jsonl
+checkpoint: the newest complete copy any host holds (runner.training.copies). Each change is a line of membership.jsonl
 (runner.records.membership), written once the next attempt's first step is seen (or the round ends without one).
 The job ends with the first round that ends without a loss, on a signal, with fewer than topology.min_nodes hosts
 left, or once launcher.max_restarts attempts are used; nothing of a round is left when the next starts.

@@ -19,7 +19,8 @@ from typing import Any
 from runner.common import exits
 from runner.common.signals import handling
 from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
-from runner.launchers.elastic.decisions import BEATS_MISSED, Decider
+from runner.launchers.elastic.decisions import Decider
+from runner.launchers.elastic.liveness import BEATS_MISSED
 from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.etcd_member import ETCD, OwnCluster, OwnMember
 from runner.launchers.elastic.membership import Membership, job_on

@@ -44,6 +44,7 @@ from runner.common import exits
 from runner.common.signals import handling
 from runner.environments.slurm import expand_hostnames
 from runner.launchers.base import LaunchOutcome
+from runner.launchers.elastic.liveness import BEATS_MISSED, silent_after_s
 from runner.launchers.elastic.membership import job_on
 from runner.launchers.elastic.rounds import Ended
 from runner.plan.processes import Plan
@@ -53,7 +54,6 @@ from runner.spec.job import Job
 from runner.spec.schema import HostConfig, JobConfig
 from runner.worker.agent_reports import AgentReport, parse_report
 
-BEATS_MISSED = 4  # keepalive intervals a task may be silent before its node is lost
 SLURM_ASKED_EVERY_S = 5.0  # how often Slurm is asked which nodes the job still has
 STEP_END_WAIT_S = 15.0  # after srun's SIGTERM, how long it may wait for a lost node before it is killed
 TICK_S = 0.2
@@ -217,7 +217,7 @@ class Step:
                  nodes_of_job: Callable[[str], set[str] | None] = nodes_of_job) -> None:
         self.round, self.on_report, self.nodes_of_job = round_, on_report, nodes_of_job
         spec = round_.plan.job.spec
-        self.silent_after_s = BEATS_MISSED * max(1, spec.launcher.slurm.keepalive_s)
+        self.silent_after_s = silent_after_s(max(1, spec.launcher.slurm.keepalive_s))
         self.stop_signal = round_.plan.rules.stop_signal
         self.heard = _Heard()
         self.lines: queue.Queue[AgentReport | None] = queue.Queue()

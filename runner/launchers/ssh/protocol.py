@@ -24,7 +24,10 @@ from typing import IO
 
 from runner.worker.channel_records import JobFailure
 
-BEATS_MISSED = 4  # beats a host may miss before it takes the launching `run` as gone (ssh's own count, and one more)
+from runner.launchers.elastic.liveness import BEATS_MISSED  # beats a host may miss before it takes the launching `run`
+# as gone (ssh's own count, and one more)
+
+__all__ = ["BEATS_MISSED"]
 
 
 class ProtocolError(Exception):
