@@ -30,7 +30,8 @@ from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
 from runner.launchers.ssh.protocol import BEATS_MISSED, EndJob, PassSignal, ProtocolError, parse, read_spec
 from runner.records.paths import RunPaths
-from runner.worker.agent_reports import say_report
+from runner.spec.elastic import declares_elasticity
+from runner.worker.agent_reports import Leaving, say_report
 from runner.spec.document import load_spec_text, spec_yaml
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
@@ -93,6 +94,7 @@ class DriverWatch:
         self.beat_s = beat_s
         self.heard = time.monotonic()
         self._gone = threading.Lock()
+        self.driver_signalled = False  # the signals that reach this process now come from the launching `run`
 
     def start(self) -> None:
         threading.Thread(target=self._read, name="runner-ssh-stdin", daemon=True).start()
@@ -104,6 +106,7 @@ class DriverWatch:
             self.heard = time.monotonic()
             message = parse(line)
             if isinstance(message, PassSignal):
+                self.driver_signalled = True
                 os.kill(os.getpid(), message.signum)
             elif isinstance(message, EndJob):
                 self.agent.end_job(message.failure)
@@ -122,6 +125,7 @@ class DriverWatch:
         if not self._gone.acquire(blocking=False):
             return
         try:
+            self.driver_signalled = True
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(self.hard_stop_s)
             _say("")  # (what the agent wrote, if its stream is still there)
@@ -169,12 +173,25 @@ def run_share(node: int, folder: Path, stream: IO[bytes], environment: ProcessEn
     share = HostShare(plan=plan, node_rank=node, paths=paths, environment=environment,
                       restarts=0 if spec.preflight else spec.launcher.max_restarts)
     # its reports go to the launching `run`, which takes them out of what it shows
-    agent = HostAgent(share, early_stop=early_stop, reporter=say_report)
+    watch: list[DriverWatch] = []
+    agent = HostAgent(share, early_stop=early_stop, reporter=say_report,
+                      on_signal=lambda signum: _leaving(signum, watch, declares_elasticity(spec)))
     hard_stop_s = max(0.0, spec.launcher.grace_s) + FAILURE_STOP_S + HARD_STOP_MARGIN_S
-    DriverWatch(stream, agent, hard_stop_s, spec.launcher.ssh.keepalive_s).start()
+    watch.append(DriverWatch(stream, agent, hard_stop_s, spec.launcher.ssh.keepalive_s))
+    watch[0].start()
     # Ctrl-\ to the launching `run` comes to host 0's: its agent says where every rank of every host is
     signal.signal(signal.SIGQUIT, lambda _s, _f: agent.ask_where())
     return agent.run()
+
+
+def _leaving(signum: int, watch: list[DriverWatch], elastic: bool) -> None:
+    """SIGTERM of this host's own (a preempted machine: not one the launching `run` passed on, nor its going) in a job
+    that outlives its hosts: this host leaves; the launching `run` hears it (a report) and goes on without it, from
+    the checkpoint the stop makes every rank save."""
+    if signum != signal.SIGTERM or not elastic or (watch and watch[0].driver_signalled):
+        return
+    _say("SIGTERM to this host's `run`: it leaves the job (a preempted machine); the others go on without it")
+    say_report(Leaving(at=time.time()))
 
 
 def _arguments(argv: list[str]) -> tuple[int, Path, int] | None:

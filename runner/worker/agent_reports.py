@@ -45,8 +45,18 @@ class Alive:
     host: int | None = None
 
 
-AgentReport = AttemptBegan | StepReached | Alive
-_KINDS: dict[str, type] = {"attempt": AttemptBegan, "step": StepReached, "alive": Alive}
+@dataclass(frozen=True, kw_only=True)
+class Leaving:
+    """The host's `run` got SIGTERM of its own (a preempted machine, not one the launching `run` passed on): in a job
+    that outlives its hosts it leaves, its ranks stopping with a checkpoint, and the others go on without it."""
+
+    at: float
+    why: str = "SIGTERM to its `run`"
+    host: int | None = None
+
+
+AgentReport = AttemptBegan | StepReached | Alive | Leaving
+_KINDS: dict[str, type] = {"attempt": AttemptBegan, "step": StepReached, "alive": Alive, "leaving": Leaving}
 
 REPORT = b"\x1erunner-report "  # the start of a report line (an ASCII record separator: no program's output)
 

@@ -160,4 +160,5 @@ def test_the_committed_report_and_readme_quote_the_lost_hosts_results():
     for fault, row in data["results"].items():
         cells = " | ".join(report.lost_host_cell(r) for r in report.lost_host_launchers(row))
         assert f"| {report.LOST_FAULTS[fault]} | {cells} |" in section, fault
-    assert f"{data['rounds']} rounds, {data['date']}):" in " ".join(section.split())
+    rounds = f"{data['rounds']} round{'s' if data['rounds'] != 1 else ''}"
+    assert f"{rounds}, {data['date']}):" in " ".join(section.split())

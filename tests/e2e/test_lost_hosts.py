@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ import torch
 
 from runner.training.copies import complete_copy
 from runs import RUN, Started, check_readme_quotes, finish, processes_of, seen_in, started, wait_until
-from test_ssh import Job, job_in, kill_host, kill_hosts
+from test_ssh import Job, job_in, job_processes, kill_host, kill_hosts
 from testbed_fixtures import Bed, bed_of_its_own
 
 pytestmark = pytest.mark.timeout(300)
@@ -240,6 +241,29 @@ def test_fewer_hosts_left_than_min_nodes_ends_the_job_with_that_cause(bed, job):
     assert re.search(seen("too few", bed), said), said
     (change,) = membership(job, run_id)
     assert (change["next_attempt"], change["after"], sorted(change["lost"])) == (None, [], sorted([b, c])), change
+    nothing_left(run_id)
+
+
+def test_a_preempted_host_leaves_and_the_others_go_on_from_the_checkpoint_its_stop_saved(bed, job):
+    """SIGTERM to host 2's own `run` (a spot machine taken back; not the launching `run`'s): it tells the launching
+    `run` that it leaves, every rank checkpoints on the stop request and returns, and the job goes on on hosts 0 and 1
+    from that checkpoint, no step lost."""
+    a, b, c, _ = bed.names
+    run_id = f"t{uuid.uuid4().hex[:8]}"
+    with start(bed, job, [hosts([a, b, c]), "topology.min_nodes=2"], run_id) as proc:
+        fault_after_a_checkpoint(bed, job, run_id, proc, a)
+        _, processes = job_processes(bed, c, run_id)
+        (share,) = [p for p in processes if "--ssh-host" in p.cmdline()]
+        share.send_signal(signal.SIGTERM)
+        ((code, said),) = finish([proc], timeout=240)
+    found = done_on(job, run_id, said, code, hosts_after=2)
+    (change,) = membership(job, run_id)
+    assert (change["lost"], change["after"]) == ([c], [a, b]), change
+    assert change["cause"] == f"{c}: it left: SIGTERM to its `run`", change
+    stopped_at = int(re.search(r"stop requested: checkpoint at step (\d+)", said)[1])
+    assert change["resumed_from"] == stopped_at and change["steps_lost"] == 0, change
+    assert re.search(rf"ssh: host 2 \({c}\) left the job \(SIGTERM to its `run`: a preempted machine\)", said), said
+    assert found["membership"][0].startswith(f"{c} lost in attempt 1 ({c}: it left: SIGTERM to its `run`)"), found
     nothing_left(run_id)
 
 

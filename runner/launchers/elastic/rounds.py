@@ -35,7 +35,7 @@ from runner.plan.processes import Plan
 from runner.records.membership import MembershipChange, append_change
 from runner.records.paths import RunPaths
 from runner.spec.schema import JobConfig
-from runner.worker.agent_reports import AgentReport, AttemptBegan, StepReached
+from runner.worker.agent_reports import AgentReport, AttemptBegan, Leaving, StepReached
 
 
 @dataclass(frozen=True)
@@ -77,9 +77,12 @@ class _Heard:
     resumed: dict[int, int | None] = field(default_factory=dict)
     copies: dict[int, tuple[str | None, int | None]] = field(default_factory=dict)  # the copy each attempt resumed from
     first_step_at: dict[int, float] = field(default_factory=dict)
+    leaving: dict[int, Leaving] = field(default_factory=dict)  # hosts that said they leave (SIGTERM to their `run`)
 
-    def heard(self, _host: int, report: AgentReport) -> None:
-        if isinstance(report, AttemptBegan):
+    def heard(self, host: int, report: AgentReport) -> None:
+        if isinstance(report, Leaving):
+            self.leaving.setdefault(host if report.host is None else report.host, report)
+        elif isinstance(report, AttemptBegan):
             self.attempt = max(self.attempt, report.attempt)
         elif isinstance(report, StepReached):
             self.last_step[report.attempt] = report.step
@@ -87,6 +90,23 @@ class _Heard:
             self.copies.setdefault(report.attempt, (report.copy_host, report.copy_save))
             if report.resumed is None or report.step > report.resumed:
                 self.first_step_at.setdefault(report.attempt, time.time())
+
+
+def _with_leavers(ended: Ended, heard: _Heard, plan: Plan) -> Ended:
+    """A round whose hosts said they leave (SIGTERM to their own `run`: a preempted machine) ended with them lost,
+    unless the `run` that holds the job was stopped itself: the others go on without them, from the checkpoint the
+    stop made them save."""
+    if not heard.leaving or ended.signalled is not None:
+        return ended
+    names = [h.label for h in plan.job.hosts]
+    left = {i: f"it left: {r.why}" for i, r in heard.leaving.items() if 0 <= i < len(names)}
+    for i in left:
+        print(f"{plan.job.spec.launcher.kind}: host {i} ({names[i]}) left the job ({heard.leaving[i].why}: a "
+              f"preempted machine); the others go on without it", file=sys.stderr, flush=True)
+    cause = "; ".join(f"host {i} ({names[i]}) left: {heard.leaving[i].why}" for i in left)
+    return replace(ended, code=exits.FAILED, lost=ended.lost | frozenset(left), cause=ended.cause or cause,
+                   why_lost={**left, **ended.why_lost},
+                   lost_at=ended.lost_at or min(r.at for r in heard.leaving.values()))
 
 
 class AttemptsOnHosts:
@@ -107,6 +127,7 @@ class AttemptsOnHosts:
             heard = _Heard(attempt)
             ended, records = launcher.sessions(on_report=lambda host, report: self._heard(heard, host, report),
                                                replacing=records)
+            ended = _with_leavers(ended, heard, launcher.plan)
             self._write_pending(heard)
             if not ended.lost or ended.signalled is not None:
                 return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause, plan=launcher.plan)
