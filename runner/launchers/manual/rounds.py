@@ -76,9 +76,10 @@ def run_round(this: Round, on_report: Callable[[int, AgentReport], None] | None)
         code, signalled, found, following = _share(this, paths, on_report)
         leaving = _leaving(this, paths.attempt)
         if this.decider.label in leaving:  # this host left: the others go on without it
-            print(f"manual: this host left the job ({signal.Signals(signalled).name}: its ranks saved their "
+            signum = signalled or signal.SIGTERM
+            print(f"manual: this host left the job ({signal.Signals(signum).name}: its ranks saved their "
                   f"checkpoint); the others go on without it", file=sys.stderr, flush=True)
-            return Ended(code=exits.from_signal(signalled), signalled=signalled, cause=None, lost=frozenset())
+            return Ended(code=exits.from_signal(signum), signalled=signum, cause=None, lost=frozenset())
         if (code != exits.FAILED or signalled is not None) and not leaving:  # done, stopped, refused: nothing to decide
             this.decider.say_over("done" if code == exits.OK else "stopped" if signalled is not None else "failed")
             return Ended(code=code, signalled=signalled, cause=None, lost=frozenset())
