@@ -22,6 +22,11 @@ def _fsync(path: Path, flags: int = os.O_RDONLY) -> None:
 _HOST = socket.gethostname().replace("/", "_") or "host"  # (a name is no path)
 
 
+def temporary_host() -> str:
+    """This machine's name as the temporary files of :func:`replaced_atomically` carry it."""
+    return _HOST
+
+
 @contextmanager
 def replaced_atomically(path: Path, *, durable: bool = False) -> Iterator[Path]:
     """A temporary path to write ``path``'s new content to (torch.save writes to a path); on leaving, it replaces

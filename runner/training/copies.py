@@ -17,6 +17,7 @@ the runner's before records (or another program's) and counts as the oldest (seq
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runner.common.files import replaced_atomically
+from runner.common.files import replaced_atomically, temporary_host
 from runner.records.paths import commit_file
 from runner.spec.place import RankPlace
 from runner.training import checkpoints
@@ -78,8 +79,7 @@ def write_copy(path: Path, write: Callable[[Path], None], seq: int, step: int | 
     """Write the copy at ``path`` whole (``write`` fills the temporary file it is given), recorded as ``seq`` and
     ``step`` (the module docstring says in which order, and why no moment leaves it half seen)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    for left in path.parent.glob(f".{path.name}.*.tmp"):  # a copy whose writer was killed (this host's alone: one
-        left.unlink(missing_ok=True)  # writer a host, its local rank 0; the others' are in folders of their own)
+    _remove_left_over(path)
     previous = complete_copy(path)
     with replaced_atomically(path, durable=True) as tmp:
         write(tmp)
@@ -89,6 +89,25 @@ def write_copy(path: Path, write: Callable[[Path], None], seq: int, step: int | 
         with replaced_atomically(commit_file(path), durable=True) as commit_tmp:
             commit_tmp.write_text(json.dumps(entries))
     return record
+
+
+def _remove_left_over(path: Path) -> None:
+    """The temporary files of copies of ``path`` whose writer on this machine is gone (killed while it wrote or
+    received one): ``.<name>.<host>.<pid>.<thread>.tmp`` (runner.common.files), this host's, of no live process."""
+    for left in path.parent.glob(f".{path.name}.{temporary_host()}.*.tmp"):
+        pid = left.name[:-len(".tmp")].rsplit(".", 2)[-2]
+        if pid.isdigit() and not _alive(int(pid)):
+            left.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def newest(copies: Sequence[CopyRecord | None]) -> int | None:
@@ -169,7 +188,9 @@ class Copies:
     def _copy_to_every_host(self, path: Path, step: int | None) -> None:
         """Every host's local rank 0 whose folder is not rank 0's receives rank 0's new copy in chunks, written to its
         own disk as they come (only those ranks take part: the others hold nothing of it), and records it with rank
-        0's sequence and step."""
+        0's sequence and step. Which folders are rank 0's is seen once rank 0's file is there (a barrier first: a rank
+        that looked while rank 0 still wrote would see the old file, and take a shared folder for one of its own)."""
+        dist.barrier()
         stamps = self._gathered((_stamp(path), step) if self.place.local_rank == 0 else None)
         rank_0, step = stamps[0][0], stamps[0][1]
         short = tuple(r for r, s in enumerate(stamps) if r != 0 and s is not None and s[0] != rank_0)

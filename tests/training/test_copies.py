@@ -5,12 +5,14 @@ last test runs real processes (gloo), each its host's local rank 0 with a run fo
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
+from runner.common.files import temporary_host
 from runner.records.paths import commit_file
 from runner.training.copies import CopyRecord, complete_copy, newest, write_copy
 
@@ -54,6 +56,21 @@ def test_a_writer_that_fails_leaves_the_copy_and_its_record_as_they_were(tmp_pat
         write_copy(path, broken, seq=2, step=20)
     assert complete_copy(path) == old and torch.load(path)["v"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "last.pt.commit"]  # no temporary file left
+
+
+@pytest.mark.unit
+def test_a_copy_left_half_written_by_a_killed_writer_goes_and_one_being_written_stays(tmp_path) -> None:
+    """Temporary files of this machine: of a process that is gone (a receiver killed mid-copy), removed by the next
+    write; of a live one (another rank writing its own copy into a shared folder), kept."""
+    path = tmp_path / "last.pt"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = tmp_path / f".last.pt.{temporary_host()}.{dead.pid}.1.tmp"
+    writing = tmp_path / f".last.pt.{temporary_host()}.{os.getpid()}.1.tmp"
+    for f in (gone, writing):
+        f.write_bytes(b"part of a checkpoint")
+    _save(path, 1, seq=1)
+    assert not gone.exists() and writing.exists()
 
 
 @pytest.mark.unit
