@@ -11,15 +11,41 @@ trace the process (its parent's ancestors have it, as root has); where it is ref
 from __future__ import annotations
 
 import os
+import platform
 import time
 from dataclasses import dataclass
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-# x86_64 and aarch64 system call numbers of the waits worth naming
-_FUTEX = {202, 98}
-_SLEEPS = {35, 230, 101, 115}  # nanosleep, clock_nanosleep (x86_64), nanosleep, clock_nanosleep (aarch64)
-_IO = {0, 7, 23, 232, 270, 281, 45, 63, 73, 22, 271}  # read, poll, select, epoll_wait, pselect6, epoll_pwait, ...
-_PAUSE = {34, 130}  # pause, rt_sigsuspend
+
+
+@dataclass(frozen=True)
+class Syscalls:
+    """One architecture's system call numbers of the waits worth naming (each has its own table: the numbers of one
+    name other calls on the other)."""
+
+    futex: frozenset[int]
+    sleeps: frozenset[int]
+    io: frozenset[int]
+    pause: frozenset[int]
+
+
+SYSCALLS = {
+    "x86_64": Syscalls(futex=frozenset({202}),
+                       sleeps=frozenset({35, 230}),  # nanosleep, clock_nanosleep
+                       # read, poll, select, recvfrom, epoll_wait, pselect6, ppoll, epoll_pwait
+                       io=frozenset({0, 7, 23, 45, 232, 270, 271, 281}),
+                       pause=frozenset({34, 130})),  # pause, rt_sigsuspend
+    "aarch64": Syscalls(futex=frozenset({98}),
+                        sleeps=frozenset({101, 115}),  # nanosleep, clock_nanosleep
+                        io=frozenset({22, 63, 72, 73, 207}),  # epoll_pwait, read, pselect6, ppoll, recvfrom
+                        pause=frozenset({133})),  # rt_sigsuspend (no pause on aarch64)
+}
+NO_SYSCALLS = Syscalls(frozenset(), frozenset(), frozenset(), frozenset())  # elsewhere: the wait channel says it
+
+
+def this_machines() -> Syscalls:
+    """The table of this machine's architecture (platform.machine())."""
+    return SYSCALLS.get(platform.machine(), NO_SYSCALLS)
 # torch's threads, by the names it gives them, and the destructor that joins each
 _JOINED_IN = {"pt_gloo_runloop": "ProcessGroupGloo's destructor", "pt_nccl_watchdg": "ProcessGroupNCCL's destructor",
               "pt_nccl_heartbt": "ProcessGroupNCCL's destructor", "pt_tcpstore_uv": "TCPStore's destructor"}
@@ -109,25 +135,27 @@ def what_it_waits_for(pid: int) -> Waiting:
     return said
 
 
-def describe(states: list[ThreadState]) -> Waiting:
+def describe(states: list[ThreadState], calls: Syscalls | None = None) -> Waiting:
+    """``calls``: the system call numbers of the machine the threads ran on (default: this one's)."""
     if not states:
         return Waiting("")
+    calls = calls if calls is not None else this_machines()
     main, others = states[0], {t.tid: t for t in states[1:]}
-    joined = others.get(main.args[2]) if main.syscall in _FUTEX and len(main.args) > 2 else None
+    joined = others.get(main.args[2]) if main.syscall in calls.futex and len(main.args) > 2 else None
     if joined is not None:
         return Waiting(f"its main thread waits for its thread {joined.name or joined.tid} to end, which "
-                       f"{_doing(joined)}", _JOINED_IN.get(joined.name))
-    return Waiting(f"its main thread {_doing(main)}")
+                       f"{_doing(joined, calls)}", _JOINED_IN.get(joined.name))
+    return Waiting(f"its main thread {_doing(main, calls)}")
 
 
-def _doing(t: ThreadState) -> str:
-    if t.syscall in _FUTEX or (t.syscall is None and "futex" in t.wchan):
+def _doing(t: ThreadState, calls: Syscalls) -> str:
+    if t.syscall in calls.futex or (t.syscall is None and "futex" in t.wchan):
         return "waits on a lock"
-    if t.syscall in _SLEEPS or "nanosleep" in t.wchan:
+    if t.syscall in calls.sleeps or "nanosleep" in t.wchan:
         return "sleeps"
-    if t.syscall in _PAUSE:
+    if t.syscall in calls.pause:
         return "waits for a signal"
-    if t.syscall in _IO or any(w in t.wchan for w in ("poll", "select", "pipe", "sk_wait", "tcp")):
+    if t.syscall in calls.io or any(w in t.wchan for w in ("poll", "select", "pipe", "sk_wait", "tcp")):
         return "waits for input or a connection"
     if t.state == "R":
         return "runs"

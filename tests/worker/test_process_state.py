@@ -10,7 +10,9 @@ import textwrap
 
 import pytest
 
-from runner.worker.process_state import ThreadState, describe, main_thread_cpu_seconds, threads, what_it_waits_for
+from runner.worker import process_state
+from runner.worker.process_state import (NO_SYSCALLS, SYSCALLS, ThreadState, describe, main_thread_cpu_seconds,
+                                          this_machines, threads, what_it_waits_for)
 from runs import wait_until
 
 # from pthread_create to pthread_join the main thread never lets the GIL go (calls of C functions alone, through
@@ -53,11 +55,32 @@ def test_a_process_stuck_joining_gloos_worker_while_it_holds_the_gil_is_describe
     (ThreadState(1, "python", "D", None, (), "nfs_wait"), "its main thread waits in the kernel (nfs_wait)"),
 ])
 def test_what_a_main_thread_does_in_words(main, said) -> None:
-    assert describe([main, ThreadState(2, "other", "S", 202, (0, 128, 0))]).detail == said
+    x86_64 = SYSCALLS["x86_64"]
+    assert describe([main, ThreadState(2, "other", "S", 202, (0, 128, 0))], x86_64).detail == said
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("machine, calls", [("x86_64", (202, 35, 7, 130)), ("aarch64", (98, 101, 73, 133))])
+def test_each_architecture_has_its_own_system_call_numbers(machine, calls) -> None:
+    table = SYSCALLS[machine]
+    said = [describe([ThreadState(1, "python", "S", n, (0, 0, 0))], table).detail for n in calls]
+    assert said == ["its main thread waits on a lock", "its main thread sleeps",
+                    "its main thread waits for input or a connection", "its main thread waits for a signal"]
+    other = SYSCALLS["aarch64" if machine == "x86_64" else "x86_64"]
+    assert describe([ThreadState(1, "python", "S", calls[3], (0, 0, 0))], other).detail != said[3]  # one table each
+
+
+@pytest.mark.unit
+def test_the_table_is_this_machines_architectures(monkeypatch) -> None:
+    monkeypatch.setattr(process_state.platform, "machine", lambda: "aarch64")
+    assert this_machines() is SYSCALLS["aarch64"]
+    monkeypatch.setattr(process_state.platform, "machine", lambda: "riscv64")
+    assert this_machines() is NO_SYSCALLS
 
 
 @pytest.mark.unit
 def test_a_join_of_a_thread_torch_did_not_name_says_no_place_and_nothing_read_says_nothing() -> None:
-    joined = describe([ThreadState(1, "python", "S", 202, (0, 265, 2)), ThreadState(2, "worker", "R", None)])
+    joined = describe([ThreadState(1, "python", "S", 202, (0, 265, 2)), ThreadState(2, "worker", "R", None)],
+                      SYSCALLS["x86_64"])
     assert (joined.place, joined.detail) == (None, "its main thread waits for its thread worker to end, which runs")
     assert describe([]).detail == ""
