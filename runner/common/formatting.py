@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -13,6 +14,12 @@ def number(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
     return str(value)
+
+
+def rank_list(ranks: Sequence[int], shown: int, sep: str = ", ") -> str:
+    """Ranks on one line: the first ``shown`` joined by ``sep``, then how many there are where there are more
+    (``0, 1, ... (40)``; ``0,1,... (40)`` with ``sep=","``)."""
+    return sep.join(map(str, ranks[:shown])) + (f"{sep}... ({len(ranks)})" if len(ranks) > shown else "")
 
 
 def duration(seconds: float) -> str:

@@ -27,18 +27,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.common.formatting import rank_list
 from runner.records.dumps import RankDump
 
 # ----------------------------------------------------------------------------------------- a hang in words
 
 
-def _ranks(ranks: Sequence[int]) -> str:
-    shown = ",".join(map(str, ranks[:16]))
-    return shown + (f",... ({len(ranks)})" if len(ranks) > 16 else "")
 
 
 def _plural(ranks: Sequence[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranks(ranks)}"
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_list(ranks, 16, sep=',')}"
 
 
 @dataclass(frozen=True)

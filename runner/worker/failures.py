@@ -10,7 +10,7 @@ from pathlib import Path
 
 from runner.common import exits
 from runner.common.code_paths import faulthandler_frame_of_worker
-from runner.common.formatting import error_line
+from runner.common.formatting import error_line, rank_list
 from runner.common.lost_peers import lost_a_peer
 from runner.records.dumps import DUMP_WAIT_TIMEOUT_S
 from runner.records.outcomes import ErrorRecord, RankOutcome, first_failures, timed_out
@@ -270,14 +270,6 @@ def _stopped_status(ending: HostEnding) -> int:
     return exits.from_signal(-code) if code < 0 else code
 
 
-
-
-def _ranks(ranks: list[int]) -> str:
-    return ", ".join(map(str, ranks)) if len(ranks) <= 12 else f"{', '.join(map(str, ranks[:12]))}, ... ({len(ranks)})"
-
-
-
-
 def _last_stack(log_file: str, frames: int = 8) -> list[str]:
     """The main thread's frames of the last stack dump in a rank's log (faulthandler, runner.worker.rank_process.STACK_SIGNAL)."""
     try:
@@ -314,7 +306,7 @@ def _hang_summary(errors: list[ErrorRecord], setups: list[RankSetup], paths: Run
     if len(joined) < world:
         missing = sorted(set(range(world)) - set(joined) - set(waited))
         return ["", f"timeout: the process group did not form within init.timeout_s={timeout:g} s: rank(s) "
-                    f"{_ranks(waited)} waited, rank(s) {_ranks(missing) or 'none'} did not arrive"
+                    f"{rank_list(waited, 12)} waited, rank(s) {rank_list(missing, 12) or 'none'} did not arrive"
                     + (" (as seen from this host)" if len(setups) < world else ""),
                 "    hint: were their hosts started, and can they reach the master? `run ... preflight=true` "
                 "checks every host's route, port and interface"]
@@ -329,8 +321,8 @@ def _hang_summary(errors: list[ErrorRecord], setups: list[RankSetup], paths: Run
     local = {s.place.global_rank: s for s in setups}
     failed = {e.rank for e in errors}
     absent = [r for r in range(world) if r not in failed and not RankOutcome(paths, r).done]
-    lines = ["", f"timeout: rank(s) {_ranks(waited)} waited init.timeout_s={timeout:g} s in a collective; "
-                 f"rank(s) {_ranks(absent) or 'none'} did not arrive"]
+    lines = ["", f"timeout: rank(s) {rank_list(waited, 12)} waited init.timeout_s={timeout:g} s in a collective; "
+                 f"rank(s) {rank_list(absent, 12) or 'none'} did not arrive"]
     for r in absent:
         stack = _last_stack(str(local[r].log_file)) if r in local else []
         if stack:

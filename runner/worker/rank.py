@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.spec.elastic import keeps_checkpoints_on_every_host
 from runner.spec.schema import InitMethod
@@ -23,7 +24,7 @@ from runner.spec.targets import load_target
 from runner.training.output import AgentChannel
 from runner.training.progress import StepCount
 from runner.worker.channel import JobChannel, channel_of
-from runner.worker.rank_body import exit_status, exit_status_of_signal, failed, watch_process_groups
+from runner.worker.rank_body import exit_status, failed, watch_process_groups
 from runner.worker.rank_process import STACK_SIGNAL
 from runner.worker.setup import RankSetup
 from runner.worker.watch import Watch
@@ -98,7 +99,7 @@ def _run_recipe(setup: RankSetup, channel: JobChannel | None, services: RankServ
         return code
     except KeyboardInterrupt as e:  # Ctrl-C: its agent stops the job, and says so
         setup.outcome.record_error(setup.error_record(e, ""))
-        return exit_status_of_signal(signal.SIGINT)
+        return exits.from_signal(signal.SIGINT)
     except BaseException as e:  # noqa: BLE001 (recorded, shown, and the status says it)
         failed(setup, e, watch)
         return 1

@@ -40,10 +40,6 @@ def exit_status(e: SystemExit) -> int:
     return 1
 
 
-def exit_status_of_signal(signum: int) -> int:
-    return 128 + int(signum)
-
-
 def failed(setup: RankSetup, exc: BaseException, watch: Watch | None, shown: str | None = None) -> None:
     """A rank's body raised: record it (runner.records.outcomes), print the traceback (``shown``, else the whole
     one) to its stderr, and when a collective timed out, have every rank say where it is (runner.records.watch_files),

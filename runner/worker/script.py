@@ -26,6 +26,7 @@ import sys
 import traceback
 import types
 
+from runner.common import exits
 from runner.common.code_paths import in_runner
 from runner.worker.channel import JobChannel
 from runner.training.output import AgentChannel
@@ -83,7 +84,7 @@ def run_script(setup: RankSetup, channel: JobChannel | None, agent: AgentChannel
         sys.stderr.flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
-        return 130
+        return exits.from_signal(signal.SIGINT)
     except BaseException as e:  # noqa: BLE001 (as Python: the traceback, status 1)
         failed(setup, e, watch, _script_traceback(e))
         return 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.common.formatting import duration, error_line, number
+from runner.common.formatting import duration, error_line, number, rank_list
 
 pytestmark = pytest.mark.unit
 
@@ -36,3 +36,9 @@ def test_a_long_error_line_is_cut_between_words_never_inside_a_number() -> None:
     assert error_line(line + "\nsecond line", limit=None) == line  # the whole first line
     assert error_line("y" * 200, limit=10) == "y" * 9 + "…"  # one word: cut where it must
     assert error_line("a, b; c " * 3, limit=12) == "a, b; c a…"  # no comma left hanging before the mark
+
+
+def test_ranks_on_one_line_show_the_first_few_and_how_many_there_are() -> None:
+    assert rank_list([0, 1, 2], 12) == "0, 1, 2" and rank_list([], 12) == ""
+    assert rank_list(list(range(14)), 12) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ... (14)"  # a host's report
+    assert rank_list(list(range(20)), 16, sep=",") == "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,... (20)"  # a hang's

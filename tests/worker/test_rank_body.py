@@ -13,8 +13,9 @@ from runner.environments.process import ProcessEnvironment
 from runner.launchers import plan_for
 from runner.records.paths import RunPaths
 from runner.training.output import AgentChannel
-from runner.worker.host_agent import rank_setups
-from runner.worker.rank_body import exit_status, exit_status_of_signal, failed, watch_process_groups
+from runner.worker.preparation import rank_setups
+from runner.common import exits
+from runner.worker.rank_body import exit_status, failed, watch_process_groups
 from runner.worker.rendezvous import Rendezvous
 
 pytestmark = pytest.mark.unit
@@ -31,7 +32,7 @@ def setup_of(tmp_path, processes: int = 1):
 def test_the_exit_status_is_pythons_for_sys_exit(capsys) -> None:
     assert exit_status(SystemExit()) == 0 and exit_status(SystemExit(3)) == 3 and exit_status(SystemExit(257)) == 1
     assert exit_status(SystemExit("bye")) == 1 and capsys.readouterr().err == "bye\n"  # printed, as Python does
-    assert exit_status_of_signal(2) == 130
+    assert exits.from_signal(2) == 130  # as a shell says Ctrl-C (runner.common.exits: the one helper)
 
 
 def test_a_failure_is_recorded_in_the_run_folder_and_shown_on_stderr(tmp_path, capsys) -> None:
