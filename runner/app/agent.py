@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from runner.common import exits
-from runner.common.signals import handling, kill_child
+from runner.common.signals import kill_child, passing_on
 from runner.spec.targets import TargetProblem, target_problem
 
 if TYPE_CHECKING:  # imported once the zygote has started (runner.app.start: as early as `run` can)
@@ -130,8 +130,7 @@ class LaunchAgent:
     def run_host(self, share: HostShare) -> int:
         """Hand this host's share to the agent and wait for its exit status; SIGINT, SIGTERM and the stop signal
         reaching `run` go to it."""
-        forward = lambda signum, _frame: os.kill(self.pid, signum)  # noqa: E731
-        with handling((signal.SIGINT, signal.SIGTERM, share.plan.rules.stop_signal), forward):
+        with passing_on(share.plan.rules.stop_signal, lambda signum: os.kill(self.pid, signum)):
             self._send(share)
             self._requests.close()
             _, status = os.waitpid(self.pid, 0)  # retried after each forwarded signal (PEP 475)

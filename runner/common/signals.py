@@ -33,6 +33,20 @@ def handling(signals: Iterable[int], handler: Handler) -> Iterator[None]:
             signal.signal(s, old)
 
 
+def stop_signals(stop_signal: int) -> tuple[int, ...]:
+    """The signals `run`, its launch agent and the host agents pass on to what they started: SIGINT, SIGTERM and the
+    stop signal (once each)."""
+    return tuple(dict.fromkeys((signal.SIGINT, signal.SIGTERM, stop_signal)))
+
+
+@contextlib.contextmanager
+def passing_on(stop_signal: int, to: Callable[[int], None]) -> Iterator[None]:
+    """While the block runs, SIGINT, SIGTERM and the stop signal go to ``to`` (which passes each on to what this
+    process started); the previous handlers again after it."""
+    with handling(stop_signals(stop_signal), lambda signum, _frame: to(signum)):
+        yield
+
+
 def parse_signal(value: str | None, default: signal.Signals = DEFAULT_STOP) -> signal.Signals:
     """The signal a spec names: ``USR1``, ``SIGUSR1``, ``10``, or a Slurm ``--signal`` value
     (``[R:|B:][SIG]USR1[@90]``)."""

@@ -1,9 +1,16 @@
 """One attempt of a host's share as a state machine: where it is (:class:`Phase`), the events that move it, and
 what the host agent is to do about each (the directives). torch elastic's agent is the model (its ``WorkerState``
 and the loop of ``_invoke_run``); here one handler, :meth:`AttemptState.handle`, takes every event, in the order
-the agent's monitor sees them, and nothing else changes the phase. It does no input or output: the agent reads
-the ranks, the signals and the job's channel into events, and carries out what the handler returns (signals to
-send, lines to say, the channel to tell), so a test sends events and reads the transitions and the directives.
+the agent's monitor sees them, and nothing else changes the phase. It does no input or output: the monitor
+(runner.worker.monitor) reads the ranks, the signals and the job's channel into events, and the executor
+(runner.worker.executor) carries out what the handler returns: signals to send, lines to say, the job's channel to
+tell, the ranks' dumps to ask and answer for, a stall to diagnose, reports to whoever started the agent. An effect
+whose result the attempt needs (the failure the channel names first, a stall's diagnosis) comes back as an event.
+So a test sends events and reads the transitions and the directives.
+
+Everything the attempt remembers is here (the machine's fields), not beside it: which stop request of the job's
+channel it has seen, whether it asked for the ranks' stacks after a timeout, the last request for dumps answered for
+the ranks that cannot answer, and the step of rank 0 last reported.
 
 Ranks are named by their global rank everywhere here, as in :class:`~runner.worker.host_ending.HostEnding`, the
 record the state keeps of how they ended.
@@ -13,9 +20,10 @@ from __future__ import annotations
 
 import enum
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner.worker.channel_records import JobFailure
+from runner.worker.channel_records import JobFailure, StopAsked
 from runner.worker.host_ending import HostEnding
 from runner.worker.rank_life import STACKS_S, Stuck
 from runner.worker.rank_process import STACK_SIGNAL
@@ -23,6 +31,7 @@ from runner.worker.rank_process import STACK_SIGNAL
 FAILURE_STOP_S = 5.0  # after a rank failed: how long the others have to end on SIGTERM before SIGKILL
 HARD_STOP_MARGIN_S = 10.0  # after launcher.grace_s and the failure stop: a share that stops on its own (its launch gone)
 # had its agent's chance to stop its ranks; whatever still runs then ends with its process
+STEP_REPORT_S = 1.0  # rank 0's step is reported at most this often (its first step of an attempt at once)
 
 
 class Phase(enum.Enum):
@@ -47,6 +56,11 @@ class Phase(enum.Enum):
 
 # -- events ------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
+class Started:
+    """The attempt's ranks were all started."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class RankExited:
     """A rank's process ended (the zygote said so): its exit status (-N: killed by signal N), when the agent saw
     it (``at``, wall clock), and when it said its script or recipe returned, if it did."""
@@ -59,10 +73,19 @@ class RankExited:
 
 @dataclass(frozen=True, kw_only=True)
 class Signalled:
-    """SIGINT, SIGTERM or the stop signal reached the agent, or (``origin``: that host's) another host's `run`."""
+    """SIGINT, SIGTERM or the stop signal reached the agent, or (``origin``: that host's) another host's `run`;
+    ``asked``: the job's channel's record of it, where it was read there."""
 
     signum: int
     origin: str | None = None
+    asked: StopAsked | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopSeen:
+    """What the job's channel says of the last stop request, read back after this host put its own there."""
+
+    asked: StopAsked | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,8 +103,16 @@ class EndedFromOutside:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StallSeen:
+    """The agent's stall watchdog found no progress on any rank for ``quiet_s`` (runner.worker.rank_life.stalled):
+    to be diagnosed (the ranks' dumps) before the attempt fails with it."""
+
+    quiet_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class Stalled:
-    """The agent's stall watchdog found no progress on any rank (runner.worker.rank_life.stalled)."""
+    """The stall, diagnosed: the attempt's failure."""
 
     failure: JobFailure
 
@@ -95,10 +126,51 @@ class FirstFailureWas:
 
 @dataclass(frozen=True, kw_only=True)
 class StuckAtEnd:
-    """The end guard found a rank stuck at its end (runner.worker.rank_life.EndGuard)."""
+    """The end guard found a rank stuck at its end (runner.worker.rank_life.EndGuard); ``stacks``: where its stacks
+    go (its log)."""
 
     rank: int
     stuck: Stuck
+    stacks: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimedOut:
+    """A rank's collective timed out (its error file says so; it waits a moment before exiting): ``running``, the
+    ranks here still running, whose stacks show where the ranks it waited for were."""
+
+    running: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DumpsRequested:
+    """Every rank was asked where it is (Ctrl-\\, a timeout, a stop, a stall: the job's channel or the run folder),
+    at ``at``."""
+
+    at: float
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DumpsAnswered:
+    """This agent asked the ranks where they are at ``at`` itself, and answered for those that cannot."""
+
+    at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhereAsked:
+    """Where every rank of every host is, asked of this agent (:meth:`HostAgent.ask_where`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepSeen:
+    """Rank 0's progress bar's step (it runs on this host), with where its attempt resumed and from whose copy."""
+
+    step: int
+    resumed: int | None = None
+    copy_host: str | None = None
+    copy_save: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,7 +178,8 @@ class Tick:
     """A look at the clock: a deadline may have passed."""
 
 
-Event = RankExited | Signalled | PeerFailed | EndedFromOutside | Stalled | FirstFailureWas | StuckAtEnd | Tick
+Event = (Started | RankExited | Signalled | StopSeen | PeerFailed | EndedFromOutside | StallSeen | Stalled
+         | FirstFailureWas | StuckAtEnd | TimedOut | DumpsRequested | DumpsAnswered | WhereAsked | StepSeen | Tick)
 
 
 # -- directives ----------------------------------------------------------------------------------------------------
@@ -143,13 +216,55 @@ class TellFailure:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TellStop:
+    """Put the signal that reached this agent on the job's channel, so that every other host passes it on as if its
+    own `run` had got it; then read the channel's record of it back (:class:`StopSeen`)."""
+
+    signum: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class SayWhereTheyWere:
     """The grace after a SIGINT or SIGTERM is over: say where the ranks still running are, before they are killed."""
 
     signum: int
 
 
-Directive = Send | Say | TellOwnFailure | TellFailure | SayWhereTheyWere
+@dataclass(frozen=True, kw_only=True)
+class SayWhereTheRanksAre:
+    """Say where every rank of every host is, in one paragraph (runner.reports.where)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnswerForTheSilent:
+    """The ranks here that cannot answer a request for dumps made at ``at`` get an answer from their agent."""
+
+    at: float
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiagnoseStall:
+    """Ask every rank where it is, diagnose the stall from their dumps and write the diagnosis; then
+    :class:`Stalled`."""
+
+    quiet_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportBegan:
+    """Tell whoever started the agent that the attempt began (runner.worker.agent_reports.AttemptBegan)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportStep:
+    """Tell whoever started the agent rank 0's step (runner.worker.agent_reports.StepReached)."""
+
+    seen: StepSeen
+
+
+Directive = (Send | Say | TellOwnFailure | TellFailure | TellStop | SayWhereTheyWere | SayWhereTheRanksAre
+             | AnswerForTheSilent | DiagnoseStall | ReportBegan | ReportStep)
 
 
 @dataclass
@@ -157,7 +272,9 @@ class AttemptState:
     """One attempt of a host's ranks (``ranks``: their global ranks), from their start to the last one's exit.
     ``scripts``: they run a script (a SIGTERM reaches them as SIGTERM, and the stop request as SIGTERM too), else a
     recipe; ``stop_signal``: the recipes' stop request (launcher.stop_signal); ``grace_s``: how long ranks have after a
-    SIGINT or SIGTERM (launcher.grace_s). Times (``now``, the deadlines) are the monotonic clock's."""
+    SIGINT or SIGTERM (launcher.grace_s). Times (``now``, the deadlines) are the monotonic clock's. ``stop_seen``: the
+    channel's stop request when the attempt began (an earlier attempt's is no new one); ``answered``: the last request
+    for dumps answered already (the agent's, over its attempts: the run folder's request stays)."""
 
     ranks: tuple[int, ...]
     scripts: bool
@@ -167,6 +284,12 @@ class AttemptState:
     deadline: float | None = None  # STOPPING: when what is left is killed
     ending: HostEnding = field(default_factory=lambda: HostEnding(codes={}, order=[]))
     stuck_kill_at: dict[int, float] = field(default_factory=dict)  # a stuck rank -> when it is killed
+    stop_seen: StopAsked | None = None  # the last stop request seen on the job's channel
+    stacks_asked: bool = False  # after a collective timed out, the late ranks were asked for their stacks
+    answered: float = 0.0  # the last request for dumps answered for the ranks that cannot (runner.worker.rank_life)
+    step_said: int | None = None  # rank 0's step, as last reported
+    step_said_at: float = float("-inf")
+    first_step_said: bool = False
 
     def __post_init__(self) -> None:
         if not self.ranks:
@@ -179,19 +302,14 @@ class AttemptState:
 
     def handle(self, event: Event, now: float) -> list[Directive]:
         """Take one event at ``now``: the phase it moves to (see :class:`Phase`) and what the agent is to do."""
-        if isinstance(event, RankExited):
-            return self._exited(event, now)
-        if isinstance(event, Signalled):
-            return self._signalled(event, now)
-        if isinstance(event, (PeerFailed, EndedFromOutside, Stalled)):
-            return self._failed_elsewhere(event, now)
-        if isinstance(event, FirstFailureWas):
-            return self._first_failure_was(event.failure)
-        if isinstance(event, StuckAtEnd):
-            self.ending.stuck[event.rank] = event.stuck
-            self.stuck_kill_at[event.rank] = now + STACKS_S
-            return [Send(signum=STACK_SIGNAL, ranks=(event.rank,))]  # faulthandler writes its stacks without the GIL
-        return self._tick(now)
+        handlers: dict[type, Callable[[Event, float], list[Directive]]] = {
+            Started: lambda _e, _n: [ReportBegan()],
+            RankExited: self._exited, Signalled: self._signalled, StopSeen: self._stop_seen,
+            PeerFailed: self._failed_elsewhere, EndedFromOutside: self._failed_elsewhere, Stalled: self._failed_elsewhere,
+            StallSeen: self._stall_seen, FirstFailureWas: self._first_failure_was, StuckAtEnd: self._stuck_at_end,
+            TimedOut: self._timed_out, DumpsRequested: self._dumps_requested, DumpsAnswered: self._dumps_answered,
+            WhereAsked: lambda _e, _n: [SayWhereTheRanksAre()], StepSeen: self._step_seen, Tick: self._tick}
+        return handlers[type(event)](event, now)
 
     # -- the handlers, one per kind of event ------------------------------------------------------------------------
     def _exited(self, event: RankExited, now: float) -> list[Directive]:
@@ -211,6 +329,14 @@ class AttemptState:
         return said
 
     def _signalled(self, event: Signalled, now: float) -> list[Directive]:
+        """A signal that reached this agent goes on the job's channel too (every host passes it on), whatever it does
+        here; one read there is remembered (it is not new the next time the channel is looked at)."""
+        if event.asked is not None:
+            self.stop_seen = event.asked
+        said = self._passed_on(event, now)
+        return said if event.origin is not None else [*said, TellStop(signum=event.signum)]
+
+    def _passed_on(self, event: Signalled, now: float) -> list[Directive]:
         """SIGINT reaches the ranks as SIGINT; SIGTERM as SIGTERM to a script and as the stop request to a recipe, both
         with launcher.grace_s to end; the stop signal as the stop request (a script's SIGTERM), with no deadline."""
         ending, signum = self.ending, event.signum
@@ -238,6 +364,10 @@ class AttemptState:
                          + (" (SIGTERM to the script)" if self.scripts else "")),
                 Send(signum=signal.SIGTERM if self.scripts else self.stop_signal, ranks=running)]
 
+    def _stop_seen(self, event: StopSeen, _now: float) -> list[Directive]:
+        self.stop_seen = event.asked
+        return []
+
     def _failed_elsewhere(self, event: PeerFailed | EndedFromOutside | Stalled, now: float) -> list[Directive]:
         """Another host's failure, the job ended from outside, or a stall: this host's ranks end too (unless they are
         ending already), and the attempt fails with that cause."""
@@ -249,17 +379,58 @@ class AttemptState:
             told = [TellFailure(failure=event.failure, read_back=isinstance(event, EndedFromOutside))]
         return [*told, *self._stop(signal.SIGTERM, now + FAILURE_STOP_S)]
 
-    def _first_failure_was(self, failure: JobFailure) -> list[Directive]:
+    def _first_failure_was(self, event: FirstFailureWas, _now: float) -> list[Directive]:
         """The channel names another failure first: the attempt's cause is that one (another host's rank failed
         before this host's, whose peer connection then closed)."""
-        ending = self.ending
+        ending, failure = self.ending, event.failure
         if ending.peer_failed is not None:
             ending.peer_failed = failure
         elif failure.rank != ending.first_failure():
             ending.earlier = failure
         return []
 
-    def _tick(self, now: float) -> list[Directive]:
+    def _stall_seen(self, event: StallSeen, _now: float) -> list[Directive]:
+        """No progress: diagnosed first (the diagnosis comes back as :class:`Stalled`), unless the attempt is ending
+        already."""
+        return [DiagnoseStall(quiet_s=event.quiet_s)] if self.phase is Phase.RUNNING else []
+
+    def _stuck_at_end(self, event: StuckAtEnd, now: float) -> list[Directive]:
+        """Said, its stacks asked for (faulthandler writes them without the GIL), and killed :data:`STACKS_S` later."""
+        self.ending.stuck[event.rank] = event.stuck
+        self.stuck_kill_at[event.rank] = now + STACKS_S
+        return [Say(text=f"\n{event.stuck.text} (its stacks: {event.stacks})"),
+                Send(signum=STACK_SIGNAL, ranks=(event.rank,))]
+
+    def _timed_out(self, event: TimedOut, _now: float) -> list[Directive]:
+        """A collective timed out: the ranks still running are asked for their stacks, once an attempt."""
+        if self.stacks_asked or self.phase is not Phase.RUNNING:
+            return []
+        self.stacks_asked = True
+        return [Send(signum=STACK_SIGNAL, ranks=event.running)] if event.running else []
+
+    def _dumps_requested(self, event: DumpsRequested, _now: float) -> list[Directive]:
+        """A request not answered yet: answered for the ranks here that cannot."""
+        if event.at <= self.answered:
+            return []
+        self.answered = event.at
+        return [AnswerForTheSilent(at=event.at, reason=event.reason)]
+
+    def _dumps_answered(self, event: DumpsAnswered, _now: float) -> list[Directive]:
+        self.answered = max(self.answered, event.at)
+        return []
+
+    def _step_seen(self, event: StepSeen, now: float) -> list[Directive]:
+        """Rank 0's step, when it moved: at once the first step of the attempt, else at most every
+        :data:`STEP_REPORT_S`."""
+        if event.step == self.step_said:
+            return []
+        first = event.resumed is not None and event.step > event.resumed and not self.first_step_said
+        if not first and now - self.step_said_at < STEP_REPORT_S:
+            return []
+        self.step_said, self.step_said_at, self.first_step_said = event.step, now, self.first_step_said or first
+        return [ReportStep(seen=event)]
+
+    def _tick(self, _event: Tick, now: float) -> list[Directive]:
         said: list[Directive] = []
         for rank, at in list(self.stuck_kill_at.items()):
             if now >= at:

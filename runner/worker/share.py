@@ -25,3 +25,24 @@ class HostShare:
     paths: RunPaths  # the run folder, at the attempt to start with
     environment: ProcessEnvironment  # what `run` read of its own environment (runner.environments.process)
     restarts: int = 0  # start the share again after a failure, up to this many times (launcher.max_restarts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentRole:
+    """Which agent of its job a host agent is: host ``node_rank``'s, or (a scheduler's task per process) the agent of
+    global rank ``only`` alone."""
+
+    node_rank: int
+    only: int | None = None
+
+    @property
+    def serves(self) -> bool:
+        """This agent serves the job's store and channel: host 0's (a task per process: global rank 0's)."""
+        return self.node_rank == 0 and self.only in (None, 0)
+
+    def agents(self, plan: Plan) -> list[int]:
+        """Every agent of the job, each named by the global rank of its first rank: a host's (one per host), or each
+        rank's (a task per process)."""
+        if self.only is not None:
+            return [rec.global_rank for rec in plan.records]
+        return [plan.host_records(h.index)[0].global_rank for h in plan.job.hosts]

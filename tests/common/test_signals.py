@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from runner.common.signals import StopRequest, handling, is_signal_name, parse_signal
+from runner.common.signals import StopRequest, handling, is_signal_name, parse_signal, passing_on, stop_signals
 
 pytestmark = pytest.mark.unit
 
@@ -48,3 +48,16 @@ def test_handlers_are_put_back_when_the_block_raises() -> None:
         with handling((signal.SIGUSR2,), signal.SIG_IGN):
             raise RuntimeError("inside")
     assert signal.getsignal(signal.SIGUSR2) is before
+
+
+def test_sigint_sigterm_and_the_stop_signal_are_passed_on_once_each() -> None:
+    assert stop_signals(signal.SIGUSR1) == (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    assert stop_signals(signal.SIGTERM) == (signal.SIGINT, signal.SIGTERM)  # a stop signal that is SIGTERM: once
+
+
+def test_while_passing_on_each_of_the_signals_goes_to_the_one_given_and_the_handlers_come_back_after() -> None:
+    before = signal.getsignal(signal.SIGUSR2)
+    passed: list[int] = []
+    with passing_on(signal.SIGUSR2, passed.append):
+        os.kill(os.getpid(), signal.SIGUSR2)
+    assert passed == [signal.SIGUSR2] and signal.getsignal(signal.SIGUSR2) == before

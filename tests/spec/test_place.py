@@ -15,7 +15,7 @@ from runner.records.paths import RunPaths
 from runner.spec.place import RankPlace
 from runner.spec.schema import BackendConfig
 from runner.training.context import ContextSettings, RunContext
-from runner.worker.host_agent import rank_setups
+from runner.worker.preparation import rank_setups
 from runner.worker.rendezvous import Rendezvous
 
 pytestmark = pytest.mark.unit

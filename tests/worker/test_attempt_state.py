@@ -8,10 +8,12 @@ import signal
 
 import pytest
 
-from runner.worker.attempt_state import (FAILURE_STOP_S, AttemptState, EndedFromOutside, FirstFailureWas, PeerFailed,
-                                         Phase, RankExited, Say, SayWhereTheyWere, Send, Signalled, Stalled,
-                                         StuckAtEnd, TellFailure, TellOwnFailure, Tick)
-from runner.worker.channel_records import JobFailure
+from runner.worker.attempt_state import (FAILURE_STOP_S, AnswerForTheSilent, AttemptState, DiagnoseStall,
+                                         DumpsAnswered, DumpsRequested, EndedFromOutside, FirstFailureWas, PeerFailed,
+                                         Phase, RankExited, ReportBegan, Say, SayWhereTheRanksAre, SayWhereTheyWere,
+                                         Send, Signalled, StallSeen, Stalled, Started, StopSeen, StuckAtEnd,
+                                         TellFailure, TellOwnFailure, TellStop, Tick, TimedOut, WhereAsked)
+from runner.worker.channel_records import JobFailure, StopAsked
 from runner.worker.rank_life import STACKS_S, Stuck
 from runner.worker.rank_process import STACK_SIGNAL
 
@@ -126,7 +128,9 @@ def test_a_stall_is_told_on_the_channel_and_fails_the_attempt() -> None:
 def test_a_rank_stuck_at_its_end_writes_its_stacks_and_is_killed_a_moment_later_while_the_attempt_runs() -> None:
     stuck = Stuck(index=1, text="rank 3 finished its work but did not end", work_done=True)
     state = host_b()
-    assert state.handle(StuckAtEnd(rank=3, stuck=stuck), T0) == [Send(signum=STACK_SIGNAL, ranks=(3,))]
+    assert state.handle(StuckAtEnd(rank=3, stuck=stuck, stacks="logs/rank00003.log"), T0) == [
+        Say(text="\nrank 3 finished its work but did not end (its stacks: logs/rank00003.log)"),
+        Send(signum=STACK_SIGNAL, ranks=(3,))]
     assert state.ending.stuck == {3: stuck} and state.phase is Phase.RUNNING
     assert state.handle(Tick(), T0 + STACKS_S) == [Send(signum=signal.SIGKILL, ranks=(3,), group=True)]
     assert state.handle(Tick(), T0 + STACKS_S + 1) == []
@@ -142,10 +146,12 @@ def test_ctrl_c_stops_the_running_ranks_with_sigint_and_kills_them_after_the_gra
     state = host_b()
     state.handle(exited(3, 0), T0)
     assert state.handle(Signalled(signum=signal.SIGINT), T0) == [Say(text="\nSIGINT: stopping 1 process(es)"),
-                                                               Send(signum=signal.SIGINT, ranks=(2,))]
+                                                               Send(signum=signal.SIGINT, ranks=(2,)),
+                                                               TellStop(signum=signal.SIGINT)]
     assert (state.phase, state.deadline, state.ending.signum, state.ending.stopped) == (
         Phase.STOPPING, T0 + 10.0, signal.SIGINT, {2})
-    assert state.handle(Signalled(signum=signal.SIGTERM), T0 + 1) == []  # `run` passes Ctrl-C on too: once is enough
+    # `run` passes Ctrl-C on too: once is enough for the ranks (the job's channel hears every signal, as it came)
+    assert state.handle(Signalled(signum=signal.SIGTERM), T0 + 1) == [TellStop(signum=signal.SIGTERM)]
     assert state.handle(Tick(), T0 + 10.0) == [SayWhereTheyWere(signum=signal.SIGINT),
                                                Send(signum=signal.SIGKILL, ranks=(2, 3), group=True)]
 
@@ -155,7 +161,7 @@ def test_sigterm_asks_a_recipe_to_checkpoint_and_stop_and_keeps_an_earlier_deadl
     state.handle(exited(3, 1), T0)  # a failure: the others have FAILURE_STOP_S
     assert state.handle(Signalled(signum=signal.SIGTERM), T0 + 1) == [
         Say(text="\nSIGTERM: asking 1 process(es) to checkpoint and stop (the stop request; launcher.grace_s=10)"),
-        Send(signum=signal.SIGUSR1, ranks=(2,))]
+        Send(signum=signal.SIGUSR1, ranks=(2,)), TellStop(signum=signal.SIGTERM)]
     assert state.deadline == T0 + FAILURE_STOP_S and state.ending.signum == signal.SIGTERM
     fresh = host_b()
     assert fresh.handle(Signalled(signum=signal.SIGTERM), T0)[1] == Send(signum=signal.SIGUSR1, ranks=(2, 3))
@@ -171,7 +177,8 @@ def test_sigterm_from_another_hosts_run_reaches_a_script_as_sigterm() -> None:
 def test_the_stop_signal_asks_a_recipe_once_and_neither_stops_nor_times_its_ranks() -> None:
     state = host_b()
     assert state.handle(Signalled(signum=signal.SIGUSR1), T0) == [
-        Say(text="\nSIGUSR1: asking 2 process(es) to checkpoint and stop"), Send(signum=signal.SIGUSR1, ranks=(2, 3))]
+        Say(text="\nSIGUSR1: asking 2 process(es) to checkpoint and stop"), Send(signum=signal.SIGUSR1, ranks=(2, 3)),
+        TellStop(signum=signal.SIGUSR1)]
     assert (state.phase, state.deadline, state.ending.requested, state.ending.stopped, state.ending.signum) == (
         Phase.RUNNING, None, True, set(), None)
     assert state.handle(Signalled(signum=signal.SIGUSR1, origin="a"), T0) == []  # the same request, from the channel
@@ -184,7 +191,7 @@ def test_the_stop_signal_reaches_a_script_as_the_sigterm_it_traps_and_marks_it_s
     state = host_b(scripts=True)
     said = state.handle(Signalled(signum=signal.SIGUSR1), T0)
     assert said == [Say(text="\nSIGUSR1: asking 2 process(es) to checkpoint and stop (SIGTERM to the script)"),
-                    Send(signum=signal.SIGTERM, ranks=(2, 3))]
+                    Send(signum=signal.SIGTERM, ranks=(2, 3)), TellStop(signum=signal.SIGUSR1)]
     assert state.ending.stopped == {2, 3} and state.phase is Phase.RUNNING
     state.handle(exited(2, -signal.SIGTERM), T0)
     assert not state.ending.failed_by_itself() and state.phase is Phase.RUNNING  # it asked for that end
@@ -196,7 +203,8 @@ def test_a_signal_after_the_ranks_were_killed_is_still_the_attempts_end() -> Non
     state.handle(exited(3, 1), T0)
     state.handle(Tick(), T0 + FAILURE_STOP_S)
     assert state.handle(Signalled(signum=signal.SIGINT), T0 + 6) == [Say(text="\nSIGINT: stopping 1 process(es)"),
-                                                                    Send(signum=signal.SIGINT, ranks=(2,))]
+                                                                    Send(signum=signal.SIGINT, ranks=(2,)),
+                                                                    TellStop(signum=signal.SIGINT)]
     assert state.phase is Phase.KILLED and state.ending.signum == signal.SIGINT
 
 
@@ -205,3 +213,61 @@ def test_a_failure_from_elsewhere_after_a_stop_changes_nothing() -> None:
     state.handle(Signalled(signum=signal.SIGINT), T0)
     assert state.handle(PeerFailed(failure=PEER), T0) == [] and state.ending.peer_failed is None
     assert state.handle(EndedFromOutside(failure=PEER), T0) == []
+
+
+# -------------------------------------------------------------------------- what the attempt remembers
+
+
+def test_a_stop_request_read_on_the_channel_is_remembered_and_this_hosts_own_is_read_back() -> None:
+    state = host_b()
+    theirs = StopAsked(signal=signal.SIGUSR1, host="a", time=5.0)
+    assert state.handle(Signalled(signum=signal.SIGUSR1, origin="a", asked=theirs), T0)[-1] == \
+        Send(signum=signal.SIGUSR1, ranks=(2, 3))  # another host's: not told again
+    assert state.stop_seen == theirs
+    ours = StopAsked(signal=signal.SIGINT, host="b", time=6.0)
+    assert state.handle(StopSeen(asked=ours), T0) == [] and state.stop_seen == ours
+
+
+def test_a_stall_is_diagnosed_first_and_only_while_the_attempt_runs() -> None:
+    state = host_b()
+    assert state.handle(StallSeen(quiet_s=65.0), T0) == [DiagnoseStall(quiet_s=65.0)]
+    assert state.phase is Phase.RUNNING  # the diagnosis comes back as Stalled
+    state.handle(Signalled(signum=signal.SIGINT), T0)
+    assert state.handle(StallSeen(quiet_s=66.0), T0) == []
+
+
+def test_after_a_collective_timed_out_the_ranks_still_running_are_asked_for_their_stacks_once() -> None:
+    state = host_b()
+    assert state.handle(TimedOut(running=(3,)), T0) == [Send(signum=STACK_SIGNAL, ranks=(3,))]
+    assert state.stacks_asked and state.handle(TimedOut(running=(3,)), T0 + 1) == []
+
+
+def test_a_timeout_with_no_rank_left_running_asks_nothing_and_one_while_stopping_is_not_taken() -> None:
+    state = host_b()
+    assert state.handle(TimedOut(running=()), T0) == [] and state.stacks_asked
+    stopping = host_b()
+    stopping.handle(exited(3, 1), T0)
+    assert stopping.handle(TimedOut(running=(2,)), T0) == [] and not stopping.stacks_asked
+
+
+def test_a_request_for_dumps_is_answered_for_the_silent_once_and_not_one_the_agent_asked_itself() -> None:
+    state = host_b()
+    assert state.handle(DumpsRequested(at=100.0, reason="request"), T0) == [AnswerForTheSilent(at=100.0,
+                                                                                               reason="request")]
+    assert state.handle(DumpsRequested(at=100.0, reason="request"), T0 + 1) == []
+    assert state.handle(DumpsAnswered(at=120.0), T0 + 2) == [] and state.answered == 120.0
+    assert state.handle(DumpsRequested(at=120.0, reason="stall"), T0 + 3) == []
+    assert state.handle(DumpsAnswered(at=110.0), T0 + 4) == [] and state.answered == 120.0  # never goes back
+
+
+def test_an_earlier_attempts_answer_is_where_the_next_one_starts() -> None:
+    state = AttemptState(ranks=(2, 3), scripts=False, stop_signal=signal.SIGUSR1, grace_s=1.0, answered=100.0)
+    assert state.handle(DumpsRequested(at=100.0, reason="request"), T0) == []
+
+
+def test_the_attempts_start_is_reported_and_where_the_ranks_are_is_said_when_asked_in_any_phase() -> None:
+    state = host_b()
+    assert state.handle(Started(), T0) == [ReportBegan()]
+    assert state.handle(WhereAsked(), T0) == [SayWhereTheRanksAre()]
+    state.handle(exited(3, 1), T0)
+    assert state.handle(WhereAsked(), T0) == [SayWhereTheRanksAre()]

@@ -24,7 +24,7 @@ from runner.worker.channel import JobChannel
 from runner.worker.channel_records import JobFailure
 from runner.worker.endings import gather_endings, peer_failure, share_ended
 from runner.worker.failures import silent_end
-from runner.worker.host_agent import rank_setups
+from runner.worker.preparation import rank_setups
 from runner.worker.host_ending import HostEnding
 from runner.worker.rendezvous import Rendezvous
 from runner.worker.setup import RankSetup

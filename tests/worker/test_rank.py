@@ -14,7 +14,7 @@ from conftest import validate
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import plan_for
 from runner.records.paths import RunPaths
-from runner.worker.host_agent import rank_setups
+from runner.worker.preparation import rank_setups
 from runner.common.signals import StopRequest
 from runner.training.output import AgentChannel
 from runner.training.progress import StepCount

@@ -138,7 +138,7 @@ def test_the_stall_clock_starts_when_the_process_group_has_formed(tmp_path, monk
     from runner.launchers import plan_for
     from runner.records.paths import RunPaths
     from runner.worker import watch as watches
-    from runner.worker.host_agent import rank_setups
+    from runner.worker.preparation import rank_setups
     from runner.worker.rendezvous import Rendezvous
 
     got = validate(("topology=1x2", "device=cpu", "launcher.stall_timeout_s=5"))

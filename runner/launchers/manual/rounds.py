@@ -33,7 +33,8 @@ from runner.records.paths import RunPaths
 from runner.worker.agent_reports import AgentReport
 from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
 from runner.worker.channel_records import JobFailure
-from runner.worker.host_agent import ENDINGS_WAIT_S, HostAgent
+from runner.worker.attempt_report import ENDINGS_WAIT_S
+from runner.worker.host_agent import HostAgent
 from runner.worker.share import HostShare
 from runner.worker.zygote import Zygote
 from runner.environments.process import ProcessEnvironment

@@ -23,7 +23,7 @@ from runner.launchers.manual.rounds import NotCalled, Round, _ended_by, run_roun
 from runner.records.paths import RunPaths
 from runner.spec.pins import pinned
 from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
-from runner.worker.host_agent import ENDINGS_WAIT_S
+from runner.worker.attempt_report import ENDINGS_WAIT_S
 
 HOSTS = hosts_override(*({"name": n, "devices": 1} for n in ("a", "b", "c")))
 

@@ -14,7 +14,7 @@ from conftest import environment, make_spec, validate
 from runner.launchers import plan_for
 from runner.records.paths import RunPaths
 from runner.spec.schema import ScriptRecipeConfig
-from runner.worker.host_agent import rank_setups
+from runner.worker.preparation import rank_setups
 from runner.worker.preflight.checks import Check, HostChecks, PreflightFailed
 from runner.worker.preflight.collective import _explain, collective
 from runner.worker.rendezvous import Rendezvous
