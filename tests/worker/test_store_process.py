@@ -15,7 +15,7 @@ import pytest
 
 from runner.worker.store_process import READY
 
-pytestmark = pytest.mark.unit
+# not marked unit: each test starts a Python interpreter
 
 
 def test_it_serves_the_store_on_the_socket_given_and_outlives_a_jobs_stop_signals() -> None:
