@@ -307,6 +307,16 @@ def processes_of(run_id: str) -> list[psutil.Process]:
     return found
 
 
+LEFT_S = 10.0  # after `run` ends: a rank killed in its last moment is on its way out until init has reaped it
+
+
+def nothing_left(run_id: str, within_s: float = LEFT_S) -> None:
+    """No process of the run is left (:func:`processes_of`) ``within_s`` of the moment this is called: `run` ends
+    what it started before it exits, but a process it killed last may not have been reaped yet (its parent, a zygote
+    killed with it, hands it to init)."""
+    wait_until(lambda: not processes_of(run_id), within_s, f"nothing of run {run_id} left")
+
+
 def artifacts(folder: Path) -> dict[int, dict]:
     return {int(p.stem[4:]): json.loads(p.read_text()) for p in folder.glob("rank*.json")}
 

@@ -28,7 +28,7 @@ from runner.app.cli import typed_spec
 from runner.launchers import validate
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
-from runs import RUN, processes_of, user_env
+from runs import RUN, nothing_left, user_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -197,7 +197,7 @@ def test_bad_input_through_run_is_refused_clearly_and_starts_nothing(outcomes, c
     assert "Traceback" not in result.stdout + result.stderr, shown
     started = [p for p in (folder / "outputs").rglob("*") if p.name in ("plan.json", "launch.txt", "logs")]
     assert not started, started
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 @pytest.mark.unit

@@ -10,7 +10,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from runs import Finished, artifacts, processes_of, run, run_folder, started, user_env
+from runs import artifacts, Finished, nothing_left, run, run_folder, started, user_env
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -45,7 +45,7 @@ def test_mpi_tasks_one_per_process(tmp_path):
     found = artifacts(art)
     assert sorted(found) == [0, 1, 2] and {rec["sum"] for rec in found.values()} == {6.0}
     assert {rec["env"]["TORCHELASTIC_RUN_ID"] for rec in found.values()} == {run_id}
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_mpi_tasks_one_per_host_fork_their_devices(tmp_path):
@@ -58,7 +58,7 @@ def test_mpi_tasks_one_per_host_fork_their_devices(tmp_path):
     assert sorted(found) == [0, 1, 2]
     assert [found[r]["env"]["GROUP_RANK"] for r in range(3)] == ["0", "0", "1"]
     assert {rec["sum"] for rec in found.values()} == {6.0}
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_slurm_tasks_one_per_process(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from runs import mpi_options, on_each_host, processes_of, run
+from runs import mpi_options, nothing_left, on_each_host, run
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -87,7 +87,7 @@ def test_by_hand_on_each_host(testbed, folder, name) -> None:
         assert {r["lr"] for r in found.values()} == {0.1}
     if name == "imagenet":
         assert {r["dist_url"] for r in found.values()} == {"env://"}
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_espnet_on_slurm(testbed, folder) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runs import (RUN, Started, bed_hosts, finish, manual_hosts, mpi_options, on_each_host, processes_of, run,
-                  running, started, wait_until)
+from runs import (RUN, bed_hosts, finish, manual_hosts, mpi_options, nothing_left, on_each_host, run, running,
+                  started, Started, wait_until)
 
 pytestmark = pytest.mark.timeout(300)
 STEPS = 40
@@ -84,7 +84,7 @@ def test_manual_hosts_restart_together_after_a_rank_is_killed(testbed, tmp_path,
     firsts = attempts(out)
     assert sorted(firsts) == [0, 1] and firsts[0] == 0 and 0 < firsts[1] <= at + 4 and firsts[1] % 4 == 0, (at, firsts)
     same_weights(straight, out)
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_host_whose_run_died_joins_the_next_attempt(testbed, tmp_path, straight):
@@ -102,7 +102,7 @@ def test_a_host_whose_run_died_joins_the_next_attempt(testbed, tmp_path, straigh
     assert [c for c, _ in results] == [0, 0], results
     assert sorted(attempts(out)) == [0, 1]
     same_weights(straight, out)
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_mpirun_is_started_again_after_a_rank_is_killed(testbed, tmp_path, straight):

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO
 from runner.environments.process import usable_cpus
-from runs import RUN, TESTS, Finished, processes_of, started, wait_until
+from runs import RUN, TESTS, Finished, nothing_left, started, wait_until
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 SCRIPTS = TESTS / "scripts"
@@ -56,7 +56,7 @@ def launch(launcher: str, args: list[str], cwd: Path, prefix: tuple[str, ...] = 
     run_id = f"p{uuid.uuid4().hex[:8]}"
     with started([*prefix, *launcher_argv(launcher, args, run_id)], cwd=cwd, run_id=run_id) as proc:
         done = proc.wait(timeout)
-    assert not processes_of(run_id)  # nothing of a `run` is left behind, whatever the script did
+    nothing_left(run_id)  # nothing of a `run` is left behind, whatever the script did
     return done
 
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 from runner.worker.channel import PREFIX
 from runner.worker.zygote_wire import receive, send
