@@ -13,8 +13,9 @@ import sys
 
 import pytest
 
+from readme_text import docs
 from runs import user_env
-from conftest import GOLDEN, REPO
+from conftest import GOLDEN
 
 SNAPSHOT = GOLDEN / "api" / "runner_api.txt"  # beside the launchers' golden/*.txt, not among them
 
@@ -61,7 +62,7 @@ def test_the_api_is_what_the_snapshot_says() -> None:
 
 
 def _readme_table_names() -> set[str]:
-    text = (REPO / "README.md").read_text()
+    text = docs().page_with("Recipes").text
     start = text.index("metrics (over `metrics.jsonl`'s last row). The context gives:")
     table = text[start:text.index("\n\n", text.index("| |", start))]
     return {name for row in table.splitlines()[3:] for name in re.findall(r"ctx\.(\w+)", row.split(" | ")[0])}
@@ -76,9 +77,7 @@ def test_the_readmes_table_names_every_member_of_the_context_and_no_other() -> N
 
 
 def _readme_example() -> str:
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("### A recipe in one process"):]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
+    return docs().section("A recipe in one process").split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_readmes_one_process_example_runs_as_a_users_test(tmp_path) -> None:

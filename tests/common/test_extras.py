@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from readme_text import docs
 from runs import run, user_env
 from conftest import REPO
 from runner.common import extras
@@ -36,7 +37,8 @@ def test_the_extras_are_those_pyproject_declares() -> None:
 
 @pytest.mark.unit
 def test_the_readme_lists_the_extras() -> None:
-    text = (REPO / "README.md").read_text()
+    """docs/index.md, Setup: the table of the extras."""
+    text = docs().section("Setup")
     table = text[text.index("| extra | installs | for |"):].split("\n\n", 1)[0]
     rows = re.findall(r"^\| `(\w+)` \| ([\w-]+) \|", table, re.M)
     assert rows == [(e.name, e.package) for e in extras.EXTRAS], rows

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runs import TESTS, artifacts, run, stage_workloads
+from readme_text import docs
+from runs import artifacts, run, stage_workloads
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -103,10 +104,8 @@ def test_accumulation_exchanges_the_gradients_once_a_step(tmp_path) -> None:
 
 @pytest.mark.unit
 def test_the_readme_states_these_numbers() -> None:
-    """README, "The global batch at any world size": the steps, the sizes and the tolerance this module uses."""
-    text = (TESTS.parent / "README.md").read_text()
-    start = text.index("### The global batch at any world size")
-    section = " ".join(text[start:text.index("\n#", start + 1)].split())
+    """docs/recipes.md, "The global batch at any world size": the steps, the sizes and the tolerance this module uses."""
+    section = " ".join(docs().section("The global batch at any world size").split())
     tolerance = f"{TOLERANCE:.0e}".replace("e-0", "e-")  # 1e-5
     assert f"after the same {EPOCHS * 21} steps every weight agrees with the one-process run's within {tolerance}" \
         in section

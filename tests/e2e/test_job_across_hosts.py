@@ -247,4 +247,4 @@ def test_a_stop_under_a_scheduler_says_where_every_rank_was_once(testbed, tmp_pa
 @pytest.mark.unit
 def test_the_readme_quotes_what_these_tests_see():
     """README's "A job across hosts" shows real output of these tests: each quoted line is one they assert."""
-    check_readme_quotes("## A job across hosts", SAID, "tests/e2e/test_job_across_hosts.py")
+    check_readme_quotes("A job across hosts", SAID, "tests/e2e/test_job_across_hosts.py")

@@ -208,4 +208,4 @@ def _job_of(said: str) -> str:
 
 
 def test_the_readme_quotes_what_these_tests_see() -> None:
-    check_readme_quotes("### When a host is lost", SAID, "tests/e2e/test_lost_nodes_slurm.py")
+    check_readme_quotes("When a host is lost", SAID, "tests/e2e/test_lost_nodes_slurm.py")

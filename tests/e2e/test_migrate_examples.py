@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from readme_text import docs
 from runs import mpi_options, on_each_host, processes_of, run
 
 pytestmark = pytest.mark.timeout(300)
@@ -63,7 +64,7 @@ def trained(folder: Path, name: str, testbed=None) -> dict[int, dict]:
 def test_every_job_file_is_in_the_readme_and_tested() -> None:
     files = sorted(p.stem for p in (EXAMPLES / "jobs").glob("*.yaml"))
     assert files == sorted(JOBS)
-    section = (REPO / "README.md").read_text().split("## Moving an existing launch to a job file")[1].split("\n## ")[0]
+    section = docs().section("Moving an existing launch to a job file")
     assert sorted(set(re.findall(r"--config-name ([\w-]+)", section))) == sorted(JOBS)
 
 

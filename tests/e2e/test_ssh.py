@@ -632,4 +632,4 @@ def test_a_restart_resumes_every_host_to_the_weights_of_an_uninterrupted_run(tes
 @pytest.mark.unit
 def test_the_readme_quotes_what_these_tests_see():
     """README's "A job over ssh" shows real output of these tests: each quoted line is one they assert."""
-    check_readme_quotes("### A job over ssh", SAID, "tests/e2e/test_ssh.py")
+    check_readme_quotes("A job over ssh", SAID, "tests/e2e/test_ssh.py")

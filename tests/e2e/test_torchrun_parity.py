@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from runner.environments.process import usable_cpus
+from readme_text import docs
 from runs import RUN, TESTS, Finished, processes_of, started, wait_until
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
@@ -26,10 +26,8 @@ NATURE = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}  # pe
 
 
 def readme_differences() -> dict[str, tuple[str, str]]:
-    """The README's table of differences from torchrun: first cell -> (torchrun's cell, run's cell)."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Differences from torchrun"):]
-    section = section[:section.index("\n## ", 3)]
+    """The table of differences from torchrun (docs/torchrun.md): first cell -> (torchrun's cell, run's cell)."""
+    section = docs().section("Differences from torchrun")
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
