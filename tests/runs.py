@@ -382,7 +382,7 @@ def on_each_host(testbed, cwd: Path, args: Sequence[str], run_id: str, timeout: 
         return finish(hosts, timeout)
 
 
-# --------------------------------------------------------------------------- what the README quotes of a test's output
+# --------------------------------------------------------------------------- what docs/ quotes of a test's output
 
 
 class _AnyName(dict):

@@ -1,7 +1,7 @@
 """runner.api, the API recipes are written against, is frozen: its names and the signatures of what a recipe calls
 are those of tests/golden/api/runner_api.txt (a change to them is a change to that file, seen in review:
-``UPDATE_GOLDEN=1`` rewrites it), and the README's table of the run context names every public member, and no
-other. The README's example of a recipe called in one process runs, as a user's pytest would run it."""
+``UPDATE_GOLDEN=1`` rewrites it), and docs/recipes.md's table of the run context names every public member, and no
+other. docs/recipes.md's example of a recipe called in one process runs, as a user's pytest would run it."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ def test_the_readme_quotes_the_paired_torchrun_results():
 
 
 def test_the_committed_report_and_readme_quote_the_checkpoint_broadcast_results():
-    """The checkpoint table holds what benchmarks/results/checkpoint_broadcast.json holds, and so does the README."""
+    """The checkpoint table holds what benchmarks/results/checkpoint_broadcast.json holds, and so does docs/benchmarks.md."""
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
     block = text[text.index("<!-- table:checkpoint -->"):]
     assert report.checkpoint() in block[:block.index("<!-- end -->")]
@@ -93,7 +93,7 @@ def test_the_committed_report_and_readme_quote_the_checkpoint_broadcast_results(
 
 
 def test_the_committed_report_and_readme_quote_the_checkpoint_copies_results():
-    """The copies table holds what benchmarks/results/checkpoint_copies.json holds, and so does the README's row."""
+    """The copies table holds what benchmarks/results/checkpoint_copies.json holds, and so does docs/benchmarks.md's row."""
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
     block = text[text.index("<!-- table:copies -->"):]
     assert report.copies() in block[:block.index("<!-- end -->")]

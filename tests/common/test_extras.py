@@ -32,7 +32,7 @@ def test_the_extras_are_those_pyproject_declares() -> None:
     assert optional["all"] == [f"torch-jobspec[{','.join(e.name for e in extras.EXTRAS)}]"]
     assert "torch-jobspec[all]" in optional["test"]
     required = {_name(r) for r in PYPROJECT["dependencies"]}
-    assert required == {"torch", "hydra-core", "omegaconf", "pyyaml", "psutil", "tqdm"}  # README: what `run` itself needs
+    assert required == {"torch", "hydra-core", "omegaconf", "pyyaml", "psutil", "tqdm"}  # docs/index.md: what `run` itself needs
 
 
 @pytest.mark.unit

@@ -1,4 +1,4 @@
-"""The same job at any world size (README, "The global batch at any world size"): the digits recipe with one seed and
+"""The same job at any world size (docs/recipes.md, "The global batch at any world size"): the digits recipe with one seed and
 one global batch (64, which divides over neither 3 nor 5) as a sweep over 1 to 5 processes, every sharding mode with
 micro-batches, `zero` at 4 and `parallel=dp`; after the same 42 steps every run's weights are the one-process run's
 within TOLERANCE. Without the loss weights of ctx.micro_batches the 3-process run is 0.03 off (seen when this test

@@ -26,10 +26,10 @@ from testbed_fixtures import Bed, bed_of_its_own
 
 pytestmark = pytest.mark.timeout(300)
 
-BATCH = 48  # the README's quotes of these runs were taken with it (any batch of 3 or more runs)
+BATCH = 48  # docs/lost-hosts.md's quotes of these runs were taken with it (any batch of 3 or more runs)
 SLURMD_TIMEOUT_S = 6
 
-# What the batch output shows, as patterns of the bed's host names: README's "When a host is lost" quotes these lines
+# What the batch output shows, as patterns of the bed's host names: docs/lost-hosts.md quotes these lines
 SAID = {
     "silent": r"slurm: node\(s\) {host2} lost \(its task was silent for \d+ s \(launcher\.slurm\.keepalive_s=1, 4 "
               r"missed\)\): ending the step",

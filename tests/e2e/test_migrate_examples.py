@@ -1,4 +1,4 @@
-"""README, "Moving an existing launch to a job file": every job file of examples/migrate/jobs run as the README
+"""docs/recipes.md, "Moving an existing launch to a job file": every job file of examples/migrate/jobs run as the page
 says, from a copy of examples/migrate (a user's folder outside the checkout, no PYTHONPATH), with the bed's
 host names in place of node-a and node-b. Each example script writes artifacts/rank<r>.json once trained."""
 
