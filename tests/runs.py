@@ -392,7 +392,7 @@ def on_each_host(testbed, cwd: Path, args: Sequence[str], run_id: str, timeout: 
         return finish(hosts, timeout)
 
 
-# --------------------------------------------------------------------------- what the README quotes of a test's output
+# --------------------------------------------------------------------------- what docs/ quotes of a test's output
 
 
 class _AnyName(dict):
@@ -411,12 +411,13 @@ def seen_in(said: dict[str, str], key: str, testbed=None, **names: str) -> str:
 
 
 def check_readme_quotes(heading: str, said: dict[str, str], test_file: str) -> None:
-    """README's section ``heading`` shows real output of ``test_file``'s tests: each pattern of ``said`` (what they
-    assert) matches one of its quoted blocks, and the section names the file."""
-    readme = (TESTS.parent / "README.md").read_text()
-    section = readme[readme.index(heading):]
-    section = section[:section.index("\n## ", 1)]
-    quoted = "\n".join(block for n, block in enumerate(section.split("```")) if n % 2)
+    """The page of docs/ that has the section ``heading`` shows real output of ``test_file``'s tests: each pattern of
+    ``said`` (what they assert) matches one of its quoted blocks, and the page names the file."""
+    from readme_text import docs
+
+    page = docs().page_with(heading)
+    quoted = "\n".join(block for n, block in enumerate(page.text.split("```")) if n % 2)
     for key in said:
-        assert re.search(seen_in(said, key), quoted), f"README's quote of {key!r} is not what the tests see: {said[key]}"
-    assert test_file in section
+        assert re.search(seen_in(said, key), quoted), \
+            f"{page.name}'s quote of {key!r} is not what the tests see: {said[key]}"
+    assert test_file in page.text

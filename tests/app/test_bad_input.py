@@ -22,12 +22,13 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 import runner.recipes.digits  # noqa: F401  (validation tries the default recipe in a forked child: imported once here)
-from conftest import REPO, compose_config
+from conftest import compose_config
 from runner.app.argv_checks import input_problems
 from runner.app.cli import typed_spec
 from runner.launchers import validate
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
+from readme_text import docs
 from runs import RUN, nothing_left, user_env
 
 pytestmark = pytest.mark.timeout(300)
@@ -205,6 +206,6 @@ def test_the_readme_counts_the_cases_as_they_are() -> None:
     assert len({c.id for c in CASES}) == len(CASES)
     assert set(CLI_IDS) <= {c.id for c in CASES}
     said = re.search(r"`tests/app/test_bad_input\.py` checks (\d+) such cases, (\d+) of them through the real `run`",
-                     (REPO / "README.md").read_text().replace("\n", " "))
+                     docs().text.replace("\n", " "))
     assert said is not None
     assert (int(said[1]), int(said[2])) == (len(CASES), len(CLI))

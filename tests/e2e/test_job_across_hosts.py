@@ -59,7 +59,7 @@ WHERE = (r"rank 0 waits in all_reduce #4 \(process group 0\) since \d+\.\d s \(F
          r"it: its last collective was all_reduce #3, and it is at workloads/hang\.py:16 in main")
 
 
-# What the tests below see on each host's terminal, as patterns of the hosts' names: README's "A job across hosts"
+# What the tests below see on each host's terminal, as patterns of the hosts' names: docs/across-hosts.md
 # quotes these lines (test_the_readme_quotes_what_these_tests_see checks it)
 SAID = {
     "hang": r"timeout: a collective waited init.timeout_s=10 s: rank 0 waits in \w+ #\d+ \(process group 0\).*rank 1 "
@@ -245,5 +245,5 @@ def test_a_stop_under_a_scheduler_says_where_every_rank_was_once(testbed, tmp_pa
 
 @pytest.mark.unit
 def test_the_readme_quotes_what_these_tests_see():
-    """README's "A job across hosts" shows real output of these tests: each quoted line is one they assert."""
-    check_readme_quotes("## A job across hosts", SAID, "tests/e2e/test_job_across_hosts.py")
+    """docs/across-hosts.md shows real output of these tests: each quoted line is one they assert."""
+    check_readme_quotes("A job across hosts", SAID, "tests/e2e/test_job_across_hosts.py")

@@ -36,7 +36,7 @@ EPOCHS = 12  # the shrink comparison (digits): a checkpoint every 5 epochs, a fa
 TOLERANCE = 1e-5  # weights of two jobs that trained the same global batches (tests/e2e/test_any_world_size.py)
 
 
-# What `run` shows, as patterns of the bed's host names: README's "When a host is lost" quotes these lines
+# What `run` shows, as patterns of the bed's host names: docs/lost-hosts.md quotes these lines
 # (test_the_readme_quotes_what_these_tests_see checks it)
 SAID = {
     "lost": r"ssh: host 2 \({host2}\) lost: ssh exited 255 \(Connection to {host2} closed by remote host\.\): the host, "
@@ -301,5 +301,5 @@ def test_a_job_shrunk_from_3_hosts_to_2_trains_as_a_job_on_2_from_its_checkpoint
 
 @pytest.mark.unit
 def test_the_readme_quotes_what_these_tests_see():
-    """README's "When a host is lost" shows real output of these tests: each quoted line is one they assert."""
-    check_readme_quotes("### When a host is lost", SAID, "tests/e2e/test_lost_hosts.py")
+    """docs/lost-hosts.md shows real output of these tests: each quoted line is one they assert."""
+    check_readme_quotes("When a host is lost", SAID, "tests/e2e/test_lost_hosts.py")

@@ -43,7 +43,7 @@ pytestmark = pytest.mark.timeout(300)
 
 TTL_S = 4  # launcher.manual.keepalive_s=1: a host's lease outlives its last keepalive by 4 intervals
 
-# What each host's `run` shows, as patterns of the bed's host names: README's "When a host is lost" quotes these
+# What each host's `run` shows, as patterns of the bed's host names: docs/lost-hosts.md quotes these
 # lines (test_the_readme_quotes_what_these_tests_see checks it)
 SAID = {
     "decision": r"manual: attempt 1 ended; waiting for the decision on the next \(the job's etcd\)",
@@ -480,5 +480,5 @@ def test_two_hosts_go_on_with_one_under_an_etcd_of_the_users(bed, tmp_path):
 
 @pytest.mark.unit
 def test_the_readme_quotes_what_these_tests_see():
-    """README's "When a host is lost" shows real output of these tests: each quoted line is one they assert."""
-    check_readme_quotes("### When a host is lost", SAID, "tests/e2e/test_lost_hosts_manual.py")
+    """docs/lost-hosts.md shows real output of these tests: each quoted line is one they assert."""
+    check_readme_quotes("When a host is lost", SAID, "tests/e2e/test_lost_hosts_manual.py")

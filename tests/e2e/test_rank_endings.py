@@ -1,4 +1,4 @@
-"""Every rank ends, whatever its script leaves behind (README, Rank endings; runner.worker.rank_life): ordinary DDP
+"""Every rank ends, whatever its script leaves behind (docs/faults.md, Rank endings; runner.worker.rank_life): ordinary DDP
 scripts of several shapes run many times at 1x2 and 1x4, each run required to end with the script's status; a rank
 stuck at its end (its main thread joins a thread that waits for the GIL it holds, as ~ProcessGroupGloo leaves one) is
 said to be so, ended, and the job's result stands; a stall no rank's watch can see is ended by the host agent; where

@@ -155,7 +155,7 @@ def test_three_processes_restart_differs_only_by_the_first_step_of_the_attempt(t
     resumed attempt that runs one forward and backward before its first step (the buckets rebuilt) is bit-exact."""
     straight, restarted = three_runs(tmp_path)
     a, b = torch.load(straight / "final.pt"), torch.load(restarted / "final.pt")
-    assert any(not torch.equal(a[key], b[key]) for key in a), "now bit-exact: say so in README.md (Restarts)"
+    assert any(not torch.equal(a[key], b[key]) for key in a), "now bit-exact: say so in docs/faults.md (Restarts)"
     for key in a:  # measured: 6e-8 at most, 1.4e-6 relative
         torch.testing.assert_close(b[key], a[key], rtol=1e-6, atol=1e-7)
     warmed = tmp_path / "warmed"

@@ -111,7 +111,7 @@ def ready(testbed) -> str:
             rf"{testbed.names[0]}, {testbed.names[1]}")
 
 
-# What `run` shows, as patterns of the hosts' names: README's launcher=ssh section quotes these lines
+# What `run` shows, as patterns of the hosts' names: docs/ssh.md quotes these lines
 # (test_the_readme_quotes_what_these_tests_see checks it)
 SAID = {
     "done": r"status    done: every rank returned \(exit 0\)",
@@ -631,5 +631,5 @@ def test_a_restart_resumes_every_host_to_the_weights_of_an_uninterrupted_run(tes
 
 @pytest.mark.unit
 def test_the_readme_quotes_what_these_tests_see():
-    """README's "A job over ssh" shows real output of these tests: each quoted line is one they assert."""
-    check_readme_quotes("### A job over ssh", SAID, "tests/e2e/test_ssh.py")
+    """docs/ssh.md shows real output of these tests: each quoted line is one they assert."""
+    check_readme_quotes("A job over ssh", SAID, "tests/e2e/test_ssh.py")

@@ -167,7 +167,7 @@ def test_preemption_checkpoints_requeues_and_resumes(testbed, tmp_path):
 
 
 def test_the_stop_signal_to_run_checkpoints_and_ends_the_job_it_follows_not_requeued(testbed, tmp_path):
-    """kill -USR1 <pid of run> while it follows its Slurm job (the README: under any launcher): `run` passes it on to
+    """kill -USR1 <pid of run> while it follows its Slurm job (docs/launchers.md: under any launcher): `run` passes it on to
     the batch script (scancel --signal=USR1 --batch), the ranks checkpoint and return, and the job ends: with
     launcher.slurm.requeue=true too, it is not requeued (the stop was the user's, not Slurm's time limit). `run`
     exits 0 and its summary says the ranks stopped on request."""
