@@ -31,10 +31,9 @@ from runner.launchers.manual.watch import LeaseWatch
 from runner.plan.processes import Plan
 from runner.records.paths import RunPaths
 from runner.worker.agent_reports import AgentReport
-from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
 from runner.worker.channel_records import JobFailure
 from runner.worker.host_agent import ENDINGS_WAIT_S, HostAgent
-from runner.worker.share import HostShare
+from runner.worker.share import HostShare, hard_stop_s
 from runner.worker.zygote import Zygote
 from runner.environments.process import ProcessEnvironment
 
@@ -63,8 +62,7 @@ class Round:
     def come_s(self) -> float:
         """How long the hosts wait for one that is up but has not ended its share of the attempt: the most its share
         can take to end (the ranks' grace and stop, host 0's wait for the others' endings) and a margin."""
-        launcher = self.plan.job.spec.launcher
-        return max(0.0, launcher.grace_s) + FAILURE_STOP_S + HARD_STOP_MARGIN_S + ENDINGS_WAIT_S + 30.0
+        return hard_stop_s(self.plan.job.spec.launcher) + ENDINGS_WAIT_S + 30.0
 
 
 def run_round(this: Round, on_report: Callable[[int, AgentReport], None] | None) -> Ended:
