@@ -25,7 +25,7 @@ from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.etcd_member import ETCD, OwnCluster, OwnMember
 from runner.launchers.elastic.membership import Membership, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended
-from runner.launchers.manual.rounds import NotCalled, Round, run_round, stand_by
+from runner.launchers.manual.rounds import HostRound, NotCalled, run_round, stand_by
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
@@ -72,7 +72,7 @@ class ManualLauncher(Launcher):
 
     def __init__(self, **launch: Any) -> None:
         super().__init__(**launch)
-        self._round: Round | None = None  # this host's round, once it runs rounds (a job that outlives its hosts)
+        self._round: HostRound | None = None  # this host's round, once it runs rounds (a job that outlives its hosts)
 
     @classmethod
     def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
@@ -207,8 +207,8 @@ class ManualLauncher(Launcher):
                 if refused is not None:
                     return refused
                 zygote = Zygote.start()
-                self._round = Round(plan=self.plan, paths=self.paths, environment=self.environment, decider=decider,
-                                    zygote=zygote, node=node, stopped=stopped)
+                self._round = HostRound(plan=self.plan, paths=self.paths, environment=self.environment,
+                                        decider=decider, zygote=zygote, node=node, stopped=stopped)
                 try:
                     return self._stand_by() if node >= len(job.hosts) else AttemptsOnHosts(self).run()
                 finally:
