@@ -30,7 +30,7 @@ from typing import Protocol
 
 from runner.common import exits
 from runner.launchers.base import LaunchOutcome
-from runner.launchers.elastic.membership import Membership
+from runner.launchers.elastic.membership import CannotGoOn, Membership
 from runner.plan.processes import Plan
 from runner.records.membership import MembershipChange, append_change
 from runner.records.paths import RunPaths
@@ -133,12 +133,12 @@ class AttemptsOnHosts:
                 return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause, plan=launcher.plan)
             attempt = ended.next_attempt if ended.next_attempt is not None else heard.attempt + 1
             chosen = membership.without_spares(ended.spares_gone).after_loss(ended.lost)
-            if isinstance(chosen, str) or attempt > limit:
-                why = chosen if isinstance(chosen, str) else f"launcher.max_restarts={limit} used"
+            if isinstance(chosen, CannotGoOn) or attempt > limit:
+                why = chosen.why if isinstance(chosen, CannotGoOn) else f"launcher.max_restarts={limit} used"
                 append_change(self.first.paths, self._change(launcher, membership, ended, heard, None, ()))
                 print(f"{self.said_as}: the job ends: {why}", file=sys.stderr, flush=True)
                 return LaunchOutcome(code=exits.FAILED, cause=f"{ended.cause}; {why}", plan=launcher.plan)
-            after, taken = chosen
+            after, taken = chosen.membership, chosen.taken
             following = launcher.on(after.spec(self.spec, attempt), attempt)
             self.pending = self._change(launcher, membership, ended, heard, following,
                                         tuple(h.name or str(h.addr) for h in taken))

@@ -61,6 +61,11 @@ def agreed_port(job: Job, paths: RunPaths | None) -> str:
     return str(port_for(paths.run_id)) if paths else Deferred.of("port derived from the run id")
 
 
+class NotOneHost(Exception):
+    """No host of the job, or several, is this machine (ManualLauncher.this_host); the message says which, and the
+    way out."""
+
+
 class ManualLauncher(Launcher):
     name = "manual"
     supports_restarts = True  # the hosts restart together, agreeing through host 0's store (runner.worker.channel)
@@ -167,9 +172,9 @@ class ManualLauncher(Launcher):
                                  f"without a keepalive: its `run`, machine or network gone) is lost, and its peers end "
                                  f"the attempt", argv=None))
 
-    def this_host(self, names: frozenset[str]) -> int | str:
+    def this_host(self, names: frozenset[str]) -> int:
         """This machine's node rank (a spare's index follows the hosts'): launcher.manual.host, else the one host
-        whose name/address is ours."""
+        whose name/address is ours. Raises NotOneHost where no host, or several, are ours."""
         hosts = (*self.plan.job.hosts, *self.plan.job.spares)
         chosen = self.plan.job.spec.launcher.manual.host
         if chosen is not None:
@@ -180,13 +185,14 @@ class ManualLauncher(Launcher):
         if len(mine) == 1:
             return mine[0]
         found = "several hosts match" if mine else "no host matches"
-        return (f"{found} this machine ({', '.join(sorted(n for n in names if not is_loopback(n))[:6])}); "
-                f"hint: add launcher.manual.host=<index> (the dry run prints each host's command)")
+        raise NotOneHost(f"{found} this machine ({', '.join(sorted(n for n in names if not is_loopback(n))[:6])}); "
+                         f"hint: add launcher.manual.host=<index> (the dry run prints each host's command)")
 
     def launch(self, request: LaunchRequest) -> LaunchOutcome:
-        node = self.this_host(LocalProbe().host_names())
-        if isinstance(node, str):
-            print(f"error: launcher.manual.host: {node}", file=sys.stderr)
+        try:
+            node = self.this_host(LocalProbe().host_names())
+        except NotOneHost as e:
+            print(f"error: launcher.manual.host: {e}", file=sys.stderr)
             return LaunchOutcome(code=exits.INVALID)
         if elasticity(self.plan.job).enabled:
             return self._rounds(node)
