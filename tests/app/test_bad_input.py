@@ -24,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 import runner.recipes.digits  # noqa: F401  (validation tries the default recipe in a forked child: imported once here)
 from conftest import compose_config
 from runner.app.argv_checks import input_problems
-from runner.app.cli import typed_spec
+from runner.app.cli import SpecRefused, typed_spec
 from runner.launchers import validate
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
@@ -143,9 +143,10 @@ def refusal(c: Case, folder: Path) -> str:
         cfg = compose_config(*c.args, "device=cpu")
     except (HydraException, OmegaConfBaseException) as e:  # `run` prints Hydra's message and exits 2
         return str(e)
-    spec = typed_spec(cfg)
-    if isinstance(spec, str):
-        return spec
+    try:
+        spec = typed_spec(cfg)
+    except SpecRefused as e:
+        return str(e)
     spec.workdir = str(folder)
     job, problems = validate(spec, LocalProbe())
     assert job is None, f"{c.id}: {c.args} passed validation"
