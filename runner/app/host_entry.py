@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import NoReturn, Protocol
 
 from runner.common import exits
@@ -134,8 +135,9 @@ class HolderGone:
     share outlives its holder. Called by the thread that heard it; the first call ends the process, a later one
     returns at once."""
 
-    def __init__(self, hard_stop_s: float) -> None:
+    def __init__(self, hard_stop_s: float, sleep: Callable[[float], None] = time.sleep) -> None:
         self.hard_stop_s = hard_stop_s
+        self._sleep = sleep  # (a test's clock: the wait asked for, without waiting)
         self._once = threading.Lock()
 
     def __call__(self, why: str) -> None:
@@ -145,7 +147,7 @@ class HolderGone:
         try:
             say(why)
             os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(self.hard_stop_s)
+            self._sleep(self.hard_stop_s)
             say("")  # (what the agent wrote, if its stream is still there)
         finally:  # whatever happens above (a stream whose reader is gone raises): nothing outlives the holder
             os._exit(exits.from_signal(signal.SIGTERM))
