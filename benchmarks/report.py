@@ -154,7 +154,7 @@ LOST_FAULTS = {"kill": "host 2's processes killed", "link": "host 2's link down 
 
 
 def lost_host_cell(r: dict) -> str:
-    """One launcher's trials of one fault, in words (README and this report)."""
+    """One launcher's trials of one fault, in words (docs/lost-hosts.md and this report)."""
     first = "" if r["median_recovered_s"] is None else f", first step {r['median_recovered_s']:.1f} s after the fault"
     if r["finished"] == 0:
         return f"did not finish (0 of {r['trials']})"

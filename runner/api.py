@@ -13,7 +13,7 @@ scripts), and destroys it after.
 
 To call a recipe in one process — a unit test of yours, a notebook — :func:`single_process_context` gives it the
 context ``run topology=1x1`` would. What is named here is frozen: tests/golden/api/runner_api.txt holds its names and
-signatures, and a test compares them (and the README's table of the context) with the code.
+signatures, and a test compares them (and docs/recipes.md's table of the context) with the code.
 """
 
 from __future__ import annotations

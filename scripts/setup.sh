@@ -34,7 +34,8 @@ compile() { .venv/bin/python -m compileall -q -j 0 "$@" > /dev/null 2>&1 || true
 mapfile -t installed < <(find "$site" -mindepth 1 -maxdepth 1 -type d)
 compile "${installed[@]}" &
 compiling=$!
-# the extras too (fairscale, examples: the default job's digits data, plots), and the test tools
+# the extras too (fairscale, examples: the default job's digits data, plots), and the test tools (MkDocs among them:
+# the suite builds the documentation site)
 pip install --no-compile -e ".[all,test]"
 wait "$compiling"
 compile "$site" runner recipes

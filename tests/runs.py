@@ -307,6 +307,16 @@ def processes_of(run_id: str) -> list[psutil.Process]:
     return found
 
 
+LEFT_S = 10.0  # after `run` ends: a rank killed in its last moment is on its way out until init has reaped it
+
+
+def nothing_left(run_id: str, within_s: float = LEFT_S) -> None:
+    """No process of the run is left (:func:`processes_of`) ``within_s`` of the moment this is called: `run` ends
+    what it started before it exits, but a process it killed last may not have been reaped yet (its parent, a zygote
+    killed with it, hands it to init)."""
+    wait_until(lambda: not processes_of(run_id), within_s, f"nothing of run {run_id} left")
+
+
 def artifacts(folder: Path) -> dict[int, dict]:
     return {int(p.stem[4:]): json.loads(p.read_text()) for p in folder.glob("rank*.json")}
 
@@ -382,7 +392,7 @@ def on_each_host(testbed, cwd: Path, args: Sequence[str], run_id: str, timeout: 
         return finish(hosts, timeout)
 
 
-# --------------------------------------------------------------------------- what the README quotes of a test's output
+# --------------------------------------------------------------------------- what docs/ quotes of a test's output
 
 
 class _AnyName(dict):
@@ -401,12 +411,13 @@ def seen_in(said: dict[str, str], key: str, testbed=None, **names: str) -> str:
 
 
 def check_readme_quotes(heading: str, said: dict[str, str], test_file: str) -> None:
-    """README's section ``heading`` shows real output of ``test_file``'s tests: each pattern of ``said`` (what they
-    assert) matches one of its quoted blocks, and the section names the file."""
-    readme = (TESTS.parent / "README.md").read_text()
-    section = readme[readme.index(heading):]
-    section = section[:section.index("\n## ", 1)]
-    quoted = "\n".join(block for n, block in enumerate(section.split("```")) if n % 2)
+    """The page of docs/ that has the section ``heading`` shows real output of ``test_file``'s tests: each pattern of
+    ``said`` (what they assert) matches one of its quoted blocks, and the page names the file."""
+    from readme_text import docs
+
+    page = docs().page_with(heading)
+    quoted = "\n".join(block for n, block in enumerate(page.text.split("```")) if n % 2)
     for key in said:
-        assert re.search(seen_in(said, key), quoted), f"README's quote of {key!r} is not what the tests see: {said[key]}"
-    assert test_file in section
+        assert re.search(seen_in(said, key), quoted), \
+            f"{page.name}'s quote of {key!r} is not what the tests see: {said[key]}"
+    assert test_file in page.text

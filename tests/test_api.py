@@ -1,7 +1,7 @@
 """runner.api, the API recipes are written against, is frozen: its names and the signatures of what a recipe calls
 are those of tests/golden/api/runner_api.txt (a change to them is a change to that file, seen in review:
-``UPDATE_GOLDEN=1`` rewrites it), and the README's table of the run context names every public member, and no
-other. The README's example of a recipe called in one process runs, as a user's pytest would run it."""
+``UPDATE_GOLDEN=1`` rewrites it), and docs/recipes.md's table of the run context names every public member, and no
+other. docs/recipes.md's example of a recipe called in one process runs, as a user's pytest would run it."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import sys
 
 import pytest
 
+from readme_text import docs
 from runs import user_env
-from conftest import GOLDEN, REPO
+from conftest import GOLDEN
 
 SNAPSHOT = GOLDEN / "api" / "runner_api.txt"  # beside the launchers' golden/*.txt, not among them
 
@@ -61,7 +62,7 @@ def test_the_api_is_what_the_snapshot_says() -> None:
 
 
 def _readme_table_names() -> set[str]:
-    text = (REPO / "README.md").read_text()
+    text = docs().page_with("Recipes").text
     start = text.index("metrics (over `metrics.jsonl`'s last row). The context gives:")
     table = text[start:text.index("\n\n", text.index("| |", start))]
     return {name for row in table.splitlines()[3:] for name in re.findall(r"ctx\.(\w+)", row.split(" | ")[0])}
@@ -76,9 +77,7 @@ def test_the_readmes_table_names_every_member_of_the_context_and_no_other() -> N
 
 
 def _readme_example() -> str:
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("### A recipe in one process"):]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
+    return docs().section("A recipe in one process").split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_readmes_one_process_example_runs_as_a_users_test(tmp_path) -> None:

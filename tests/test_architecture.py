@@ -6,6 +6,7 @@ there (each would otherwise fail deep inside a run after an upgrade)."""
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 import subprocess
 import sys
@@ -24,14 +25,12 @@ def lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(LINT_IMPORTS), "--no-cache", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.unit
 def test_the_layers_point_one_way() -> None:
     done = lint_imports(REPO)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Contracts: 2 kept, 0 broken." in done.stdout
 
 
-@pytest.mark.unit
 def test_an_import_from_a_lower_layer_to_a_higher_one_breaks_the_contract(tmp_path) -> None:
     """The check is real: a copy of runner/ in which the plan imports a launcher fails it, naming the import."""
     shutil.copytree(REPO / "runner", tmp_path / "runner", ignore=shutil.ignore_patterns("__pycache__"))
@@ -44,8 +43,14 @@ def test_an_import_from_a_lower_layer_to_a_higher_one_breaks_the_contract(tmp_pa
     assert "runner.plan.render -> runner.launchers.base" in done.stdout
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module of runner/ parsed once for all the checks of this file (read only: no check changes a tree)."""
+    return ast.parse(path.read_text())
+
+
 def _imports(path: Path) -> Iterator[str]:
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.ImportFrom) and node.module:
             yield node.module
         elif isinstance(node, ast.Import):
@@ -125,7 +130,7 @@ def test_no_process_state_lives_in_class_attributes() -> None:
     """What a process knows (its stop request, its channel to its host agent, a sweep's outcome) is an object made
     and handed down, never a class attribute written from wherever (class attributes stay constants)."""
     paths = [*sorted((REPO / "runner").rglob("*.py")), *sorted((REPO / "hydra_plugins").rglob("*.py"))]
-    trees = {path: ast.parse(path.read_text()) for path in paths}
+    trees = {path: _tree(path) for path in paths}
     classes = {node.name for tree in trees.values() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
     writes = [f"{path.relative_to(REPO)}:{line}: {what}" for path, tree in trees.items()
               for line, what in _class_state_writes(tree, classes)]

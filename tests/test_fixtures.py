@@ -106,3 +106,27 @@ def test_leak_fixture_fails_a_leaking_test(pytester, monkeypatch) -> None:
     assert "RUNNER_MONKEYPATCHED_VARIABLE" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*the test leaked environment variables*", "*added RUNNER_LEAKED_VARIABLE='x'*"])
     assert "RUNNER_LEAKED_VARIABLE" not in os.environ
+
+
+def test_a_unit_test_that_starts_an_interpreter_fails_and_a_quick_program_passes(pytester, monkeypatch) -> None:
+    """The guard of conftest.py: ``unit`` keeps meaning no Python interpreter started (pyproject's marker)."""
+    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    pytester.makepyfile("""
+        import subprocess, sys
+        import pytest
+
+        @pytest.mark.unit
+        def test_interpreter():
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+        @pytest.mark.unit
+        def test_program():
+            subprocess.run(["true"], check=True)
+
+        def test_interpreter_unmarked():
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*AssertionError: a test marked unit started a Python interpreter*"])

@@ -1,4 +1,4 @@
-"""README: `tests/` mirrors the package: each module of runner/ has a test module of its name in the folder of its
+"""docs/architecture.md: `tests/` mirrors the package: each module of runner/ has a test module of its name in the folder of its
 layer (runner/<layer>/<module>.py: tests/<layer>/test_<module>.py). Where two layers have a module of one name,
 the test module adds the layer's kind (launchers/mpi.py: test_mpi_launcher.py, environments/mpi.py:
 test_mpi_environment.py), as pytest needs test files of distinct names."""

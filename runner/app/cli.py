@@ -117,9 +117,10 @@ class JobTask:
         multirun = hc.mode is RunMode.MULTIRUN
         run_id = f"{_STARTED}-{_uid()}" + (f"-{hc.job.num}" if multirun else "")
         config_dir = next((s.path for s in hc.runtime.config_sources if s.provider == "command-line"), None)
-        spec = typed_spec(cfg)
-        if isinstance(spec, str):
-            print(spec, file=sys.stderr)
+        try:
+            spec = typed_spec(cfg)
+        except SpecRefused as e:
+            print(e, file=sys.stderr)
             sys.exit(exits.INVALID)
         if multirun and spec.run_id:
             # one run id for the whole sweep: each job gets its own, as its own folder and ports need
@@ -150,25 +151,30 @@ def _run_command() -> str:
     return os.path.abspath(argv0) if os.path.basename(argv0) == "run" and os.path.exists(argv0) else "run"
 
 
-def typed_spec(cfg: DictConfig) -> JobConfig | str:
-    """The composed config as the typed spec, or why it cannot be one (a key no schema has, a mandatory value
-    left at ???, a value of the wrong type), as `run` prints it."""
+class SpecRefused(Exception):
+    """The composed config cannot be the typed spec; the message is why, as `run` prints it."""
+
+
+def typed_spec(cfg: DictConfig) -> JobConfig:
+    """The composed config as the typed spec. Raises SpecRefused with why it cannot be one (a key no schema has, a
+    mandatory value left at ???, a value of the wrong type), as `run` prints it."""
     unknown = unknown_keys(cfg)
     if unknown:
         problems = [Problem(key, "is not a key of the spec", f"known here: {', '.join(known)}"
                             + (f"; did you mean {close[0]}?" if (close := difflib.get_close_matches(key.rsplit('.', 1)[-1], known, 1)) else ""))
                     for key, known in unknown]
-        return f"{render_problems(problems)}\n\nthe spec has {len(problems)} error(s); nothing was started."
+        raise SpecRefused(f"{render_problems(problems)}\n\nthe spec has {len(problems)} error(s); nothing was started.")
     try:
         spec = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as e:
         key = e.full_key or "?"
-        return render_problems([Problem(key, "has no value (??? in the config)", f"set it: {key}=...")])
+        raise SpecRefused(render_problems([Problem(key, "has no value (??? in the config)", f"set it: {key}=...")])) \
+            from None
     except OmegaConfBaseException as e:
-        return f"error: {e.full_key or 'spec'}: {e.msg}"
+        raise SpecRefused(f"error: {e.full_key or 'spec'}: {e.msg}") from None
     spec, problems = with_hostfile(spec, os.getcwd())
     if problems:
-        return f"{render_problems(problems)}\n\nthe spec has {len(problems)} error(s); nothing was started."
+        raise SpecRefused(f"{render_problems(problems)}\n\nthe spec has {len(problems)} error(s); nothing was started.")
     return spec
 
 

@@ -214,13 +214,10 @@ def _refuse_a_stale_rendezvous_file(plan: Plan, paths: RunPaths) -> None:
         raise _Refused from None
 
 
-REACH_STORE_S = 2.0  # Ctrl-\\ under launcher=manual: how long `run` tries host 0's store
-
-
 def _say_where(plan: Plan, paths: RunPaths) -> None:
     """Ctrl-\\ (or kill -QUIT): where the ranks are. Hosts started apart (launcher=manual) share no run folder: the
     ranks of every host are asked and heard through the job's channel, which this `run` reaches as its ranks do."""
-    from runner.worker.channel import channel_of, where_through
+    from runner.worker.channel import REACH_STORE_S, channel_of, where_through
 
     channel = None
     if plan.rules.hosts_start_apart and len(plan.job.hosts) > 1:

@@ -1,6 +1,8 @@
-"""The `run` that holds a Slurm job which outlives its nodes: ``python -P -m runner.app.slurm_rounds <run folder>/spec.yaml``,
-run by the batch script (on the allocation's first node) or by `run` inside salloc. It runs the job's rounds
-(runner.launchers.slurm.rounds) on the allocation's nodes, each an srun step, and exits with the job's status.
+"""The `run` that holds a Slurm job which outlives its nodes: ``python -P -m runner.app.slurm_rounds <run
+folder>/spec.yaml``, run by the batch script (on the allocation's first node) or by `run` inside salloc. It runs the
+job's rounds (runner.launchers.slurm.rounds) on the allocation's nodes, each an srun step whose tasks are the rounds'
+host-side shares (runner.app.task --round N), and exits with the job's status. It validates the spec it pinned to the
+allocation's nodes as those shares do (runner.app.host_entry.validated: with what the launching `run` found).
 
 A requeued job starts again at the attempt after the last round it ran (its round specs are in the run folder), so
 that no attempt's files are written twice.
@@ -12,19 +14,16 @@ import os
 import sys
 from pathlib import Path
 
+from runner.app.host_entry import Refused, validated
 from runner.common import exits
 from runner.environments.process import ProcessEnvironment
 from runner.environments.slurm import expand_hostnames
 from runner.launchers.elastic.membership import Membership
 from runner.launchers.elastic.rounds import AttemptsOnHosts
 from runner.launchers.slurm.launcher import SlurmLauncher
-from runner.launchers import validate
 from runner.launchers.slurm.rounds import SlurmRound, pinned_to_nodes, rounds_run
 from runner.records.paths import RunPaths
 from runner.spec.document import load_spec
-from runner.spec.probe import LocalProbe
-from runner.spec.problems import render_problems
-from runner.app.task import tried_by_run
 
 USAGE = "usage: python -P -m runner.app.slurm_rounds <run folder>/spec.yaml  (in a Slurm allocation)"
 
@@ -44,9 +43,10 @@ def hold(spec_path: Path, environment: ProcessEnvironment) -> int:
     done = rounds_run(RunPaths(spec_path.parent, spec.run_id or spec_path.parent.name))
     attempt = max(slurm.restart_count, done[-1] + 1 if done else 0)
     spec = Membership.of(spec).spec(spec, attempt)
-    job, problems = validate(spec, LocalProbe(try_target=tried_by_run, try_module=tried_by_run))
-    if job is None:
-        print(render_problems(problems), file=sys.stderr)
+    try:
+        job = validated(spec)  # as a host's share validates it (runner.app.host_entry): with what the launch found
+    except Refused as e:
+        print(e, file=sys.stderr)
         return exits.INVALID
     paths = RunPaths(spec_path.parent, spec.run_id or spec_path.parent.name, attempt)
     first = SlurmRound.of(spec, paths, job, python=sys.executable, job_id=slurm.job_id,

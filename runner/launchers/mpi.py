@@ -23,12 +23,11 @@ from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
 from runner.spec.schema import InitMethod, JobConfig, TaskMode
 from runner.spec.validation import ENV_NAME
-from runner.worker.channel import channel_of
+from runner.worker.channel import REACH_STORE_S, channel_of
 from runner.worker.rank_process import die_with_parent
 
 
 ATTEMPT = "RUNNER_ATTEMPT"  # tells each task which attempt it is (runner.environments.process)
-REACH_STORE_S = 2.0  # a signal to `run`: how long it tries host 0's store, to pass the signal on through it
 WAIT_TICK_S = 0.1  # while mpirun runs, `run` looks for signals it got this often
 
 

@@ -3,7 +3,7 @@
 spells a file name of a run: what writes or reads one asks these, and a batch script gets its paths from them too.
 
 Each accessor of a file or folder is marked (:func:`_file`, :func:`_folder`, :func:`_example`) so that
-:meth:`RunPaths.entries` can list them all, each with its docstring's first paragraph: the README's table
+:meth:`RunPaths.entries` can list them all, each with its docstring's first paragraph: the table of docs/run-folder.md
 ("What a run leaves behind") lists the same paths.
 """
 
@@ -73,7 +73,7 @@ def _slurm_output(folder: Path, job: str) -> Path:
 @dataclass(frozen=True)
 class RankPaths:
     """The files of one rank, all in the run's ``logs/`` folder: ``rank<r>`` and a suffix, the rank in five digits.
-    ``rank`` may be a pattern that stands for every rank (``*``, a glob; ``NNNNN``, as the README writes it)."""
+    ``rank`` may be a pattern that stands for every rank (``*``, a glob; ``NNNNN``, as docs/run-folder.md writes it)."""
 
     logs: Path
     rank: int | str
@@ -334,7 +334,7 @@ class RunPaths:
     @classmethod
     def entries(cls) -> tuple[FolderEntry, ...]:
         """Every file and folder this object names, run-level first, then a rank's (``logs/rankNNNNN.<kind>``), in
-        the order they are declared; the README's table lists the same paths."""
+        the order they are declared; the table of docs/run-folder.md lists the same paths."""
         example = cls(Path("run"), "<run id>")
         return tuple(_entries(cls, example, example.root, False)
                      + _entries(RankPaths, example.rank("NNNNN"), example.root, True))

@@ -94,6 +94,26 @@ class LocalProbe:
         return shutil.which(name) is not None
 
 
+class LaunchedProbe(LocalProbe):
+    """This machine's answers for a process a launch started with the run's pinned spec (an ssh host's `run`, a
+    scheduler's task, the `run` that holds a Slurm job's rounds: runner.app.host_entry), which validates the spec
+    again where it runs.
+
+    What is this host's own is asked here, as :class:`LocalProbe` asks it: its devices, folders (workdir, code_dir,
+    a script's path), programs and installed extras. Whether the recipe target (or a script's module) imports is
+    what the launching `run` found: it tried it where it was started (runner.spec.targets, through its launch agent
+    where it has one), and a spec whose target does not import there is refused before it is pinned; so a pinned
+    spec (spec.yaml, a round's spec, the spec an ssh host gets on its stdin) is itself the launching side's answer
+    that it imports, and it is not tried again here (a forked child importing the user's code, on every host before
+    any rank starts). The ranks import it where they run, and a failure there is a rank's error."""
+
+    def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None:
+        return None
+
+    def module_problem(self, module: str, workdir: str | None) -> TargetProblem | None:
+        return None
+
+
 @dataclass
 class FixedProbe:
     """A machine described by values, for tests and for planning on another machine's behalf."""

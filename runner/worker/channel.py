@@ -45,6 +45,8 @@ from runner.records.watch_files import collect_dumps, request_dumps
 from runner.worker.channel_records import DumpRequest, JobFailure, RankEnding, StopAsked
 
 POLL_S = 0.5  # how often a host agent looks for another host's failure or a stop request
+REACH_STORE_S = 2.0  # how long a `run` tries host 0's store to reach the job's channel (channel_of): to pass a signal
+# on (launcher=mpi), to ask where the ranks are (Ctrl-\\ under launcher=manual)
 PREFIX = "runner/"
 
 

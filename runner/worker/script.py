@@ -1,6 +1,6 @@
 """A rank that runs a torchrun-style script (recipe=script) as its main program, the way ``python -u script.py
 args`` (or ``python -u -m module args``) started by torchrun runs it: the script cannot tell the difference
-(README, "Differences from torchrun", lists what it could, and why).
+(docs/torchrun.md, "Differences from torchrun", lists what it could, and why).
 
 * ``sys.argv`` is ``[the path as given, *args]`` (``-m``: the module's file, as ``python -m`` sets it);
   ``sys.orig_argv`` is the command torchrun would have run; ``sys.path[0]`` the script's folder (``-m``: the

@@ -22,13 +22,14 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 import runner.recipes.digits  # noqa: F401  (validation tries the default recipe in a forked child: imported once here)
-from conftest import REPO, compose_config
+from conftest import compose_config
 from runner.app.argv_checks import input_problems
-from runner.app.cli import typed_spec
+from runner.app.cli import SpecRefused, typed_spec
 from runner.launchers import validate
 from runner.spec.probe import LocalProbe
 from runner.spec.problems import render_problems
-from runs import RUN, processes_of, user_env
+from readme_text import docs
+from runs import RUN, nothing_left, user_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -142,9 +143,10 @@ def refusal(c: Case, folder: Path) -> str:
         cfg = compose_config(*c.args, "device=cpu")
     except (HydraException, OmegaConfBaseException) as e:  # `run` prints Hydra's message and exits 2
         return str(e)
-    spec = typed_spec(cfg)
-    if isinstance(spec, str):
-        return spec
+    try:
+        spec = typed_spec(cfg)
+    except SpecRefused as e:
+        return str(e)
     spec.workdir = str(folder)
     job, problems = validate(spec, LocalProbe())
     assert job is None, f"{c.id}: {c.args} passed validation"
@@ -197,7 +199,7 @@ def test_bad_input_through_run_is_refused_clearly_and_starts_nothing(outcomes, c
     assert "Traceback" not in result.stdout + result.stderr, shown
     started = [p for p in (folder / "outputs").rglob("*") if p.name in ("plan.json", "launch.txt", "logs")]
     assert not started, started
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 @pytest.mark.unit
@@ -205,6 +207,6 @@ def test_the_readme_counts_the_cases_as_they_are() -> None:
     assert len({c.id for c in CASES}) == len(CASES)
     assert set(CLI_IDS) <= {c.id for c in CASES}
     said = re.search(r"`tests/app/test_bad_input\.py` checks (\d+) such cases, (\d+) of them through the real `run`",
-                     (REPO / "README.md").read_text().replace("\n", " "))
+                     docs().text.replace("\n", " "))
     assert said is not None
     assert (int(said[1]), int(said[2])) == (len(CASES), len(CLI))

@@ -20,21 +20,19 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from children import CHILD_S, in_child
 from conftest import environment, make_spec
-from runner.app.ssh_host import USAGE, DriverWatch, HostLabelled, _until_agent, main, run_share
+from runner.app.host_entry import HolderGone, run_share
+from runner.app.ssh_host import USAGE, DriverWatch, HostLabelled, SshHost, _until_agent, main
 from runner.common.signals import handling
 from runner.launchers.ssh.protocol import beat_message, end_message, signal_message, spec_message
 from runner.spec.document import spec_yaml
 from runner.worker.channel_records import JobFailure
-
-CHILD_S = 5.0  # a forked child ends by then whatever happens (exit 97)
-
 
 # ------------------------------------------------------------------------------------------- its stderr
 
@@ -67,7 +65,7 @@ def test_its_stderr_is_the_same_descriptor_and_no_terminal(tmp_path) -> None:
 def _share(node: int, folder: Path, stdin: bytes) -> int:
     before = sys.stderr
     try:
-        return run_share(node, folder, io.BytesIO(stdin), environment())
+        return run_share(SshHost(node, folder, io.BytesIO(stdin)), environment())
     finally:
         sys.stderr = before  # (run_share heads this process's stderr with its host: the process ends after it)
 
@@ -134,18 +132,18 @@ class Ends(list):
 @pytest.mark.unit
 def test_a_signal_is_its_own_an_end_goes_to_the_agent_and_the_rest_is_only_heard() -> None:
     """The reading loop as its thread runs it, here in this thread, over messages as the launching `run` writes them.
-    The watch here already took the launching `run` as gone (the end of the stream is that): it does so once."""
+    The end of the stream is the launching `run` gone: said once, to what stops the share (here: recorded)."""
     end = end_message("a", "lost: ssh exited 255")
     stream = io.BytesIO(beat_message() + signal_message(signal.SIGUSR2) + b"not json\n" + end + b'{"other": 1}\n')
     agent = Ends()
-    watch = DriverWatch(stream, agent, hard_stop_s=0.0, beat_s=0.0)
+    gone: list[str] = []
+    watch = DriverWatch(stream, agent, gone.append, beat_s=0.0)
     watch.heard = 0.0
-    assert watch._gone.acquire(blocking=False)
     got: list[int] = []
     with handling((signal.SIGUSR2,), lambda s, _f: got.append(s)):
         started = time.monotonic()
-        watch._read()  # returns at the end of the stream: no SIGTERM, no exit (the watch is gone already)
-    assert got == [signal.SIGUSR2]
+        watch._read()  # returns at the end of the stream, having said so
+    assert got == [signal.SIGUSR2] and gone == [""] and watch.driver_signalled
     assert agent == [JobFailure.from_document(json.loads(end)["end"])]  # as sent: of no rank, host a, its words
     assert (agent[0].rank, agent[0].host, agent[0].text) == (None, "a", "lost: ssh exited 255")
     assert watch.heard >= started
@@ -154,39 +152,25 @@ def test_a_signal_is_its_own_an_end_goes_to_the_agent_and_the_rest_is_only_heard
 # ------------------------------------------------------------------------------------------- how it ends
 
 
-def in_child(body: Callable[[], None]) -> tuple[int, str]:
-    """``body`` in a forked child of this process, its stderr (descriptor 2 and sys.stderr) a pipe: its exit status
-    and what it wrote there. The child always ends with os._exit: its own, 99 after ``body`` returns, 98 if it
-    raised, 97 after CHILD_S."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: nothing of pytest's runs here
-        try:
-            os.close(read)
-            os.dup2(write, 2)
-            sys.stderr = open(2, "w", closefd=False)
-            sys.stdout = open(os.devnull, "w")  # (pytest's, copied: never flushed twice)
-            threading.Timer(CHILD_S, os._exit, (97,)).start()
-            body()
-            os._exit(99)
-        except BaseException:
-            traceback.print_exc()
-            sys.stderr.flush()
-            os._exit(98)
-    os.close(write)
-    with open(read, "rb") as said:  # to the child's end: its exit closes the pipe
-        text = said.read().decode()
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), text
+_SIGTERM_HANDLED = threading.Event()  # (each child, forked, has its own)
 
 
 def _says_sigterm(_s: int, _f: object) -> None:
     print("SIGTERM", file=sys.stderr, flush=True)  # as the agent's own handler would stop its ranks
+    _SIGTERM_HANDLED.set()
+
+
+def _says_waited(seconds: float) -> None:
+    """The hard stop's wait on a clock of the test's: it says what it was asked to wait, once the agent's handler has
+    taken the SIGTERM (what the real wait leaves it time for), without waiting the seconds."""
+    _SIGTERM_HANDLED.wait(CHILD_S)
+    print(f"waited {seconds:g} s", file=sys.stderr, flush=True)
 
 
 def _watched(stdin: int, beat_s: float) -> Callable[[], None]:
     def body() -> None:
         signal.signal(signal.SIGTERM, _says_sigterm)
-        DriverWatch(open(stdin, "rb"), Ends(), hard_stop_s=0.3, beat_s=beat_s).start()
+        DriverWatch(open(stdin, "rb"), Ends(), HolderGone(30, sleep=_says_waited), beat_s=beat_s).start()
         threading.Event().wait(CHILD_S)  # the main thread, which runs the handler, until the watch ends the process
 
     return body
@@ -195,11 +179,9 @@ def _watched(stdin: int, beat_s: float) -> Callable[[], None]:
 def test_when_stdin_ends_it_stops_as_on_sigterm_and_ends_after_the_hard_stop() -> None:
     read, write = os.pipe()
     os.close(write)  # the launching `run`, or the connection, is gone
-    started = time.monotonic()
     code, said = in_child(_watched(read, beat_s=0.0))
     os.close(read)
-    assert (code, said) == (128 + signal.SIGTERM, "SIGTERM\n")
-    assert time.monotonic() - started >= 0.3
+    assert (code, said) == (128 + signal.SIGTERM, "SIGTERM\nwaited 30 s\n")  # SIGTERM first, then the hard stop
 
 
 def test_it_ends_after_the_hard_stop_even_when_nobody_reads_its_stderr_any_more() -> None:
@@ -214,14 +196,13 @@ def test_it_ends_after_the_hard_stop_even_when_nobody_reads_its_stderr_any_more(
         sys.stderr = open(out_w, "w")
         sys.stderr.write("said before, unflushed\n")
         signal.signal(signal.SIGTERM, lambda _s, _f: None)  # the agent, busy elsewhere, takes it and goes on
-        DriverWatch(open(read, "rb"), Ends(), hard_stop_s=0.3, beat_s=0.0).start()
+        waited = []
+        DriverWatch(open(read, "rb"), Ends(), HolderGone(30, sleep=waited.append), beat_s=0.0).start()
         threading.Event().wait(CHILD_S)
 
-    started = time.monotonic()
     code, _ = in_child(body)
     os.close(read)
-    assert code == 128 + signal.SIGTERM  # ended by the watch, not by in_child's timer (97)
-    assert 0.3 <= time.monotonic() - started < CHILD_S
+    assert code == 128 + signal.SIGTERM  # ended by the watch after its hard stop, not by in_child's timer (97)
 
 
 def test_when_no_beat_comes_it_says_so_and_stops_as_on_sigterm() -> None:
@@ -234,7 +215,7 @@ def test_when_no_beat_comes_it_says_so_and_stops_as_on_sigterm() -> None:
         os.close(write)
     assert code == 128 + signal.SIGTERM
     assert said == ("no word from the launching `run` for 0.2 s (launcher.ssh.keepalive_s=0.05): stopping this host's "
-                    "share\nSIGTERM\n")
+                    "share\nSIGTERM\nwaited 30 s\n")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -253,10 +234,9 @@ def test_a_command_line_it_does_not_take_says_how_it_is_used(argv) -> None:
 
 
 def test_a_host_started_again_on_the_hosts_that_remain_is_told_its_first_attempt() -> None:
-    from runner.app.ssh_host import _arguments
-
-    assert _arguments(["1", "/r/runs/x"]) == (1, Path("/r/runs/x"), 0)
-    assert _arguments(["0", "/r/runs/x", "--attempt", "2"]) == (0, Path("/r/runs/x"), 2)
+    stdin = io.BytesIO()
+    assert SshHost.of(["1", "/r/runs/x"], stdin) == SshHost(1, Path("/r/runs/x"), stdin, 0)
+    assert SshHost.of(["0", "/r/runs/x", "--attempt", "2"], stdin) == SshHost(0, Path("/r/runs/x"), stdin, 2)
     for wrong in (["x", "/r"], ["1"], ["1", "/r", "--attempt"], ["1", "/r", "--attempt", "two"], ["1", "/r", "2"]):
-        assert _arguments(wrong) is None, wrong
+        assert SshHost.of(wrong, stdin) is None, wrong
     assert "[--attempt N]" in USAGE

@@ -10,7 +10,6 @@ import pytest
 
 from runner.app.start import _before_the_script
 
-pytestmark = pytest.mark.unit
 
 
 def test_the_entry_point_imports_nothing_heavy_before_the_agent_starts() -> None:
@@ -20,6 +19,7 @@ def test_the_entry_point_imports_nothing_heavy_before_the_agent_starts() -> None
     assert seen.strip() == "[]"
 
 
+@pytest.mark.unit
 def test_only_runs_own_arguments_decide_whether_the_agent_is_started() -> None:
     assert _before_the_script(["topology=1x2", "--", "-m", "pkg.train"]) == ["topology=1x2"]
     assert _before_the_script(["-m", "topology=1x1,1x2", "--", "train.py"]) == ["-m", "topology=1x1,1x2"]

@@ -10,7 +10,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from runs import Finished, artifacts, processes_of, run, run_folder, started, user_env
+from runs import artifacts, Finished, nothing_left, run, run_folder, started, user_env
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -45,7 +45,7 @@ def test_mpi_tasks_one_per_process(tmp_path):
     found = artifacts(art)
     assert sorted(found) == [0, 1, 2] and {rec["sum"] for rec in found.values()} == {6.0}
     assert {rec["env"]["TORCHELASTIC_RUN_ID"] for rec in found.values()} == {run_id}
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_mpi_tasks_one_per_host_fork_their_devices(tmp_path):
@@ -58,7 +58,7 @@ def test_mpi_tasks_one_per_host_fork_their_devices(tmp_path):
     assert sorted(found) == [0, 1, 2]
     assert [found[r]["env"]["GROUP_RANK"] for r in range(3)] == ["0", "0", "1"]
     assert {rec["sum"] for rec in found.values()} == {6.0}
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_slurm_tasks_one_per_process(tmp_path):
@@ -101,11 +101,13 @@ def test_a_task_outside_any_scheduler_says_so(tmp_path):
 def test_a_task_takes_its_spec_and_a_round() -> None:
     from pathlib import Path
 
-    from runner.app.task import _arguments
+    from runner.app.task import SchedulerTask
 
-    assert _arguments(["s.yaml"]) == (Path("s.yaml"), None)
-    assert _arguments(["s.yaml", "--round", "3"]) == (Path("s.yaml"), 3)
-    assert _arguments(["s.yaml", "--round"]) is None and _arguments(["s.yaml", "--round", "x"]) is None
+    assert SchedulerTask.of(["s.yaml"]) == SchedulerTask(Path("s.yaml").resolve(), None)
+    assert SchedulerTask.of(["s.yaml", "--round", "3"]) == SchedulerTask(Path("s.yaml").resolve(), 3)
+    assert SchedulerTask.of(["s.yaml", "--round"]) is None and SchedulerTask.of(["s.yaml", "--round", "x"]) is None
+    # a round's task restarts its share in place (launcher.max_restarts); a plain task never does
+    assert [SchedulerTask(Path("s.yaml"), r).restarts_itself for r in (None, 0)] == [False, True]
 
 
 @pytest.mark.parametrize("beat, said", [
@@ -117,8 +119,8 @@ def test_a_rounds_task_stops_its_share_once_the_holder_moved_on_or_fell_silent(t
     round is over, or it stopped writing: the task stops its share as on SIGTERM (here: nothing handles it)."""
     (tmp_path / "rounds.beat").write_text(beat)
     code = ("import time; from pathlib import Path; from runner.app.task import RoundWatch; "
-            "from runner.records.paths import RunPaths; "
-            f"RoundWatch(RunPaths(Path({str(tmp_path)!r}), 'r'), 0, 1, 1, 30).start(); time.sleep(60)")
+            "from runner.app.host_entry import HolderGone; from runner.records.paths import RunPaths; "
+            f"RoundWatch(RunPaths(Path({str(tmp_path)!r}), 'r'), 0, 1, 1, HolderGone(30)).start(); time.sleep(60)")
     with started([sys.executable, "-c", code], cwd=tmp_path, merged=True) as proc:
         done = proc.wait(30)
     assert done.code == -15 and said in done.output, done

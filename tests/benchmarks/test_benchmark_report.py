@@ -8,6 +8,7 @@ import importlib.util
 import json
 
 from conftest import REPO
+from readme_text import docs
 
 pytestmark = pytest.mark.unit
 
@@ -63,9 +64,8 @@ def test_the_committed_report_quotes_the_paired_torchrun_results():
 
 def test_the_readme_quotes_the_paired_torchrun_results():
     data = json.loads((REPO / "benchmarks" / "results" / "torchrun_pairs.json").read_text())
-    readme = (REPO / "README.md").read_text()
     two, four = data["results"]["2"], data["results"]["4"]
-    row = next(line for line in readme.splitlines() if line.startswith("| an unchanged torchrun script"))
+    row = next(line for line in docs().text.splitlines() if line.startswith("| an unchanged torchrun script"))
     assert f"{data['pairs']} pairs ({data['date']})" in row
     assert (f"**{two['ratio_run_vs_torchrun']:.2f}×** at 2 processes ({two['median_s']['run --']:.2f} s vs "
             f"{two['median_s']['torchrun --standalone']:.2f} s), **{four['ratio_run_vs_torchrun']:.2f}×** at 4 "
@@ -79,13 +79,13 @@ def test_the_readme_quotes_the_paired_torchrun_results():
 
 
 def test_the_committed_report_and_readme_quote_the_checkpoint_broadcast_results():
-    """The checkpoint table holds what benchmarks/results/checkpoint_broadcast.json holds, and so does the README."""
+    """The checkpoint table holds what benchmarks/results/checkpoint_broadcast.json holds, and so does docs/benchmarks.md."""
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
     block = text[text.index("<!-- table:checkpoint -->"):]
     assert report.checkpoint() in block[:block.index("<!-- end -->")]
     data = json.loads((REPO / "benchmarks" / "results" / "checkpoint_broadcast.json").read_text())
     whole, chunked = (data["ways"][way] for way in data["ways"])
-    row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| a checkpoint sent"))
+    row = next(line for line in docs().text.splitlines() if line.startswith("| a checkpoint sent"))
     mib = lambda r: f"{r['peak_growth_bytes'] / 2**20:,.0f} MiB"  # noqa: E731
     assert (f"**{data['ratio_chunked_vs_whole']['rank0']:.2f}×** on rank 0 ({mib(chunked['rank0'])} vs "
             f"{mib(whole['rank0'])}), **{data['ratio_chunked_vs_whole']['rank1']:.2f}×** on the receiving rank "
@@ -93,12 +93,12 @@ def test_the_committed_report_and_readme_quote_the_checkpoint_broadcast_results(
 
 
 def test_the_committed_report_and_readme_quote_the_checkpoint_copies_results():
-    """The copies table holds what benchmarks/results/checkpoint_copies.json holds, and so does the README's row."""
+    """The copies table holds what benchmarks/results/checkpoint_copies.json holds, and so does docs/benchmarks.md's row."""
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
     block = text[text.index("<!-- table:copies -->"):]
     assert report.copies() in block[:block.index("<!-- end -->")]
     data = json.loads((REPO / "benchmarks" / "results" / "checkpoint_copies.json").read_text())
-    row = next(line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| a save that keeps"))
+    row = next(line for line in docs().text.splitlines() if line.startswith("| a save that keeps"))
     for size in data["sizes"]:
         ways = size["ways"]
         seconds = [ways[way]["rank0"]["seconds"] for way in ("copies", "local")]
@@ -124,10 +124,10 @@ def test_the_committed_report_quotes_the_restart_across_hosts_results():
 
 
 def test_the_readme_quotes_the_restart_across_hosts_results():
-    """README's "Why not torch elastic's rendezvous" gives the figures of benchmarks/results/restart_across_hosts.json."""
+    """docs/across-hosts.md's "Why not torch elastic's rendezvous" gives the figures of
+    benchmarks/results/restart_across_hosts.json."""
     data = json.loads((REPO / "benchmarks" / "results" / "restart_across_hosts.json").read_text())
-    readme = (REPO / "README.md").read_text()
-    text = " ".join(readme[readme.index("### Why not torch elastic's rendezvous"):].split("\n## ")[0].split())
+    text = " ".join(docs().section("Why not torch elastic's rendezvous and `@record`").split())
     ours = data["results"]["run (launcher=manual)"]
     shipped = data["results"]["torchrun (c10d rendezvous)"]
     fixed = data["results"]["torchrun, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"]
@@ -149,14 +149,13 @@ def test_the_readme_quotes_the_restart_across_hosts_results():
 
 
 def test_the_committed_report_and_readme_quote_the_lost_hosts_results():
-    """The lost-hosts table of the report is benchmarks/results/lost_hosts.json's, and README's "When a host is lost"
-    gives each fault's outcome under the three launchers in the same words."""
+    """The lost-hosts table of the report is benchmarks/results/lost_hosts.json's, and docs/lost-hosts.md ("When a host
+    is lost") gives each fault's outcome under the three launchers in the same words."""
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
     block = text[text.index("<!-- table:lost_hosts -->"):]
     assert report.lost_hosts() in block[:block.index("<!-- end -->")]
     data = json.loads((REPO / "benchmarks" / "results" / "lost_hosts.json").read_text())
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### When a host is lost"):].split("\n## ")[0]
+    section = docs().page_with("When a host is lost").text
     for fault, row in data["results"].items():
         cells = " | ".join(report.lost_host_cell(r) for r in report.lost_host_launchers(row))
         assert f"| {report.LOST_FAULTS[fault]} | {cells} |" in section, fault

@@ -11,9 +11,9 @@ import pytest
 
 from runner.common import exits
 
-pytestmark = pytest.mark.unit
 
 
+@pytest.mark.unit
 def test_exit_statuses_of_signals_round_trip() -> None:
     assert exits.from_signal(signal.SIGINT) == 130 and exits.from_signal(signal.SIGTERM) == 143
     assert exits.signal_of(143) == signal.SIGTERM and exits.signal_of(2) is None and exits.signal_of(1) is None

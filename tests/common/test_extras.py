@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from readme_text import docs
 from runs import run, user_env
 from conftest import REPO
 from runner.common import extras
@@ -31,12 +32,13 @@ def test_the_extras_are_those_pyproject_declares() -> None:
     assert optional["all"] == [f"torch-jobspec[{','.join(e.name for e in extras.EXTRAS)}]"]
     assert "torch-jobspec[all]" in optional["test"]
     required = {_name(r) for r in PYPROJECT["dependencies"]}
-    assert required == {"torch", "hydra-core", "omegaconf", "pyyaml", "psutil", "tqdm"}  # README: what `run` itself needs
+    assert required == {"torch", "hydra-core", "omegaconf", "pyyaml", "psutil", "tqdm"}  # docs/index.md: what `run` itself needs
 
 
 @pytest.mark.unit
 def test_the_readme_lists_the_extras() -> None:
-    text = (REPO / "README.md").read_text()
+    """docs/index.md, Setup: the table of the extras."""
+    text = docs().section("Setup")
     table = text[text.index("| extra | installs | for |"):].split("\n\n", 1)[0]
     rows = re.findall(r"^\| `(\w+)` \| ([\w-]+) \|", table, re.M)
     assert rows == [(e.name, e.package) for e in extras.EXTRAS], rows

@@ -1,4 +1,4 @@
-"""The same job at any world size (README, "The global batch at any world size"): the digits recipe with one seed and
+"""The same job at any world size (docs/recipes.md, "The global batch at any world size"): the digits recipe with one seed and
 one global batch (64, which divides over neither 3 nor 5) as a sweep over 1 to 5 processes, every sharding mode with
 micro-batches, `zero` at 4 and `parallel=dp`; after the same 42 steps every run's weights are the one-process run's
 within TOLERANCE. Without the loss weights of ctx.micro_batches the 3-process run is 0.03 off (seen when this test
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runs import TESTS, artifacts, run, stage_workloads
+from readme_text import docs
+from runs import artifacts, run, stage_workloads
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -103,10 +104,8 @@ def test_accumulation_exchanges_the_gradients_once_a_step(tmp_path) -> None:
 
 @pytest.mark.unit
 def test_the_readme_states_these_numbers() -> None:
-    """README, "The global batch at any world size": the steps, the sizes and the tolerance this module uses."""
-    text = (TESTS.parent / "README.md").read_text()
-    start = text.index("### The global batch at any world size")
-    section = " ".join(text[start:text.index("\n#", start + 1)].split())
+    """docs/recipes.md, "The global batch at any world size": the steps, the sizes and the tolerance this module uses."""
+    section = " ".join(docs().section("The global batch at any world size").split())
     tolerance = f"{TOLERANCE:.0e}".replace("e-0", "e-")  # 1e-5
     assert f"after the same {EPOCHS * 21} steps every weight agrees with the one-process run's within {tolerance}" \
         in section

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from runs import (QUIT_SAID, RUN, TESTS, Started, bed_hosts, check_readme_quotes, finish, mpi_options, processes_of, running, seen_in,
-                  stage_workloads, started,
-                  wait_until)
+from runs import (QUIT_SAID, RUN, TESTS, bed_hosts, check_readme_quotes, finish, mpi_options, nothing_left, running,
+                  seen_in, stage_workloads, started, Started, wait_until)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -60,7 +59,7 @@ WHERE = (r"rank 0 waits in all_reduce #4 \(process group 0\) since \d+\.\d s \(F
          r"it: its last collective was all_reduce #3, and it is at workloads/hang\.py:16 in main")
 
 
-# What the tests below see on each host's terminal, as patterns of the hosts' names: README's "A job across hosts"
+# What the tests below see on each host's terminal, as patterns of the hosts' names: docs/across-hosts.md
 # quotes these lines (test_the_readme_quotes_what_these_tests_see checks it)
 SAID = {
     "hang": r"timeout: a collective waited init.timeout_s=10 s: rank 0 waits in \w+ #\d+ \(process group 0\).*rank 1 "
@@ -104,7 +103,7 @@ def test_a_failure_on_one_host_ends_the_job_on_every_host_with_the_true_cause(te
     for said in (said0, said1):  # both hosts' summaries tell the same story: rank 0 failed first, and why
         assert re.search(seen("status timed out", testbed), said), said
     assert took < 10 + 60, took  # the timeout, then a minute at most on a loaded machine: not host 1's sleeping rank's hour
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def _only_rank_of(host_run: Started, deadline_s: float = 60) -> int:
@@ -146,7 +145,7 @@ def test_the_bundled_recipe_restarts_across_hosts_from_host_0s_checkpoint(testbe
     summary = json.loads((run_folder_of(tmp_path / "host0", run_id) / "run_summary.json").read_text())
     assert summary["status"] == "done" and summary["status_text"] == "done: every rank returned (exit 0)"
     assert summary["final_metrics"]["test_accuracy"] > 0.9
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_the_same_run_id_names_the_same_run_folder_and_a_relaunch_continues_it(testbed, tmp_path):
@@ -165,7 +164,7 @@ def test_the_same_run_id_names_the_same_run_folder_and_a_relaunch_continues_it(t
     assert f"notice: run_id={run_id}: " in said0 and "this launch continues it" in said0
     assert re.search(r"resumed from .*/checkpoints/last.pt: step 42, epoch 2, batch 0", said0), said0
     assert sorted(p.name for p in (tmp_path / "host0" / "outputs" / "runs").iterdir()) == [run_id]
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def _hang_rank_1(marker: Path) -> list[str]:
@@ -197,7 +196,7 @@ def test_sigterm_on_one_host_stops_every_host_and_host_0_says_where_every_rank_w
     assert re.search(seen("stop on host 0"), said0), said0
     assert re.search(seen("stop reached host 1", testbed), said1), said1
     assert re.search(seen("stop on host 1"), said1), said1
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_ctrl_backslash_on_either_host_says_where_every_rank_is_and_the_job_goes_on(testbed, tmp_path):
@@ -214,7 +213,7 @@ def test_ctrl_backslash_on_either_host_says_where_every_rank_is_and_the_job_goes
     assert len(found) == 1 and re.match(WHERE, found[0]), said1
     assert "where the ranks are" not in said0, said0  # asked on host 1: answered there
     assert (code0, code1) == (143, 143), (said0, said1)
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 @pytest.mark.parametrize("launcher", ["mpi", "slurm"])
@@ -241,10 +240,10 @@ def test_a_stop_under_a_scheduler_says_where_every_rank_was_once(testbed, tmp_pa
         found = re.findall(r"SIGTERM: rank\(s\) 0 still running launcher.grace_s=2 s after it; killing them: (.*)", said)
         assert re.search(seen("stop on host 1"), said), said
     assert len(found) == 1 and re.match(WHERE, found[0]), said
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 @pytest.mark.unit
 def test_the_readme_quotes_what_these_tests_see():
-    """README's "A job across hosts" shows real output of these tests: each quoted line is one they assert."""
-    check_readme_quotes("## A job across hosts", SAID, "tests/e2e/test_job_across_hosts.py")
+    """docs/across-hosts.md shows real output of these tests: each quoted line is one they assert."""
+    check_readme_quotes("A job across hosts", SAID, "tests/e2e/test_job_across_hosts.py")

@@ -33,15 +33,17 @@ import pytest
 from runner.launchers.elastic.etcd_member import ETCD
 from runner.training.copies import complete_copy
 from etcd_fixtures import local_etcd
-from runs import RUN, Started, check_readme_quotes, finish, processes_of, seen_in, stage_workloads, started, wait_until
+from lost_hosts import (EVERY, LEFT_ON_HOSTS_S, STEPS, done_on, elastic_recipe, link, membership, one_lineage,
+                        resumed_steps, the_change)
+from runs import (RUN, Started, check_readme_quotes, finish, nothing_left, seen_in, stage_workloads, started,
+                  wait_until)
 from testbed_fixtures import Bed, bed_of_its_own
 
 pytestmark = pytest.mark.timeout(300)
 
-STEPS, EVERY, STEP_S = 150, 10, 0.05  # a checkpoint every 10 steps, 20 steps a second at most
 TTL_S = 4  # launcher.manual.keepalive_s=1: a host's lease outlives its last keepalive by 4 intervals
 
-# What each host's `run` shows, as patterns of the bed's host names: README's "When a host is lost" quotes these
+# What each host's `run` shows, as patterns of the bed's host names: docs/lost-hosts.md quotes these
 # lines (test_the_readme_quotes_what_these_tests_see checks it)
 SAID = {
     "decision": r"manual: attempt 1 ended; waiting for the decision on the next \(the job's etcd\)",
@@ -87,9 +89,8 @@ def by_hand(bed: Bed, tmp_path: Path, count: int, args: list[str], run_id: str, 
         procs = []
         for i, name in enumerate(bed.names[:count + spares]):
             folder = stage_workloads(tmp_path / f"host{i}")
-            argv = [RUN, "launcher=manual", "init=tcp", "topology=custom", listed, "recipe=custom",
-                    "recipe.target=workloads.elastic:main", f"+recipe.steps={steps}", f"+recipe.every={EVERY}",
-                    f"+recipe.step_s={STEP_S}", f"+recipe.out_dir={tmp_path / 'out'}", "launcher.max_restarts=3",
+            argv = [RUN, "launcher=manual", "init=tcp", "topology=custom", listed,
+                    *elastic_recipe(tmp_path / "out", steps), "launcher.max_restarts=3",
                     "launcher.grace_s=2", "launcher.manual.keepalive_s=1", *args, f"launcher.manual.host={i}",
                     f"run_id={run_id}"]
             procs.append(stack.enter_context(started(bed.exec_argv(name, argv), cwd=folder, env=bed.env(),
@@ -155,57 +156,18 @@ def member_of(proc: Started) -> psutil.Process:
     return found
 
 
-def link(bed: Bed, host: str, up: bool) -> None:
-    """``host``'s link to the others up or down (down: its packets are dropped, no connection is closed)."""
-    h = bed.host(host)
-    subprocess.run(bed.exec_argv(h, ["ip", "link", "set", h.ifname, "up" if up else "down"]), check=True)
 
 
-def membership(folder: Path) -> list[dict]:
-    path = folder / "membership.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def done_on(folder: Path, said: str, code: int, world_size: int) -> dict:
-    """The job finished on this host 0: exit 0, `done`, every step, at ``world_size``."""
-    assert code == 0, said
-    found = json.loads((folder / "run_summary.json").read_text())
-    assert found["status_text"] == "done: every rank returned (exit 0)", found
-    assert found["world_size"] == world_size and found["final_metrics"]["steps"] == STEPS, found
-    return found
 
 
-def one_lineage(tmp_path: Path, finished: bool = True) -> list[dict]:
-    """Rank 0's steps (steps.jsonl) are one training: attempt after attempt, each from the step it resumed at (never
-    past what was trained before, never back past a resume), the attempts never interleaved: one group trained at a
-    time; ``finished``: to the last step. The steps, in order."""
-    lines = [json.loads(line) for line in (tmp_path / "out" / "steps.jsonl").read_text().splitlines()]
-    attempt, step, trained = None, 0, 0
-    for line in lines:
-        if line["attempt"] != attempt:
-            assert attempt is None or line["attempt"] > attempt, f"attempt {line['attempt']} after {attempt}: {line}"
-            assert line["resumed"] <= trained and line["step"] == line["resumed"] + 1, (line, trained)
-            attempt = line["attempt"]
-        else:
-            assert line["step"] == step + 1, f"two groups, or a step taken twice in one attempt: {line} after {step}"
-        step, trained = line["step"], max(trained, line["step"])
-    assert step == STEPS or not finished, lines[-1]
-    return lines
 
 
-def resumed_steps(said: str) -> list[int]:
-    return [int(s) for s in re.findall(r"resumed from \S+: step (\d+)", said)]
 
 
-def nothing_left(run_id: str) -> None:
-    wait_until(lambda: not processes_of(run_id), 60, "nothing of the job left on any host (its etcd members too)")
 
 
-def the_change(folder: Path, before: list[str], after: list[str], lost: list[str]) -> dict:
-    (change,) = membership(folder)
-    assert (change["attempt"], change["next_attempt"], change["before"], change["after"], change["lost"]) == (
-        0, 1, before, after, lost), change
-    return change
 
 
 # --------------------------------------------------------------------------- hosts lost
@@ -230,8 +192,8 @@ def test_a_killed_host_leaves_the_job_to_finish_on_the_others(bed, tmp_path):
     for key in ("decision", "lost", "decided", "restarting", "hosts line"):
         assert re.search(seen(key, bed), said0), (key, said0)
     assert len(found["membership"]) == 1 and found["membership"][0].startswith(f"{c} lost in attempt 1 ("), found
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_a_host_whose_link_goes_down_is_lost_and_ends_by_itself_without_training_alone(bed, tmp_path):
@@ -250,8 +212,8 @@ def test_a_host_whose_link_goes_down_is_lost_and_ends_by_itself_without_training
     assert "lease in the job's etcd expired" in change["cause"], change
     assert code2 == 1 and re.search(seen("cut off", bed), said2), said2  # c did not train on alone
     assert "resumed from" not in said2 and not membership(run_folder(tmp_path, 2, run_id))
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_a_rank_that_fails_restarts_the_attempt_on_the_same_hosts_once_every_host_ended_it(bed, tmp_path):
@@ -266,8 +228,8 @@ def test_a_rank_that_fails_restarts_the_attempt_on_the_same_hosts_once_every_hos
         assert code == 0 and re.search(seen("same hosts", bed), said), said
     done_on(run_folder(tmp_path, 0, run_id), done[0][1], done[0][0], world_size=3)
     assert len(resumed_steps(done[0][1])) == 1 and not membership(run_folder(tmp_path, 0, run_id))
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_a_host_that_flaps_is_lost_once_and_not_taken_back(bed, tmp_path):
@@ -289,8 +251,8 @@ def test_a_host_that_flaps_is_lost_once_and_not_taken_back(bed, tmp_path):
     assert code1 == 0, said1
     assert code2 == 1 and re.search(seen("left out", bed), said2), said2
     the_change(run_folder(tmp_path, 0, run_id), [a, b, c], [a, b], [c])
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_losing_host_0_makes_the_next_host_host_0_with_its_copy_of_the_checkpoint(bed, tmp_path):
@@ -308,8 +270,8 @@ def test_losing_host_0_makes_the_next_host_host_0_with_its_copy_of_the_checkpoin
     assert (change["resumed_from"], change["resumed_from_host"], change["resumed_from_save"]) == (
         kept.step, b, kept.seq), (change, kept)
     assert re.search(rf"resumed from {re.escape(str(folder))}/checkpoints/last\.pt: step {kept.step}\n", said1), said1
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_host_0_killed_while_it_sends_a_copy_leaves_the_newest_complete_copy_to_resume(bed, tmp_path):
@@ -339,8 +301,8 @@ def test_host_0_killed_while_it_sends_a_copy_leaves_the_newest_complete_copy_to_
     change = the_change(run_folder(tmp_path, 1, run_id), [a, b, c], [b, c], [a])
     assert (change["resumed_from"], change["resumed_from_save"]) == (EVERY, 1), change
     assert not [p for p in receiving.iterdir() if p.name.endswith(".tmp")]  # the half-received copy was removed
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_a_relaunch_after_host_0_was_lost_resumes_from_the_newest_copy_on_any_host(bed, tmp_path):
@@ -360,7 +322,7 @@ def test_a_relaunch_after_host_0_was_lost_resumes_from_the_newest_copy_on_any_ho
     assert [code for code, _ in done] == [0, 0, 0], done
     assert resumed_steps(done[0][1]) == [STEPS], done[0][1]  # host 0, rank 0 again: from host 1's copy
     assert [complete_copy(checkpoint(tmp_path, i, run_id)).step for i in (1, 2)] == [STEPS, STEPS]  # not overwritten
-    nothing_left(run_id)
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_a_host_paused_longer_than_every_window_is_left_out_and_ends_when_it_wakes(bed, tmp_path):
@@ -386,8 +348,8 @@ def test_a_host_paused_longer_than_every_window_is_left_out_and_ends_when_it_wak
     assert code2 == 0, said2
     assert json.loads((run_folder(tmp_path, 0, run_id) / "run_summary.json").read_text())["status"] == "failed"
     the_change(run_folder(tmp_path, 1, run_id), [a, b, c], [b, c], [a])
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_a_one_way_drop_between_two_hosts_never_splits_the_job(bed, tmp_path):
@@ -419,8 +381,8 @@ def test_a_one_way_drop_between_two_hosts_never_splits_the_job(bed, tmp_path):
     story = ("attempt", "next_attempt", "before", "after", "lost")
     changes = [[{k: c[k] for k in story} for c in membership(run_folder(tmp_path, i, run_id))] for i in finished]
     assert all(c == changes[0] for c in changes), changes  # every host of the group tells one story
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_an_etcd_member_lost_leaves_the_job_to_finish_as_it_was(bed, tmp_path):
@@ -434,8 +396,8 @@ def test_an_etcd_member_lost_leaves_the_job_to_finish_as_it_was(bed, tmp_path):
     assert [code for code, _ in done] == [0, 0, 0], done
     done_on(run_folder(tmp_path, 0, run_id), done[0][1], done[0][0], world_size=3)
     assert not membership(run_folder(tmp_path, 0, run_id))
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_a_preempted_host_leaves_and_the_others_go_on_from_the_checkpoint_its_stop_saved(bed, tmp_path):
@@ -455,8 +417,8 @@ def test_a_preempted_host_leaves_and_the_others_go_on_from_the_checkpoint_its_st
     assert change["cause"].startswith(f"{c}: it left: SIGTERM to its `run`"), change
     stopped_at = int(re.search(r"stop requested: checkpoint at step (\d+)", said0)[1])
     assert change["resumed_from"] == stopped_at and change["steps_lost"] == 0, change
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_a_spare_standing_by_takes_the_lost_hosts_place_and_the_world_size_stays(bed, tmp_path):
@@ -473,8 +435,8 @@ def test_a_spare_standing_by_takes_the_lost_hosts_place_and_the_world_size_stays
     assert re.search(seen("spare", bed), said0), said0
     assert re.search(seen("taken in", bed), said3), said3
     assert f"spare {d} in its place" in found["membership"][0], found
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_fewer_hosts_left_than_the_job_s_etcd_needs_ends_the_job_on_the_others(bed, tmp_path):
@@ -489,7 +451,7 @@ def test_fewer_hosts_left_than_the_job_s_etcd_needs_ends_the_job_on_the_others(b
     for said in (said0, said1):
         assert re.search(seen("cut off", bed), said), said
     assert "resumed from" not in said0 + said1
-    nothing_left(run_id)
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_two_hosts_go_on_with_one_under_an_etcd_of_the_users(bed, tmp_path):
@@ -512,11 +474,11 @@ def test_two_hosts_go_on_with_one_under_an_etcd_of_the_users(bed, tmp_path):
             (code0, said0), _ = finish(procs, timeout=200)
     done_on(run_folder(tmp_path, 0, run_id), said0, code0, world_size=1)
     the_change(run_folder(tmp_path, 0, run_id), [a, b], [a], [b])
-    one_lineage(tmp_path)
-    nothing_left(run_id)
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 @pytest.mark.unit
 def test_the_readme_quotes_what_these_tests_see():
-    """README's "When a host is lost" shows real output of these tests: each quoted line is one they assert."""
-    check_readme_quotes("### When a host is lost", SAID, "tests/e2e/test_lost_hosts_manual.py")
+    """docs/lost-hosts.md shows real output of these tests: each quoted line is one they assert."""
+    check_readme_quotes("When a host is lost", SAID, "tests/e2e/test_lost_hosts_manual.py")

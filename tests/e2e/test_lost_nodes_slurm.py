@@ -1,13 +1,15 @@
 """A Slurm job that outlives its nodes (topology.min_nodes, topology.spares) on a Slurm cluster of this module's own
 (five namespace hosts, one slurmd each, SlurmdTimeout 6 s; the shared bed's cluster serves other tests, and these take
-its nodes down, each test others): the bundled digits recipe on three nodes of one process, submitted with sbatch from
+its nodes down, each test others): a job on three nodes of one process, submitted with sbatch from
 the "login node" (the root namespace) and followed, or run inside salloc there. A node whose every process dies
 (slurmd, the step's slurmstepd, the task, its ranks: the machine gone) is found by its task's silence within seconds,
 and a spare node of the allocation takes its place; a node whose slurmd alone stops is one Slurm takes out of the job
 once SlurmdTimeout passes, while its task still runs, and that task then stops by itself; inside salloc, host 0 itself
-is lost and the next node serves the next attempt's rendezvous. Each job must finish with its accuracy, say the
-change in membership.jsonl and the summary, resume from its checkpoint (never from step 0), and leave nothing running
-on any node. First, while every node is up, the default job on 2+2+1 processes of three nodes."""
+is lost and the next node serves the next attempt's rendezvous. The cheapest job that shows it (tests/lost_hosts.py:
+tests/workloads/elastic.py, a tiny model, a checkpoint every 10 steps). Each job must train every step, say the change
+in membership.jsonl and the summary, resume from exactly the newest complete checkpoint there was when the node was
+lost, train one lineage, and leave nothing running on any node. First, while every node is up, the default job
+(digits) on 2+2+1 processes of three nodes."""
 
 from __future__ import annotations
 
@@ -21,15 +23,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runs import RUN, check_readme_quotes, processes_of, started, wait_until
+from lost_hosts import STEPS, done_on, elastic_recipe, membership, newest, one_lineage, resumed_as_it_must
+from runs import RUN, check_readme_quotes, processes_of, stage_workloads, started, wait_until
 from testbed_fixtures import Bed, bed_of_its_own
 
 pytestmark = pytest.mark.timeout(300)
 
-BATCH = 48  # the README's quotes of these runs were taken with it (any batch of 3 or more runs)
 SLURMD_TIMEOUT_S = 6
 
-# What the batch output shows, as patterns of the bed's host names: README's "When a host is lost" quotes these lines
+# What the batch output shows, as patterns of the bed's host names: docs/lost-hosts.md quotes these lines
 SAID = {
     "silent": r"slurm: node\(s\) {host2} lost \(its task was silent for \d+ s \(launcher\.slurm\.keepalive_s=1, 4 "
               r"missed\)\): ending the step",
@@ -75,11 +77,14 @@ def listed(key: str, nodes: list[str]) -> str:
     return f"{key}=[" + ",".join(f"{{name: {n}, devices: 1}}" for n in nodes) + "]"
 
 
-def start(bed: Bed, folder: Path, nodes: list[str], epochs: int, run_id: str, *extra: str, prefix: tuple = ()):
+def start(bed: Bed, folder: Path, nodes: list[str], run_id: str, *extra: str, prefix: tuple = (), steps: int = STEPS):
+    """`run` from ``folder`` (the tests' workloads staged in it, rank 0's steps to ``folder/out``) on the login
+    node."""
+    (stage_workloads(folder) / "out").mkdir()
     topology = [listed("topology.hosts", nodes)] if nodes else ["topology.nodes=3", "topology.devices_per_node=1"]
     argv = [*prefix, RUN, "launcher=slurm", "topology=custom", *topology, "topology.min_nodes=2",
-            "launcher.max_restarts=3", "launcher.slurm.keepalive_s=1", "launcher.grace_s=2", f"recipe.epochs={epochs}",
-            f"recipe.global_batch_size={BATCH}", *extra, f"run_id={run_id}"]
+            "launcher.max_restarts=3", "launcher.slurm.keepalive_s=1", "launcher.grace_s=2",
+            *elastic_recipe(folder / "out", steps), *extra, f"run_id={run_id}"]
     return started(argv, cwd=folder, env=bed.env(), run_id=run_id, merged=True)
 
 
@@ -87,23 +92,23 @@ def run_folder(folder: Path, run_id: str) -> Path:
     return folder / "outputs" / "runs" / run_id
 
 
+def checkpoint(folder: Path, run_id: str) -> Path:
+    return run_folder(folder, run_id) / "checkpoints" / "last.pt"
+
+
 def checkpointed(folder: Path, run_id: str) -> bool:
-    return (run_folder(folder, run_id) / "checkpoints" / "last.pt").exists()
+    return checkpoint(folder, run_id).exists()
 
 
-def finished_on(folder: Path, run_id: str, said: str, code: int, lost: str, kept: list[str]) -> dict:
-    """Done on the nodes ``kept``: exit 0, every rank of the last round done, an accuracy; the change recorded."""
-    assert code == 0, said
-    found = json.loads((run_folder(folder, run_id) / "run_summary.json").read_text())
-    assert found["status_text"].startswith("done: every rank returned (exit 0)"), found
-    assert found["world_size"] == len(kept) and found["final_metrics"]["test_accuracy"] > 0.8, found
+def finished_on(folder: Path, run_id: str, said: str, code: int, lost: str, kept: list[str], steps: int = STEPS) -> dict:
+    """Done on the nodes ``kept``: exit 0, every rank of the last round done, every step, one lineage; the change
+    recorded."""
+    done_on(run_folder(folder, run_id), said, code, world_size=len(kept), steps=steps)
     assert re.search(rf"  hosts     {re.escape(lost)} lost in attempt 1 \({re.escape(lost)}: ", said), said
-    (change,) = [json.loads(line) for line in (run_folder(folder, run_id) / "membership.jsonl").read_text().splitlines()]
+    (change,) = membership(run_folder(folder, run_id))
     assert (change["lost"], change["after"], change["attempt"], change["next_attempt"]) == ([lost], kept, 0, 1), change
     assert (change["world_size_before"], change["world_size_after"]) == (3, len(kept)), change
-    resumed = [int(s) for s in re.findall(r"resumed from \S+: step (\d+),", said)]
-    assert resumed and resumed[0] > 0 and change["resumed_from"] == resumed[0], (resumed, change)
-    assert change["to_first_step_s"] is not None and change["to_first_step_s"] > 0, change
+    one_lineage([folder / "out" / "steps.jsonl"], steps=steps)
     return change
 
 
@@ -146,9 +151,10 @@ def test_the_default_job_runs_on_2_plus_2_plus_1_processes_of_three_nodes(bed, t
 def test_a_spare_node_takes_the_lost_nodes_place_and_the_world_size_stays(bed, tmp_path):
     a, b, c, d, _ = bed.names
     run_id = f"s{uuid.uuid4().hex[:8]}"
-    with start(bed, tmp_path, [a, b, c], 12, run_id, listed("topology.spares", [d])) as proc:
+    with start(bed, tmp_path, [a, b, c], run_id, listed("topology.spares", [d])) as proc:
         wait_until(lambda: checkpointed(tmp_path, run_id), 150, "the first checkpoint", alive=[proc])
         assert kill(in_namespace(bed, b)) >= 3
+        kept = newest([checkpoint(tmp_path, run_id)])
         done = proc.wait(240)
     said = done.output
     assert "#SBATCH --nodes=4" in (run_folder(tmp_path, run_id) / "job.sbatch").read_text()  # the spare is allocated
@@ -156,24 +162,26 @@ def test_a_spare_node_takes_the_lost_nodes_place_and_the_world_size_stays(bed, t
     assert re.search(SAID["silent"].format(host2=re.escape(b)), said), said
     change = finished_on(tmp_path, run_id, said, done.code, b, [a, c, d])
     assert change["spares"] == [d], change
+    resumed_as_it_must(change, said, kept, None)
     nothing_left(bed, run_id, (run_folder(tmp_path, run_id) / "slurm_job_id").read_text().strip())
 
 
-@pytest.mark.timeout(480)  # the longest job of the module: 191 s and 210 s of the module's 300 under the full suite
 def test_a_node_whose_slurmd_stops_is_taken_out_by_slurm_and_its_task_stops_by_itself(bed, tmp_path):
     a, _, b, d, _ = bed.names  # nodes 1, 3 and 4: the spare test lost node 2
     run_id = f"s{uuid.uuid4().hex[:8]}"
-    with start(bed, tmp_path, [a, b, d], 20, run_id) as proc:  # (15 epochs after the first checkpoint: longer than
-        # Slurm takes to give the node up)
+    steps = 1600  # 80 s at least after the first checkpoint: longer than Slurm takes to give the node up (SlurmdTimeout
+    # 6 s, but on a loaded 2-core machine slurmctld was seen to take 29 s); the wait is sleep, not CPU
+    with start(bed, tmp_path, [a, b, d], run_id, steps=steps) as proc:
         wait_until(lambda: checkpointed(tmp_path, run_id), 150, "the first checkpoint", alive=[proc])
         assert kill([p for p in in_namespace(bed, b) if p.name() == "slurmd"]) == 1  # the task runs on
-        done = proc.wait(360)
+        done = proc.wait(240)
     said = done.output
     names = {"host0": re.escape(a), "host1": re.escape(b)}
     assert re.search(SAID["taken out"].format(**names), said), said
     assert re.search(SAID["next step"].format(host0=re.escape(a), host1=re.escape(d)), said), said
-    change = finished_on(tmp_path, run_id, said, done.code, b, [a, d])
+    change = finished_on(tmp_path, run_id, said, done.code, b, [a, d], steps=steps)
     assert "Slurm took node" in change["cause"], change
+    assert change["resumed_from"] > 0 and change["steps_lost"] >= 0, change  # (its ranks trained on meanwhile)
     nothing_left(bed, run_id, (run_folder(tmp_path, run_id) / "slurm_job_id").read_text().strip())
 
 
@@ -186,14 +194,16 @@ def test_inside_salloc_losing_host_0_leaves_the_next_node_to_serve_the_next_atte
     assert nodes[0] == a, nodes
     prefix = ("salloc", "--nodes=3", f"--nodelist={','.join(nodes)}", "--ntasks-per-node=1", "--no-kill",
               f"--partition={bed.partition}")
-    with start(bed, tmp_path, [], 12, run_id, prefix=prefix) as proc:
+    with start(bed, tmp_path, [], run_id, prefix=prefix) as proc:
         wait_until(lambda: checkpointed(tmp_path, run_id), 150, "the first checkpoint", alive=[proc])
         assert kill(in_namespace(bed, a)) >= 3
+        kept = newest([checkpoint(tmp_path, run_id)])
         done = proc.wait(240)
     said = done.output
     assert re.search(SAID["restarting"].format(host0=re.escape(nodes[1]), host1=re.escape(nodes[2])), said), said
     change = finished_on(tmp_path, run_id, said, done.code, a, nodes[1:])
     assert "its task was silent" in change["cause"], change
+    resumed_as_it_must(change, said, kept, None)
     nothing_left(bed, run_id, _job_of(said))
 
 
@@ -208,4 +218,4 @@ def _job_of(said: str) -> str:
 
 
 def test_the_readme_quotes_what_these_tests_see() -> None:
-    check_readme_quotes("### When a host is lost", SAID, "tests/e2e/test_lost_nodes_slurm.py")
+    check_readme_quotes("When a host is lost", SAID, "tests/e2e/test_lost_nodes_slurm.py")

@@ -1,4 +1,4 @@
-"""README, "Moving an existing launch to a job file": every job file of examples/migrate/jobs run as the README
+"""docs/recipes.md, "Moving an existing launch to a job file": every job file of examples/migrate/jobs run as the page
 says, from a copy of examples/migrate (a user's folder outside the checkout, no PYTHONPATH), with the bed's
 host names in place of node-a and node-b. Each example script writes artifacts/rank<r>.json once trained."""
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from runs import mpi_options, on_each_host, processes_of, run
+from readme_text import docs
+from runs import mpi_options, nothing_left, on_each_host, run
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -63,7 +64,7 @@ def trained(folder: Path, name: str, testbed=None) -> dict[int, dict]:
 def test_every_job_file_is_in_the_readme_and_tested() -> None:
     files = sorted(p.stem for p in (EXAMPLES / "jobs").glob("*.yaml"))
     assert files == sorted(JOBS)
-    section = (REPO / "README.md").read_text().split("## Moving an existing launch to a job file")[1].split("\n## ")[0]
+    section = docs().section("Moving an existing launch to a job file")
     assert sorted(set(re.findall(r"--config-name ([\w-]+)", section))) == sorted(JOBS)
 
 
@@ -87,7 +88,7 @@ def test_by_hand_on_each_host(testbed, folder, name) -> None:
         assert {r["lr"] for r in found.values()} == {0.1}
     if name == "imagenet":
         assert {r["dist_url"] for r in found.values()} == {"env://"}
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_espnet_on_slurm(testbed, folder) -> None:

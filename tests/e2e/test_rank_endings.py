@@ -1,4 +1,4 @@
-"""Every rank ends, whatever its script leaves behind (README, Rank endings; runner.worker.rank_life): ordinary DDP
+"""Every rank ends, whatever its script leaves behind (docs/faults.md, Rank endings; runner.worker.rank_life): ordinary DDP
 scripts of several shapes run many times at 1x2 and 1x4, each run required to end with the script's status; a rank
 stuck at its end (its main thread joins a thread that waits for the GIL it holds, as ~ProcessGroupGloo leaves one) is
 said to be so, ended, and the job's result stands; a stall no rank's watch can see is ended by the host agent; where
@@ -15,7 +15,7 @@ import time
 import pytest
 
 from runner.worker.rank_life import QUIET_S
-from runs import QUIT_SAID, TESTS, processes_of, run, run_folder, running, wait_until
+from runs import QUIT_SAID, TESTS, nothing_left, run, run_folder, running, wait_until
 
 SCRIPTS = TESTS / "scripts"
 SHAPES = ("sgd", "adam_kept", "loader", "compiled", "dynamo_first")
@@ -50,7 +50,7 @@ def test_ordinary_ddp_scripts_end_every_time_with_their_status(tmp_path, topolog
     ended = {shape: sum(bool(s["ended_by_agent"]) for s in summaries) for shape, summaries in jobs.items()}
     assert all(n == 0 for shape, n in ended.items() if shape != GUARDED), ended  # fresh processes end by themselves
     print(f"{topology}: {len(SHAPES) * reps} runs ended; ended by the end guard: {ended}")
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def _stuck(tmp_path, *overrides: str, script: tuple[str, ...] = ()):
@@ -78,7 +78,7 @@ def test_a_rank_stuck_at_its_end_is_said_to_be_so_ended_and_the_jobs_result_stan
     assert "  ended     rank 1 destroyed its process group" in done.stdout + done.stderr
     log = (folder / "logs" / "rank00001.log").read_text()
     assert "Current thread" in log and "stuck_at_end.py" in log  # its stacks, written without the GIL
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_stall_that_no_ranks_watch_can_see_is_ended_by_the_host_agent(tmp_path):
@@ -97,7 +97,7 @@ def test_a_stall_that_no_ranks_watch_can_see_is_ended_by_the_host_agent(tmp_path
     summary = json.loads((run_folder(tmp_path) / "run_summary.json").read_text())
     assert re.fullmatch(said, summary["hang"]["text"])
     assert summary["status_text"].startswith("failed (exit 1): stall: no rank completed a collective")
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_where_the_ranks_are_names_a_rank_that_cannot_answer(tmp_path):
@@ -114,7 +114,7 @@ def test_where_the_ranks_are_names_a_rank_that_cannot_answer(tmp_path):
                      r"\(Float\[1\]\); rank 1 cannot answer: its watch has not run for \d+ s \(the GIL is held\); stuck "
                      r"in ProcessGroupGloo's destructor: its main thread waits for its thread pt_gloo_runloop to end, "
                      r"which waits on a lock", said), said
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def _asked(proc) -> str:

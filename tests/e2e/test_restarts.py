@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runs import (RUN, Started, bed_hosts, finish, manual_hosts, mpi_options, on_each_host, processes_of, run,
-                  running, started, wait_until)
+from runs import (RUN, bed_hosts, finish, manual_hosts, mpi_options, nothing_left, on_each_host, run, running,
+                  started, Started, wait_until)
 
 pytestmark = pytest.mark.timeout(300)
 STEPS = 40
@@ -84,7 +84,7 @@ def test_manual_hosts_restart_together_after_a_rank_is_killed(testbed, tmp_path,
     firsts = attempts(out)
     assert sorted(firsts) == [0, 1] and firsts[0] == 0 and 0 < firsts[1] <= at + 4 and firsts[1] % 4 == 0, (at, firsts)
     same_weights(straight, out)
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_host_whose_run_died_joins_the_next_attempt(testbed, tmp_path, straight):
@@ -102,7 +102,7 @@ def test_a_host_whose_run_died_joins_the_next_attempt(testbed, tmp_path, straigh
     assert [c for c, _ in results] == [0, 0], results
     assert sorted(attempts(out)) == [0, 1]
     same_weights(straight, out)
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_mpirun_is_started_again_after_a_rank_is_killed(testbed, tmp_path, straight):
@@ -155,7 +155,7 @@ def test_three_processes_restart_differs_only_by_the_first_step_of_the_attempt(t
     resumed attempt that runs one forward and backward before its first step (the buckets rebuilt) is bit-exact."""
     straight, restarted = three_runs(tmp_path)
     a, b = torch.load(straight / "final.pt"), torch.load(restarted / "final.pt")
-    assert any(not torch.equal(a[key], b[key]) for key in a), "now bit-exact: say so in README.md (Restarts)"
+    assert any(not torch.equal(a[key], b[key]) for key in a), "now bit-exact: say so in docs/faults.md (Restarts)"
     for key in a:  # measured: 6e-8 at most, 1.4e-6 relative
         torch.testing.assert_close(b[key], a[key], rtol=1e-6, atol=1e-7)
     warmed = tmp_path / "warmed"

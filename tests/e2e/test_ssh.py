@@ -27,8 +27,8 @@ import pytest
 import torch
 import yaml
 
-from runs import (QUIT_SAID, RUN, TESTS, Started, artifacts, bed_hosts, check_readme_quotes, check_views, finish, processes_of,
-                  seen_in, stage_workloads, started, wait_until)
+from runs import (QUIT_SAID, RUN, TESTS, artifacts, bed_hosts, check_readme_quotes, check_views, finish,
+                  nothing_left, processes_of, seen_in, stage_workloads, started, Started, wait_until)
 from conftest import hosts_override
 from runner.environments.versions import installed
 
@@ -111,7 +111,7 @@ def ready(testbed) -> str:
             rf"{testbed.names[0]}, {testbed.names[1]}")
 
 
-# What `run` shows, as patterns of the hosts' names: README's launcher=ssh section quotes these lines
+# What `run` shows, as patterns of the hosts' names: docs/ssh.md quotes these lines
 # (test_the_readme_quotes_what_these_tests_see checks it)
 SAID = {
     "done": r"status    done: every rank returned \(exit 0\)",
@@ -161,7 +161,7 @@ def test_a_2x2_digits_job_from_host_0_is_one_terminal_one_summary_one_status(tes
     host1 = job.run_folder(testbed.names[1], run_id)
     assert sorted(p.name for p in (host1 / "logs").glob("rank*.log")) == ["rank00002.log", "rank00003.log"]
     assert (host1 / "spec.yaml").exists() and not (host1 / "checkpoints").exists()  # rank 0 checkpoints, on host 0
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_2_plus_1_digits_job_from_a_machine_that_is_no_host(testbed, job):
@@ -178,7 +178,7 @@ def test_a_2_plus_1_digits_job_from_a_machine_that_is_no_host(testbed, job):
     here = job.run_folder(None, run_id)
     assert sorted(p.name for p in (here / "logs").glob("rank*.log")) == [f"rank{r:05d}.log" for r in range(3)]
     assert sorted(p.name for p in (here / "logs").glob("rank*.done")) == [f"rank{r:05d}.done" for r in range(3)]
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_every_rank_runs_on_its_host_sees_one_job_and_gets_the_exported_values(testbed, job, tmp_path):
@@ -202,7 +202,7 @@ def test_every_rank_runs_on_its_host_sees_one_job_and_gets_the_exported_values(t
         assert found[rank]["env"] == {"RUNNER_SSH_PROBE": value}, found[rank]
     views = check_views(art, job.run_folder(None, run_id) / "spec.yaml", 3)
     assert {v["cwd"] for v in views.values()} == {str(job.path)}
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_torchrun_script_runs_unchanged_with_every_ranks_output_prefixed(testbed, job):
@@ -219,7 +219,7 @@ def test_a_torchrun_script_runs_unchanged_with_every_ranks_output_prefixed(testb
         assert (record["rank"], record["world_size"], record["sum"], record["epochs"]) == (rank, 2, 3.0, 2)
     assert not (job.views[testbed.names[0]] / "artifacts" / "rank1.json").exists()  # folders of their own
     assert summary(job, None, run_id)["status_text"] == "done: every rank returned (exit 0)"
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 # --------------------------------------------------------------------------- refused before anything starts
@@ -236,7 +236,7 @@ def refused(testbed, job: Job, run_id: str, key: str, ssh_config: str | None = N
     assert f"    try by hand: {check_argv(testbed, job, testbed.names[1], port, ssh_config)}\n" in said, said
     assert "\nnothing was started.\n" in said
     assert not any(job.run_folder(h, run_id).exists() for h in testbed.names)  # no host started its share
-    assert not processes_of(run_id)
+    nothing_left(run_id)
     return said
 
 
@@ -336,7 +336,7 @@ def test_hosts_known_only_by_ssh_aliases_from_a_hostfile_run_a_2x2_job_in_one_sh
             .read_text().splitlines()[0]
     assert sorted(p.name for p in logs.glob("rank*.done")) == [f"rank{r:05d}.done" for r in range(4)]
     assert not list(run_folder.rglob("*.tmp"))  # no half-written file of any host
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_master_no_host_resolves_is_refused_by_the_check_in_seconds_naming_each_host(testbed, job, tmp_path):
@@ -357,7 +357,7 @@ def test_a_master_no_host_resolves_is_refused_by_the_check_in_seconds_naming_eac
     assert re.search(seen("unresolved hint"), said), said
     assert "\nnothing was started.\n" in said and "c10d" not in said
     assert not any(job.run_folder(h, run_id).exists() for h in testbed.names)
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 # --------------------------------------------------------------------------- faults
@@ -417,7 +417,7 @@ def test_a_host_killed_mid_run_ends_the_job_on_every_host_within_seconds(testbed
     for key in ("lost", "lost on host 0", "lost status"):
         assert re.search(seen(key, testbed), said), (key, said)
     assert summary(job, None, run_id)["first_failure"]["exception"].startswith(f"host 1 ({testbed.names[1]}) was lost")
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -443,7 +443,7 @@ def test_a_signal_to_run_reaches_every_rank_on_every_host(testbed, job, tmp_path
         assert re.search(rf"\[host {testbed.names[0]}\] SIGTERM: rank\(s\) 0 still running launcher.grace_s=2 s after "
                          rf"it; killing them: rank 0 waits in all_reduce #4", said), said
     assert f"status    stopped by {signal.Signals(signum).name} (exit {128 + signum})" in said
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_ctrl_backslash_says_where_every_rank_of_every_host_is_and_the_job_goes_on(testbed, job, tmp_path):
@@ -463,7 +463,7 @@ def test_ctrl_backslash_says_where_every_rank_of_every_host_is_and_the_job_goes_
                      r"at workloads/hang\.py:\d+ in main", said), said
     assert said.count("where the ranks are: ") == 1, said  # host 0 alone answers; this `run` does not
     assert code == 128 + signal.SIGTERM, said
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_the_stop_signal_makes_every_rank_checkpoint_and_return(testbed, job):
@@ -480,7 +480,7 @@ def test_the_stop_signal_makes_every_rank_checkpoint_and_return(testbed, job):
         assert f"[host {host}] SIGUSR1: asking 1 process(es) to checkpoint and stop" in said, said
     assert "status    stopped on request" in said, said
     assert (job.run_folder(testbed.names[0], run_id) / "checkpoints" / "last.pt").exists()
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_host_whose_login_stops_answering_is_lost_after_its_keepalives_and_stops_by_itself(testbed, job, tmp_path):
@@ -626,10 +626,10 @@ def test_a_restart_resumes_every_host_to_the_weights_of_an_uninterrupted_run(tes
     assert 8 <= first <= 16 and first % 4 == 0, first
     a, b = torch.load(straight / "final.pt"), torch.load(out / "final.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 @pytest.mark.unit
 def test_the_readme_quotes_what_these_tests_see():
-    """README's "A job over ssh" shows real output of these tests: each quoted line is one they assert."""
-    check_readme_quotes("### A job over ssh", SAID, "tests/e2e/test_ssh.py")
+    """docs/ssh.md shows real output of these tests: each quoted line is one they assert."""
+    check_readme_quotes("A job over ssh", SAID, "tests/e2e/test_ssh.py")

@@ -1,6 +1,6 @@
 """torchrun and `run`, side by side: the same unchanged scripts run by ``torchrun --standalone --nproc_per_node=2``
 (it ships with torch) and by ``run topology=1x2 -- ...`` from the same folder, with a user's environment, and what
-each script saw compared. Every difference kept on purpose is a row of the README's "Differences from torchrun"
+each script saw compared. Every difference kept on purpose is a row of docs/torchrun.md's "Differences from torchrun"
 table, and the suite asserts exactly those."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
 from runner.environments.process import usable_cpus
-from runs import RUN, TESTS, Finished, processes_of, started, wait_until
+from readme_text import docs
+from runs import RUN, TESTS, Finished, nothing_left, started, wait_until
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 SCRIPTS = TESTS / "scripts"
@@ -26,10 +26,8 @@ NATURE = {"MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}  # pe
 
 
 def readme_differences() -> dict[str, tuple[str, str]]:
-    """The README's table of differences from torchrun: first cell -> (torchrun's cell, run's cell)."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Differences from torchrun"):]
-    section = section[:section.index("\n## ", 3)]
+    """The table of differences from torchrun (docs/torchrun.md): first cell -> (torchrun's cell, run's cell)."""
+    section = docs().section("Differences from torchrun")
     rows = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -56,7 +54,7 @@ def launch(launcher: str, args: list[str], cwd: Path, prefix: tuple[str, ...] = 
     run_id = f"p{uuid.uuid4().hex[:8]}"
     with started([*prefix, *launcher_argv(launcher, args, run_id)], cwd=cwd, run_id=run_id) as proc:
         done = proc.wait(timeout)
-    assert not processes_of(run_id)  # nothing of a `run` is left behind, whatever the script did
+    nothing_left(run_id)  # nothing of a `run` is left behind, whatever the script did
     return done
 
 
@@ -125,7 +123,7 @@ def test_the_script_sees_the_same_process(both, folder):
         assert ours["argv"] == ["parity_probe.py", "probe"] and ours["main_file"] == str(folder / "parity_probe.py")
         assert ours["stdout"]["fileno"] == 1 and ours["stderr"]["fileno"] == 2 and ours["faulthandler"]
         assert theirs["thread_names"] == ["MainThread"]
-        assert ours["thread_names"] == ["MainThread", "runner-watch"]  # README: the threads of a rank
+        assert ours["thread_names"] == ["MainThread", "runner-watch"]  # docs/torchrun.md: the threads of a rank
 
 
 def test_a_rank_is_a_fresh_process_as_a_torchrun_worker_is(both):
@@ -136,11 +134,11 @@ def test_a_rank_is_a_fresh_process_as_a_torchrun_worker_is(both):
     for launcher in ("torchrun", "run"):
         draws = [both[launcher][1][rank]["draws"] for rank in (0, 1)]
         assert all(a != b for a, b in zip(*draws)), (launcher, draws)
-    # README's table: a str's hash() is every torchrun worker's own, and the same in every rank of a host under `run`
+    # docs/torchrun.md's table: a str's hash() is every torchrun worker's own, and the same in every rank of a host under `run`
     assert "`hash()` of a `str` (unless `PYTHONHASHSEED` is set)" in readme_differences()
     hashes = {launcher: {both[launcher][1][rank]["str_hash"] for rank in (0, 1)} for launcher in ("torchrun", "run")}
     assert len(hashes["torchrun"]) == 2 and len(hashes["run"]) == 1, hashes
-    # README's table: beyond 0, 1 and 2, the rank's event pipe to its agent and its client of the job's channel
+    # docs/torchrun.md's table: beyond 0, 1 and 2, the rank's event pipe to its agent and its client of the job's channel
     assert "open descriptors beyond 0, 1, 2 at the first line" in readme_differences()
     for rank in (0, 1):
         assert both["torchrun"][1][rank]["descriptors"] == [] and both["run"][1][rank]["descriptors"] == [
@@ -160,7 +158,7 @@ def test_rank_0_reaches_the_terminal_stream_by_stream_as_under_torchrun(both):
         for rank in (0, 1):
             assert f"[{kind}] rank {rank}" in getattr(theirs, stream), (kind, rank)
         assert f"[{kind}] rank 0" in getattr(ours, stream), (kind, getattr(ours, stream))
-        assert f"[{kind}] rank 1" not in ours.stdout + ours.stderr  # README: the terminal shows local rank 0
+        assert f"[{kind}] rank 1" not in ours.stdout + ours.stderr  # docs/torchrun.md: the terminal shows local rank 0
 
 
 @pytest.mark.parametrize("how, code", [("return", 0), ("exit3", 1), ("os_exit0", 0), ("os_exit5", 1), ("raise", 1),
@@ -199,7 +197,7 @@ def test_sigterm_reaches_a_script_that_traps_it_at_once(folder):
     theirs, theirs_code, _ = _time_to_stop("torchrun", folder)
     ours, ours_code, out = _time_to_stop("run", folder)
     assert ours <= theirs + 1.0, (ours, theirs)
-    assert (theirs_code, ours_code) == (1, 143), out  # README: run exits 128 + the signal
+    assert (theirs_code, ours_code) == (1, 143), out  # docs/torchrun.md: run exits 128 + the signal
     assert "where the ranks" not in out and "still running" not in out
 
 

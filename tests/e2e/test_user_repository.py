@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runs import bed_hosts, mpi_options, on_each_host, processes_of, run, user_env
+from runs import bed_hosts, mpi_options, nothing_left, on_each_host, run, user_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -210,7 +210,7 @@ def test_manual_on_two_namespace_hosts(testbed, repo):
     results = on_each_host(testbed, repo, args, run_id, workloads=False)
     assert [code for code, _ in results] == [0, 0], results
     found(repo, "job", 3, [2, 1], testbed)
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
     for f in (repo / "out").iterdir():
         f.unlink()
@@ -220,7 +220,7 @@ def test_manual_on_two_namespace_hosts(testbed, repo):
     assert [code for code, _ in results] == [0, 0], results
     records = found(repo, "legacy", 3, [1, 2], testbed)
     assert [records[r]["local_rank"] for r in (0, 1, 2)] == [0, 0, 1]
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 @pytest.mark.parametrize("tasks", ["per_host", "per_device"])

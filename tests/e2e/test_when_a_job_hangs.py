@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from runs import (QUIT_SAID, TESTS, bed_hosts, mpi_options, on_each_host, processes_of, run, run_folder, running,
+from runs import (QUIT_SAID, TESTS, bed_hosts, mpi_options, nothing_left, on_each_host, run, run_folder, running,
                   wait_until)
 
 pytestmark = pytest.mark.timeout(240)
@@ -41,7 +41,7 @@ def test_a_rank_that_never_enters_a_collective_is_named_at_the_timeout(tmp_path)
     hang_facts = summary(run_folder(tmp_path))["hang"]
     assert (hang_facts["kind"], hang_facts["collective"], hang_facts["waiting"], hang_facts["absent"]) == \
         ("timeout", 4, [0, 2], [1])
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
 
 
 def test_a_real_gloo_timeout_is_recorded_as_one_by_the_rank(tmp_path):
@@ -78,7 +78,7 @@ def test_a_script_that_makes_its_own_group_and_hangs_is_explained_the_same_way(t
     said = (r"ranks 0,2 wait in all_reduce #4 \(process group 0\) " + SINCE + r" \(Float\[1\]\); rank 1 never entered "
             r"it: its last collective was all_reduce #3, and it is at hang_script\.py:17 in <module>")
     assert re.search(said, done.stderr), done.stderr
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
 
 
 def test_ranks_that_enter_different_collectives_are_told_apart(tmp_path):
@@ -103,7 +103,7 @@ def test_a_stall_ends_the_job_long_before_the_collective_timeout(tmp_path):
     assert summary(run_folder(tmp_path))["hang"]["kind"] == "stall" and "timeout:" not in done.stderr
     errors = [json.loads(p.read_text()) for p in (run_folder(tmp_path) / "logs").glob("rank*.error.json")]
     assert not any(e["timeout"] for e in errors), errors
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
 
 
 def test_ctrl_backslash_says_where_the_ranks_are_and_the_job_goes_on(tmp_path):
@@ -120,7 +120,7 @@ def test_ctrl_backslash_says_where_the_ranks_are_and_the_job_goes_on(tmp_path):
     assert re.search(r"where the ranks are: ranks 0,2 wait in all_reduce #4 \(process group 0\) " + SINCE +
                      r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:16 in main", err), err
     assert done.code == 143, done.output
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_the_slow_rank_is_named_in_the_summary(tmp_path):
@@ -186,7 +186,7 @@ def test_console_across_namespace_hosts(testbed, tmp_path):
     host0 = {int(m.group(1)) for m in re.finditer(rf"^\[rank (\d) {names[0]}\] ", results[0][1], re.M)}
     host1 = {int(m.group(1)) for m in re.finditer(rf"^\[rank (\d) {names[1]}\] ", results[1][1], re.M)}
     assert (host0, host1) == ({0, 1}, {2})  # each host's terminal shows its own ranks, named by host
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_stall_across_slurm_nodes_names_the_rank_on_the_other_node(testbed, tmp_path):
@@ -231,4 +231,4 @@ def test_a_stop_that_the_ranks_cannot_honour_says_where_they_were(tmp_path):
     assert re.search(r"SIGTERM: rank\(s\) 0, 1, 2 still running launcher.grace_s=2 s after it; killing them: ranks "
                      r"0,2 wait in all_reduce #4 \(process group 0\) " + SINCE + r" \(Float\[1\]\); rank 1 never entered it: .* at workloads/hang\.py:16 "
                      r"in main", err), err
-    assert not processes_of(run_id)
+    nothing_left(run_id)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from runner.records.paths import RunPaths
-from runs import (SNAPSHOT, artifacts, check_views, finish, processes_of, run, run_folder, running, started,
+from runs import (SNAPSHOT, artifacts, check_views, finish, nothing_left, run, run_folder, running, started,
                   wait_for_pids)
 
 pytestmark = pytest.mark.timeout(240)
@@ -58,7 +58,7 @@ def test_every_rank_runs_and_all_reduces(tmp_path, shape, world):
     assert len({rec["env"]["MASTER_PORT"] for rec in found.values()}) == 1
     folder = run_folder(tmp_path)
     assert sorted(p.name for p in (folder / "logs").glob("rank*.log")) == [f"rank{r:05d}.log" for r in range(world)]
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
 
 
 @pytest.mark.parametrize("method", ["env", "tcp", "file"])
@@ -200,7 +200,7 @@ def test_failing_rank_stops_the_job(tmp_path):
     assert report.splitlines()[1].startswith("rank 1 ")  # the first failure, named, at the top
     assert "RuntimeError: injected failure on rank 1 at step 5" in report
     assert report.count("RuntimeError: injected failure") == 1  # shown once; the others' errors are summarised
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
     assert not (run_folder(tmp_path) / "tmp").exists()  # torch's error pickles went there, and are gone
     for pid_file in art.glob("pid*"):
         assert not psutil.pid_exists(int(pid_file.read_text())) or \
@@ -217,7 +217,7 @@ def test_signal_stops_every_rank(tmp_path, sig):
         proc.send_signal(sig)
         done = proc.wait(30)
     assert done.code == 128 + sig.value, done.stderr
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_killing_run_takes_its_processes_with_it(tmp_path):
@@ -236,7 +236,7 @@ def test_killing_run_takes_its_processes_with_it(tmp_path):
         proc.wait(10)
     gone, alive = psutil.wait_procs([agent, zygote, *ranks], timeout=10)
     assert not alive, alive
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_manual_launch_on_two_hosts_of_this_machine(tmp_path):
@@ -259,7 +259,7 @@ def test_manual_launch_on_two_hosts_of_this_machine(tmp_path):
     assert [found[r]["env"]["GROUP_RANK"] for r in range(3)] == ["0", "0", "1"]
     assert [found[r]["local_rank"] for r in range(3)] == [0, 1, 0]
     assert all(rec["sum"] == 6.0 for rec in found.values())
-    assert not processes_of(dry.run_id)  # the commands carry the dry run's id
+    nothing_left(dry.run_id)  # the commands carry the dry run's id
 
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -20,20 +20,8 @@ from conftest import environment, validate
 from runner.launchers import Invocation, plan_for
 from runner.launchers.mpi import MpiLauncher
 from runner.records.paths import RunPaths
-from runs import (
-    SNAPSHOT,
-    artifacts,
-    bed_hosts,
-    check_views,
-    mpi_options,
-    on_each_host,
-    processes_of,
-    run,
-    run_folder,
-    running,
-    wait_for_pids,
-    wait_until,
-)
+from runs import (SNAPSHOT, artifacts, bed_hosts, check_views, mpi_options, nothing_left, on_each_host, processes_of,
+                  run, run_folder, running, wait_for_pids, wait_until)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -74,7 +62,7 @@ def test_manual_launch_on_each_host(testbed, tmp_path, init):
     logs = sorted(tmp_path.glob("outputs/*/*/logs/rank00002.log"))
     assert logs and "GLOO_SOCKET_IFNAME=lan0" in logs[0].read_text()
     assert "the interface of the route to the master" in logs[0].read_text()
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 @pytest.mark.parametrize("init, tasks, counts", [
@@ -93,7 +81,7 @@ def test_mpirun_across_hosts(testbed, tmp_path, init, tasks, counts):
     found = check_hosts(testbed, art, counts)
     check_views(art, run_folder(tmp_path) / "spec.yaml", sum(counts))
     assert {rec["master_addr"] for rec in found.values()} == {testbed.hosts[0].name}  # rank 0's host
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
 
 
 def test_control_without_the_runners_interface_choice_the_same_job_fails(testbed, tmp_path):
@@ -120,7 +108,7 @@ def test_control_without_the_runners_interface_choice_the_same_job_fails(testbed
     assert all(ok for r, ok in zip(records, looped) if "connectFullMesh" in r["exception"]), told
     assert not artifacts(art)
     assert time.monotonic() - started < 120
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
 
 
 def test_nothing_of_an_mpirun_job_outlives_run_when_it_is_killed(testbed, tmp_path):

@@ -12,7 +12,7 @@ from runner.launchers import LAUNCHERS, Invocation
 from runner.launchers import plan_for
 from runner.plan.processes import Deferred
 from runner.records.paths import RunPaths
-from runner.spec.schema import BackendConfig, InitConfig, InitMethod, TaskMode
+from runner.spec.schema import BackendConfig, InitConfig, InitMethod
 
 pytestmark = pytest.mark.unit
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runs import SNAPSHOT, artifacts, check_views, processes_of, run, run_folder, running, wait_until
+from runs import SNAPSHOT, artifacts, check_views, nothing_left, run, run_folder, running, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -163,11 +163,11 @@ def test_preemption_checkpoints_requeues_and_resumes(testbed, tmp_path):
     straight = torch.load(run_folder(ref) / "checkpoints" / "last.pt", weights_only=False)["model"]
     for key in straight:
         torch.testing.assert_close(resumed_state[key], straight[key], rtol=1e-5, atol=1e-6)
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_the_stop_signal_to_run_checkpoints_and_ends_the_job_it_follows_not_requeued(testbed, tmp_path):
-    """kill -USR1 <pid of run> while it follows its Slurm job (the README: under any launcher): `run` passes it on to
+    """kill -USR1 <pid of run> while it follows its Slurm job (docs/launchers.md: under any launcher): `run` passes it on to
     the batch script (scancel --signal=USR1 --batch), the ranks checkpoint and return, and the job ends: with
     launcher.slurm.requeue=true too, it is not requeued (the stop was the user's, not Slurm's time limit). `run`
     exits 0 and its summary says the ranks stopped on request."""
@@ -208,7 +208,7 @@ def test_the_stop_signal_to_run_checkpoints_and_ends_the_job_it_follows_not_requ
     assert "SIGUSR1" in (folder / "user_stop").read_text()
     queue = subprocess.run(["squeue", "-h", "-j", job_id], env=testbed.env(), capture_output=True, text=True)
     assert not queue.stdout.strip(), queue.stdout  # ended, not requeued
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 @pytest.mark.parametrize("tasks", ["per_host", "per_device"])
@@ -222,4 +222,4 @@ def test_a_failing_rank_ends_the_job_with_its_traceback(testbed, tmp_path, tasks
     assert done.code == 1, done.output
     assert "RuntimeError: injected failure on rank 3 at step 5" in done.output
     assert time.monotonic() - started < 60
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)

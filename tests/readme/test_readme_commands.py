@@ -1,4 +1,4 @@
-"""Every command of README.md does what it says, checked in-process (nothing is launched):
+"""Every command of README.md and the pages of docs/ does what it says, checked in-process (nothing is launched):
 
 * each `run ...` of a ```bash block, each ``$ run ...`` of an output sample and each inline `run ...` composes
   (Hydra, pkg://runner.conf, `--config-dir` as `run` takes it) and passes validation the way `run` would, every
@@ -26,7 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 import runner.app.cli
 from conftest import REPO, compose, environment, hosts_override, validate
-from readme_text import code_of, readme
+from readme_text import code_of, docs
 from runner.app.cli import typed_spec
 from runner.app.script_shorthand import ScriptArgsError, script_overrides
 from runner.launchers import Invocation, plan_for
@@ -76,7 +76,7 @@ _PLACEHOLDER = re.compile(r"\.\.\.|…|<[^>]*>")
 class Command:
     """One command of the README: where it is, its words (after the shell's quoting) and what it runs in."""
 
-    where: str  # README.md:<line> (<section>)
+    where: str  # <page>:<line> (<section>): README.md:12 (Quick start), docs/ssh.md:40 (A job over ssh)
     text: str
     argv: tuple[str, ...]
     folder: Path | None = None
@@ -109,9 +109,9 @@ def _run_argv(words: list[str]) -> list[str] | None:
 
 def _shell_lines() -> Iterator[tuple[str, str, str]]:
     """(where, section, line) of every line of the ```bash blocks, and of the `$ ` lines of the other blocks."""
-    for block in readme().blocks:
+    for block in docs().blocks:
         for offset, line in enumerate(block.lines):
-            where = f"README.md:{block.line + offset} ({block.section})"
+            where = f"{block.page}:{block.line + offset} ({block.section})"
             if block.language == "bash":
                 yield where, block.section, line
             elif block.language == "" and line.startswith("$ "):
@@ -125,10 +125,10 @@ def run_commands() -> list[Command]:
             argv = _run_argv(words)
             if argv is not None:
                 found.append(Command(where, line.split("#")[0].strip(), tuple(argv), FOLDERS.get(section)))
-    for span in readme().spans:
+    for span in docs().spans:
         text = " ".join(span.text.split())
         if text.startswith(("run ", ".venv/bin/run")):
-            found.append(Command(f"README.md:{span.line} ({span.section})", text, tuple(shlex.split(text)[1:]),
+            found.append(Command(f"{span.page}:{span.line} ({span.section})", text, tuple(shlex.split(text)[1:]),
                                  FOLDERS.get(span.section)))
     return found
 
@@ -181,9 +181,7 @@ def _compose_in(folder: Path, config_name: str, overrides: list[str]) -> JobConf
         context, other = initialize_config_module(config_module="runner.conf", version_base=None), f"file://{folder}"
     with context:
         cfg = hydra_compose(config_name=config_name, overrides=[*overrides, f"hydra.searchpath=[{other}]"])
-    spec = typed_spec(cfg)
-    assert not isinstance(spec, str), spec
-    return spec
+    return typed_spec(cfg)  # (SpecRefused: a README command whose spec is refused fails here, saying why)
 
 
 def specs_of(argv: list[str], folder: Path | None) -> list[JobConfig]:
@@ -236,7 +234,7 @@ def test_every_run_command_composes_and_validates(command: Command) -> None:
 def test_the_readmes_job_file_composes_as_a_users_job_file(tmp_path) -> None:
     """The job file of "Your own job files", saved under the name its first line gives, composes and validates
     with the command that line gives."""
-    [block] = [b for b in readme().blocks if b.language == "yaml" and "- job" in map(str.strip, b.lines)]
+    [block] = [b for b in docs().blocks if b.language == "yaml" and "- job" in map(str.strip, b.lines)]
     name, command = re.fullmatch(r"# (jobs/[\w-]+\.yaml) +(run .+)", block.lines[0]).groups()
     (tmp_path / name).parent.mkdir(parents=True)
     (tmp_path / name).write_text("\n".join(block.lines) + "\n")
@@ -248,13 +246,13 @@ def test_the_readmes_job_file_composes_as_a_users_job_file(tmp_path) -> None:
 
 def test_the_ssh_sections_topology_is_the_example_shipped() -> None:
     """"A job over ssh" shows examples/ssh/jobs/topology/boxes.yaml, which its commands run with."""
-    [block] = [b for b in readme().blocks if b.language == "yaml" and b.lines[0].startswith("# jobs/topology/boxes")]
+    [block] = [b for b in docs().blocks if b.language == "yaml" and b.lines[0].startswith("# jobs/topology/boxes")]
     assert "\n".join(block.lines) + "\n" == (REPO / "examples" / "ssh" / "jobs" / "topology" / "boxes.yaml").read_text()
 
 
 def test_the_script_shorthand_means_what_the_readme_says() -> None:
     """`run topology=1x4 -- train.py --lr=0.1 --out=/tmp/x` "means" the overrides the README spells out."""
-    section = readme().section("Unchanged torchrun-style scripts")
+    section = docs().section("Unchanged torchrun-style scripts")
     meant = re.search(r"it means\s+`([^`]+)`", section)[1]
     said = re.search(r"run topology=1x4 -- (train\.py --lr=0\.1 --out=/tmp/x)", section)[1]
     assert compose(*shlex.split(meant)).recipe == compose(*script_overrides(["--", *said.split()])).recipe
@@ -262,7 +260,7 @@ def test_the_script_shorthand_means_what_the_readme_says() -> None:
 
 def test_torchruns_options_are_refused_with_what_the_readme_says() -> None:
     """"torchrun's own options are refused with what they are here: `--nproc-per-node=4` → `topology=1x4`, ..."."""
-    section = " ".join(readme().section("Differences from torchrun").split())
+    section = " ".join(docs().section("Differences from torchrun").split())
     pairs = re.findall(r"((?:`--[\w-]+(?:=\w+)?`/?)+) → (`[^`]+`(?:/`[^`]+`)?|nothing)", section)
     assert len(pairs) == 6, pairs
     for flags, here in pairs:
@@ -330,7 +328,7 @@ def test_every_option_a_commands_comment_names_is_its_scripts() -> None:
 def test_the_mpirun_line_is_what_launcher_mpi_runs() -> None:
     """"`run` calls `mpirun -np N -H a:2,b:1 --map-by slot --bind-to none ...`": up to its "...", the line
     launcher=mpi builds for the hosts and slots its -H gives, one rank per process."""
-    section = " ".join(readme().section("Launchers").split())
+    section = " ".join(docs().section("Launchers").split())
     shown = re.search(r"`run` calls `(mpirun -np N -H ([\w:,]+) [^`]*) \.\.\.`", section)
     assert shown is not None
     hosts = [{"name": name, "devices": int(slots)} for name, slots in (h.split(":") for h in shown[2].split(","))]
@@ -350,8 +348,8 @@ def test_the_mpirun_line_is_what_launcher_mpi_runs() -> None:
 def test_the_invalid_spec_shown_is_what_validation_says() -> None:
     """The dry run's example of an invalid spec is what `run topology=hetero_2_1 recipe.global_batch_size=2` (2+1
     processes, launcher=local) prints, every problem at once."""
-    section = readme().section("The dry run")
-    [shown] = [b for b in readme().blocks if b.section == "The dry run" and b.lines[0].startswith("error:")]
+    section = docs().section("The dry run")
+    [shown] = [b for b in docs().blocks if b.section == "The dry run" and b.lines[0].startswith("error:")]
     assert "every problem at once" in section and "`run topology=hetero_2_1 recipe.global_batch_size=2`" in section
     job, problems = check(compose("topology=hetero_2_1", "recipe.global_batch_size=2"), FixedProbe())
     assert job is None and render_problems(problems) == "\n".join(shown.lines)
@@ -359,7 +357,7 @@ def test_the_invalid_spec_shown_is_what_validation_says() -> None:
 
 def test_a_target_that_does_not_import_is_refused_as_shown(tmp_path) -> None:
     """"Checked before launch, the way the ranks do it": the error shown, for its module in a folder of the user's."""
-    [shown] = [b for b in readme().blocks if b.lines[0].startswith("error: recipe.target: importing")]
+    [shown] = [b for b in docs().blocks if b.lines[0].startswith("error: recipe.target: importing")]
     module, missing, line = re.search(r"importing '([\w.]+)' raised ModuleNotFoundError: No module named '(\w+)' at "
                                       r"/home/me/repo/[\w/]+\.py:(\d+)", shown.lines[0]).groups()
     package = tmp_path / module.split(".")[0]

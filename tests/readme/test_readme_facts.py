@@ -1,4 +1,4 @@
-"""Every default, count and number README.md states about the code is the code's: each claim is a pattern of the
+"""Every default, count and number README.md and docs/ state about the code is the code's: each claim is a pattern of the
 README's words (found exactly once, whitespace as it wraps) and the value the code has (the schema's dataclass
 defaults through dataclasses.fields, the modules' constants, setup.sh's and pyproject.toml's settings, the digits
 recipe's data, the committed benchmark results, torch's and fairscale's own defaults). The README's quotes of
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO, compose
-from readme_text import readme
+from readme_text import docs
 from runner.app.help import options_help
 from runner.worker.attempt_state import HARD_STOP_MARGIN_S
 from runner.common import exits
@@ -417,22 +417,22 @@ def _flat(text: str) -> str:
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=[c.pattern[:60] for c in CLAIMS])
 def test_the_readme_says_what_the_code_has(claim: Claim, tmp_path) -> None:
-    found = re.findall(claim.pattern, _flat(readme().text))
-    assert len(found) == 1, f"README.md says this {len(found)} times, not once: {claim.pattern}"
+    found = re.findall(claim.pattern, _flat(docs().text))
+    assert len(found) == 1, f"README.md and docs/ say this {len(found)} times, not once: {claim.pattern}"
     values = found[0] if isinstance(found[0], tuple) else (found[0],)
-    assert values == claim.values(tmp_path=tmp_path), f"README.md: {claim.pattern}"
+    assert values == claim.values(tmp_path=tmp_path), f"README.md or docs/: {claim.pattern}"
 
 
 def test_the_readme_quotes_the_help_as_run_prints_it() -> None:
     """`run --help` "lists the groups and every option with its default and what it does (`launcher.grace_s=10.0
     Seconds the ranks get ... ...`)": the quote, but its closing "...", is a line of the options `run --help` prints."""
-    [quote] = re.findall(r"with its default and what it does \(`([^`]+) \.\.\.`", _flat(readme().text))
+    [quote] = re.findall(r"with its default and what it does \(`([^`]+) \.\.\.`", _flat(docs().text))
     assert _flat(quote) in _flat(options_help()), quote
 
 
 def test_the_version_line_is_what_run_version_prints() -> None:
     """`run --version`'s line in the README, the interpreter's path as `<interpreter>`, is Versions.line()'s form."""
-    [quote] = re.findall(r"`(run [^`]+ \(<interpreter>\))`", _flat(readme().text))
+    [quote] = re.findall(r"`(run [^`]+ \(<interpreter>\))`", _flat(docs().text))
     versions = Versions.parse(quote)
     assert versions is not None, quote
     assert versions.line().replace(sys.executable, "<interpreter>") == quote
@@ -441,7 +441,7 @@ def test_the_version_line_is_what_run_version_prints() -> None:
 def test_the_readme_names_what_run_itself_needs() -> None:
     """"`run` itself needs torch, Hydra (hydra-core, omegaconf), PyYAML, psutil and tqdm": pyproject.toml's
     dependencies (an extra's packages are the extras table's, tests/common/test_extras.py)."""
-    [said] = re.findall(r"`run` itself needs ([^;]+);", _flat(readme().text))
+    [said] = re.findall(r"`run` itself needs ([^;]+);", _flat(docs().text))
     said = re.sub(r"\w+ \(([^)]+)\)", r"\1", said)  # Hydra (hydra-core, omegaconf): the distributions
     names = {n.strip().lower() for n in re.split(r",|\band\b", said) if n.strip()}
     needed = {re.match(r"[\w.-]+", d)[0].lower() for d in _project()["dependencies"]}
@@ -474,7 +474,7 @@ def test_setup_passes_torch_index_url_to_pip_for_torch_only(index: str) -> None:
 
 def test_the_readme_says_which_torch_setup_installs() -> None:
     """Not "the CPU build": pip's index gives what it gives; the README names the variable and the CPU index."""
-    flat = _flat(readme().text)
+    flat = _flat(docs().text)
     assert "CPU build of torch" not in flat
     assert "`TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh`" in flat
     assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in SETUP.read_text()

@@ -1,4 +1,4 @@
-"""Every name README.md gives in inline code outside its commands is the code's: a config key (`launcher.ssh.export`,
+"""Every name README.md and docs/ give in inline code outside its commands is the code's: a config key (`launcher.ssh.export`,
 `backend.pick_interface=false`) is a field of the schema (runner.spec.schema), with a value its type takes where
 the type has choices; a group's option (`sharding=fsdp`, `hydra/launcher=runner`) is one `run` offers; an
 environment variable (`RUNNER_ATTEMPT`) is one this checkout's code, or torch's, names; and the keys the prose
@@ -21,7 +21,7 @@ from hydra.core.config_store import ConfigStore
 
 import runner.app.cli
 from conftest import REPO, config_groups
-from readme_text import code_of, readme
+from readme_text import code_of, docs
 from runner.spec.schema import RECIPE_SCHEMAS, DeviceKind, HostConfig, JobConfig, RecipeConfig, SlurmOptions
 from test_readme_tables import NOT_OFFERED
 
@@ -36,10 +36,10 @@ _VARIABLE = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 def _spans() -> list[tuple[str, str]]:
     """(where, text) of every inline code span that is not a command (those are test_readme_commands.py's)."""
     found = []
-    for span in readme().spans:
+    for span in docs().spans:
         text = " ".join(span.text.split())
         if not text.startswith(("run ", ".venv/bin/run", "$ ")):
-            found.append((f"README.md:{span.line}", text))
+            found.append((f"{span.page}:{span.line}", text))
     return found
 
 
@@ -175,7 +175,7 @@ def test_every_variable_the_readme_names_is_one_the_code_names(name: str) -> Non
 
 
 def _flat() -> str:
-    return " ".join(readme().text.split())
+    return " ".join(docs().text.split())
 
 
 def test_the_slurm_keys_listed_are_launcher_slurms() -> None:

@@ -1,4 +1,4 @@
-"""Every path into this checkout that README.md names (inline code, code blocks, links) exists, every module it
+"""Every path into this checkout that README.md and docs/ name (inline code, code blocks, links) exists, every module it
 names imports (and has the attribute it names), every link to a section finds its heading, and the modules of the
 test bed it lists are scripts/bed/'s. The files of a run folder are checked against the code that names them in
 test_readme_run_folder.py."""
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from readme_text import readme
+from readme_text import DOCS, Span, docs
 
 pytestmark = pytest.mark.unit
 
@@ -26,9 +26,9 @@ USERS = {"tests/test_digits.py": "the test of the user's own (\"tests/test_digit
 
 def _texts() -> list[tuple[str, str]]:
     """(where, text) of every inline code span, code block line and link target."""
-    found = [(f"README.md:{s.line}", s.text) for s in (*readme().spans, *readme().links)]
-    for block in readme().blocks:
-        found += [(f"README.md:{block.line + i}", line) for i, line in enumerate(block.lines)]
+    found = [(f"{s.page}:{s.line}", s.text) for s in (*docs().spans, *docs().links)]
+    for block in docs().blocks:
+        found += [(f"{block.page}:{block.line + i}", line) for i, line in enumerate(block.lines)]
     return found
 
 
@@ -95,13 +95,33 @@ def _anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
+def _target(link: Span) -> tuple[Path, str]:
+    """The file a link leads to (from its page's folder; the page itself for ``#anchor``) and the anchor, if any."""
+    path, _, anchor = link.text.partition("#")
+    page = REPO / link.page
+    return ((page.parent / path).resolve() if path else page), anchor
+
+
 def test_every_link_finds_its_target() -> None:
-    anchors = {_anchor(m) for m in re.findall(r"^#+ (.+)$", readme().prose, re.M)}
-    for link in readme().links:
-        if link.text.startswith("#"):
-            assert link.text[1:] in anchors, f"README.md:{link.line}: no section has the anchor {link.text}"
-        elif not link.text.startswith(("http://", "https://")):
-            assert (REPO / link.text).exists(), f"README.md:{link.line}: the link {link.text} leads nowhere"
+    """A link leads to a file of the checkout, and its anchor to a heading of that page (GitHub's anchors, which are
+    MkDocs's for these headings: test_docs_site.py builds the site, which checks its own); a page of docs/ links only
+    to pages of docs/, as the site holds nothing else."""
+    pages = {REPO / p.name: p for p in docs().pages}
+    checked = 0
+    for link in docs().links:
+        if link.text.startswith(("http://", "https://")):
+            continue
+        where, (target, anchor) = f"{link.page}:{link.line}", _target(link)
+        assert target.exists(), f"{where}: the link {link.text} leads nowhere"
+        if link.page.startswith("docs/"):
+            assert target.is_relative_to(DOCS) and target.suffix == ".md", \
+                f"{where}: the link {link.text} leaves docs/, which is all the site has"
+        if anchor:
+            assert target in pages, f"{where}: the link {link.text} has an anchor into a file that is no page"
+            assert anchor in {_anchor(h) for h in pages[target].headings}, \
+                f"{where}: {pages[target].name} has no section of the anchor #{anchor}"
+        checked += 1
+    assert checked >= 40
 
 
 # Modules of scripts/bed/ that are no part of the bed: name -> why the Layout's list leaves them out.
@@ -110,7 +130,7 @@ BED_HELPERS = {"common": "what every part uses (its error, messages, running a c
 
 def test_the_test_beds_parts_are_its_modules() -> None:
     """Layout: "`bed/`, one module per part: layout, network, ...": every module of scripts/bed/ but its helpers."""
-    listed = re.search(r"`bed/`, one module per part: ([\w, ]+)\)", " ".join(readme().text.split()))
+    listed = re.search(r"`bed/`, one module per part: ([\w, ]+)\)", " ".join(docs().text.split()))
     assert listed is not None
     modules = {p.stem for p in (REPO / "scripts" / "bed").glob("*.py")} - {"__init__"}
     assert set(BED_HELPERS) <= modules

@@ -16,7 +16,7 @@ from hydra import initialize_config_module
 from omegaconf import OmegaConf
 
 import runner.app.cli
-from readme_text import code_of, readme
+from readme_text import code_of, docs
 from runner.records.outcomes import ErrorRecord
 from runner.records.paths import RunPaths, SweepPaths
 
@@ -38,7 +38,7 @@ def _hydra(*overrides: str):
 
 def table_names() -> list[str]:
     """The table's paths, in its order (a row may name several: `.hydra/`, `.hydra/overrides.yaml`, `run.log`)."""
-    return [name for row in readme().table("path", "what").rows for name in code_of(row[0])]
+    return [name for row in docs().table("path", "what").rows for name in code_of(row[0])]
 
 
 def test_the_table_names_the_files_the_code_names() -> None:
@@ -47,7 +47,7 @@ def test_the_table_names_the_files_the_code_names() -> None:
 
 def test_the_error_files_flag_for_a_killed_rank_is_the_records() -> None:
     """`logs/rankNNNNN.error.json`: "for a rank killed by a signal, by its launcher: `"killed": true`"."""
-    [row] = [row for row in readme().table("path", "what").rows if "`logs/rankNNNNN.error.json`" in row[0]]
+    [row] = [row for row in docs().table("path", "what").rows if "`logs/rankNNNNN.error.json`" in row[0]]
     [flag] = re.findall(r'by its launcher: `"(\w+)": true`', row[1])
     assert flag in {f.name for f in dataclasses.fields(ErrorRecord) if f.type in (bool, "bool")}, flag
 
@@ -63,7 +63,7 @@ def test_every_run_folder_path_the_readme_names_is_one() -> None:
     """`logs/rank*.log`, `checkpoints/last.pt`, `logs/rankNNNNN.*`: a file or folder of a run folder, or a glob of
     them."""
     entries = code_names()
-    named = [s.text for s in readme().spans if re.match(r"(logs|checkpoints)/", s.text)]
+    named = [s.text for s in docs().spans if re.match(r"(logs|checkpoints)/", s.text)]
     assert len(named) >= 5
     for name in named:
         assert any(_entry_pattern(e).fullmatch(name) or fnmatch.fnmatch(e, name) for e in entries), name
@@ -83,7 +83,7 @@ def test_the_run_folders_are_those_run_makes() -> None:
     sweep = _hydra().sweep
     job = OmegaConf.to_container(sweep, resolve=False)["subdir"].replace("${hydra.job.num}", "7")
     made = [f"{single}/", f"{pinned}/", f"{sweep.dir}/", f"{sweep.dir}/{job}/"]
-    named = {s.text for s in readme().spans if s.text.startswith("outputs/") and "<" in s.text}
+    named = {s.text for s in docs().spans if s.text.startswith("outputs/") and "<" in s.text}
     assert len(named) >= 4, named
     for text in named:
         assert any(_template(text).fullmatch(folder) for folder in made), (text, made)
@@ -98,7 +98,7 @@ def _placeholders(path: str) -> re.Pattern[str]:
 def test_every_file_of_a_sweep_the_readme_names_is_one() -> None:
     """`summary.csv`, `summary.md`, `scaling.png`, `array<k>.sbatch`: SweepPaths's; `job.sbatch`,
     `<i>/slurm-<array>_<i>.out`: a job's run folder's (`<i>/`)."""
-    named = [s.text for s in readme().spans if s.section == "Sweeps" and re.fullmatch(r"[\w<>/.-]+\.[a-z]+", s.text)]
+    named = [s.text for s in docs().spans if s.section == "Sweeps" and re.fullmatch(r"[\w<>/.-]+\.[a-z]+", s.text)]
     assert len(named) >= 5, named
     entries = [e.path for e in SweepPaths.entries()] + [f"{prefix}{e}" for e in code_names() for prefix in ("", "<n>/")]
     for name in named:

@@ -1,4 +1,4 @@
-"""README.md's tables (and table-like lists) that mirror the code hold what the code holds: the config groups and
+"""The tables (and table-like lists) of README.md and docs/ that mirror the code hold what the code holds: the config groups and
 their options, the keys of launcher=ssh, the variables each process gets, what the dry run shows of them, the exit
 statuses, the sharding modes, the launchers that restart and those that refuse to outlive a host, the scheduler variables read, the layers of the Layout and
 what runner.api offers."""
@@ -15,7 +15,7 @@ import tomllib
 import pytest
 
 from conftest import REPO, compose, config_groups, validate
-from readme_text import code_of, readme
+from readme_text import code_of, docs
 from runner.common import exits
 from runner.environments import mpi, slurm
 from runner.environments.child import child_environment
@@ -38,7 +38,7 @@ def _options(cell: str) -> list[str]:
 
 
 def _group_table() -> dict[str, list[str]]:
-    table = readme().table("group", "options", "decides")
+    table = docs().table("group", "options", "decides")
     return {code_of(row[0])[0]: _options(row[1]) for row in table.rows}
 
 
@@ -54,7 +54,7 @@ def test_the_group_table_is_confs_folders_and_files() -> None:
                for group in config_groups()}
     assert {g: sorted(o) for g, o in _group_table().items()} == shipped
     for group, option in NOT_OFFERED:
-        assert f"{group}={option}" in readme().text
+        assert f"{group}={option}" in docs().text
 
 
 def test_the_group_tables_choices_are_the_schemas() -> None:
@@ -64,13 +64,13 @@ def test_the_group_tables_choices_are_the_schemas() -> None:
     assert table["parallel"] == [p.value for p in ParallelMode]
     assert table["sharding"] == [m.value for m in _STRATEGIES] == [m.value for m in ShardingMode
                                                                    if ("sharding", m.value) not in NOT_OFFERED]
-    [launcher_row] = [r for r in readme().table("group", "options", "decides").rows if r[0] == "`launcher`"]
+    [launcher_row] = [r for r in docs().table("group", "options", "decides").rows if r[0] == "`launcher`"]
     assert re.findall(r"`(?:launcher\.tasks=)?(\w+)`", launcher_row[2]) == [t.value for t in TaskMode]
 
 
 def test_any_nxm_is_a_topology() -> None:
     """"and **any `NxM`** (`topology=3x4`)": the example composes to 3 hosts of 4 devices."""
-    [row] = [r for r in readme().table("group", "options", "decides").rows if r[0] == "`topology`"]
+    [row] = [r for r in docs().table("group", "options", "decides").rows if r[0] == "`topology`"]
     example = re.search(r"\*\*any `NxM`\*\* \(`(topology=(\d+)x(\d+))`\)", row[1])
     assert example is not None, row[1]
     spec = compose(example[1])
@@ -78,19 +78,19 @@ def test_any_nxm_is_a_topology() -> None:
 
 
 def test_the_sharding_table_has_every_mode() -> None:
-    modes = [code_of(row[0])[0] for row in readme().table("mode", "what each process keeps a 1/world-size share of",
+    modes = [code_of(row[0])[0] for row in docs().table("mode", "what each process keeps a 1/world-size share of",
                                                           "gradients exchanged by", "library").rows]
     assert modes == [m.value for m in _STRATEGIES]
 
 
 def test_the_restart_table_has_every_launcher() -> None:
-    rows = readme().table("launcher", "what restarts", "how", "state resumes from").rows
+    rows = docs().table("launcher", "what restarts", "how", "state resumes from").rows
     assert [code_of(r[0])[0] for r in rows] == list(LAUNCHERS)
 
 
 def test_the_lost_host_table_is_every_launcher_that_refuses_with_its_reason() -> None:
     """"When a host is lost": the launchers that cannot go on without a host, each with the reason validation gives."""
-    rows = readme().table("launcher", "why a lost host ends its job").rows
+    rows = docs().table("launcher", "why a lost host ends its job").rows
     assert {code_of(r[0])[0]: r[1] for r in rows} == {
         name: launcher.lost_host_reason for name, launcher in LAUNCHERS.items() if not launcher.survives_lost_hosts}
 
@@ -99,7 +99,7 @@ def test_the_ssh_key_table_has_every_key_of_the_schema() -> None:
     """A row names a key and, bare, its siblings (`launcher.ssh.user`, `port`, `identity_file`): together every key of
     launcher.ssh, each once."""
     named = []
-    for row in readme().table("key", "what").rows:
+    for row in docs().table("key", "what").rows:
         first, *siblings = code_of(row[0])
         parent = first.rsplit(".", 1)[0]
         named += [first, *(f"{parent}.{s}" for s in siblings)]
@@ -126,7 +126,7 @@ def _two_host_environments(tmp_path) -> tuple[dict[str, str], object]:
 
 
 def _variable_table() -> dict[str, str]:
-    table = readme().table("variable", "value")
+    table = docs().table("variable", "value")
     assert table.section == "Unchanged torchrun-style scripts"
     return {name: row[1] for row in table.rows for name in code_of(row[0])}
 
@@ -138,7 +138,7 @@ def test_the_variable_table_names_every_variable_a_rank_gets(tmp_path) -> None:
     assert "GROUP_WORLD_SIZE" in env
     assert set(_variable_table()) == set(env) - set(ELSEWHERE)
     for name, section in ELSEWHERE.items():
-        assert name in readme().section(section), f"{name}: README's {section} no longer says it"
+        assert name in docs().section(section), f"{name}: README's {section} no longer says it"
 
 
 def test_the_variable_tables_literal_values_are_a_ranks(tmp_path) -> None:
@@ -160,7 +160,7 @@ def test_the_variable_tables_literal_values_are_a_ranks(tmp_path) -> None:
 
 def test_the_dry_run_shows_the_variables_the_readme_lists() -> None:
     """The dry run's plan rows: the variables listed, and the placeholders of what only the launch knows."""
-    section = " ".join(readme().section("The dry run").split())
+    section = " ".join(docs().section("The dry run").split())
     listed = re.search(r"the environment it gets \(([A-Z_, ]+) on GPUs(?:, ([A-Z_]+) [^)]*)?\)", section)
     assert listed is not None
     names = listed[1].split(", ") + ([listed[2]] if listed[2] else [])
@@ -176,7 +176,7 @@ def test_the_dry_run_shows_the_variables_the_readme_lists() -> None:
 
 
 def test_the_exit_statuses_are_runner_common_exits() -> None:
-    section = " ".join(readme().section("Exit status").split())
+    section = " ".join(docs().section("Exit status").split())
     said = dict(re.findall(r"`(\d+)` (success|invalid spec|a rank failed)", section))
     assert said == {str(exits.OK): "success", str(exits.INVALID): "invalid spec", str(exits.FAILED): "a rank failed"}
     base = re.search(r"`(\d+)\+n` stopped by signal `n`", section)
@@ -190,7 +190,7 @@ def test_the_exit_statuses_are_runner_common_exits() -> None:
 
 def test_every_scheduler_variable_the_readme_names_is_read_there() -> None:
     """`SLURM_PROCID` ... "in `runner/environments/slurm.py`"; `OMPI_COMM_WORLD_*` ... "in `runner/environments/mpi.py`"."""
-    text = readme().text
+    text = docs().text
     declared_mpi = [v for names in mpi.VARIABLES.values() for v in names]
     # SLURM_CONF: the test bed's, for sinfo; SLURM_HOSTFILE: set by the batch script for srun, not read
     slurm_named = set(re.findall(r"\bSLURM_[A-Z_]+\b", text)) - {"SLURM_CONF", "SLURM_HOSTFILE"}
@@ -207,7 +207,7 @@ def test_every_scheduler_variable_the_readme_names_is_read_there() -> None:
 
 def _layout() -> list[tuple[list[str], str]]:
     """The Layout block: (its layer's packages, as import-linter names them; the description)."""
-    [block] = [b for b in readme().blocks if b.section == "Layout"]
+    [block] = [b for b in docs().blocks if b.section == "Layout"]
     layers: list[tuple[list[str], str]] = []
     for line in block.lines:
         if line.startswith("runner/"):
@@ -243,7 +243,7 @@ def test_the_readme_lists_what_runner_api_offers() -> None:
     """Recipes: "`runner.api` is the stable API ...: `RunContext`, `Progress`, the `Recipe` protocol and
     `single_process_context`"; Layout: "api: what recipes use (RunContext, ...)": runner.api.__all__, both."""
     offered = sorted(importlib.import_module("runner.api").__all__)
-    recipes = re.search(r"is the stable API for training code\*\*: (.+?) \(a context", " ".join(readme().text.split()))
+    recipes = re.search(r"is the stable API for training code\*\*: (.+?) \(a context", " ".join(docs().text.split()))
     assert recipes is not None
     assert sorted(code_of(recipes[1])) == offered
     [description] = [d for packages, d in _layout() if "runner.api" in packages]
@@ -272,7 +272,7 @@ def sharding_rows() -> list[tuple[str, ...]]:
 
 
 def test_the_sharding_measurements_are_the_committed_results() -> None:
-    table = readme().table("shape", "mode", "optimizer state / process", "peak tensor memory / process", "step time")
+    table = docs().table("shape", "mode", "optimizer state / process", "peak tensor memory / process", "step time")
     assert list(table.rows) == sharding_rows()
 
 
@@ -282,7 +282,7 @@ def test_the_readmes_table_of_guarantees_is_the_launchers_and_the_floor_of_the_j
     from runner.launchers import LAUNCHERS
     from runner.launchers.elastic.etcd_member import OwnCluster
 
-    table = readme().table("launcher", "who decides who goes on", "can the job split in two?",
+    table = docs().table("launcher", "who decides who goes on", "can the job split in two?",
                            "the fewest hosts it goes on with", "the checkpoint resumed")
     rows = {row[0].strip("`"): row for row in table.rows}
     assert set(rows) == {name for name, cls in LAUNCHERS.items() if cls.survives_lost_hosts}

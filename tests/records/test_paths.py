@@ -1,5 +1,5 @@
 """runner.records.paths: the one object that names every file of a run's folder (a rank's, a sweep's), and the list
-of them the README's table shows."""
+of them the table of docs/run-folder.md shows."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_every_file_a_run_folder_may_hold_is_listed_once() -> None:
 
 
 def test_every_accessor_that_names_a_path_is_in_the_list() -> None:
-    """A property added without its mark would name a file the README's table never shows."""
+    """A property added without its mark would name a file docs/run-folder.md's table never shows."""
     for cls in (RunPaths, RankPaths, SweepPaths):
         unlisted = [name for name, member in vars(cls).items() if isinstance(member, property)
                     and type(member) is property and name != "files"]

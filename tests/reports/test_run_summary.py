@@ -20,7 +20,7 @@ from runner.records.outcomes import RankOutcome
 from runner.records.paths import RunPaths
 from runner.reports.run_summary import summarize
 from runner.worker.failures import agent_seen_error
-from runs import TESTS, processes_of, run, run_folder, running, signal_when_ready, wait_for_pids
+from runs import TESTS, nothing_left, run, run_folder, running, signal_when_ready, wait_for_pids
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -110,7 +110,7 @@ def test_a_run_stopped_by_sigint_says_so(tmp_path):
     assert field(lines, "status") == "stopped by SIGINT (exit 130)"
     doc = document(tmp_path)
     assert (doc["status"], doc["signal"], doc["exit_code"]) == ("stopped", "SIGINT", 130)
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_run_asked_to_stop_says_it_stopped_on_request_not_done(tmp_path):
@@ -128,7 +128,7 @@ def test_a_run_asked_to_stop_says_it_stopped_on_request_not_done(tmp_path):
     assert document(tmp_path)["status"] == "stopped"
     done_file = json.loads((run_folder(tmp_path) / "logs" / "rank00001.done").read_text())
     assert done_file == {"stopped": True, "result": {"stopped": True, "steps": done_file["result"]["steps"]}}
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_rank_killed_by_a_signal_is_named_first_not_the_peers_that_lost_it(tmp_path):
@@ -145,7 +145,7 @@ def test_a_rank_killed_by_a_signal_is_named_first_not_the_peers_that_lost_it(tmp
         "failed (exit 1): rank 1 on host node0 ended: killed by SIGKILL (no Python exception)")
     failure = document(tmp_path)["first_failure"]
     assert (failure["rank"], failure["exception"]) == (1, "killed by SIGKILL (no Python exception)")
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_launch_that_refuses_says_nothing_was_started(tmp_path):

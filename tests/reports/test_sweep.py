@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from runs import processes_of, run, signal_when_ready
+from runs import nothing_left, run, signal_when_ready
 
 from runner.records.dumps import Collective, GroupRecord, RankDump
 from runner.records.paths import RunPaths
@@ -204,4 +204,5 @@ def test_ctrl_c_stops_the_whole_sweep_not_just_its_job(tmp_path):
     assert not (sweep / "1").exists()  # the second job never started
     with open(sweep / "summary.csv") as f:
         assert [r["status"] for r in csv.DictReader(f)] == ["stopped (SIGINT)"]
-    assert not processes_of(run_id) and not processes_of(f"{run_id}-0")
+    nothing_left(run_id)
+    nothing_left(f"{run_id}-0")

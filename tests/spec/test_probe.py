@@ -1,5 +1,6 @@
 """runner.spec.probe: what validation asks of a machine, answered by values (FixedProbe) or by this machine
-(LocalProbe), which asks only what a rule needs."""
+(LocalProbe), which asks only what a rule needs; a process a launch started asks this machine what is its own, and
+takes the launching `run`'s word for the recipe target (LaunchedProbe)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import socket
 import pytest
 
 from runner.spec import probe as probes
-from runner.spec.probe import FixedProbe, LocalProbe
+from runner.spec.probe import FixedProbe, LaunchedProbe, LocalProbe
 
 pytestmark = pytest.mark.unit
 
@@ -38,3 +39,16 @@ def test_this_machine_is_asked_only_what_a_rule_needs(tmp_path, monkeypatch) -> 
     assert socket.gethostname() in names and "127.0.0.1" in names
     monkeypatch.setattr(probes, "_nvidia_driver_present", lambda: False)
     assert LocalProbe().cuda_device_count() == 0  # no driver: no GPU, and torch is not imported to say so
+
+
+def test_a_launched_process_asks_this_machine_what_is_its_own_and_trusts_the_launch_with_the_target(tmp_path) -> None:
+    """The recipe target and a script's module were tried by the launching `run`: nothing is tried here, not even a
+    module that cannot import; folders and names are this machine's."""
+    launched = LaunchedProbe()
+    assert launched.target_problem("no_such_package.train:main", str(tmp_path)) is None
+    assert launched.module_problem("no_such_package.train", str(tmp_path)) is None
+    assert LocalProbe().target_problem("no_such_package.train:main", str(tmp_path)) is not None  # (tried, it fails)
+    (tmp_path / "f").write_text("")
+    assert launched.is_dir(str(tmp_path)) and not launched.is_dir(str(tmp_path / "f"))
+    assert launched.exists(str(tmp_path / "f")) and not launched.exists(str(tmp_path / "gone"))
+    assert socket.gethostname() in launched.host_names()

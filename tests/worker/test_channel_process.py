@@ -10,12 +10,11 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 from runner.worker.channel import PREFIX
 from runner.worker.zygote_wire import receive, send
 
-pytestmark = pytest.mark.unit
+# not marked unit: each test starts a Python interpreter
 
 
 def _client(port: int, theirs: socket.socket) -> subprocess.Popen:

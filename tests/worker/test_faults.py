@@ -15,7 +15,7 @@ import uuid
 import pytest
 import torch
 
-from runs import processes_of, run, running, signal_when_ready, wait_for_pids
+from runs import nothing_left, run, running, signal_when_ready, wait_for_pids
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -41,7 +41,7 @@ def test_a_restarted_job_resumes_and_ends_with_the_uninterrupted_weights(tmp_pat
     a, b = torch.load(straight / "final.pt"), torch.load(restarted / "final.pt")
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
 
 
 def test_restarts_run_out(tmp_path):
@@ -49,7 +49,7 @@ def test_restarts_run_out(tmp_path):
     assert done.code == 1
     assert done.stderr.count("restarting:") == 1
     assert "injected failure at step 13, attempt 1" in done.output
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
 
 
 def test_a_rendezvous_that_never_completes_names_the_ranks_that_did_not_arrive(tmp_path):
@@ -61,7 +61,7 @@ def test_a_rendezvous_that_never_completes_names_the_ranks_that_did_not_arrive(t
     assert ("timeout: the process group did not form within init.timeout_s=5 s: rank(s) 0, 1 waited, rank(s) 2 "
             "did not arrive (as seen from this host)") in done.stderr
     assert "preflight=true" in done.stderr
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
 
 
 def test_sigterm_asks_the_recipe_to_checkpoint_then_stops_every_rank(tmp_path):
@@ -74,7 +74,7 @@ def test_sigterm_asks_the_recipe_to_checkpoint_then_stops_every_rank(tmp_path):
     assert "stop requested: checkpoint at step" in out
     (checkpoint,) = tmp_path.glob("outputs/*/*/checkpoints/last.pt")
     assert torch.load(checkpoint, weights_only=False)["batch"] > 0  # taken mid-epoch, at the request
-    assert not processes_of(run_id)
+    nothing_left(run_id)
 
 
 def test_a_pinned_port_in_use_moves_to_a_free_one_on_a_single_host(tmp_path):
@@ -119,4 +119,4 @@ def test_a_rank_killed_with_sigkill_ends_the_job(tmp_path):
     stopped = re.search(r"^  (\d+) other process\(es\) were stopped by the host agent$", after, flags=re.M)
     assert set(map(int, listed)) <= {0, 2} and len(listed) + (int(stopped.group(1)) if stopped else 0) == 2, err
     assert time.monotonic() - started < 30  # the others stopped at once: not at init.timeout_s=300
-    assert not processes_of(run_id)
+    nothing_left(run_id)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from runs import processes_of, run, run_folder
+from runs import nothing_left, run, run_folder
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -29,7 +29,7 @@ def test_preflight_on_this_machine_runs_no_recipe(tmp_path):
     assert "gloo all-reduce over 2 process(es) ok (sum 3," in lines[0]
     folder = run_folder(tmp_path)
     assert not (folder / "metrics.jsonl").exists() and not (folder / "checkpoints").exists()  # digits never ran
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
 
 
 def test_preflight_on_this_machine_with_the_port_taken(tmp_path):
@@ -44,7 +44,7 @@ def test_preflight_on_this_machine_with_the_port_taken(tmp_path):
     assert "hint: another job holds the port" in done.stdout
     assert time.monotonic() - started < 30
     assert not list((run_folder(tmp_path) / "logs").glob("rank*.log"))  # no rank started
-    assert not processes_of(done.run_id)
+    nothing_left(done.run_id)
 
 
 # -------------------------------------------------------------------------- the Slurm test bed

@@ -16,7 +16,6 @@ from runner.worker import reach as reach_module
 from runner.worker.reach import Reached, reach
 from runs import RUN
 
-pytestmark = pytest.mark.unit
 
 
 def own_address() -> str:
@@ -28,12 +27,14 @@ def own_address() -> str:
     pytest.fail("this machine has no IPv4 address but loopback")
 
 
+@pytest.mark.unit
 def test_a_name_that_does_not_resolve_is_said_with_the_fix() -> None:
     got = reach("no-such-host.invalid", 29500, 1)
     assert not got.ok and got.said.startswith("'no-such-host.invalid' does not resolve on this host (")
     assert "topology.hosts[0].addr=IP" in got.hint and "/etc/hosts" in got.hint
 
 
+@pytest.mark.unit
 def test_loopback_and_this_hosts_own_address_are_no_master_for_another_host() -> None:
     got = reach("127.0.0.1", 29500, 1)
     assert not got.ok and got.said == "127.0.0.1 is this host's loopback: it would dial itself"
@@ -42,6 +43,7 @@ def test_loopback_and_this_hosts_own_address_are_no_master_for_another_host() ->
     assert not got.ok and got.said == f"{mine} is an address of this very host, not host 0's"
 
 
+@pytest.mark.unit
 def test_host_0_checks_that_the_port_is_free_for_the_store() -> None:
     mine = own_address()
     with socket.socket() as taken:
@@ -54,6 +56,7 @@ def test_host_0_checks_that_the_port_is_free_for_the_store() -> None:
     assert free.ok and free.said == f"{mine} is this host's; port {port} is free for the store"
 
 
+@pytest.mark.unit
 def test_a_host_that_answers_refused_or_accepted_is_reached_and_silence_is_not() -> None:
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))

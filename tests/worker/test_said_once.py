@@ -10,12 +10,12 @@ import pytest
 
 from runner.worker.said_once import words_of
 
-pytestmark = pytest.mark.unit
 
 RETRY = "[W1127 15:17:5{n}.362479984 socket.cpp:764] [c10d] The IPv6 network addresses of (box1, 27294) cannot be " \
         "retrieved (gai error: -3 - Temporary failure in name resolution)."
 
 
+@pytest.mark.unit
 def test_a_warnings_words_are_the_line_without_its_log_head() -> None:
     assert words_of(RETRY.format(n=5).encode()) == words_of(RETRY.format(n=6).encode()) == (
         b"[c10d] The IPv6 network addresses of (box1, 27294) cannot be retrieved (gai error: -3 - Temporary failure "

@@ -11,11 +11,10 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 from runner.worker.store_process import READY
 
-pytestmark = pytest.mark.unit
+# not marked unit: each test starts a Python interpreter
 
 
 def test_it_serves_the_store_on_the_socket_given_and_outlives_a_jobs_stop_signals() -> None:

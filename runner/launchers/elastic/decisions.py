@@ -32,7 +32,7 @@ from typing import Any
 
 from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.liveness import BEATS_MISSED, silent_after_s
-from runner.launchers.elastic.membership import Membership
+from runner.launchers.elastic.membership import CannotGoOn, Membership
 from runner.spec.schema import HostConfig
 
 LOOK_S = 0.25  # how often a decider looks at etcd again while it waits
@@ -98,10 +98,10 @@ def decide(membership: Membership, attempt: int, came: list[str], why_lost: dict
         return Decision(attempt=attempt + 1, hosts=names, spares=_labels(membership.spares), by=by)
     gone = tuple(s for s in _labels(membership.spares) if s not in alive)
     chosen = membership.without_spares(gone).after_loss(lost)
-    if isinstance(chosen, str):
-        return Decision(attempt=attempt + 1, hosts=(), lost=why_lost, spares_gone=gone, ended=chosen, by=by)
-    after, taken = chosen
-    return Decision(attempt=attempt + 1, hosts=after.names, spares=_labels(after.spares), taken=_labels(taken),
+    if isinstance(chosen, CannotGoOn):
+        return Decision(attempt=attempt + 1, hosts=(), lost=why_lost, spares_gone=gone, ended=chosen.why, by=by)
+    after = chosen.membership
+    return Decision(attempt=attempt + 1, hosts=after.names, spares=_labels(after.spares), taken=_labels(chosen.taken),
                     lost=why_lost, spares_gone=gone, by=by)
 
 

@@ -46,7 +46,7 @@ class Membership:
         dropped = set(gone)
         return dataclasses.replace(self, spares=tuple(h for h in self.spares if _name(h, -1) not in dropped))
 
-    def after_loss(self, lost: Iterable[int]) -> tuple[Membership, tuple[HostConfig, ...]] | str:
+    def after_loss(self, lost: Iterable[int]) -> GoesOn | CannotGoOn:
         """The hosts after losing those at indices ``lost``, and the spares that took their places; or why the job
         cannot go on (fewer than topology.min_nodes hosts left)."""
         gone = set(lost)
@@ -54,9 +54,10 @@ class Membership:
         taken = self.spares[:len(self.hosts) - len(survivors)]
         after = (*survivors, *taken)
         if len(after) < self.min_nodes:
-            return (f"{len(after)} host(s) left of {len(self.hosts)}, fewer than topology.min_nodes={self.min_nodes}"
-                    + (" (no spare left)" if not self.spares[len(taken):] and gone else ""))
-        return Membership(after, self.spares[len(taken):], self.min_nodes), taken
+            no_spare = "" if self.spares[len(taken):] or not gone else " (no spare left)"
+            return CannotGoOn(f"{len(after)} host(s) left of {len(self.hosts)}, fewer than topology.min_nodes="
+                              f"{self.min_nodes}{no_spare}")
+        return GoesOn(Membership(after, self.spares[len(taken):], self.min_nodes), taken)
 
     def spec(self, spec: JobConfig, attempt: int) -> JobConfig:
         """``spec`` (the run's pinned one) for an attempt on these hosts: its topology these hosts and spares, and a
@@ -66,6 +67,22 @@ class Membership:
         init = spec.init if attempt == 0 else dataclasses.replace(spec.init,
                                                                    master_port=port_for(f"{spec.run_id}.{attempt}"))
         return dataclasses.replace(spec, topology=topology, init=init)
+
+
+@dataclass(frozen=True)
+class GoesOn:
+    """The job after a loss: on ``membership``'s hosts (the survivors, then spares), ``taken`` the spares that took the
+    lost hosts' places."""
+
+    membership: Membership
+    taken: tuple[HostConfig, ...]
+
+
+@dataclass(frozen=True)
+class CannotGoOn:
+    """Why the job cannot go on after a loss: fewer than topology.min_nodes hosts left."""
+
+    why: str
 
 
 def job_on(job: Job, spec: JobConfig) -> Job:

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from runner.common import exits
 from runner.launchers.base import LaunchOutcome
-from runner.launchers.elastic.membership import Membership
+from runner.launchers.elastic.membership import CannotGoOn, Membership
 from runner.plan.processes import Plan
 from runner.records.membership import MembershipChange, append_change
 from runner.records.paths import RunPaths
@@ -68,7 +68,7 @@ class Round(Protocol):
 
 
 @dataclass
-class _Heard:
+class _RoundReports:
     """What the hosts of a round reported (runner.worker.agent_reports), as this `run` heard it: the latest attempt
     that began, rank 0's last step of each attempt, and when (this machine's clock) each attempt's first step came."""
 
@@ -92,7 +92,7 @@ class _Heard:
                 self.first_step_at.setdefault(report.attempt, time.time())
 
 
-def _with_leavers(ended: Ended, heard: _Heard, plan: Plan) -> Ended:
+def _with_leavers(ended: Ended, heard: _RoundReports, plan: Plan) -> Ended:
     """A round whose hosts said they leave (SIGTERM to their own `run`: a preempted machine) ended with them lost,
     unless the `run` that holds the job was stopped itself: the others go on without them, from the checkpoint the
     stop made them save."""
@@ -124,7 +124,7 @@ class AttemptsOnHosts:
         limit = self.spec.launcher.max_restarts
         records: list[str] = []  # what the last round took back from the hosts: the next round's replace them
         while True:
-            heard = _Heard(attempt)
+            heard = _RoundReports(attempt)
             ended, records = launcher.sessions(on_report=lambda host, report: self._heard(heard, host, report),
                                                replacing=records)
             ended = _with_leavers(ended, heard, launcher.plan)
@@ -133,12 +133,12 @@ class AttemptsOnHosts:
                 return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause, plan=launcher.plan)
             attempt = ended.next_attempt if ended.next_attempt is not None else heard.attempt + 1
             chosen = membership.without_spares(ended.spares_gone).after_loss(ended.lost)
-            if isinstance(chosen, str) or attempt > limit:
-                why = chosen if isinstance(chosen, str) else f"launcher.max_restarts={limit} used"
+            if isinstance(chosen, CannotGoOn) or attempt > limit:
+                why = chosen.why if isinstance(chosen, CannotGoOn) else f"launcher.max_restarts={limit} used"
                 append_change(self.first.paths, self._change(launcher, membership, ended, heard, None, ()))
                 print(f"{self.said_as}: the job ends: {why}", file=sys.stderr, flush=True)
                 return LaunchOutcome(code=exits.FAILED, cause=f"{ended.cause}; {why}", plan=launcher.plan)
-            after, taken = chosen
+            after, taken = chosen.membership, chosen.taken
             following = launcher.on(after.spec(self.spec, attempt), attempt)
             self.pending = self._change(launcher, membership, ended, heard, following,
                                         tuple(h.name or str(h.addr) for h in taken))
@@ -149,17 +149,17 @@ class AttemptsOnHosts:
             launcher, membership = following, after
             refused = launcher.check()
             if refused is not None:
-                self._write_pending(_Heard(attempt))
+                self._write_pending(_RoundReports(attempt))
                 return replace(refused, code=exits.FAILED, cause=f"{ended.cause}; the hosts that remain were refused",
                                plan=launcher.plan)
 
-    def _heard(self, heard: _Heard, host: int, report: AgentReport) -> None:
+    def _heard(self, heard: _RoundReports, host: int, report: AgentReport) -> None:
         heard.heard(host, report)
         if self.pending is not None and self.pending.next_attempt in heard.first_step_at:
             self._write_pending(heard)  # at once: the record does not wait for the round's end
 
     @staticmethod
-    def _change(launcher: Round, before: Membership, ended: Ended, heard: _Heard,
+    def _change(launcher: Round, before: Membership, ended: Ended, heard: _RoundReports,
                 following: Round | None, spares: tuple[str, ...]) -> MembershipChange:
         """The change a round's lost hosts make: to ``following``'s hosts (None: the job ends)."""
         lost = tuple(before.names[i] for i in sorted(ended.lost))
@@ -172,7 +172,7 @@ class AttemptsOnHosts:
             world_size_after=following.plan.world_size if following is not None else 0,
             last_step=heard.last_step.get(heard.attempt))
 
-    def _write_pending(self, heard: _Heard) -> None:
+    def _write_pending(self, heard: _RoundReports) -> None:
         """The change pending, with what the next attempt's round said of its start (its first step, where one came),
         into membership.jsonl."""
         change, self.pending = self.pending, None

@@ -25,7 +25,7 @@ from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.etcd_member import ETCD, OwnCluster, OwnMember
 from runner.launchers.elastic.membership import Membership, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended
-from runner.launchers.manual.rounds import NotCalled, Round, run_round, stand_by
+from runner.launchers.manual.rounds import HostRound, NotCalled, run_round, stand_by
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
@@ -61,6 +61,11 @@ def agreed_port(job: Job, paths: RunPaths | None) -> str:
     return str(port_for(paths.run_id)) if paths else Deferred.of("port derived from the run id")
 
 
+class NotOneHost(Exception):
+    """No host of the job, or several, is this machine (ManualLauncher.this_host); the message says which, and the
+    way out."""
+
+
 class ManualLauncher(Launcher):
     name = "manual"
     supports_restarts = True  # the hosts restart together, agreeing through host 0's store (runner.worker.channel)
@@ -72,7 +77,7 @@ class ManualLauncher(Launcher):
 
     def __init__(self, **launch: Any) -> None:
         super().__init__(**launch)
-        self._round: Round | None = None  # this host's round, once it runs rounds (a job that outlives its hosts)
+        self._round: HostRound | None = None  # this host's round, once it runs rounds (a job that outlives its hosts)
 
     @classmethod
     def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
@@ -167,9 +172,9 @@ class ManualLauncher(Launcher):
                                  f"without a keepalive: its `run`, machine or network gone) is lost, and its peers end "
                                  f"the attempt", argv=None))
 
-    def this_host(self, names: frozenset[str]) -> int | str:
+    def this_host(self, names: frozenset[str]) -> int:
         """This machine's node rank (a spare's index follows the hosts'): launcher.manual.host, else the one host
-        whose name/address is ours."""
+        whose name/address is ours. Raises NotOneHost where no host, or several, are ours."""
         hosts = (*self.plan.job.hosts, *self.plan.job.spares)
         chosen = self.plan.job.spec.launcher.manual.host
         if chosen is not None:
@@ -180,13 +185,14 @@ class ManualLauncher(Launcher):
         if len(mine) == 1:
             return mine[0]
         found = "several hosts match" if mine else "no host matches"
-        return (f"{found} this machine ({', '.join(sorted(n for n in names if not is_loopback(n))[:6])}); "
-                f"hint: add launcher.manual.host=<index> (the dry run prints each host's command)")
+        raise NotOneHost(f"{found} this machine ({', '.join(sorted(n for n in names if not is_loopback(n))[:6])}); "
+                         f"hint: add launcher.manual.host=<index> (the dry run prints each host's command)")
 
     def launch(self, request: LaunchRequest) -> LaunchOutcome:
-        node = self.this_host(LocalProbe().host_names())
-        if isinstance(node, str):
-            print(f"error: launcher.manual.host: {node}", file=sys.stderr)
+        try:
+            node = self.this_host(LocalProbe().host_names())
+        except NotOneHost as e:
+            print(f"error: launcher.manual.host: {e}", file=sys.stderr)
             return LaunchOutcome(code=exits.INVALID)
         if elasticity(self.plan.job).enabled:
             return self._rounds(node)
@@ -207,8 +213,8 @@ class ManualLauncher(Launcher):
                 if refused is not None:
                     return refused
                 zygote = Zygote.start()
-                self._round = Round(plan=self.plan, paths=self.paths, environment=self.environment, decider=decider,
-                                    zygote=zygote, node=node, stopped=stopped)
+                self._round = HostRound(plan=self.plan, paths=self.paths, environment=self.environment,
+                                        decider=decider, zygote=zygote, node=node, stopped=stopped)
                 try:
                     return self._stand_by() if node >= len(job.hosts) else AttemptsOnHosts(self).run()
                 finally:

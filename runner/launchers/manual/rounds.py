@@ -31,17 +31,16 @@ from runner.launchers.manual.watch import LeaseWatch
 from runner.plan.processes import Plan
 from runner.records.paths import RunPaths
 from runner.worker.agent_reports import AgentReport
-from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
 from runner.worker.channel_records import JobFailure
 from runner.worker.attempt_report import ENDINGS_WAIT_S
 from runner.worker.host_agent import HostAgent
-from runner.worker.share import HostShare
+from runner.worker.share import HostShare, hard_stop_s
 from runner.worker.zygote import Zygote
 from runner.environments.process import ProcessEnvironment
 
 
 @dataclass(frozen=True)
-class Round:
+class HostRound:
     """This host's share on one set of hosts: ``node`` is its node rank in ``plan``, from ``paths.attempt`` on."""
 
     plan: Plan
@@ -64,11 +63,10 @@ class Round:
     def come_s(self) -> float:
         """How long the hosts wait for one that is up but has not ended its share of the attempt: the most its share
         can take to end (the ranks' grace and stop, host 0's wait for the others' endings) and a margin."""
-        launcher = self.plan.job.spec.launcher
-        return max(0.0, launcher.grace_s) + FAILURE_STOP_S + HARD_STOP_MARGIN_S + ENDINGS_WAIT_S + 30.0
+        return hard_stop_s(self.plan.job.spec.launcher) + ENDINGS_WAIT_S + 30.0
 
 
-def run_round(this: Round, on_report: Callable[[int, AgentReport], None] | None) -> Ended:
+def run_round(this: HostRound, on_report: Callable[[int, AgentReport], None] | None) -> Ended:
     """This host's round (the module docstring) to its end."""
     paths, limit = this.paths, this.plan.job.spec.launcher.max_restarts
     while True:
@@ -101,7 +99,7 @@ def run_round(this: Round, on_report: Callable[[int, AgentReport], None] | None)
               f"ended the last one; the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
 
 
-def _stopped(this: Round, attempt: int, signum: int) -> Ended:
+def _stopped(this: HostRound, attempt: int, signum: int) -> Ended:
     """A signal to `run` between two shares: SIGTERM, this host leaves (the others go on); SIGINT, the job stops."""
     if signum == signal.SIGTERM:
         _say_leaving(this, attempt, signum)
@@ -110,7 +108,7 @@ def _stopped(this: Round, attempt: int, signum: int) -> Ended:
     return Ended(code=exits.from_signal(signum), signalled=signum, cause=None, lost=frozenset())
 
 
-def _say_leaving(this: Round, attempt: int, signum: int) -> None:
+def _say_leaving(this: HostRound, attempt: int, signum: int) -> None:
     """SIGTERM to this host's `run` (a preempted machine): it leaves the job, said in etcd before its ranks stop, so
     that the other hosts, stopped with it, go on without it (a stop anywhere else stops the job)."""
     if signum != signal.SIGTERM:
@@ -121,14 +119,14 @@ def _say_leaving(this: Round, attempt: int, signum: int) -> None:
         pass  # (the others find it lost once its lease expires)
 
 
-def _leaving(this: Round, attempt: int) -> set[str]:
+def _leaving(this: HostRound, attempt: int) -> set[str]:
     try:
         return this.decider.leaving(attempt)
     except EtcdError:
         return set()
 
 
-def _share(this: Round, paths: RunPaths, on_report: Callable[[int, AgentReport], None] | None,
+def _share(this: HostRound, paths: RunPaths, on_report: Callable[[int, AgentReport], None] | None,
            ) -> tuple[int, int | None, list[JobFailure], Decision | None]:
     """One attempt of this host's share, its lease kept alive and its peers watched: its exit status, the signal
     that ended it, the peers found lost (in the order found), and the decision for the next attempt where the watch
@@ -156,7 +154,7 @@ def _share(this: Round, paths: RunPaths, on_report: Callable[[int, AgentReport],
     return code, agent.signalled, found, watch.following
 
 
-def _next(this: Round, attempt: int, found: list[JobFailure]) -> Decision | Ended:
+def _next(this: HostRound, attempt: int, found: list[JobFailure]) -> Decision | Ended:
     """The decision for the attempt after ``attempt``, once this host said in etcd that it ended; a SIGINT or SIGTERM
     to `run` meanwhile, or etcd out of reach, ends the job here."""
     decider = this.decider
@@ -180,7 +178,7 @@ def _next(this: Round, attempt: int, found: list[JobFailure]) -> Decision | Ende
     return decision
 
 
-def _ended_by(this: Round, decision: Decision, lost_at: float | None) -> Ended | None:
+def _ended_by(this: HostRound, decision: Decision, lost_at: float | None) -> Ended | None:
     """What the decision ends: the job here (this host left out), or this round with hosts lost (the next round
     starts on those the decision names; where it ends the job, the rounds say so); None: the same hosts again."""
     me, hosts = this.decider.label, this.hosts

@@ -143,7 +143,7 @@ def pinned_to_nodes(spec: JobConfig, nodes: Sequence[str]) -> JobConfig:
 
 
 @dataclass
-class _Heard:
+class _LastHeard:
     """When each host of a round was last heard (this machine's monotonic clock), and which are lost, why."""
 
     last: dict[int, float] = field(default_factory=dict)
@@ -219,7 +219,7 @@ class Step:
         spec = round_.plan.job.spec
         self.silent_after_s = silent_after_s(max(1, spec.launcher.slurm.keepalive_s))
         self.stop_signal = round_.plan.rules.stop_signal
-        self.heard = _Heard()
+        self.heard = _LastHeard()
         self.lines: queue.Queue[AgentReport | None] = queue.Queue()
         self.signalled: int | None = None
         self.stopping = False  # a signal was passed on: this round's end is the job's

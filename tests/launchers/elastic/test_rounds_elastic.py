@@ -12,7 +12,7 @@ import pytest
 
 from conftest import make_spec
 from runner.common import exits
-from runner.launchers.elastic.rounds import AttemptsOnHosts, _Heard
+from runner.launchers.elastic.rounds import AttemptsOnHosts, _RoundReports
 from runner.launchers.ssh.session import Ended
 from runner.records.paths import RunPaths
 from runner.spec.schema import HostConfig, JobConfig
@@ -157,7 +157,7 @@ def test_the_hosts_that_remain_refused_by_their_check_end_the_job(tmp_path) -> N
 
 
 def test_what_a_round_heard() -> None:
-    heard = _Heard(attempt=0)
+    heard = _RoundReports(attempt=0)
     for report in (*steps(0, 0, 1, 2), *steps(1, 2, 2, 3)):
         heard.heard(0, report)
     assert (heard.attempt, heard.last_step, heard.resumed) == (1, {0: 2, 1: 3}, {0: 0, 1: 2})

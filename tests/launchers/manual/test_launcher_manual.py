@@ -11,6 +11,7 @@ import pytest
 from conftest import TARGET, compose, environment, hosts_override, validate
 from runner.launchers import Invocation, plan_for
 from runner.launchers.manual import ManualLauncher
+from runner.launchers.manual.launcher import NotOneHost
 from runner.records.paths import RunPaths
 from runner.plan.processes import Deferred, port_for
 from runner.spec.pins import pinned
@@ -71,15 +72,20 @@ def test_this_host_is_the_one_whose_name_or_address_is_this_machines() -> None:
 
 
 def test_no_host_or_several_hosts_of_this_machine_is_said_with_the_way_out() -> None:
-    none = launcher(*NAMED).this_host(frozenset({"laptop", "127.0.0.1", "192.168.1.9"}))
-    assert none == ("no host matches this machine (192.168.1.9, laptop); hint: add launcher.manual.host=<index> (the "
-                    "dry run prints each host's command)")
-    both = launcher(*NAMED).this_host(frozenset({"gpu-a", "gpu-b"}))
-    assert both.startswith("several hosts match this machine (gpu-a, gpu-b); hint: add launcher.manual.host=<index>")
+    with pytest.raises(NotOneHost) as none:
+        launcher(*NAMED).this_host(frozenset({"laptop", "127.0.0.1", "192.168.1.9"}))
+    assert str(none.value) == ("no host matches this machine (192.168.1.9, laptop); hint: add "
+                               "launcher.manual.host=<index> (the dry run prints each host's command)")
+    with pytest.raises(NotOneHost) as both:
+        launcher(*NAMED).this_host(frozenset({"gpu-a", "gpu-b"}))
+    assert str(both.value).startswith("several hosts match this machine (gpu-a, gpu-b); hint: add "
+                                      "launcher.manual.host=<index>")
     # loopback names are every machine's: they never tell which host this is
     loopback = launcher(*hosts_override({"name": "localhost", "devices": 1}, {"name": "127.0.0.2", "devices": 1}),
                         "init=file", "init.dir=/shared", "recipe.global_batch_size=2")
-    assert loopback.this_host(frozenset({"localhost", "127.0.0.2"})).startswith("no host matches this machine ()")
+    with pytest.raises(NotOneHost) as neither:
+        loopback.this_host(frozenset({"localhost", "127.0.0.2"}))
+    assert str(neither.value).startswith("no host matches this machine ()")
 
 
 def test_a_chosen_host_that_is_no_host_is_refused() -> None:

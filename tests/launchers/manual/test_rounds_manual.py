@@ -19,7 +19,7 @@ from runner.launchers import plan_for
 from runner.launchers.elastic.decisions import Decider, Decision
 from runner.launchers.elastic.etcd import Etcd
 from runner.launchers.manual import ManualLauncher
-from runner.launchers.manual.rounds import NotCalled, Round, _ended_by, run_round, stand_by
+from runner.launchers.manual.rounds import HostRound, NotCalled, _ended_by, run_round, stand_by
 from runner.records.paths import RunPaths
 from runner.spec.pins import pinned
 from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
@@ -41,7 +41,7 @@ def decider(endpoint: str, run_id: str, label: str, role: str = "host") -> Decid
 
 
 @pytest.fixture
-def round_of_b(endpoint) -> Iterator[Round]:
+def round_of_b(endpoint) -> Iterator[HostRound]:
     """Host b's first round of a three-host job with topology.min_nodes=2."""
     paths = RunPaths(Path("/runs/R1"), "R1")
     got = validate(("launcher=manual", "device=cpu", "init=tcp", "recipe.global_batch_size=6", "topology.min_nodes=2",
@@ -49,8 +49,8 @@ def round_of_b(endpoint) -> Iterator[Round]:
     assert got.valid, got.rendered()
     job = pinned(got.job, ManualLauncher.pins(got.job, paths))
     b = decider(endpoint, f"r{uuid.uuid4().hex[:6]}", "b")
-    yield Round(plan=plan_for(job, paths), paths=paths, environment=environment(), decider=b,
-                zygote=None, node=1)  # type: ignore[arg-type]  (no share runs here)
+    yield HostRound(plan=plan_for(job, paths), paths=paths, environment=environment(), decider=b,
+                    zygote=None, node=1)  # type: ignore[arg-type]  (no share runs here)
     b.leave()
 
 
