@@ -17,13 +17,13 @@ from runner.records.outcomes import first_failures, ErrorRecord, RankOutcome
 from runner.records.paths import RunPaths
 from runner.records.watch_files import RankWatchFiles, read_diagnosis, request_dumps, write_diagnosis
 from runner.spec.place import RankPlace
+from runner.common.formatting import rank_list
 from runner.spec.schema import DeviceKind, InitConfig
 from runner.worker import failures
 from runner.worker.failures import (
     choose_first,
     _hang_summary,
     _last_stack,
-    _ranks,
     _stopped_status,
     agent_seen_error,
     failure_line,
@@ -483,6 +483,6 @@ def test_a_hang_already_diagnosed_is_said_from_the_verdict_and_a_stall_not_again
 
 
 def test_a_long_list_of_ranks_is_cut_after_twelve() -> None:
-    assert _ranks(list(range(12))) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11"
-    assert _ranks(list(range(20))) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ... (20)"
-    assert _ranks([]) == ""
+    assert rank_list(list(range(12)), 12) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11"
+    assert rank_list(list(range(20)), 12) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ... (20)"
+    assert rank_list([], 12) == ""
