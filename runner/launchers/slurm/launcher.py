@@ -13,7 +13,9 @@ from runner.common import exits
 from runner.common.signals import parse_signal
 from runner.environments.process import ProcessEnvironment
 from runner.environments.slurm import SlurmEnvironment, expand_hostnames
-from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest, TaskError, TaskPlace
+from runner.launchers.base import (HostCommand, Launcher, LaunchOutcome, LaunchRequest, TaskError, TaskPlace,
+                                   run_forwarding_signals)
+from runner.launchers.capabilities import Capabilities
 from runner.launchers.slurm.array import ArrayMember
 from runner.launchers.slurm.follow import follow
 from runner.launchers.slurm.job import SlurmError, submit
@@ -36,10 +38,11 @@ _SLURM_SIGNAL = re.compile(r"^(R:|B:)?(SIG)?[A-Z0-9]+(@\d+)?$")
 
 class SlurmLauncher(Launcher):
     name = "slurm"
-    restart_hint = "launcher.slurm.requeue=true: the job is requeued after Slurm's stop signal, and resumes"
-    sets_visible_devices = False  # Slurm shows each task its node's GPUs
-    master_source = "first host of SLURM_STEP_NODELIST"
-    survives_lost_hosts = True  # the job's srun steps, one a round, on the nodes that remain (runner.launchers.slurm.rounds)
+    capabilities = Capabilities(
+        restart_hint="launcher.slurm.requeue=true: the job is requeued after Slurm's stop signal, and resumes",
+        sets_visible_devices=False,  # Slurm shows each task its node's GPUs
+        master_source="first host of SLURM_STEP_NODELIST",
+        survives_lost_hosts=True)  # the job's srun steps, one a round, on the nodes that remain (slurm.rounds)
 
     # -- rules ---------------------------------------------------------------------------------------------
     @classmethod
@@ -346,7 +349,8 @@ class SlurmLauncher(Launcher):
                     return LaunchOutcome(code=exits.INVALID)
                 step = request.commands[0]
                 print(f"slurm: an srun step in job {slurm.job_id} ({self.paths.step_script})", file=sys.stderr)
-                ended = self.run_forwarding_signals(list(step.argv), step.cwd)
+                ended = run_forwarding_signals(list(step.argv or ()), step.cwd, stop_signal=self.plan.rules.stop_signal,
+                                               rank_failed=self.rank_failed)
                 return dataclasses.replace(ended, plan=self._ended_on())
             self.paths.user_stop.unlink(missing_ok=True)  # an earlier launch's stop (a relaunch with the same run id)
             job_id = submit(self.paths.sbatch_script, self.invocation.cwd)
