@@ -196,7 +196,7 @@ def test_every_scheduler_variable_the_readme_names_is_read_there() -> None:
     # SLURM_CONF: the test bed's, for sinfo; SLURM_HOSTFILE: set by the batch script for srun, not read
     slurm_named = set(re.findall(r"\bSLURM_[A-Z_]+\b", text)) - {"SLURM_CONF", "SLURM_HOSTFILE"}
     assert slurm_named and slurm_named <= set(slurm.VARIABLES), slurm_named - set(slurm.VARIABLES)
-    assert "export SLURM_HOSTFILE=" in (REPO / "runner" / "launchers" / "slurm" / "launcher.py").read_text()
+    assert "export SLURM_HOSTFILE=" in (REPO / "runner" / "launchers" / "slurm" / "step.py").read_text()
     mpi_named = re.findall(r"\b(?:OMPI|MV2|PMI|MPI)_[A-Z_]+\*?", text)
     assert len(mpi_named) >= 5
     for name in mpi_named:
