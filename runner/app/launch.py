@@ -90,7 +90,7 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
     try:
         job, problems = _validate(spec, agent)
         launcher_class = LAUNCHERS[job.spec.launcher.kind]
-        if agent is not None and (job.spec.dry_run or not launcher_class.forks_here
+        if agent is not None and (job.spec.dry_run or not launcher_class.capabilities.forks_here
                                   or not launcher_class.hands_share_to_agent(job)):
             agent.dismiss()  # it tried the target (validation); no process of this job starts from here
             agent = None
@@ -141,7 +141,7 @@ def _open_run_folder(job: Job, launcher_class: type[Launcher], out: Path, run_id
     """The run's folder, made: ``out``, named by the spec's run id (a relaunch with it continues the run), else by
     ``run_id``. Refused: several hosts started apart with no run id to share."""
     spec = job.spec
-    if launcher_class.hosts_start_apart and len(job.hosts) > 1 and spec.run_id is None and not spec.dry_run:
+    if launcher_class.capabilities.hosts_start_apart and len(job.hosts) > 1 and spec.run_id is None and not spec.dry_run:
         print("error: run_id: several hosts must share one run id and port, but none is pinned; hint: run with "
               "dry_run=true and use the command it prints for each host", file=sys.stderr)
         raise _Refused

@@ -5,8 +5,8 @@ A launcher is one module with one :class:`Launcher` subclass, registered in ``ru
 under the name ``launcher.kind`` gives it. Its class owns what is particular to it:
 
 * **validation** — :meth:`Launcher.spec_problems` (its options) and :meth:`Launcher.job_problems` (whether
-  the resolved hosts and devices fit it), plus the facts :mod:`runner.spec.validation` asks
-  (:attr:`supports_restarts`, :attr:`gives_mpi_ranks`, :attr:`shares_run_folder`);
+  the resolved hosts and devices fit it), plus the facts of its kind of launch that validation, the plan and `run`
+  ask: its :attr:`Launcher.capabilities` (runner.launchers.capabilities), declared once;
 * **the master** — :meth:`Launcher.default_master` (the address when the spec names none) and
   :meth:`Launcher.launch_rules` (the port's policy, the stop signal, who sets CUDA_VISIBLE_DEVICES);
 * **the plan** — :meth:`Launcher.plan_for`, the one place a plan is made from a spec, for `run` and for every
@@ -17,7 +17,7 @@ under the name ``launcher.kind`` gives it. Its class owns what is particular to 
 * **its tasks' place** — :meth:`Launcher.task_place`, for a launcher whose scheduler starts
   ``python -P -m runner.app.task`` (Slurm, mpirun);
 * **the launch** — :meth:`Launcher.request` (no side effects) and :meth:`Launcher.launch`, which says how it
-  ended in a :class:`LaunchOutcome`.
+  ended in a :class:`LaunchOutcome` (a scheduler's command run to its end: :func:`run_forwarding_signals`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, ClassVar
 from runner.common import exits
 from runner.common.signals import handling, parse_signal
 from runner.environments.process import ProcessEnvironment
+from runner.launchers.capabilities import Capabilities
 from runner.plan.processes import Deferred, LaunchRules, Plan, make_plan
 from runner.records.outcomes import any_failed
 from runner.records.paths import RunPaths
@@ -130,20 +131,7 @@ class Launcher(ABC):
     Subclasses set :attr:`name` and give :meth:`request` and :meth:`launch`; the rest has defaults."""
 
     name: ClassVar[str]
-    supports_restarts: ClassVar[bool] = False  # launcher.max_restarts > 0 works with it
-    restart_hint: ClassVar[str] = ("start it again with the same run_id=...: the same run folder, and the recipe resumes "
-                                   "from its last checkpoint there")
-    gives_mpi_ranks: ClassVar[bool] = False  # its tasks are MPI ranks (backend=mpi needs them)
-    shares_run_folder: ClassVar[bool] = True  # its hosts' processes share the run folder `run` made
-    survives_lost_hosts: ClassVar[bool] = False  # topology.min_nodes and spares work with it (runner.spec.elastic)
-    lost_host_reason: ClassVar[str] = "a lost host ends the job under this launcher"  # why not, when not
-    forks_here: ClassVar[bool] = False  # `run` forks this host's processes itself (through its launch agent)
-    sets_visible_devices: ClassVar[bool] = True  # CUDA_VISIBLE_DEVICES from topology.hosts[].gpus
-    hosts_start_apart: ClassVar[bool] = False  # each host's share is started by its own `run`
-    tasks_end_together: ClassVar[bool] = False  # its scheduler kills every task once one has ended badly
-    master_source: ClassVar[str] = "host 0"  # who the master is, when default_master leaves it to the launch
-    pins_master_port: ClassVar[bool] = False  # its hosts or tasks cannot learn a port chosen at launch: the spec
-    # carries the one master_port agreed on for the run
+    capabilities: ClassVar[Capabilities] = Capabilities()  # what its kind of launch can do (each launcher says once)
 
     # -- rules, before there is a plan ----------------------------------------------------------------------
     @classmethod
@@ -165,7 +153,7 @@ class Launcher(ABC):
     @classmethod
     def hands_share_to_agent(cls, job: Job) -> bool:
         """Whether `run`'s launch agent runs this host's share (it is handed one, once: runner.app.agent), where
-        :attr:`forks_here`."""
+        ``capabilities.forks_here``."""
         return True
 
     @classmethod
@@ -181,9 +169,10 @@ class Launcher(ABC):
     @classmethod
     def launch_rules(cls, job: Job, paths: RunPaths | None) -> LaunchRules:
         """What this launcher decides about the job's plan."""
-        return LaunchRules(master_port=cls.master_port(job, paths), master_source=cls.master_source,
-                           stop_signal=cls.stop_signal(job.spec), sets_visible_devices=cls.sets_visible_devices,
-                           hosts_start_apart=cls.hosts_start_apart, tasks_end_together=cls.tasks_end_together)
+        can = cls.capabilities
+        return LaunchRules(master_port=cls.master_port(job, paths), master_source=can.master_source,
+                           stop_signal=cls.stop_signal(job.spec), sets_visible_devices=can.sets_visible_devices,
+                           hosts_start_apart=can.hosts_start_apart, tasks_end_together=can.tasks_end_together)
 
     @classmethod
     def plan_for(cls, job: Job, paths: RunPaths | None = None) -> Plan:
@@ -210,10 +199,10 @@ class Launcher(ABC):
     @classmethod
     def pins(cls, job: Job, paths: RunPaths) -> Pins:
         """What this launch fixes in the spec for every process: the run id, and the master port where the spec
-        leaves it at 0 and the hosts cannot learn one chosen at launch (:attr:`pins_master_port`: the port
+        leaves it at 0 and the hosts cannot learn one chosen at launch (``capabilities.pins_master_port``: the port
         :meth:`master_port` agreed on for the run)."""
         port = None
-        if cls.pins_master_port and not job.spec.init.master_port:
+        if cls.capabilities.pins_master_port and not job.spec.init.master_port:
             agreed = cls.master_port(job, paths)
             port = None if isinstance(agreed, Deferred) else int(agreed)
         return Pins(paths.run_id, port)
@@ -280,32 +269,6 @@ class Launcher(ABC):
         ``-P``: not the folder the task starts in (the user's) but the installed runner (runner.app.task)."""
         return (self.invocation.python, "-P", "-m", "runner.app.task", str(self.paths.spec))
 
-    def run_forwarding_signals(self, argv: list[str], cwd: str | None,
-                               env: dict[str, str] | None = None) -> LaunchOutcome:
-        """Run a scheduler's command (srun, mpirun) to its end, passing `run`'s SIGINT, SIGTERM and stop signal on
-        to it (it passes them to the tasks); the launch's outcome, with the first SIGINT or SIGTERM passed on. The
-        exit status for `run`: 128 + n when `run` got signal n (SIGINT, SIGTERM) and the command failed; 1 when a
-        rank failed (the scheduler may report the status of the tasks it stopped because of it instead, e.g. srun's
-        143); else the command's."""
-        proc = subprocess.Popen(argv, cwd=cwd, env=env)
-        received: list[int] = []
-
-        def pass_on(signum: int, _frame: object) -> None:
-            received.append(signum)
-            try:
-                proc.send_signal(signum)
-            except ProcessLookupError:
-                pass
-
-        with handling((signal.SIGINT, signal.SIGTERM, self.plan.rules.stop_signal), pass_on):
-            code = proc.wait()  # retried after each forwarded signal (PEP 475)
-        code = code if code >= 0 else exits.from_signal(-code)
-        stopped = [s for s in received if s in (signal.SIGINT, signal.SIGTERM)]
-        signalled = stopped[0] if stopped else None
-        if code and signalled is not None:
-            return LaunchOutcome(code=exits.from_signal(signalled), signalled=signalled)
-        return LaunchOutcome(code=exits.FAILED if code and self.rank_failed() else code, signalled=signalled)
-
 
 def named_hosts_problems(job: Job, launcher: str) -> Iterator[Problem]:
     """A launcher that reaches every host by name (manual, mpirun) needs a name or address for each."""
@@ -315,3 +278,30 @@ def named_hosts_problems(job: Job, launcher: str) -> Iterator[Problem]:
         key = f"topology.hosts[{unnamed[0]}].name" if job.spec.topology.hosts else "topology.hosts"
         yield Problem(key, f"launcher={launcher} must know every host, but host(s) {unnamed} have no name or addr",
                       "name them: topology=2x2 'topology.hosts=[{name: a}, {name: b}]'")
+
+
+def run_forwarding_signals(argv: list[str], cwd: str | None, *, stop_signal: signal.Signals,
+                           rank_failed: Callable[[], bool]) -> LaunchOutcome:
+    """Run a scheduler's command (srun) to its end, passing `run`'s SIGINT, SIGTERM and ``stop_signal`` on to it (it
+    passes them to the tasks); the launch's outcome, with the first SIGINT or SIGTERM passed on. The exit status for
+    `run`: 128 + n when `run` got signal n (SIGINT, SIGTERM) and the command failed; 1 when a rank failed
+    (``rank_failed``: the scheduler may report the status of the tasks it stopped because of it instead, e.g. srun's
+    143); else the command's."""
+    proc = subprocess.Popen(argv, cwd=cwd)
+    received: list[int] = []
+
+    def pass_on(signum: int, _frame: object) -> None:
+        received.append(signum)
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    with handling((signal.SIGINT, signal.SIGTERM, stop_signal), pass_on):
+        code = proc.wait()  # retried after each forwarded signal (PEP 475)
+    code = code if code >= 0 else exits.from_signal(-code)
+    stopped = [s for s in received if s in (signal.SIGINT, signal.SIGTERM)]
+    signalled = stopped[0] if stopped else None
+    if code and signalled is not None:
+        return LaunchOutcome(code=exits.from_signal(signalled), signalled=signalled)
+    return LaunchOutcome(code=exits.FAILED if code and rank_failed() else code, signalled=signalled)

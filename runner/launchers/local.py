@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest
+from runner.launchers.capabilities import Capabilities
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
@@ -14,9 +15,8 @@ from runner.spec.validation import gpus_of_this_machine
 
 class LocalLauncher(Launcher):
     name = "local"
-    supports_restarts = True
-    lost_host_reason = "one machine, this one: there is no other host to go on with"
-    forks_here = True
+    capabilities = Capabilities(supports_restarts=True, forks_here=True,
+                                lost_host_reason="one machine, this one: there is no other host to go on with")
 
     @classmethod
     def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:

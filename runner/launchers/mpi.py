@@ -16,6 +16,7 @@ from runner.common.signals import handling
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.base import (HostCommand, Launcher, LaunchOutcome, LaunchRequest, TaskError, TaskPlace,
                                    named_hosts_problems)
+from runner.launchers.capabilities import Capabilities
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
@@ -40,13 +41,14 @@ class MpiLauncher(Launcher):
     finds nothing left to cut short."""
 
     name = "mpi"
-    gives_mpi_ranks = True
-    supports_restarts = True  # mpirun is started again, in the same run folder
-    lost_host_reason = ("mpirun ends every process of the job once one host's is lost (Open MPI's run-time "
-                        "aborts the job; its fault-tolerant ULFM mode is not what the ranks' torch.distributed uses)")
-    master_source = "host of MPI rank 0"
-    pins_master_port = True
-    tasks_end_together = True
+    capabilities = Capabilities(
+        gives_mpi_ranks=True,
+        supports_restarts=True,  # mpirun is started again, in the same run folder
+        lost_host_reason=("mpirun ends every process of the job once one host's is lost (Open MPI's run-time aborts the "
+                          "job; its fault-tolerant ULFM mode is not what the ranks' torch.distributed uses)"),
+        master_source="host of MPI rank 0",
+        pins_master_port=True,
+        tasks_end_together=True)
 
     def __init__(self, **launch: Any) -> None:
         super().__init__(**launch)
@@ -126,7 +128,7 @@ class MpiLauncher(Launcher):
                   f"again; the recipe resumes from its last checkpoint", file=sys.stderr, flush=True)
 
     def _run_mpirun(self, argv: list[str], cwd: str | None, env: dict[str, str]) -> int:
-        """Run mpirun to its end; the exit status for `run` (as :meth:`Launcher.run_forwarding_signals` gives it).
+        """Run mpirun to its end; the exit status for `run` (as :func:`runner.launchers.base.run_forwarding_signals` gives it).
         mpirun runs in a process group of its own (a Ctrl-C at the terminal reaches `run` alone), without the
         terminal's input, and dies with `run`. SIGINT, SIGTERM and the stop signal to `run` go to every task through
         the job's channel; where `run` cannot reach it, and for a second SIGINT or SIGTERM, to mpirun (its own stop)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 from runner.plan.processes import Plan
 from runner.spec.batch import BatchSplit
@@ -89,6 +90,6 @@ def _process(place: RankPlace) -> dict:
     return {k: v for k, v in asdict(place).items() if k != "world_size"}
 
 
-def write_plan(plan: Plan, path) -> None:
+def write_plan(plan: Plan, path: Path) -> None:
     with open(path, "w") as f:
         json.dump(plan_document(plan), f)

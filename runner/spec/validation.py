@@ -45,16 +45,28 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
+class LauncherFacts(Protocol):
+    """What validation reads of a launcher's capabilities (runner.launchers.capabilities.Capabilities)."""
+
+    @property
+    def supports_restarts(self) -> bool: ...  # launcher.max_restarts > 0 works with it
+    @property
+    def restart_hint(self) -> str: ...  # what to do instead, when it does not
+    @property
+    def gives_mpi_ranks(self) -> bool: ...  # its tasks are MPI ranks (backend=mpi needs them)
+    @property
+    def shares_run_folder(self) -> bool: ...  # its hosts' processes share the run folder that `run` made (not manual's)
+    @property
+    def survives_lost_hosts(self) -> bool: ...  # topology.min_nodes and spares work with it (runner.spec.elastic)
+    @property
+    def lost_host_reason(self) -> str: ...  # why they do not, when they do not
+
+
 class LauncherRules(Protocol):
     """What validation asks of the job's launcher (each launcher class answers: runner.launchers.base)."""
 
     name: str
-    supports_restarts: bool  # launcher.max_restarts > 0 works with it
-    restart_hint: str  # what to do instead, when it does not
-    gives_mpi_ranks: bool  # its tasks are MPI ranks (backend=mpi needs them)
-    shares_run_folder: bool  # its hosts' processes share the run folder that `run` made (not manual's)
-    survives_lost_hosts: bool  # topology.min_nodes and spares work with it (runner.spec.elastic)
-    lost_host_reason: str  # why they do not, when they do not
+    capabilities: LauncherFacts
 
     def default_master(self, spec: JobConfig, hosts: tuple[Host, ...]) -> str | None:
         """The master address of a multi-host job whose spec names none; None: found at launch."""
@@ -83,7 +95,7 @@ def validate(spec: JobConfig, probe: MachineProbe, launcher: LauncherRules) -> t
         job = Job(spec, hosts, device, backend, _master_addr(spec, hosts, launcher), spares)
         for rule in _JOB_RULES:
             problems += rule(job, probe, launcher)
-        problems += elastic_problems(job, launcher.survives_lost_hosts, launcher.lost_host_reason)
+        problems += elastic_problems(job, launcher.capabilities.survives_lost_hosts, launcher.capabilities.lost_host_reason)
         problems += launcher.job_problems(job, probe)
     if errors(problems):
         return None, problems
@@ -188,10 +200,11 @@ def _check_run_id(spec: JobConfig) -> Iterator[Problem]:
 def _check_stopping_options(spec: JobConfig, launcher: LauncherRules) -> Iterator[Problem]:
     """launcher: restarts (and whether this launcher restarts at all), the grace after a stop, the stall timeout."""
     restarts = spec.launcher.max_restarts
+    can = launcher.capabilities
     if restarts < 0:
         yield Problem("launcher.max_restarts", f"must be 0 or more, got {restarts}", "0: no restarts")
-    elif restarts and not launcher.supports_restarts and not (launcher.survives_lost_hosts and declares_elasticity(spec)):
-        yield Problem("launcher.max_restarts", f"launcher={launcher.name} does not restart a job", launcher.restart_hint)
+    elif restarts and not can.supports_restarts and not (can.survives_lost_hosts and declares_elasticity(spec)):
+        yield Problem("launcher.max_restarts", f"launcher={launcher.name} does not restart a job", can.restart_hint)
     grace = spec.launcher.grace_s
     if not grace >= 0:
         yield Problem("launcher.grace_s", f"must be 0 or more, got {grace}",
@@ -249,7 +262,7 @@ def _check_backend(spec: JobConfig, device: DeviceKind, backend: BackendName, pr
         yield Problem("backend.name", f"nccl needs CUDA GPUs, but {why}",
                       "backend=gloo (or backend=auto) for CPU processes; device=cuda on a GPU machine")
     if backend is BackendName.mpi:
-        if not launcher.gives_mpi_ranks:
+        if not launcher.capabilities.gives_mpi_ranks:
             yield Problem("backend.name", f"mpi gets ranks from MPI itself, but launcher={launcher.name} starts no MPI ranks",
                           "launcher=mpi with backend=mpi, or backend=gloo/nccl with this launcher")
         elif spec.launcher.tasks is TaskMode.per_host:
@@ -354,7 +367,7 @@ def _check_file_init(job: Job, probe: MachineProbe, launcher: LauncherRules) -> 
             what = "is a file" if probe.exists(folder) else "does not exist"
             yield Problem("init.dir", f"{folder!r} {what}",
                           f"create it first (mkdir -p {folder}) on storage every host sees")
-    elif len(job.hosts) > 1 and not launcher.shares_run_folder:
+    elif len(job.hosts) > 1 and not launcher.capabilities.shares_run_folder:
         yield Problem("init.dir", f"launcher={launcher.name} on several hosts: each host would make its own run folder, "
                                   f"so the rendezvous file must be in a folder they share",
                       "init.dir=/shared/path (NFS or similar, mounted at the same path on every host)")

@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple
 
 import torch
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from runner.spec.batch import BatchSplit
 
@@ -60,6 +60,14 @@ class GlobalBatchSampler(DistributedSampler):
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+def global_batch_loader(dataset: Dataset, split: BatchSplit, rank: int, *, shuffle: bool, seed: int, drop_last: bool,
+                        **kwargs: Any) -> DataLoader:
+    """A DataLoader of rank ``rank``'s share of each global batch (:class:`GlobalBatchSampler`), in batches of its
+    count; ``kwargs``: DataLoader's own (num_workers, collate_fn, ...)."""
+    sampler = GlobalBatchSampler(dataset, split, rank, shuffle=shuffle, seed=seed, drop_last=drop_last)
+    return DataLoader(dataset, batch_size=split.count(rank), sampler=sampler, drop_last=drop_last, **kwargs)
 
 
 class MicroBatch(NamedTuple):

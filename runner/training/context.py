@@ -9,14 +9,13 @@ Wrapping, sharding and full (consolidated) checkpoints are delegated to the stra
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,16 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader, Dataset
 
-from runner.common.formatting import number
 from runner.common.signals import StopRequest
-from runner.records.paths import RunPaths, checkpoint_file
+from runner.records.paths import RunPaths
 from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.spec.batch import BatchSplit
-from runner.training.batches import GlobalBatchSampler, MicroBatch, micro_batches
+from runner.training.batches import MicroBatch, global_batch_loader, micro_batches
+from runner.training.checkpointing import Checkpointing
+from runner.training.collectives import Collectives
 from runner.training.copies import Copies
+from runner.training.metrics_log import MetricsLog
 from runner.training.output import AgentChannel
 from runner.training.progress import LINE_INTERVAL_S, Progress, StepCount, for_rank
 from runner.training.sharding import OptimizerFactory, OptimizerRecipe, Placement, Strategy, strategy_for
@@ -69,20 +70,20 @@ class RunContext:
     micro-batches with their loss weights (:meth:`micro_batches`); progress of a loop (:meth:`progress`: a live
     bar on rank 0's terminal, plain lines in the logs); metrics (:meth:`log`, rank 0 to metrics.jsonl);
     checkpoints (:meth:`save_checkpoint`, :meth:`load_checkpoint`); stop requests (:meth:`should_stop`); small
-    collectives (:meth:`mean`, :meth:`barrier`).
-    """
+    collectives (:meth:`mean`, :meth:`barrier`). What they do is the work of runner.training's sharding,
+    checkpointing, metrics_log, collectives and batches: this class is what a recipe calls."""
 
     def __init__(self, settings: ContextSettings) -> None:
         self._settings = settings
         self._device = torch.device(settings.place.device)
-        self._ddp_options = {"find_unused_parameters": settings.parallel.find_unused_parameters,
-                             "bucket_cap_mb": settings.parallel.bucket_cap_mb}
         self._stop_calls = 0
-        self._strategy: Strategy | None = None
-        self._metrics_file = None
+        self._collectives = Collectives(self._device, settings.place.world_size)
+        self._metrics = MetricsLog(settings.metrics_file)
         self._progress: list[Progress] = []
-        self._t0 = time.perf_counter()
-        self._copies = Copies(settings.place, self._device, settings.keep_on_every_host)
+        self._checkpoints = Checkpointing(settings.checkpoint_dir,
+                                          Copies(settings.place, self._device, settings.keep_on_every_host),
+                                          is_main=settings.place.is_main, agent=settings.agent,
+                                          sharding=lambda: self._sharding, barrier=self.barrier)
 
     # -- where am I -------------------------------------------------------------------------------
     @property
@@ -171,14 +172,10 @@ class RunContext:
         return self._settings.micro_batch_size
 
     # -- model ---------------------------------------------------------------------------------------
-    @property
+    @cached_property
     def _sharding(self) -> Strategy:
-        """The sharding strategy of this job (runner.training.sharding); plain DDP/DP for sharding=none."""
-        if self._strategy is None:
-            settings = self._settings
-            self._strategy = strategy_for(Placement(place=settings.place, parallel=settings.parallel.mode,
-                                                    sharding=settings.sharding, ddp_options=self._ddp_options))
-        return self._strategy
+        """The strategy of ``sharding.mode`` (runner.training.sharding), made when first needed; DDP/DP for none."""
+        return strategy_for(Placement.of(self._settings.place, self._settings.parallel, self._settings.sharding))
 
     def setup(self, model: nn.Module, optimizer_class: OptimizerFactory | None = None, /, *,
               make_optimizer: Callable[[nn.Module], Optimizer] | None = None,
@@ -199,17 +196,8 @@ class RunContext:
           gives the class, the groups and the defaults of the sharded one, which holds this process's share.
 
         ``shard_units`` (fsdp only): the submodules that become FSDP units (default: the model's
-        children that hold parameters, and the blocks of its ModuleLists).
-        """
-        if (optimizer_class is None) == (make_optimizer is None):
-            raise TypeError("ctx.setup(model, ...) takes an optimizer class (ctx.setup(model, torch.optim.Adam, "
-                            "lr=1e-3)) or make_optimizer (ctx.setup(model, make_optimizer=lambda m: torch.optim.AdamW(...))), "
-                            f"not {'both' if optimizer_class is not None else 'neither'}")
-        if make_optimizer is not None and optimizer_kwargs:
-            raise TypeError(f"ctx.setup(model, make_optimizer=...) takes no optimizer arguments (got "
-                            f"{', '.join(sorted(optimizer_kwargs))}): give them to the optimizer make_optimizer builds")
-        how = OptimizerRecipe(optimizer_class, optimizer_kwargs) if make_optimizer is None else OptimizerRecipe(
-            make=make_optimizer)
+        children that hold parameters, and the blocks of its ModuleLists)."""
+        how = OptimizerRecipe.asked(optimizer_class, make_optimizer, optimizer_kwargs)
         return self._sharding.setup(model, how, shard_units)
 
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -225,8 +213,7 @@ class RunContext:
         """The module inside a DDP/DP/ShardedDDP wrapper; an FSDP2 model is its own (sharded) module.
 
         For a checkpoint use :meth:`full_state` (parameters of a sharded model are shards). Calling an
-        FSDP model is collective: evaluate it on every rank.
-        """
+        FSDP model is collective: evaluate it on every rank."""
         return Strategy.unwrap(model)
 
     def full_state(self, model: nn.Module, optimizer: Optimizer | None = None) -> dict[str, Any] | None:
@@ -234,16 +221,14 @@ class RunContext:
 
         Call it on every process (sharded modes gather over all ranks); the others get None. The
         format is the same in every mode: the plain module's ``state_dict()`` and the ``state_dict()``
-        an unsharded optimizer would have, so it loads under any mode and world size, and in plain torch.
-        """
+        an unsharded optimizer would have, so it loads under any mode and world size, and in plain torch."""
         return self._sharding.full_state(model, optimizer)
 
     def load_full_state(self, model: nn.Module, optimizer: Optimizer | None, state: dict[str, Any]) -> None:
         """Load a full state (from :meth:`full_state` of any mode and world size) on every process.
 
         ``state`` keeps its entries; as with torch's ``load_state_dict``, its optimizer tensors may be
-        shared with the optimizer afterwards (do not reuse them as a snapshot).
-        """
+        shared with the optimizer afterwards (do not reuse them as a snapshot)."""
         self._sharding.load_full_state(model, optimizer, state)
 
     def optimizer_state_bytes(self, optimizer: Optimizer) -> int:
@@ -261,12 +246,9 @@ class RunContext:
         ``loader.sampler.set_epoch(e)`` each epoch. Incomplete global batches are dropped
         (``drop_last``) so that every topology takes the same steps. Put each batch through
         :meth:`micro_batches`: the loss weights make the step's gradient the global batch's mean
-        whether or not the split is even.
-        """
-        sampler = GlobalBatchSampler(dataset, self.batch_split, self.rank, shuffle=shuffle, seed=self.seed,
-                                     drop_last=drop_last)
-        return DataLoader(dataset, batch_size=self.per_process_batch_size, sampler=sampler, drop_last=drop_last,
-                          **kwargs)
+        whether or not the split is even."""
+        return global_batch_loader(dataset, self.batch_split, self.rank, shuffle=shuffle, seed=self.seed,
+                                   drop_last=drop_last, **kwargs)
 
     def micro_batches(self, batch: Any, model: nn.Module) -> Iterator[MicroBatch]:
         """This process's batch (as :meth:`loader` gives it) in micro-batches of at most ``recipe.micro_batch_size``
@@ -282,28 +264,21 @@ class RunContext:
 
         ``weight`` is the micro-batch's samples x world size / global batch, so that the gradients DDP averages
         over the processes are the mean over the global batch, whether or not it divides over them (1.0 for a
-        whole share of an even split). Every process runs the same number of micro-batches
-        (:attr:`runner.spec.batch.BatchSplit.micro_steps`; one without ``recipe.micro_batch_size``), and the
-        backward passes of all but the last accumulate without exchanging gradients (DDP's ``no_sync``, ShardedDDP's,
-        FSDP2's ``set_requires_gradient_sync``), so ``model`` is the one :meth:`setup` or :meth:`wrap` returned.
+        whole share of an even split). Every process runs the same number of micro-batches (one without
+        ``recipe.micro_batch_size``); the backward passes of all but the last accumulate without exchanging gradients
+        (``no_sync`` and its kin), so ``model`` is the one :meth:`setup` or :meth:`wrap` returned.
         Each item is a :class:`~runner.training.batches.MicroBatch` ``(data, weight, share)``: ``data`` in the
-        batch's structure (tensors cut on their first dimension), ``share`` its part of this process's batch.
-        """
+        batch's structure (tensors cut on their first dimension), ``share`` its part of this process's batch."""
         return micro_batches(batch, self.batch_split, lambda: self._sharding.no_sync(model), self.device)
 
     # -- collectives --------------------------------------------------------------------------------
     def mean(self, value: float | torch.Tensor) -> float:
         """The mean of a scalar over all processes."""
-        t = torch.as_tensor(value, dtype=torch.float64, device="cpu" if self.device.type == "cpu" else self.device)
-        if dist.is_initialized() and self.world_size > 1:
-            dist.all_reduce(t)
-            t /= self.world_size
-        return float(t)
+        return self._collectives.mean(value)
 
     def barrier(self) -> None:
         """Wait for every process (nothing to wait for at world size 1)."""
-        if dist.is_initialized() and self.world_size > 1:
-            dist.barrier()
+        self._collectives.barrier()
 
     # -- stopping early -------------------------------------------------------------------------------
     @property
@@ -319,25 +294,16 @@ class RunContext:
         self._stop_calls += 1
         if self._stop_calls % max(1, every):
             return False
-        flag = torch.tensor([1.0 if self._settings.stop.requested else 0.0],
-                            device="cpu" if self.device.type == "cpu" else self.device)
-        if dist.is_initialized() and self.world_size > 1:
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        return self._collectives.any_of(self._settings.stop.requested)
 
     # -- progress -----------------------------------------------------------------------------------
     def progress(self, total: int | None, desc: str = "", *, initial: int = 0,
                  interval_s: float = LINE_INTERVAL_S) -> Progress:
-        """Show a loop's progress: call ``bar.update(loss=..., samples=...)`` once per step, then
-        ``bar.close()`` (or use ``with``; the context closes what is left open when the recipe returns).
-
-        Rank 0 draws a live bar (steps, percent, samples/s, smoothed loss, elapsed, ETA) on its
-        terminal when that is a TTY, and writes plain lines to its log; when the terminal is not a TTY
-        (CI, a pipe, Slurm's output file) the plain lines go to both. Other ranks write the plain lines
-        to their own logs. Lines come at every tenth of ``total`` and at least every ``interval_s``.
-        ``initial``: steps taken before (a resumed run). No collectives: pass the global batch as
-        ``samples`` for the job's throughput (:mod:`runner.training.progress`).
-        """
+        """Show a loop's progress: call ``bar.update(loss=..., samples=...)`` once per step, then ``bar.close()`` (or
+        use ``with``; the context closes what is left open when the recipe returns). Rank 0 draws a live bar on its
+        terminal when that is a TTY; plain lines go to every rank's log, at every tenth of ``total`` and at least every
+        ``interval_s``. ``initial``: steps taken before (a resumed run). No collectives: pass the global batch as
+        ``samples`` for the job's throughput (where it shows, and what: :mod:`runner.training.progress`)."""
         settings = self._settings
         bar = for_rank(settings.agent, settings.steps, total, desc, initial=initial, interval_s=interval_s)
         self._progress.append(bar)
@@ -346,15 +312,8 @@ class RunContext:
     # -- metrics ------------------------------------------------------------------------------------
     def log(self, step: int, *, echo: bool = True, **metrics: float) -> None:
         """Record metrics of the main process as one JSON line in metrics.jsonl (others: no-op)."""
-        if not self.is_main:
-            return
-        row = {"step": step, "time_s": round(time.perf_counter() - self._t0, 4), **metrics}
-        if self._metrics_file is None:
-            self._metrics_file = open(self._settings.metrics_file, "a", buffering=1)
-        self._metrics_file.write(json.dumps(row) + "\n")
-        if echo:
-            shown = " ".join(f"{k}={number(v)}" for k, v in metrics.items())
-            print(f"step {step}: {shown}", flush=True)
+        if self.is_main:
+            self._metrics.write(step, metrics, echo)
 
     # -- checkpoints --------------------------------------------------------------------------------
     @property
@@ -364,21 +323,12 @@ class RunContext:
 
     def save_checkpoint(self, state: dict[str, Any] | None = None, name: str = "last", *,
                         model: nn.Module | None = None, optimizer: Optimizer | None = None) -> Path:
-        """The main process writes ``state`` atomically to checkpoints/<name>.pt; every process waits for it.
-
-        With ``model`` (and ``optimizer``), call it on every process: their full state (:meth:`full_state`)
-        is gathered and saved under ``"model"`` and ``"optimizer"`` beside ``state``'s own entries. Each save is
-        recorded beside the file (``<name>.pt.commit``: its sequence among the run's saves and ``state``'s
-        ``"step"``), and in a job that outlives its hosts every host keeps a copy (runner.training.copies).
-        """
-        path = checkpoint_file(self.checkpoint_dir, name)
-        if model is not None:
-            full = self._sharding.full_state(model, optimizer, copy=False)  # written at once: no snapshot needed
-            state = {**(state or {}), **full} if full is not None else None
-        step = state.get("step") if isinstance(state, dict) else None
-        self._copies.save(path, state, step if isinstance(step, int) and not isinstance(step, bool) else None)
-        self.barrier()
-        return path
+        """The main process writes ``state`` atomically to checkpoints/<name>.pt; every process waits for it. With
+        ``model`` (and ``optimizer``), call it on every process: their full state (:meth:`full_state`) is gathered and
+        saved under ``"model"`` and ``"optimizer"`` beside ``state``'s own entries. Each save is recorded beside the
+        file (``<name>.pt.commit``), and in a job that outlives its hosts every host keeps a copy
+        (runner.training.copies)."""
+        return self._checkpoints.save(state, name, model, optimizer)
 
     def checkpoint_to_resume(self, fallback: str | Path | None = None, name: str = "last") -> Path | None:
         """The checkpoint this run resumes from, the same on every process: the run's own (``checkpoints/<name>.pt``:
@@ -388,41 +338,25 @@ class RunContext:
         main process has it, else None. Call it on every process, then :meth:`load_checkpoint` with the path it
         gives: every rank takes the same branch, whatever its host's own folder holds. Raises FileNotFoundError (on
         every process) when ``fallback`` is given and the main process has no such file."""
-        found = self._copies.to_resume(checkpoint_file(self.checkpoint_dir, name), fallback)
-        resumed, agent = self._copies.resumed, self._settings.agent
-        if resumed is not None and self.is_main and agent is not None:
-            agent.resumed_copy(resumed.host, resumed.seq, resumed.step)
-        return found
+        return self._checkpoints.to_resume(fallback, name)
 
     def load_checkpoint(self, name: str = "last", path: str | Path | None = None, *, model: nn.Module | None = None,
                         optimizer: Optimizer | None = None) -> dict[str, Any] | None:
         """A saved state, mapped onto this process's device; None when there is none. Call it on every process:
         they all get the same checkpoint (the run's own: its newest copy on any host; another file: the main
-        process's), read from the file where they see the same one, else sent by the process that has it (a host
-        that does not share the run folder).
-
-        With ``model`` (and ``optimizer``), the checkpoint's full state is loaded into them
-        (:meth:`load_full_state`, whatever mode and world size saved it) and the other entries are returned.
-
-        Only plain checkpoints load (tensors, dicts, lists, tuples, numbers, strings: what :meth:`save_checkpoint`
-        writes): a file that names other types, whose loading could run code, raises
-        :class:`~runner.training.checkpoints.CheckpointError` without running any of it.
-        """
-        path = Path(path) if path is not None else checkpoint_file(self.checkpoint_dir, name)
-        state = self._copies.read(path, own=path.parent == self.checkpoint_dir)
-        if state is None:
-            return None
-        if model is not None:
-            self.load_full_state(model, optimizer, state)
-            state = {k: v for k, v in state.items() if k not in ("model", "optimizer")}
-        return state
+        process's), read from the file where they see the same one, else sent by the process that has it. With
+        ``model`` (and ``optimizer``), the checkpoint's full state is loaded into them (:meth:`load_full_state`,
+        whatever mode and world size saved it) and the other entries are returned. Only plain checkpoints load
+        (tensors, dicts, lists, tuples, numbers, strings: what :meth:`save_checkpoint` writes): a file that names other
+        types, whose loading could run code, raises :class:`~runner.training.checkpoints.CheckpointError` without
+        running any of it."""
+        return self._checkpoints.load(name, path, model, optimizer)
 
     def _close(self) -> None:
         """What is left open when the recipe returns (progress bars, the metrics file); the worker calls it."""
         for bar in self._progress:
             bar.close()
-        if self._metrics_file is not None:
-            self._metrics_file.close()
+        self._metrics.close()
         sys.stdout.flush()
 
 

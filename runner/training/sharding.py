@@ -35,7 +35,7 @@ use it.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +47,7 @@ from torch.optim import Optimizer
 
 from runner.common.extras import FAIRSCALE, require
 from runner.spec.place import RankPlace
-from runner.spec.schema import ParallelMode, ShardingConfig, ShardingMode
+from runner.spec.schema import ParallelConfig, ParallelMode, ShardingConfig, ShardingMode
 
 OptimizerFactory = Callable[..., Optimizer]  # optimizer_class(params, **kwargs): a class or any factory
 
@@ -69,6 +69,20 @@ class OptimizerRecipe:
     cls: OptimizerFactory | None = None
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     make: Callable[[nn.Module], Optimizer] | None = None
+
+    @classmethod
+    def asked(cls, optimizer_class: OptimizerFactory | None, make_optimizer: Callable[[nn.Module], Optimizer] | None,
+              optimizer_kwargs: Mapping[str, Any]) -> OptimizerRecipe:
+        """What ``ctx.setup(model, ...)`` was given, checked: an optimizer class and its arguments, or
+        make_optimizer alone."""
+        if (optimizer_class is None) == (make_optimizer is None):
+            raise TypeError("ctx.setup(model, ...) takes an optimizer class (ctx.setup(model, torch.optim.Adam, "
+                            "lr=1e-3)) or make_optimizer (ctx.setup(model, make_optimizer=lambda m: torch.optim.AdamW(...))), "
+                            f"not {'both' if optimizer_class is not None else 'neither'}")
+        if make_optimizer is not None and optimizer_kwargs:
+            raise TypeError(f"ctx.setup(model, make_optimizer=...) takes no optimizer arguments (got "
+                            f"{', '.join(sorted(optimizer_kwargs))}): give them to the optimizer make_optimizer builds")
+        return cls(optimizer_class, optimizer_kwargs) if make_optimizer is None else cls(make=make_optimizer)
 
     def build(self, model: nn.Module) -> Optimizer:
         """The optimizer over ``model``'s parameters (as the strategy has them: wrapped, or sharded by FSDP2)."""
@@ -99,6 +113,14 @@ class Placement:
     parallel: ParallelMode = ParallelMode.ddp
     sharding: ShardingConfig = field(default_factory=ShardingConfig)
     ddp_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, place: RankPlace, parallel: ParallelConfig, sharding: ShardingConfig) -> Placement:
+        """The placement of a process at ``place``, with the spec's ``parallel`` and ``sharding`` (DDP's options from
+        ``parallel``)."""
+        return cls(place=place, parallel=parallel.mode, sharding=sharding,
+                   ddp_options={"find_unused_parameters": parallel.find_unused_parameters,
+                                "bucket_cap_mb": parallel.bucket_cap_mb})
 
     @property
     def device(self) -> torch.device:
@@ -271,7 +293,8 @@ class OSSStrategy(Strategy):
 
     mode = ShardingMode.oss
 
-    def setup(self, model, optimizer, shard_units=None):
+    def setup(self, model: nn.Module, optimizer: OptimizerRecipe,
+              shard_units: Iterable[nn.Module] | None = None) -> tuple[nn.Module, Optimizer]:
         require(FAIRSCALE)  # validation refuses the mode without it; this says the same to a direct caller
         from fairscale.optim import OSS
 
@@ -279,7 +302,7 @@ class OSSStrategy(Strategy):
         optimizer_class, params, kwargs = optimizer.parts(model)
         return model, OSS(params, optim=optimizer_class, **kwargs)
 
-    def _full_optimizer_state(self, model, optimizer):
+    def _full_optimizer_state(self, model: nn.Module, optimizer: Optimizer) -> dict[str, Any] | None:
         optimizer.consolidate_state_dict(recipient_rank=0)  # collective: every rank sends its shard to rank 0
         if not self.placement.place.is_main:
             return None
@@ -287,7 +310,7 @@ class OSSStrategy(Strategy):
         optimizer._all_states = []  # fairscale keeps the gathered shards: drop them, or rank 0 holds it all
         return osd
 
-    def local_optimizer(self, optimizer):
+    def local_optimizer(self, optimizer: Optimizer) -> Optimizer:
         return optimizer.optim
 
 
@@ -304,7 +327,8 @@ class SDPStrategy(OSSStrategy):
 
     mode = ShardingMode.sdp
 
-    def setup(self, model, optimizer, shard_units=None):
+    def setup(self, model: nn.Module, optimizer: OptimizerRecipe,
+              shard_units: Iterable[nn.Module] | None = None) -> tuple[nn.Module, Optimizer]:
         require(FAIRSCALE)
         from fairscale.nn.data_parallel import ShardedDataParallel
         from fairscale.optim import OSS
@@ -320,7 +344,7 @@ class SDPStrategy(OSSStrategy):
         optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
         return wrapped, optimizer
 
-    def no_sync(self, model):
+    def no_sync(self, model: nn.Module) -> AbstractContextManager[Any]:
         return model.no_sync() if type(model).__name__ == "ShardedDataParallel" else nullcontext()
 
 
@@ -329,14 +353,15 @@ class ZeroStrategy(Strategy):
 
     mode = ShardingMode.zero
 
-    def setup(self, model, optimizer, shard_units=None):
+    def setup(self, model: nn.Module, optimizer: OptimizerRecipe,
+              shard_units: Iterable[nn.Module] | None = None) -> tuple[nn.Module, Optimizer]:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         model = super().wrap(model)
         optimizer_class, params, kwargs = optimizer.parts(model)
         return model, ZeroRedundancyOptimizer(params, optimizer_class=optimizer_class, **kwargs)
 
-    def _full_optimizer_state(self, model, optimizer):
+    def _full_optimizer_state(self, model: nn.Module, optimizer: Optimizer) -> dict[str, Any] | None:
         optimizer.consolidate_state_dict(to=0)
         if not self.placement.place.is_main:
             return None
@@ -344,7 +369,7 @@ class ZeroStrategy(Strategy):
         optimizer._all_state_dicts = []  # as for OSS: do not keep every rank's shard on rank 0
         return osd
 
-    def local_optimizer(self, optimizer):
+    def local_optimizer(self, optimizer: Optimizer) -> Optimizer:
         return optimizer.optim
 
 
@@ -381,7 +406,8 @@ class FSDPStrategy(Strategy):
 
     mode = ShardingMode.fsdp
 
-    def setup(self, model, optimizer, shard_units=None):
+    def setup(self, model: nn.Module, optimizer: OptimizerRecipe,
+              shard_units: Iterable[nn.Module] | None = None) -> tuple[nn.Module, Optimizer]:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
@@ -397,7 +423,7 @@ class FSDPStrategy(Strategy):
         return model, optimizer.build(model)  # over the sharded (DTensor) parameters
 
     @contextmanager
-    def no_sync(self, model):
+    def no_sync(self, model: nn.Module) -> Iterator[None]:
         from torch.distributed.fsdp import FSDPModule
 
         if not isinstance(model, FSDPModule):
@@ -409,7 +435,7 @@ class FSDPStrategy(Strategy):
         finally:
             model.set_requires_gradient_sync(True)
 
-    def full_state(self, model, optimizer, copy=True):
+    def full_state(self, model: nn.Module, optimizer: Optimizer | None, copy: bool = True) -> dict[str, Any] | None:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             get_model_state_dict,
@@ -426,7 +452,7 @@ class FSDPStrategy(Strategy):
             return None
         return {"model": msd, "optimizer": _by_index(osd, _param_names(model, optimizer))}
 
-    def load_full_state(self, model, optimizer, state):
+    def load_full_state(self, model: nn.Module, optimizer: Optimizer | None, state: Mapping[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             set_model_state_dict,

@@ -149,4 +149,4 @@ def test_without_host_0s_store_the_signal_goes_to_mpirun_and_run_says_so(monkeyp
 def test_the_tasks_end_each_attempt_together_under_mpirun_only() -> None:
     """mpirun kills every task once one ends badly: under it, and under it only, the agents end together."""
     assert launcher(*AB).plan.rules.tasks_end_together
-    assert {name for name, kind in LAUNCHERS.items() if kind.tasks_end_together} == {"mpi"}
+    assert {name for name, kind in LAUNCHERS.items() if kind.capabilities.tasks_end_together} == {"mpi"}

@@ -92,7 +92,8 @@ def test_the_lost_host_table_is_every_launcher_that_refuses_with_its_reason() ->
     """"When a host is lost": the launchers that cannot go on without a host, each with the reason validation gives."""
     rows = docs().table("launcher", "why a lost host ends its job").rows
     assert {code_of(r[0])[0]: r[1] for r in rows} == {
-        name: launcher.lost_host_reason for name, launcher in LAUNCHERS.items() if not launcher.survives_lost_hosts}
+        name: launcher.capabilities.lost_host_reason for name, launcher in LAUNCHERS.items()
+        if not launcher.capabilities.survives_lost_hosts}
 
 
 def test_the_ssh_key_table_has_every_key_of_the_schema() -> None:
@@ -195,7 +196,7 @@ def test_every_scheduler_variable_the_readme_names_is_read_there() -> None:
     # SLURM_CONF: the test bed's, for sinfo; SLURM_HOSTFILE: set by the batch script for srun, not read
     slurm_named = set(re.findall(r"\bSLURM_[A-Z_]+\b", text)) - {"SLURM_CONF", "SLURM_HOSTFILE"}
     assert slurm_named and slurm_named <= set(slurm.VARIABLES), slurm_named - set(slurm.VARIABLES)
-    assert "export SLURM_HOSTFILE=" in (REPO / "runner" / "launchers" / "slurm" / "launcher.py").read_text()
+    assert "export SLURM_HOSTFILE=" in (REPO / "runner" / "launchers" / "slurm" / "step.py").read_text()
     mpi_named = re.findall(r"\b(?:OMPI|MV2|PMI|MPI)_[A-Z_]+\*?", text)
     assert len(mpi_named) >= 5
     for name in mpi_named:
@@ -285,7 +286,7 @@ def test_the_readmes_table_of_guarantees_is_the_launchers_and_the_floor_of_the_j
     table = docs().table("launcher", "who decides who goes on", "can the job split in two?",
                            "the fewest hosts it goes on with", "the checkpoint resumed")
     rows = {row[0].strip("`"): row for row in table.rows}
-    assert set(rows) == {name for name, cls in LAUNCHERS.items() if cls.survives_lost_hosts}
+    assert set(rows) == {name for name, cls in LAUNCHERS.items() if cls.capabilities.survives_lost_hosts}
     assert all(row[2].startswith("no:") for row in rows.values())
     assert "n // 2 + 1 of its n hosts and spares" in rows["manual"][3]
     assert [OwnCluster(names=("x",) * n, addrs=(), client_port=0, peer_port=0, token="").floor

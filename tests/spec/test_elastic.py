@@ -51,7 +51,7 @@ def test_mpi_cannot_go_on_without_a_host_and_refuses_with_its_reason() -> None:
     got = validate(ssh_job([2, 2, 2], min_nodes=2, launcher="mpi"))
     problem = got.find("topology.min_nodes", "mpirun ends every")
     assert problem is not None, got.rendered()
-    assert problem.message == f"launcher=mpi: {MpiLauncher.lost_host_reason}"
+    assert problem.message == f"launcher=mpi: {MpiLauncher.capabilities.lost_host_reason}"
     assert problem.hint.startswith("launcher=ssh")
 
 
@@ -59,7 +59,7 @@ def test_manual_goes_on_without_a_host_with_spares_too_and_its_keepalive_is_chec
     """launcher=manual: each host's `run` runs its rounds, a spare's stands by (runner.launchers.manual.rounds)."""
     got = validate(ssh_job([2, 2, 2], min_nodes=2, launcher="manual"))
     assert got.valid, got.rendered()
-    assert ManualLauncher.survives_lost_hosts and not ManualLauncher.hands_share_to_agent(got.job)
+    assert ManualLauncher.capabilities.survives_lost_hosts and not ManualLauncher.hands_share_to_agent(got.job)
     spared = validate(ssh_job([2, 2], spares=[HostConfig(name="h9", devices=2)], launcher="manual"))
     assert spared.valid and not ManualLauncher.hands_share_to_agent(spared.job), spared.rendered()
     spec = ssh_job([2, 2, 2], min_nodes=2, launcher="manual")

@@ -19,6 +19,7 @@ from typing import Any
 from runner.common import exits
 from runner.common.signals import handling
 from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
+from runner.launchers.capabilities import Capabilities
 from runner.launchers.elastic.decisions import Decider
 from runner.launchers.elastic.liveness import BEATS_MISSED
 from runner.launchers.elastic.etcd import Etcd, EtcdError
@@ -68,12 +69,13 @@ class NotOneHost(Exception):
 
 class ManualLauncher(Launcher):
     name = "manual"
-    supports_restarts = True  # the hosts restart together, agreeing through host 0's store (runner.worker.channel)
-    shares_run_folder = False  # each host's `run` makes its own run folder
-    survives_lost_hosts = True  # the hosts' `run`s decide who goes on in etcd (runner.launchers.manual.rounds)
-    forks_here = True
-    hosts_start_apart = True
-    pins_master_port = True  # the hosts cannot learn a port chosen on one of them at launch
+    capabilities = Capabilities(
+        supports_restarts=True,  # the hosts restart together, agreeing through host 0's store (runner.worker.channel)
+        shares_run_folder=False,  # each host's `run` makes its own run folder
+        survives_lost_hosts=True,  # the hosts' `run`s decide who goes on in etcd (runner.launchers.manual.rounds)
+        forks_here=True,
+        hosts_start_apart=True,
+        pins_master_port=True)  # the hosts cannot learn a port chosen on one of them at launch
 
     def __init__(self, **launch: Any) -> None:
         super().__init__(**launch)

@@ -15,6 +15,7 @@ import sys
 import tarfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import IO
 
 from runner.launchers.ssh.host import SshHost, collected
 from runner.records.paths import RunPaths
@@ -27,7 +28,7 @@ def _wanted(name: str, wanted: tuple[str, ...]) -> bool:
     return bool(parts) and parts[0] in wanted and ".." not in parts
 
 
-def unpack(stream, paths: RunPaths) -> list[str]:
+def unpack(stream: IO[bytes], paths: RunPaths) -> list[str]:
     """Files of the tar ``stream`` under what a host gives back (:func:`runner.launchers.ssh.collected`), into this
     run folder, none that exists there already; their names."""
     added, root, wanted = [], paths.root, collected(paths)

@@ -36,6 +36,7 @@ from pathlib import Path
 from runner.common import exits
 from runner.environments.versions import installed
 from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest
+from runner.launchers.capabilities import Capabilities
 from runner.launchers.manual import agreed_port, hosts_apart_problems
 from runner.launchers.ssh.address import HostAddress, explained, host_addresses
 from runner.launchers.ssh.check import check_hosts
@@ -62,10 +63,11 @@ _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 class SshLauncher(Launcher):
     name = "ssh"
-    supports_restarts = True  # every host's agent restarts together, through host 0's store (runner.worker.channel)
-    shares_run_folder = False  # each host's run folder is its own, unless the hosts share a file system
-    survives_lost_hosts = True  # `run` starts the job again on the hosts that remain (runner.launchers.elastic.membership)
-    pins_master_port = True  # the hosts' agents cannot learn a port chosen on one of them at launch
+    capabilities = Capabilities(
+        supports_restarts=True,  # every host's agent restarts together, through host 0's store (runner.worker.channel)
+        shares_run_folder=False,  # each host's run folder is its own, unless the hosts share a file system
+        survives_lost_hosts=True,  # `run` starts the job again on the hosts that remain (runner.launchers.elastic.membership)
+        pins_master_port=True)  # the hosts' agents cannot learn a port chosen on one of them at launch
 
     @classmethod
     def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:

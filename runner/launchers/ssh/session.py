@@ -31,6 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import IO
 
 from runner.common import exits
 from runner.common.signals import handling
@@ -164,7 +165,7 @@ class Sessions:
             self.kill_at = None
             self._close(signal.SIGKILL)
 
-    def _relay(self, session: Session, stream) -> None:
+    def _relay(self, session: Session, stream: IO[bytes]) -> None:
         fd = stream.fileno()
         try:
             data = os.read(fd, 65536)

@@ -1,13 +1,10 @@
-"""launcher=slurm's pure logic: job states, the allocation fit, the stop signal, a task's place (patched
-environments), and the batch script's requeue after a stop under bash with srun faked (the real cluster is in
-test_slurm_cluster.py)."""
+"""launcher=slurm's pure logic: job states, the stop signal, a task's place (patched environments), the launch's
+outcome, and a job that outlives its nodes (the allocation fit: test_rules_slurm.py; the batch script under bash:
+test_sbatch.py; the real cluster is in test_slurm_cluster.py)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,11 +15,11 @@ from runner.common.signals import parse_signal
 from runner.environments.slurm import SlurmEnvironment, expand_counts
 from runner.launchers import Invocation, plan_for
 from runner.launchers.base import LaunchOutcome, TaskError, TaskPlace
-from runner.launchers.slurm.job import JobStatus, exit_status, mark_user_stop
+from runner.launchers.slurm.job import JobStatus, exit_status
 from runner.launchers.slurm import launcher as launcher_module
 from runner.launchers.slurm.launcher import SlurmLauncher
+from runner.launchers.slurm.rules import allocation_problems
 from runner.records.paths import RunPaths
-from runs import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -79,28 +76,6 @@ def _allocation(**variables: str) -> SlurmEnvironment:
     return SlurmEnvironment.read({"SLURM_JOB_ID": "42", **variables})
 
 
-def test_an_allocation_that_fits_has_no_problems():
-    launcher = _launcher("topology=2x2")
-    assert launcher.allocation_problems(_allocation(SLURM_JOB_NUM_NODES="2", SLURM_JOB_CPUS_PER_NODE="4(x2)")) == []
-
-
-def test_too_few_nodes_says_both_numbers_and_the_fix():
-    (problem,) = _launcher("topology=2x2").allocation_problems(_allocation(SLURM_JOB_NUM_NODES="1",
-                                                                            SLURM_JOB_CPUS_PER_NODE="8"))
-    assert "has 1 node(s) (SLURM_JOB_NUM_NODES), the spec needs 2" in problem.message
-    assert "salloc --nodes=2" in problem.hint
-
-
-def test_too_few_cpus_per_node_shows_the_arithmetic():
-    # per_host tasks fork one process per device: a task needs devices CPUs
-    (problem,) = _launcher("topology=2x4").allocation_problems(_allocation(SLURM_JOB_NUM_NODES="2",
-                                                                            SLURM_JOB_CPUS_PER_NODE="2(x2)"))
-    assert "has 2 CPU(s) (SLURM_JOB_CPUS_PER_NODE), host 0 of the spec needs 1 task(s) x 4 CPU(s) = 4" in problem.message
-    (problem,) = _launcher("topology=hetero_2_1", "launcher.tasks=per_device", "recipe.global_batch_size=60") \
-        .allocation_problems(_allocation(SLURM_JOB_NUM_NODES="2", SLURM_JOB_CPUS_PER_NODE="1,1"))
-    assert "host 0 of the spec needs 2 task(s) x 1 CPU(s) = 2" in problem.message
-
-
 def _place(**kw) -> TaskPlace:
     return TaskPlace(**{"index": 0, "count": 4, "local_index": 0, "source": "Slurm", **kw})
 
@@ -149,55 +124,6 @@ def test_a_job_submitted_and_not_followed_is_the_launchs_outcome(tmp_path, monke
     assert "not following it (launcher.slurm.follow=false)" in capsys.readouterr().err
 
 
-FAKE_SRUN = """#!/bin/bash
-# srun as the batch script sees it: runs until SIGUSR1 (the ranks checkpoint and return), then exits 0
-trap 'kill "$pid"; exit 0' USR1
-sleep 600 & pid=$!
-touch "$FAKES/srun.started"
-wait "$pid"
-"""
-FAKE_SCONTROL = '#!/bin/bash\necho "$@" >> "$FAKES/scontrol.calls"\n'
-
-
-@pytest.mark.parametrize("asked_of_run", [False, True])
-def test_with_requeue_the_batch_script_requeues_after_slurms_signal_but_not_after_a_stop_asked_of_run(
-        tmp_path, asked_of_run):
-    """The generated batch script itself, under bash, with srun and scontrol faked: the stop signal to it (as
-    `scancel --signal=USR1 --batch` delivers it) reaches the step; the script then requeues the job, unless `run`
-    wrote the user-stop marker first; either way it exits with the step's status."""
-    fakes, folder = tmp_path / "bin", tmp_path / "run"
-    fakes.mkdir(), folder.mkdir()
-    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
-        (fakes / name).write_text(text)
-        (fakes / name).chmod(0o755)
-    checked = validate(["launcher=slurm", "device=cpu", "topology=2x2", "launcher.slurm.requeue=true"])
-    paths = RunPaths(folder, "R1")
-    launcher = SlurmLauncher(plan=plan_for(checked.job, paths), paths=paths,
-                             invocation=Invocation(python="/venv/bin/python", cwd="/work/proj"), environment=environment())
-    script = folder / "job.sbatch"
-    script.write_text(launcher.script())
-    env = {"PATH": f"{fakes}:/usr/bin:/bin", "FAKES": str(fakes), "SLURM_JOB_ID": "42"}
-    batch = subprocess.Popen(["bash", str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, start_new_session=True)  # its group: the fake step goes with it, whatever happens
-    try:
-        wait_until(lambda: (fakes / "srun.started").exists(), 30, "the step started", alive=[batch])
-        if asked_of_run:
-            mark_user_stop([paths.user_stop], signal.SIGUSR1)
-        batch.send_signal(signal.SIGUSR1)
-        out, _ = batch.communicate(timeout=30)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(batch.pid, signal.SIGKILL)
-        batch.wait()
-    assert batch.returncode == 0, out
-    assert "run: SIGUSR1 from Slurm: asking the ranks to checkpoint and stop" in out
-    requeued = (fakes / "scontrol.calls").read_text() if (fakes / "scontrol.calls").exists() else ""
-    if asked_of_run:
-        assert requeued == "" and "run: stopped at the user's request (user_stop): job 42 ends, not requeued" in out
-    else:
-        assert requeued == "requeue 42\n" and "run: requeueing job 42" in out
-
-
 # --------------------------------------------------------------------------- a job that outlives its nodes
 
 ELASTIC = ("topology=custom", "topology.hosts=[{name: n1, devices: 2},{name: n2, devices: 2}]",
@@ -207,7 +133,7 @@ ELASTIC = ("topology=custom", "topology.hosts=[{name: n1, devices: 2},{name: n2,
 
 def test_a_job_that_outlives_its_nodes_asks_for_its_spares_keeps_its_allocation_and_runs_the_holding_run():
     launcher = _launcher(*ELASTIC)
-    script = launcher.script()
+    script = launcher.sbatch().materialize()
     assert "#SBATCH --nodes=3" in script and "#SBATCH --nodelist=n1,n2,n3" in script
     assert "#SBATCH --no-kill" in script and "srun --" not in script
     assert "/venv/bin/python -P -m runner.app.slurm_rounds /runs/R1/spec.yaml &" in script
@@ -216,9 +142,10 @@ def test_a_job_that_outlives_its_nodes_asks_for_its_spares_keeps_its_allocation_
     assert said[1] == ("each round an srun step on the nodes that remain (runner.app.slurm_rounds); a node is lost when "
                        "its task is silent for 8 s (launcher.slurm.keepalive_s=2) or Slurm takes it out of the job; "
                        "spare node(s) n3 idle in the allocation until one takes a place")
-    (problem,) = launcher.allocation_problems(_allocation(SLURM_JOB_NUM_NODES="2", SLURM_JOB_CPUS_PER_NODE="4(x2)"))
+    (problem,) = allocation_problems(launcher.plan,
+                                     _allocation(SLURM_JOB_NUM_NODES="2", SLURM_JOB_CPUS_PER_NODE="4(x2)"))
     assert "has 2 node(s) (SLURM_JOB_NUM_NODES), the spec needs 3" in problem.message  # the spare is a node too
-    plain = _launcher("topology=2x2").script()
+    plain = _launcher("topology=2x2").sbatch().materialize()
     assert "--no-kill" not in plain and "runner.app.slurm_rounds" not in plain
 
 
