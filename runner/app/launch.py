@@ -221,9 +221,8 @@ def _say_where(plan: Plan, paths: RunPaths) -> None:
 
     channel = None
     if plan.rules.hosts_start_apart and len(plan.job.hosts) > 1:
-        init = plan.job.spec.init
         known = plan.master_known
-        channel = channel_of(paths, init.dir, init.method is InitMethod.file, plan.master_addr if known else None,
+        channel = channel_of(paths, plan.job.spec.init, plan.master_addr if known else None,
                              plan.master_port if known else None, REACH_STORE_S)
         if channel is None:
             print("where the ranks are: host 0's store cannot be reached; asking this host's ranks only",

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from runner.common import exits
-from runner.common.signals import handling, parse_signal
+from runner.common.signals import parse_signal, passing_on
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.capabilities import Capabilities
 from runner.plan.processes import Deferred, LaunchRules, Plan, make_plan
@@ -290,14 +290,14 @@ def run_forwarding_signals(argv: list[str], cwd: str | None, *, stop_signal: sig
     proc = subprocess.Popen(argv, cwd=cwd)
     received: list[int] = []
 
-    def pass_on(signum: int, _frame: object) -> None:
+    def pass_on(signum: int) -> None:
         received.append(signum)
         try:
             proc.send_signal(signum)
         except ProcessLookupError:
             pass
 
-    with handling((signal.SIGINT, signal.SIGTERM, stop_signal), pass_on):
+    with passing_on(stop_signal, pass_on):
         code = proc.wait()  # retried after each forwarded signal (PEP 475)
     code = code if code >= 0 else exits.from_signal(-code)
     stopped = [s for s in received if s in (signal.SIGINT, signal.SIGTERM)]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from runner.common import exits
-from runner.common.signals import handling
+from runner.common.signals import passing_on
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.base import (HostCommand, Launcher, LaunchOutcome, LaunchRequest, TaskError, TaskPlace,
                                    named_hosts_problems)
@@ -22,7 +22,7 @@ from runner.records.paths import RunPaths
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
-from runner.spec.schema import InitMethod, JobConfig, TaskMode
+from runner.spec.schema import JobConfig, TaskMode
 from runner.spec.validation import ENV_NAME
 from runner.worker.channel import REACH_STORE_S, channel_of
 from runner.worker.rank_process import die_with_parent
@@ -135,8 +135,7 @@ class MpiLauncher(Launcher):
         pending: list[int] = []
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, process_group=0,
                                 preexec_fn=lambda: die_with_parent(signal.SIGTERM))
-        with handling((signal.SIGINT, signal.SIGTERM, self.plan.rules.stop_signal),
-                      lambda signum, _frame: pending.append(signum)):
+        with passing_on(self.plan.rules.stop_signal, pending.append):
             while True:
                 try:
                     code = proc.wait(WAIT_TICK_S)
@@ -159,9 +158,8 @@ class MpiLauncher(Launcher):
         else:
             self._stop_passed_on = True
         if not again:
-            init = self.plan.job.spec.init
-            channel = channel_of(self.paths, init.dir, init.method is InitMethod.file, self.plan.master_addr,
-                                 self.plan.master_port, REACH_STORE_S)
+            channel = channel_of(self.paths, self.plan.job.spec.init, self.plan.master_addr, self.plan.master_port,
+                                 REACH_STORE_S)
             if channel is not None:
                 channel.request_stop(signum, socket.gethostname())
                 return

@@ -42,6 +42,7 @@ from runner.common.polling import poll, retry
 from runner.records.dumps import RankDump
 from runner.records.paths import RunPaths
 from runner.records.watch_files import collect_dumps, request_dumps
+from runner.spec.schema import InitConfig, InitMethod
 from runner.worker.channel_records import DumpRequest, JobFailure, RankEnding, StopAsked
 
 POLL_S = 0.5  # how often a host agent looks for another host's failure or a stop request
@@ -330,12 +331,13 @@ def where_through(channel: JobChannel | None) -> dict[str, Callable[..., Any]]:
             "gather": lambda paths, ranks, since, wait_s: gather_dumps(paths, channel, ranks, since, wait_s)}
 
 
-def channel_of(paths: RunPaths, init_dir: str | None, file_init: bool, addr: str | None, port: str | None,
+def channel_of(paths: RunPaths, init: InitConfig, addr: str | None, port: str | None,
                timeout_s: float) -> JobChannel | None:
-    """A rank's (or a task's) end of its job's channel: the folder of an init=file job, else a client of host 0's
-    store at ``addr:port``; None where the store cannot be reached (the run folder's files still serve)."""
-    if file_init:
-        return JobChannel.in_folder(paths.channel_folder(init_dir))
+    """A rank's (or a task's, or `run`'s) end of its job's channel: the folder of an init=file job (in ``init.dir``),
+    else a client of host 0's store at ``addr:port``; None where the store cannot be reached (the run folder's files
+    still serve)."""
+    if init.method is InitMethod.file:
+        return JobChannel.in_folder(paths.channel_folder(init.dir))
     if not addr or not port:
         return None
     try:

@@ -19,7 +19,6 @@ from typing import Any
 from runner.common import exits
 from runner.common.signals import StopRequest
 from runner.spec.elastic import keeps_checkpoints_on_every_host
-from runner.spec.schema import InitMethod
 from runner.spec.targets import load_target
 from runner.training.output import AgentChannel
 from runner.training.progress import StepCount
@@ -74,8 +73,8 @@ def rank_channel(setup: RankSetup) -> JobChannel | None:
     """This rank's end of its job's channel (runner.worker.channel): where it answers requests to say where it is,
     and says it joined, whatever host asks."""
     spec = setup.spec
-    return channel_of(setup.paths, spec.init.dir, spec.init.method is InitMethod.file, setup.env.get("MASTER_ADDR"),
-                      setup.env.get("MASTER_PORT"), spec.init.timeout_s)
+    return channel_of(setup.paths, spec.init, setup.env.get("MASTER_ADDR"), setup.env.get("MASTER_PORT"),
+                      spec.init.timeout_s)
 
 
 def use_threads(setup: RankSetup) -> None:

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from runner.records.dumps import Collective, GroupRecord, RankDump
 from runner.records.paths import RunPaths
 from runner.records.watch_files import RankWatchFiles, last_request, requested_since
+from runner.spec.schema import InitConfig, InitMethod
 from runner.worker.channel import (
     ChannelError,
     FolderKeyValue,
@@ -305,7 +306,7 @@ def test_a_file_init_job_gets_the_private_folder_every_host_sees(tmp_path, init_
     paths = run_paths(tmp_path)
     shared = str(tmp_path / init_dir) if init_dir else None
     folder = (tmp_path / "shared" if init_dir else paths.root) / "r1.job"
-    channel = channel_of(paths, shared, True, LOCAL, "1", 0.0)  # the address is not asked
+    channel = channel_of(paths, InitConfig(method=InitMethod.file, dir=shared), LOCAL, "1", 0.0)  # (no address asked)
     assert channel is not None
     channel.put_beat(3, 5.5)
     assert JobChannel.in_folder(folder).beat(3) == 5.5
@@ -317,7 +318,7 @@ def test_a_rank_reaches_host_0s_store_at_its_address_and_port(tmp_path, host0_st
     host0 = JobChannel.served(served)
     host0.put_beat(12, 77.5)
     sent(host0)
-    channel = channel_of(run_paths(tmp_path), None, False, LOCAL, str(served.port), REACH_S)
+    channel = channel_of(run_paths(tmp_path), InitConfig(), LOCAL, str(served.port), REACH_S)
     assert channel is not None and channel.beat(12) == 77.5
 
 
@@ -326,7 +327,7 @@ def test_a_rank_reaches_host_0s_store_at_its_address_and_port(tmp_path, host0_st
                          ids=["no address", "no port", "an empty port", "a port not a number", "nobody listening"])
 def test_a_rank_without_a_store_to_reach_has_no_channel(tmp_path, refused_port, addr, port) -> None:
     port = str(refused_port) if port == "refused" else port
-    assert channel_of(run_paths(tmp_path), None, False, addr, port, 0.0) is None
+    assert channel_of(run_paths(tmp_path), InitConfig(), addr, port, 0.0) is None
 
 
 # -- dumps: the channel and the run folder --------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def executor_of(running: Running) -> tuple[Executor, AttemptState, Diagnostics, 
     return executor, state, diagnostics, said, reports
 
 
-def channel_of(paths: RunPaths) -> JobChannel:
+def attempt_channel(paths: RunPaths) -> JobChannel:
     channel = JobChannel.in_folder(paths.channel_folder(None))
     channel.open_attempt(0)
     return channel
@@ -73,7 +73,7 @@ def test_a_send_reaches_the_named_ranks_processes_and_a_say_the_agents_stderr(pa
 
 
 def test_a_ranks_own_failure_is_told_on_the_channel_and_the_first_one_there_comes_back(paths) -> None:
-    channel = channel_of(paths)
+    channel = attempt_channel(paths)
     earlier = JobFailure(rank=0, host="a", text="RuntimeError: boom", time=1.0)
     channel.say_failed(0, earlier)
     executor, state, _, _, _ = executor_of(running_of(paths, channel=channel))
@@ -82,7 +82,7 @@ def test_a_ranks_own_failure_is_told_on_the_channel_and_the_first_one_there_come
 
 
 def test_a_failure_is_told_on_the_channel_and_read_back_only_when_asked(paths) -> None:
-    channel = channel_of(paths)
+    channel = attempt_channel(paths)
     executor, _, _, _, _ = executor_of(running_of(paths, channel=channel))
     assert executor.carry_out(TellFailure(failure=STALL, read_back=False)) == []
     assert channel.failure(0) == STALL
@@ -90,7 +90,7 @@ def test_a_failure_is_told_on_the_channel_and_read_back_only_when_asked(paths) -
 
 
 def test_a_stop_is_told_on_the_channel_in_this_hosts_name_and_read_back(paths) -> None:
-    channel = channel_of(paths)
+    channel = attempt_channel(paths)
     executor, _, _, _, _ = executor_of(running_of(paths, channel=channel))
     [seen] = executor.carry_out(TellStop(signum=signal.SIGTERM))
     assert isinstance(seen, StopSeen) and (seen.asked.signal, seen.asked.host) == (signal.SIGTERM, "b")

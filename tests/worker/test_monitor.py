@@ -41,7 +41,7 @@ def monitor_of(running: Running, **kwargs: object) -> tuple[Monitor, AgentInbox,
     return Monitor(running, inbox, clock=clock, wall=lambda: 1700.0, **kwargs), inbox, clock
 
 
-def channel_of(paths: RunPaths) -> JobChannel:
+def folder_channel(paths: RunPaths) -> JobChannel:
     return JobChannel.in_folder(paths.channel_folder(None))
 
 
@@ -69,7 +69,7 @@ def test_what_reached_the_agent_from_outside_is_taken_from_its_inbox_once(paths)
 
 
 def test_the_channel_is_read_every_peer_poll_s_for_a_new_stop_request_and_another_hosts_failure(paths) -> None:
-    channel = channel_of(paths)
+    channel = folder_channel(paths)
     channel.open_attempt(0)
     monitor, _, clock = monitor_of(running_of(paths, channel=channel))
     state = state_of(monitor.running)
@@ -162,7 +162,7 @@ def test_rank_0s_step_is_seen_where_rank_0_is_here_and_someone_asked(paths) -> N
 
 
 def test_every_look_ends_with_a_tick_and_no_source_acts(paths) -> None:
-    channel = channel_of(paths)
+    channel = folder_channel(paths)
     channel.open_attempt(0)
     running = running_of(paths, 0, channel=channel, lives={0: RankLife(started=0.0, destroyed=2.0)})
     failed(running.setups[1], timeout=True)

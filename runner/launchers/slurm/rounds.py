@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.common import exits
-from runner.common.signals import handling
+from runner.common.signals import passing_on
 from runner.environments.slurm import expand_hostnames
 from runner.launchers.base import LaunchOutcome
 from runner.launchers.elastic.liveness import BEATS_MISSED, silent_after_s
@@ -233,7 +233,7 @@ class Step:
         write_holder_beat(self.round.paths, self.round.paths.attempt, 0)  # before the tasks look for it
         self.proc = subprocess.Popen(self.round.argv(), cwd=self.round.cwd, stderr=subprocess.PIPE)
         threading.Thread(target=self._read, name="srun-stderr", daemon=True).start()
-        with handling((signal.SIGINT, signal.SIGTERM, self.stop_signal), self._pass_on):
+        with passing_on(self.stop_signal, self._pass_on):
             code = self._watch()
         self._take_reports()
         if code and not self.stopping:
@@ -246,7 +246,7 @@ class Step:
         return Ended(code=code, signalled=self.signalled, cause=cause, lost=lost, lost_at=self.heard.lost_at,
                      why_lost=dict(self.heard.lost))
 
-    def _pass_on(self, signum: int, _frame: object) -> None:
+    def _pass_on(self, signum: int) -> None:
         self.stopping = True
         if signum in (signal.SIGINT, signal.SIGTERM) and self.signalled is None:
             self.signalled = signum
