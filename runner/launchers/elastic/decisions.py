@@ -120,7 +120,7 @@ class Decider:
         self.lease: int | None = None
         self.keys: Keys | None = None
         self.reached = time.monotonic()  # when etcd last answered this host
-        self.out: str | None = None  # why this host is out of the job (its lease gone), once it is
+        self.out: str | None = None  # why this host is out of the job (its lease gone, or etcd silent), while it is
         self._stop = threading.Event()
         self._beating: threading.Thread | None = None
 
@@ -169,32 +169,35 @@ class Decider:
     # -- from joining to leaving --------------------------------------------------------------------------------------
     def _beat(self) -> None:
         """This host's lease kept alive every ``every_s`` from :meth:`join` to :meth:`leave` (while a share runs, and
-        while it waits for a decision), until it is out (:attr:`out`: its lease expired, or etcd has not answered for
-        the lease's time)."""
+        while it waits for a decision). While etcd has not answered for the lease's time this host is out
+        (:attr:`out`: it cannot know whether the others went on without it, so its share ends), and it is in again
+        where etcd answers and its lease lived on (an election under load, say): what is decided there says whether
+        it takes part in the next attempt. An expired lease is final."""
         while not self._stop.wait(self.every_s):
-            why = self.beat()
-            if why is not None:
-                self.out = why
+            why, final = self.beat()
+            self.out = why
+            if final:
                 return
 
-    def beat(self) -> str | None:
-        """Keep this host's lease alive once; None, or why this host is out of the job."""
+    def beat(self) -> tuple[str | None, bool]:
+        """Keep this host's lease alive once: None, or why this host is out of the job; and whether that is final
+        (its lease expired)."""
         assert self.lease is not None
         try:
             left = self.etcd.keepalive(self.lease)
         except EtcdError as e:
             if time.monotonic() - self.reached >= self.ttl_s:
-                return f"the job's etcd has not answered this host for {self.ttl_s} s ({e})"
-            return None
+                return f"the job's etcd has not answered this host for {self.ttl_s} s ({e})", False
+            return self.out, False
         self.reached = time.monotonic()
         if left > 0:
-            return None
+            return None, False
         try:  # a member behind the others may answer so: the lease is gone only where a majority reads its key gone
             if self.keys is not None and self.etcd.get(self.keys.member(self.label)) is not None:
-                return None
+                return None, False
         except EtcdError:
-            return None  # (the silence rule says when too long is too long)
-        return f"this host's lease in the job's etcd expired ({self.ttl_s} s without a keepalive)"
+            return self.out, False  # (the silence rule says when too long is too long)
+        return f"this host's lease in the job's etcd expired ({self.ttl_s} s without a keepalive)", True
 
     def alive(self) -> set[str]:
         """The hosts and spares whose member key is there."""

@@ -68,7 +68,9 @@ class OwnCluster:
                 "--advertise-client-urls", f"http://{addr}:{self.client_port}",
                 "--listen-peer-urls", f"http://{addr}:{self.peer_port}",
                 "--initial-advertise-peer-urls", f"http://{addr}:{self.peer_port}",
-                "--initial-cluster", cluster, "--initial-cluster-state", "new", "--initial-cluster-token", self.token]
+                "--initial-cluster", cluster, "--initial-cluster-state", "new", "--initial-cluster-token", self.token,
+                "--pre-vote"]  # a member cut off and back does not call an election (etcd 3.5's default): the
+        # others' leader stays, and no host loses etcd for an election's time because one flapped
 
 
 def _url_host(addr: str) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from etcd_fixtures import local_etcd
 from runner.launchers.elastic.decisions import Decider, Decision, decide
-from runner.launchers.elastic.etcd import Etcd
+from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.membership import Membership
 from runner.spec.schema import HostConfig
 
@@ -33,6 +33,36 @@ def test_the_decision_is_the_rounds_model_with_the_spares_that_are_up() -> None:
     ended = decide(membership("abc"), 0, ["a"], {"b": "gone", "c": "gone"}, {"a"}, "a")
     assert ended.hosts == () and ended.ended.startswith("1 host(s) left of 3, fewer than topology.min_nodes=2")
     assert Decision.of(took.document()) == took
+
+
+class _Silent:
+    """An etcd that does not answer keepalives while ``silent``, and then says the lease has ``left`` seconds."""
+
+    def __init__(self) -> None:
+        self.silent, self.left = True, 4
+
+    def keepalive(self, lease: int) -> int:
+        if self.silent:
+            raise EtcdError("timed out")
+        return self.left
+
+
+@pytest.mark.unit
+def test_etcd_silent_for_the_leases_time_puts_a_host_out_until_it_answers_with_the_lease_alive() -> None:
+    """Silence is not final (an election under load): the host is out while etcd is silent for the lease's time (its
+    share ends: it cannot know whether the others went on), and in again where etcd answers with its lease alive; what
+    etcd decided then says whether it takes part. Only an expired lease is final."""
+    etcd = _Silent()
+    decider = Decider(etcd, "r1", "b", "host", every_s=1.0)  # type: ignore[arg-type]
+    decider.lease = 7
+    assert decider.beat() == (None, False)  # silent, but not for the lease's time yet
+    decider.reached -= decider.ttl_s
+    why, final = decider.beat()
+    assert why == f"the job's etcd has not answered this host for {decider.ttl_s} s (timed out)" and not final
+    decider.out = why
+    assert decider.beat() == (why, False)  # still silent: still out
+    etcd.silent = False
+    assert decider.beat() == (None, False)  # it answered, the lease alive: in again
 
 
 @pytest.fixture(scope="module")
