@@ -6,9 +6,10 @@ process: a host's processes killed, a host's link taken down (no FIN, only silen
 lost host's place, a host that flaps (lost, then back), a preempted host, and too few hosts left. Each must end as it
 says (every step trained, or failed with the cause), membership.jsonl must say what happened, the next attempt must
 resume from exactly the newest complete copy the hosts that went on held, rank 0's steps must be one lineage, and
-nothing of the job may be left on any host. And the same job at any world size (the digits recipe): the default job on
-2+2+1 processes, and a job shrunk from 3 hosts to 2 (64 over 3, then over 2) that ends with the weights of a job of the
-2 hosts started from the checkpoint the shrunk one resumed from."""
+nothing of the job may be left on any host. And the same job at any world size (the digits recipe): a job shrunk from 3
+hosts to 2 (64 over 3, then over 2) that ends with the weights of a job of the 2 hosts started from the checkpoint the
+shrunk one resumed from (hosts of unequal sizes over ssh: tests/e2e/test_ssh.py; the default job on 2+2+1 processes:
+tests/e2e/test_lost_nodes_slurm.py, and locally at every world size: tests/e2e/test_any_world_size.py)."""
 
 from __future__ import annotations
 
@@ -252,22 +253,6 @@ def test_a_preempted_host_leaves_and_the_others_go_on_from_the_checkpoint_its_st
 # --------------------------------------------------------------------------- any world size
 
 
-def test_the_default_job_runs_on_2_plus_2_plus_1_processes(bed, job):
-    """Five processes on three hosts, as the job's users have them: the default job (digits, 64 over 5: 13, 13, 13,
-    13, 12; 2 of its 20 epochs), from a machine that is none of the hosts."""
-    a, b, c, _ = bed.names
-    run_id = f"p{uuid.uuid4().hex[:8]}"
-    listed = "topology.hosts=[" + ",".join(f"{{name: {n}, devices: {d}}}" for n, d in ((a, 2), (b, 2), (c, 1))) + "]"
-    argv = [RUN, "launcher=ssh", f"launcher.ssh.config_file={bed.ssh_config}", "init=tcp", "topology=custom", listed,
-            "recipe.epochs=2", f"run_id={run_id}"]
-    with started(argv, cwd=job.views[None], env=bed.env(), run_id=run_id, merged=True) as proc:
-        ((code, said),) = finish([proc], timeout=240)
-    assert code == 0, said
-    assert "5 process(es), global batch 64 (13/12 per process), 2 epochs" in said, said
-    found = summary(job, run_id)
-    assert (found["world_size"], found["processes_per_host"], found["metrics_step"]) == (5, [2, 2, 1], 42), found
-    assert found["final_metrics"]["test_accuracy"] > 0.85, found
-    nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
 def test_a_job_shrunk_from_3_hosts_to_2_trains_as_a_job_on_2_from_its_checkpoint(bed, job):
