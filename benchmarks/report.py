@@ -194,17 +194,50 @@ def preload() -> str:
                       "jobs that hung at their end"], rows))
 
 
+def gpu(path: Path | None = None) -> str:
+    """The GPU run's checks (benchmarks/gpu_checks.py); where none ran on a GPU, says so and how to run them."""
+    path = path or RESULTS / "gpu_checks.json"
+    data = json.loads(path.read_text()) if path.exists() else None
+    if data is None or not data["cuda"]:
+        tried = f" (the script's last run, {data['date']}, had no CUDA: every check skipped)" if data else ""
+        return f"No GPU run is recorded yet{tried}. On a GPU machine: `bash scripts/gpu_checks.sh`.\n"
+    d = data["device"]
+    rows = [[r["check"], r["status"], f"{r.get('seconds', 0):.1f}", _gpu_figures(r)] for r in data["checks"]]
+    return (f"measured {data['date']} with `{data['command']}`: {d['gpus']} x {d['name']}, driver {d['driver']}, "
+            f"torch {d['torch']}, CUDA {d['cuda']}, Python {d['python']}, {d['cpus']} CPUs\n\n"
+            + _table(["check", "status", "seconds", "figures"], rows))
+
+
+def _gpu_figures(record: dict) -> str:
+    """A check's figures in one cell: the throughput's and launch's ratios in words, the others as they came."""
+    figures = record.get("figures")
+    if figures is None:
+        return record.get("why", "").splitlines()[0][:160] if record.get("why") else ""
+    if "ratio" in figures and "median_steps_per_s" in figures:
+        med = figures["median_steps_per_s"]
+        return (f"run {med['run']:.2f} steps/s vs hand-written {med['hand-written loop']:.2f}: "
+                f"**{figures['ratio']:.3f}x** (target {figures['target']})")
+    if all(isinstance(v, dict) and "ratio" in v for v in figures.values()):
+        return "; ".join(f"{n} process(es): run {v['median_s']['run --']:.2f} s vs torchrun "
+                         f"{v['median_s']['torchrun --standalone']:.2f} s = **{v['ratio']:.2f}x**"
+                         for n, v in figures.items())
+    return json.dumps(figures)[:200].replace("|", "/")
+
+
 TABLES = {"machine": lambda: machine() + "\n", "launch": launch, "throughput": throughput, "plan": plan,
           "sharding": sharding, "diagnosis": diagnosis, "pairs": pairs, "checkpoint": checkpoint, "copies": copies,
           "restarts": restarts,
-          "preload": preload, "lost_hosts": lost_hosts}
+          "preload": preload, "lost_hosts": lost_hosts, "gpu": gpu}
 
 
-def update(report: Path = REPORT) -> list[str]:
-    """Rewrite every table block of the report from the result files; the names of those rewritten."""
+def update(report: Path = REPORT, names: set[str] | None = None) -> list[str]:
+    """Rewrite every table block of the report (or those of ``names``) from the result files; the names of those
+    rewritten."""
     text, done = report.read_text(), []
 
     def fill(m: re.Match) -> str:
+        if names is not None and m["name"] not in names:
+            return m.group(0)
         done.append(m["name"])
         return m.group(1) + TABLES[m["name"]]() + m.group(4)
 

@@ -36,7 +36,7 @@ def test_the_committed_report_has_every_table_block():
     text = (REPO / "benchmarks" / "REPORT.md").read_text()
     assert [m["name"] for m in report._BLOCK.finditer(text)] == ["machine", "launch", "preload", "pairs", "restarts",
                                                                  "lost_hosts", "throughput", "diagnosis", "plan",
-                                                                 "sharding", "checkpoint", "copies"]
+                                                                 "sharding", "checkpoint", "copies", "gpu"]
 
 
 def test_the_committed_report_quotes_the_preload_results_and_the_zygote_imports_what_they_show_safe():

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The GPU checks in one call under one time limit (benchmarks/gpu_checks.py: each check its own budget, one line
+# each, results in benchmarks/results/gpu_checks.json and REPORT.md's GPU section). Without CUDA every check is
+# skipped and this ends 0. No network needed: the runner is installed from this checkout (no dependencies fetched)
+# into .gpu-venv, made over the machine's own torch, unless the interpreter already has it.
+# PYTHON: the interpreter (default .venv/bin/python if present, else python3); GPU_CHECKS_LIMIT: seconds (480).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python="${PYTHON:-}"
+if [ -z "$python" ]; then
+  if [ -x .venv/bin/python ]; then python=.venv/bin/python; else python=python3; fi
+fi
+if ! "$python" -c 'import runner.conf, runner.app.start' 2>/dev/null; then
+  if [ ! -x .gpu-venv/bin/python ]; then
+    "$python" -m venv --system-site-packages .gpu-venv
+  fi
+  PIP_NO_INDEX=1 .gpu-venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+  python=.gpu-venv/bin/python
+fi
+exec timeout --kill-after=10 "${GPU_CHECKS_LIMIT:-480}" "$python" benchmarks/gpu_checks.py
