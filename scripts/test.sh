@@ -13,7 +13,9 @@ set +e
 # cores, 3 workers left the CPUs idle 8% of the time, all three waiting, 4 keep them 98% busy),
 # a file's tests on one worker (its module fixtures made once), the longest files first (tests/scheduling.py; not
 # xdist's own order, by number of tests); the workers share one test bed
-.venv/bin/python -P -m pytest -p no:cacheprovider -n "${TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"
+# -m "not gpu": the GPU tests (tests/gpu) are scripts/gpu_checks.sh's, on a machine with CUDA; here they would only be
+# skipped (a later -m in "$@" replaces this one)
+.venv/bin/python -P -m pytest -p no:cacheprovider -n "${TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder -m "not gpu" "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
