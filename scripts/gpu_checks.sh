@@ -2,7 +2,8 @@
 # The GPU checks in one call under one time limit (benchmarks/gpu_checks.py: each check its own budget, one line
 # each, results in benchmarks/results/gpu_checks.json and REPORT.md's GPU section). Without CUDA every check is
 # skipped and this ends 0. No network needed: the runner is installed from this checkout (no dependencies fetched)
-# into .gpu-venv, made over the machine's own torch, unless the interpreter already has it.
+# into .gpu-venv, made over the machine's own torch, unless the interpreter already has it; its other dependencies
+# come from .gpu-wheels/ where it is there (made with network by scripts/gpu_wheelhouse.sh, carried with the checkout).
 # PYTHON: the interpreter (default .venv/bin/python if present, else python3); GPU_CHECKS_LIMIT: seconds (480).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,9 @@ fi
 if ! "$python" -c 'import runner.conf, runner.app.start' 2>/dev/null; then
   if [ ! -x .gpu-venv/bin/python ]; then
     "$python" -m venv --system-site-packages .gpu-venv
+  fi
+  if [ -d .gpu-wheels ]; then  # the runner's dependencies but torch, brought along (scripts/gpu_wheelhouse.sh)
+    PIP_NO_INDEX=1 .gpu-venv/bin/python -m pip install -q --no-deps .gpu-wheels/*.whl
   fi
   PIP_NO_INDEX=1 .gpu-venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
   python=.gpu-venv/bin/python
