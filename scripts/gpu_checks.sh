@@ -14,6 +14,10 @@ fi
 if ! "$python" -c 'import runner.conf, runner.app.start' 2>/dev/null; then
   if [ ! -x .gpu-venv/bin/python ]; then
     "$python" -m venv --system-site-packages .gpu-venv
+    # the packages of the interpreter given (its torch), wherever they are (a venv's, conda's, the system's): after
+    # the new venv's own on the path
+    paths='import sysconfig; print(*dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")), sep="\n")'
+    "$python" -c "$paths" > "$(.gpu-venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/machine.pth"
   fi
   if [ -d .gpu-wheels ]; then  # the runner's dependencies but torch, brought along (scripts/gpu_wheelhouse.sh)
     PIP_NO_INDEX=1 .gpu-venv/bin/python -m pip install -q --no-deps .gpu-wheels/*.whl
