@@ -278,15 +278,17 @@ def main() -> int:
 
     cuda = torch.cuda.is_available()
     info = device()  # before any check: the GPU's name and driver whatever happens after
-    results = [one(name, budget, check, cuda) for name, budget, check in CHECKS]
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps({"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                                   "command": COMMAND, "device": info, "cuda": cuda, "checks": results},
-                                  indent=1) + "\n")
     sys.path.insert(0, str(HERE))
     import report
 
-    report.update(names={"gpu"})
+    results: list[dict] = []
+    for name, budget, check in CHECKS:  # written after each check: a run the overall limit cuts keeps what it found
+        results.append(one(name, budget, check, cuda))
+        RESULTS.parent.mkdir(exist_ok=True)
+        RESULTS.write_text(json.dumps({"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                                       "command": COMMAND, "device": info, "cuda": cuda, "checks": results},
+                                      indent=1) + "\n")
+        report.update(names={"gpu"})
     failed = [r["check"] for r in results if r["status"] == "fail"]
     print(f"{len(results) - len(failed)} of {len(results)} checks passed or skipped; results: {RESULTS}")
     return 1 if failed else 0
