@@ -4,7 +4,6 @@ hosts' (or a word that they are gone) into its own run folder; another host's fa
 from __future__ import annotations
 
 import json
-import threading
 import time
 import dataclasses
 
@@ -220,19 +219,31 @@ def test_a_host_known_gone_is_not_waited_for_and_what_it_said_before_is_kept(job
     assert error == seen(3, 1, "b", error.timestamp, "its host b is gone: ssh: connection lost")
 
 
+class _FoundGoneWhileWaiting(dict):
+    """The watch's mapping of hosts found gone, as host 0's wait reads it: empty for the wait's first look, then
+    holding ``host`` (as if the watch's thread had found it meanwhile): the order of events, without a timer."""
+
+    def __init__(self, host: str, why: str) -> None:
+        super().__init__()
+        self.host, self.why, self.looks_before = host, why, 0
+
+    def __contains__(self, key: object) -> bool:
+        if not dict.__contains__(self, self.host):
+            self.looks_before += 1
+            if self.looks_before > 1:
+                self[self.host] = self.why
+        return dict.__contains__(self, key)
+
+
 @pytest.mark.timeout(10)  # wait_s=60: the host found gone while host 0 waits ends the wait
 def test_a_host_found_gone_while_host_0_waits_ends_the_wait(job, tmp_path) -> None:
     """launcher=manual's watch finds a host lost after host 0 began to wait (an empty mapping then, filled in by the
     watch's thread): the wait ends once it is there, not after wait_s."""
     plan, _, _ = host_b(job, tmp_path)
     channel = shared_channel(tmp_path)
-    gone: dict[str, str] = {}
-    timer = threading.Timer(0.3, lambda: gone.update(b="no answer for 8 s"))
-    timer.start()
-    try:
-        assert gather_endings(channel, host_paths(tmp_path, "a"), plan, {0, 1}, wait_s=60.0, gone=gone) == [2, 3]
-    finally:
-        timer.cancel()
+    gone = _FoundGoneWhileWaiting(host="b", why="no answer for 8 s")
+    assert gather_endings(channel, host_paths(tmp_path, "a"), plan, {0, 1}, wait_s=60.0, gone=gone) == [2, 3]
+    assert gone.looks_before > 0  # the wait had begun, and looked, before the host was found gone
     error = RankOutcome(host_paths(tmp_path, "a"), 2).error()
     assert error is not None and error.exception == "its host b is gone: no answer for 8 s", error
 
