@@ -22,6 +22,8 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from sessions import in_session
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORK = HERE / "workloads"
@@ -51,17 +53,10 @@ def sh(argv: list[str], budget_s: float, cwd: Path) -> tuple[int, str, float]:
     """(exit status, output, seconds) of one command in its own session; a command past its budget and every
     process of its session are killed (status -9)."""
     budget_s = max(1.0, min(budget_s, _DEADLINE[0] - time.monotonic()))  # never past the check's own budget
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(WORK), str(REPO), os.environ.get("PYTHONPATH", "")])}
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=budget_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return -9, out + f"\n(killed: past its {budget_s:.0f} s budget)", time.perf_counter() - t0
-    return proc.returncode, out, time.perf_counter() - t0
+    ended = in_session(argv, cwd, budget_s)
+    if ended.code is None:
+        return -9, ended.output + f"\n(killed: past its {budget_s:.0f} s budget)", ended.seconds
+    return ended.code, ended.output, ended.seconds
 
 
 def run(args: list[str], budget_s: float, cwd: Path) -> tuple[int, str, float]:
@@ -140,21 +135,17 @@ def _session_gone(pgid: int) -> bool:
 def check_oom(cwd: Path) -> dict:
     """A rank that runs out of GPU memory: its traceback reported, `run` fails, no process of the job left."""
     argv = [*run_cmd(), "device=cuda", "topology=1x1", "--", str(WORK / "gpu_oom.py")]
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, env={**os.environ, "PYTHONPATH": f"{WORK}{os.pathsep}{REPO}"})
-    try:
-        out, _ = proc.communicate(timeout=max(1.0, min(60.0, _DEADLINE[0] - time.monotonic())))
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise CheckFailed("`run` did not end within the check's budget") from None
-    if proc.returncode == 0 or "OutOfMemoryError" not in out or "Traceback" not in out:
-        raise CheckFailed(f"expected a failure with the rank's OutOfMemoryError traceback; exit {proc.returncode}: "
+    ended = in_session(argv, cwd, max(1.0, min(60.0, _DEADLINE[0] - time.monotonic())))
+    if ended.code is None:
+        raise CheckFailed("`run` did not end within the check's budget")
+    out = ended.output
+    if ended.code == 0 or "OutOfMemoryError" not in out or "Traceback" not in out:
+        raise CheckFailed(f"expected a failure with the rank's OutOfMemoryError traceback; exit {ended.code}: "
                           f"{_tail(out)}")
-    if not _session_gone(proc.pid):
-        os.killpg(proc.pid, signal.SIGKILL)
+    if not _session_gone(ended.pid):
+        os.killpg(ended.pid, signal.SIGKILL)
         raise CheckFailed("processes of the job were left after `run` ended")
-    return {"exit": proc.returncode}
+    return {"exit": ended.code}
 
 
 def check_gloo_cuda(cwd: Path) -> dict:
@@ -190,6 +181,7 @@ def check_fresh_ranks(cwd: Path) -> dict:
 def check_throughput(cwd: Path, steps: int = 300, reps: int = 2) -> dict:
     """steps/s of the transformer under `run` against the hand-written single-process loop, interleaved."""
     rates: dict[str, list[float]] = {"run": [], "hand-written loop": []}
+    shutil.copy(WORK / "gpu_transformer.py", cwd)  # the recipe's module in the folder `run` starts in, as a user's
     for i in range(reps):
         for name in (["run", "hand-written loop"] if i % 2 == 0 else ["hand-written loop", "run"]):
             out = cwd / f"rate-{i}-{name[:3]}"

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import socket
 import statistics
 import subprocess
@@ -25,6 +24,8 @@ import tempfile
 import time
 from datetime import date
 from pathlib import Path
+
+from sessions import in_session
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "workloads"
@@ -52,22 +53,14 @@ def _timed(argv: list[str], cwd: Path, env: dict[str, str], name: str = "") -> f
     """Seconds of one successful run. A failed attempt (e.g. torch's occasional teardown abort,
     "terminate called without an active exception") is recorded in FAILURES and retried."""
     for _ in range(ATTEMPTS):
-        t0 = time.perf_counter()
-        # its own process group, so that a hung command and every process it started can be ended
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=HANG_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        ended = in_session(argv, cwd, HANG_S, env)  # its own session: a hung command and all it started are ended
+        if ended.code is None:
             FAILURES.setdefault(name or argv[0], []).append(f"hung: no exit after {HANG_S} s")
             continue
-        elapsed = time.perf_counter() - t0
-        if proc.returncode == 0:
-            return elapsed
-        lines = [line for line in out.splitlines() if line.strip()]
-        FAILURES.setdefault(name or argv[0], []).append(f"exit {proc.returncode}: {lines[-1][:160] if lines else ''}")
+        if ended.code == 0:
+            return ended.seconds
+        lines = [line for line in ended.output.splitlines() if line.strip()]
+        FAILURES.setdefault(name or argv[0], []).append(f"exit {ended.code}: {lines[-1][:160] if lines else ''}")
     raise SystemExit(f"benchmark command failed {ATTEMPTS} times: {' '.join(argv)}\n{FAILURES[name or argv[0]]}")
 
 
