@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 
-from runner.common.polling import poll
+from runner.common.polling import Sleep, poll
 from runner.plan.processes import Plan
 from runner.records.dumps import RankDump
 from runner.records.outcomes import ErrorRecord, RankOutcome
@@ -48,11 +48,12 @@ def share_ended(channel: JobChannel, paths: RunPaths, setups: list[RankSetup], e
 
 
 def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iterable[int], wait_s: float,
-                   gone: Mapping[str, str] | None = None) -> list[int]:
+                   gone: Mapping[str, str] | None = None, *, sleep: Sleep = time.sleep) -> list[int]:
     """Host 0: the other hosts' ranks' records, waited for up to ``wait_s``, written into this run folder; a rank
     whose host said nothing by then is recorded as gone. ``gone``: hosts known to be gone (host -> why: launcher=ssh
     or manual's watch lost them), whose ranks are not waited for: read as it is waited, since a host may be found
-    gone meanwhile (the same mapping, filled in by another thread). The ranks it had no record of."""
+    gone meanwhile (the same mapping, filled in by another thread). The ranks it had no record of. ``sleep``: between
+    two looks (a test's may return at once)."""
     local, gone = set(local), gone if gone is not None else {}
     missing = [r.global_rank for r in plan.records if r.global_rank not in local]
 
@@ -65,7 +66,7 @@ def gather_endings(channel: JobChannel, paths: RunPaths, plan: Plan, local: Iter
         return missing
 
     # the ranks of hosts known to be gone are not waited for
-    missing = poll(look, lambda left: all(plan.records[r].host in gone for r in left), wait_s, POLL_S)
+    missing = poll(look, lambda left: all(plan.records[r].host in gone for r in left), wait_s, POLL_S, sleep=sleep)
     for rank in missing:
         rec = plan.records[rank]
         why = f"its host {rec.host} is gone: {gone[rec.host]}" if rec.host in gone else \
