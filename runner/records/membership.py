@@ -12,16 +12,18 @@ from runner.records.paths import RunPaths
 
 @dataclass(frozen=True, kw_only=True)
 class MembershipChange:
-    """One change of the job's hosts: the attempt that a lost host ended, and the next one on the hosts after."""
+    """One change of the job's hosts: the attempt that a lost host ended (or that stopped at a checkpoint for a lost
+    host that answers again to join), and the next one on the hosts after."""
 
-    time: float  # when the loss was seen (wall clock of the launching machine)
-    attempt: int  # the attempt the loss ended (counted from 0, as TORCHELASTIC_RESTART_COUNT and the ranks' ctx.attempt)
+    time: float  # when the loss was seen, or the host that joins answered (wall clock of the launching machine)
+    attempt: int  # the attempt the loss (or the stop for a join) ended (counted from 0, as TORCHELASTIC_RESTART_COUNT and the ranks' ctx.attempt)
     next_attempt: int | None  # the attempt started on ``after``; None: the job ended with this change
     before: tuple[str, ...]  # the hosts, in node-rank order
     after: tuple[str, ...]  # the hosts of the next attempt, in node-rank order (empty: none)
     lost: tuple[str, ...]  # the hosts lost
     cause: str  # which host, and how it was seen ("ssh exited 255 (Timeout, server b not responding.)")
     spares: tuple[str, ...] = ()  # the spares that took a lost host's place
+    joined: tuple[str, ...] = ()  # lost hosts taken back (they answered again: topology.max_nodes)
     world_size_before: int = 0
     world_size_after: int = 0
     last_step: int | None = None  # rank 0's last step before the loss, as its host last said it
@@ -47,7 +49,7 @@ class MembershipChange:
         names = {f.name for f in fields(cls)}
         try:
             found = {k: v for k, v in doc.items() if k in names}
-            for k in ("before", "after", "lost", "spares"):
+            for k in ("before", "after", "lost", "spares", "joined"):
                 if k in found:
                     found[k] = tuple(found[k])
             return cls(**found)
@@ -56,13 +58,16 @@ class MembershipChange:
 
     def line(self) -> str:
         """The summary's words, attempts counted from 1 as `run`'s restart lines count them: "c lost in attempt 1
-        (...): attempt 2 on 2 host(s), world size 2; 17 step(s) lost, first step 6.2 s after"."""
+        (...): attempt 2 on 2 host(s), world size 2; 17 step(s) lost, first step 6.2 s after"; "c back in attempt 2
+        (...): attempt 3 on 3 host(s), world size 3; 0 step(s) lost, first step 5.1 s after"."""
         then = f"attempt {self.next_attempt + 1} on {len(self.after)} host(s), world size {self.world_size_after}" \
             if self.next_attempt is not None else "the job ended"
         spares = f", spare {', '.join(self.spares)} in its place" if self.spares else ""
         lost = f"; {self.steps_lost} step(s) lost" if self.steps_lost is not None else ""
         first = f", first step {self.to_first_step_s:.1f} s after" if self.to_first_step_s is not None else ""
-        return f"{', '.join(self.lost)} lost in attempt {self.attempt + 1} ({self.cause}): {then}{spares}{lost}{first}"
+        what = " and ".join(part for part in (f"{', '.join(self.lost)} lost" if self.lost else "",
+                                              f"{', '.join(self.joined)} back" if self.joined else "") if part)
+        return f"{what} in attempt {self.attempt + 1} ({self.cause}): {then}{spares}{lost}{first}"
 
 
 def append_change(paths: RunPaths, change: MembershipChange) -> None:

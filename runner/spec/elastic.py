@@ -12,11 +12,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from runner.spec.job import Job
 from runner.spec.problems import Problem
 from runner.spec.schema import HostConfig, JobConfig, ParallelMode, TopologyConfig
 from runner.spec.topology import Host, is_valid_host
+
+class ElasticFacts(Protocol):
+    """What these rules read of a launcher's capabilities (runner.launchers.capabilities.Capabilities)."""
+
+    @property
+    def survives_lost_hosts(self) -> bool: ...  # topology.min_nodes and spares work with it
+    @property
+    def lost_host_reason(self) -> str: ...  # why they do not, when they do not
+    @property
+    def takes_hosts_back(self) -> bool: ...  # a lost host that answers again joins (topology.max_nodes)
+    @property
+    def hosts_back_reason(self) -> str: ...  # why not, when not
+
 
 @dataclass(frozen=True)
 class Elasticity:
@@ -114,11 +128,12 @@ def world_size_range(job: Job, elastic: Elasticity) -> tuple[int, int]:
     return sum(per_host[:elastic.min_nodes]) + filled * per_host[-1], largest
 
 
-def elastic_problems(job: Job, survives_lost_hosts: bool, reason: str) -> Iterator[Problem]:
-    """``topology.min_nodes`` and ``topology.spares`` against the hosts, the launcher (``survives_lost_hosts``;
-    ``reason``: why not), the restarts and the master."""
+def elastic_problems(job: Job, can: ElasticFacts) -> Iterator[Problem]:
+    """``topology.min_nodes``, ``topology.spares`` and ``topology.max_nodes`` against the hosts, the launcher (``can``:
+    whether it survives a lost host and takes one back, and why not), the restarts and the master."""
     topology, launcher = job.spec.topology, job.spec.launcher
     n = len(job.hosts)
+    yield from _max_nodes_problems(job, can)
     if topology.min_nodes is not None and not 1 <= topology.min_nodes <= n:
         yield Problem("topology.min_nodes", f"must be 1..{n} (the topology has {n} host(s)), got {topology.min_nodes}",
                       f"e.g. topology.min_nodes={max(1, n - 1)}: the job goes on while one host is lost; null: every "
@@ -129,8 +144,8 @@ def elastic_problems(job: Job, survives_lost_hosts: bool, reason: str) -> Iterat
         return
     what = f"topology.min_nodes={elastic.min_nodes}" if elastic.min_nodes < n else "topology.spares"
     key = "topology.min_nodes" if elastic.min_nodes < n else "topology.spares"
-    if not survives_lost_hosts:
-        yield Problem(key, f"launcher={launcher.kind}: {reason}", "launcher=ssh, where `run` starts every host's share "
+    if not can.survives_lost_hosts:
+        yield Problem(key, f"launcher={launcher.kind}: {can.lost_host_reason}", "launcher=ssh, where `run` starts every host's share "
                                                                   "and starts the job again on the hosts that remain")
         return
     if launcher.max_restarts < 1:
@@ -141,3 +156,27 @@ def elastic_problems(job: Job, survives_lost_hosts: bool, reason: str) -> Iterat
         yield Problem("init.master_addr", f"{job.spec.init.master_addr!r} with {what}: host 0 may be lost, and the "
                                           f"next attempt's master is the next host 0",
                       "leave init.master_addr unset (the master is host 0's address)")
+
+
+def _max_nodes_problems(job: Job, can: ElasticFacts) -> Iterator[Problem]:
+    """``topology.max_nodes``: the hosts the job grows back to are the spec's and its spares (the machines the launch
+    knows), under a launcher that takes hosts back."""
+    topology, n = job.spec.topology, len(job.hosts)
+    if topology.max_nodes is None:
+        return
+    most = n + len(job.spares)
+    if not n <= topology.max_nodes <= most:
+        spares = f" + {len(job.spares)} spare(s)" if job.spares else ""
+        yield Problem("topology.max_nodes", f"must be {n}..{most} (the topology has {n} host(s){spares}), got "
+                                            f"{topology.max_nodes}",
+                      "the job grows back to its hosts, and to its spares beyond them: list more spares for more; "
+                      "null: the spec's hosts")
+    elif not can.takes_hosts_back:
+        yield Problem("topology.max_nodes", f"launcher={job.spec.launcher.kind}: {can.hosts_back_reason}",
+                      "launcher=ssh, where `run` tries the lost hosts again and takes back those that answer; or "
+                      "leave topology.max_nodes unset")
+    elif topology.min_nodes is None and not job.spares:
+        yield Problem("topology.max_nodes", f"{topology.max_nodes} without topology.min_nodes or topology.spares: a "
+                                            f"lost host ends the job, so none comes back",
+                      f"topology.min_nodes={max(1, n - 1)} as well: the job goes on without a lost host, and takes "
+                      f"it back at a checkpoint once it answers")

@@ -101,6 +101,11 @@ class TopologyConfig:
     checkpoint (each change counts against launcher.max_restarts); null: a lost host ends the job."""
     spares: list[HostConfig] = field(default_factory=list)
     """Hosts checked at the start and kept ready: a spare takes a lost host's place, so the world size stays."""
+    max_nodes: Optional[int] = None
+    """The most hosts the job grows back to (torchrun's --nnodes=MIN:MAX); null: the spec's hosts.
+
+    launcher=ssh: a lost host that answers again joins at the next checkpoint while the job has fewer hosts than this
+    (launcher.ssh.rejoin_s, launcher.rejoin_after_s)."""
 
 
 @dataclass
@@ -209,6 +214,11 @@ class SshOptions:
     """ssh -o ServerAliveInterval (ServerAliveCountMax=3): a host silent for three intervals is lost.
 
     0: only a closed connection tells."""
+    rejoin_s: int = 10
+    """Seconds between tries of a lost host, in a job that outlives its hosts; 0: a lost host is not taken back.
+
+    The try is the check of the start; a host that passes joins at the next checkpoint (topology.max_nodes,
+    launcher.rejoin_after_s)."""
     export: list[str] = field(default_factory=list)
     """Variables whose values here every host gets (env NAME=value on its command line), e.g. [HF_HOME]."""
     run: Optional[str] = None
@@ -246,6 +256,10 @@ class LauncherConfig:
     """Globs under workdir that a code snapshot copies instead of git's files."""
     snapshot_max_mb: float = 200.0
     """A code snapshot larger than this is refused, naming its largest files."""
+    rejoin_after_s: float = 60.0
+    """Seconds after a lost host was taken back before it may be taken back again (launcher=ssh).
+
+    Each join is a restart: a host that flaps costs at most one restart per this many seconds."""
     max_restarts: int = 0
     """Start the job again after a failure, up to this many times; the recipe resumes from its last checkpoint.
 

@@ -19,7 +19,7 @@ from typing import Protocol
 from runner.common import extras
 from runner.common.signals import is_signal_name
 from runner.spec.batch import batch_problems
-from runner.spec.elastic import declares_elasticity, elastic_problems, resolve_spares
+from runner.spec.elastic import ElasticFacts, declares_elasticity, elastic_problems, resolve_spares
 from runner.spec.job import Job
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem, Severity, errors
@@ -45,8 +45,9 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-class LauncherFacts(Protocol):
-    """What validation reads of a launcher's capabilities (runner.launchers.capabilities.Capabilities)."""
+class LauncherFacts(ElasticFacts, Protocol):
+    """What validation reads of a launcher's capabilities (runner.launchers.capabilities.Capabilities); the rules of a
+    job that outlives its hosts read theirs (runner.spec.elastic.ElasticFacts)."""
 
     @property
     def supports_restarts(self) -> bool: ...  # launcher.max_restarts > 0 works with it
@@ -56,10 +57,6 @@ class LauncherFacts(Protocol):
     def gives_mpi_ranks(self) -> bool: ...  # its tasks are MPI ranks (backend=mpi needs them)
     @property
     def shares_run_folder(self) -> bool: ...  # its hosts' processes share the run folder that `run` made (not manual's)
-    @property
-    def survives_lost_hosts(self) -> bool: ...  # topology.min_nodes and spares work with it (runner.spec.elastic)
-    @property
-    def lost_host_reason(self) -> str: ...  # why they do not, when they do not
 
 
 class LauncherRules(Protocol):
@@ -95,7 +92,7 @@ def validate(spec: JobConfig, probe: MachineProbe, launcher: LauncherRules) -> t
         job = Job(spec, hosts, device, backend, _master_addr(spec, hosts, launcher), spares)
         for rule in _JOB_RULES:
             problems += rule(job, probe, launcher)
-        problems += elastic_problems(job, launcher.capabilities.survives_lost_hosts, launcher.capabilities.lost_host_reason)
+        problems += elastic_problems(job, launcher.capabilities)
         problems += launcher.job_problems(job, probe)
     if errors(problems):
         return None, problems

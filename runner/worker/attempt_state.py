@@ -171,6 +171,7 @@ class StepSeen:
     resumed: int | None = None
     copy_host: str | None = None
     copy_save: int | None = None
+    final: bool = False  # rank 0 has exited: its last step, said whenever it comes (a join's record needs it)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -420,12 +421,12 @@ class AttemptState:
         return []
 
     def _step_seen(self, event: StepSeen, now: float) -> list[Directive]:
-        """Rank 0's step, when it moved: at once the first step of the attempt, else at most every
+        """Rank 0's step, when it moved: at once the first step of the attempt and rank 0's last, else at most every
         :data:`STEP_REPORT_S`."""
         if event.step == self.step_said:
             return []
         first = event.resumed is not None and event.step > event.resumed and not self.first_step_said
-        if not first and now - self.step_said_at < STEP_REPORT_S:
+        if not first and not event.final and now - self.step_said_at < STEP_REPORT_S:
             return []
         self.step_said, self.step_said_at, self.first_step_said = event.step, now, self.first_step_said or first
         return [ReportStep(seen=event)]

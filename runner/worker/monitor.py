@@ -20,7 +20,7 @@ from runner.worker.attempt_state import (AttemptState, DumpsRequested, EndedFrom
                                          RankExited, Signalled, StallSeen, StepSeen, StuckAtEnd, Tick, TimedOut,
                                          WhereAsked)
 from runner.worker.inbox import AgentInbox
-from runner.worker.rank_life import EndGuard, stalled
+from runner.worker.rank_life import EndGuard, RankLife, stalled
 from runner.worker.running import Running
 
 PEER_POLL_S = 0.5  # how often the job's channel is looked at: another host's failure, a stop request
@@ -44,6 +44,7 @@ class Monitor:
         self._channel_polled = clock()  # the poll timers: when each was last looked at
         self._requests_polled = 0.0
         self._beats_read = 0.0
+        self._last_of_rank_0: RankLife | None = None  # rank 0's life as its exit left it (its pipes drained)
 
     def sources(self) -> tuple[Source, ...]:
         """Every source, in the order the machine takes their events."""
@@ -61,6 +62,8 @@ class Monitor:
                 exited.append(RankExited(rank=number, code=rank.code, at=self.wall(),
                                          returned_at=life.returned if life is not None else None))
                 a.relay.drain(rank.index)
+                if number == 0:
+                    self._last_of_rank_0 = life  # its last step, which the drain read: for :meth:`step`
         return exited
 
     def signals(self, _state: AttemptState) -> list[Event]:
@@ -154,9 +157,13 @@ class Monitor:
         a = self.running
         rank_0 = next((r for r in a.ranks if a.number(r) == 0), None)
         life = a.relay.life(rank_0.index) if rank_0 is not None else None
+        final = life is None and self._last_of_rank_0 is not None  # rank 0 exited: its last step, once
+        if final:
+            life, self._last_of_rank_0 = self._last_of_rank_0, None
         if life is None or life.step is None:
             return []
-        return [StepSeen(step=life.step, resumed=life.resumed, copy_host=life.copy_host, copy_save=life.copy_save)]
+        return [StepSeen(step=life.step, resumed=life.resumed, copy_host=life.copy_host, copy_save=life.copy_save,
+                         final=final)]
 
     def tick(self, _state: AttemptState) -> list[Event]:
         return [Tick()]

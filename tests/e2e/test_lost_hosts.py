@@ -3,7 +3,7 @@ own: four namespace hosts, each with its own sshd and a job folder of its own (n
 these tests take down (the shared bed's carry Slurm and other tests). The cheapest job that shows each fault
 (tests/lost_hosts.py: tests/workloads/elastic.py, a tiny model, a checkpoint every 10 steps) on three hosts of one
 process: a host's processes killed, a host's link taken down (no FIN, only silence), host 0 killed, a spare taking a
-lost host's place, a host that flaps (lost, then back), a preempted host, and too few hosts left. Each must end as it
+lost host's place, a host whose link comes back (taken back at the next checkpoint), a preempted host, and too few hosts left. Each must end as it
 says (every step trained, or failed with the cause), membership.jsonl must say what happened, the next attempt must
 resume from exactly the newest complete copy the hosts that went on held, rank 0's steps must be one lineage, and
 nothing of the job may be left on any host. And the same job at any world size (the digits recipe): a job shrunk from 3
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lost_hosts import (LEFT_ON_HOSTS_S, done_on, elastic_recipe, link, membership, newest, one_lineage,
+from lost_hosts import (LEFT_ON_HOSTS_S, STEPS, done_on, elastic_recipe, link, membership, newest, one_lineage,
                         resumed_as_it_must, the_change)
 from runner.training.copies import complete_copy
 from runs import RUN, Started, check_readme_quotes, finish, nothing_left, seen_in, started, wait_until
@@ -50,6 +50,10 @@ SAID = {
     "spare": r"ssh: restarting on 3 host\(s\) \({host0}, {host2}, {host3}\) from the last checkpoint: attempt 2 of 4 "
              r"\(launcher\.max_restarts=3\), spare\(s\) {host3} in the lost host's place",
     "too few": r"ssh: the job ends: 1 host\(s\) left of 3, fewer than topology\.min_nodes=2 \(no spare left\)",
+    "back": r"ssh: {host2} answer\(s\) again: the job takes it back at the next checkpoint \(every rank is asked to "
+            r"stop there\)",
+    "grown": r"ssh: restarting on 3 host\(s\) \({host0}, {host1}, {host2}\) from the last checkpoint: attempt 3 of 4 "
+             r"\(launcher\.max_restarts=3\), {host2} back",
 }
 
 
@@ -190,23 +194,36 @@ def test_a_spare_takes_the_lost_hosts_place_and_the_world_size_stays(bed, job):
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
-def test_a_host_that_flaps_is_lost_once_and_not_taken_back(bed, job):
-    """Host 2's link down until the launch has lost it, then up again at once: the job goes on on the other two, and
-    host 2's `run`, which heard no beat meanwhile, has stopped its share by itself."""
+def test_a_host_whose_link_comes_back_joins_at_the_next_checkpoint_and_the_job_ends_at_its_size(bed, job):
+    """Host 2's link down until the launch has lost it (the job goes on on two), then up again: the launching `run`
+    tries it every launcher.ssh.rejoin_s and takes it back at the next checkpoint: every rank stops there, the next
+    attempt runs on the three hosts from that checkpoint (no step lost), and the job ends at world size 3. Host 2's
+    `run` of the first attempt, which heard no beat meanwhile, had stopped its share by itself."""
     a, b, c, _ = bed.names
-    run_id = f"f{uuid.uuid4().hex[:8]}"
+    run_id, steps = f"f{uuid.uuid4().hex[:8]}", 2 * STEPS  # time enough for host 2 to come back before the end
+    args = [hosts([a, b, c]), "topology.min_nodes=2", "launcher.ssh.keepalive_s=1", "launcher.ssh.rejoin_s=1"]
     try:
-        with start(bed, job, [hosts([a, b, c]), "topology.min_nodes=2", "launcher.ssh.keepalive_s=1"], run_id) as proc:
+        with start(bed, job, args, run_id, recipe=elastic_recipe(job.path / "out", steps)) as proc:
             copied(job, run_id, [a, b, c], proc)
             link(bed, c, up=False)
-            wait_until(lambda: proc.said(f"host 2 ({c}) lost"), 60, "host 2 lost", alive=[proc])
+            wait_until(lambda: proc.said("restarting on 2 host(s)"), 60, "the job going on without host 2",
+                       alive=[proc])
             link(bed, c, up=True)
             ((code, said),) = finish([proc], timeout=240)
     finally:
         link(bed, c, up=True)
-    done_on(job.run_folder(None, run_id), said, code, world_size=2)
-    the_change(job.run_folder(None, run_id), [a, b, c], [a, b], [c])
-    lineage(job, bed)
+    folder = job.run_folder(None, run_id)
+    done_on(folder, said, code, world_size=3, steps=steps)
+    assert re.search(seen("back", bed), said) and re.search(seen("grown", bed), said), said
+    lost, joined = membership(folder)
+    assert (lost["before"], lost["after"], lost["lost"], lost["joined"]) == ([a, b, c], [a, b], [c], []), lost
+    assert (joined["attempt"], joined["next_attempt"], joined["before"], joined["after"], joined["lost"],
+            joined["joined"]) == (1, 2, [a, b], [a, b, c], [], [c]), joined
+    assert (joined["world_size_before"], joined["world_size_after"], joined["steps_lost"]) == (2, 3, 0), joined
+    assert joined["to_first_step_s"] > 0 and joined["cause"] == f"{c}: answered again (launcher.ssh.rejoin_s)"
+    trained = one_lineage([job.views[h] / "out" / "steps.jsonl" for h in bed.names], steps=steps)
+    worlds = [(line["attempt"], line["world"]) for line in trained]
+    assert sorted(set(worlds)) == [(0, 3), (1, 2), (2, 3)], worlds  # the world size over time: 3, 2, then 3 again
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 

@@ -150,3 +150,37 @@ def test_world_sizes_with_spares_fewer_than_the_losses() -> None:
 def test_elasticity_is_off_for_a_job_of_every_host() -> None:
     assert not Elasticity(hosts=2, min_nodes=2, spares=()).enabled
     assert LauncherConfig().max_restarts == 0
+
+
+def with_max_nodes(spec: JobConfig, max_nodes: int) -> JobConfig:
+    return dataclasses.replace(spec, topology=dataclasses.replace(spec.topology, max_nodes=max_nodes))
+
+
+def test_max_nodes_up_to_the_hosts_and_spares_is_taken_under_ssh() -> None:
+    assert validate(with_max_nodes(ssh_job([2, 2, 2], min_nodes=2), 3)).valid
+    spare = [HostConfig(name="h9", devices=2)]
+    assert validate(with_max_nodes(ssh_job([2, 2], min_nodes=1, spares=spare), 3)).valid
+
+
+@pytest.mark.parametrize("max_nodes", [1, 4])
+def test_max_nodes_outside_the_hosts_and_spares_is_refused_with_the_arithmetic(max_nodes: int) -> None:
+    got = validate(with_max_nodes(ssh_job([2, 2, 2], min_nodes=2), max_nodes))
+    problem = got.find("topology.max_nodes", "must be 3..3 (the topology has 3 host(s))")
+    assert problem is not None and f"got {max_nodes}" in problem.message and "spares" in problem.hint, got.rendered()
+
+
+@pytest.mark.parametrize("launcher", ["manual", "slurm"])
+def test_max_nodes_is_refused_where_the_launcher_takes_no_host_back_with_its_reason(launcher: str) -> None:
+    from runner.launchers import LAUNCHERS
+
+    got = validate(with_max_nodes(ssh_job([2, 2, 2], min_nodes=2, launcher=launcher), 3))
+    problem = got.find("topology.max_nodes", f"launcher={launcher}: ")
+    assert problem is not None, got.rendered()
+    assert problem.message == f"launcher={launcher}: {LAUNCHERS[launcher].capabilities.hosts_back_reason}"
+    assert problem.hint.startswith("launcher=ssh")
+
+
+def test_max_nodes_without_a_way_to_lose_a_host_is_refused() -> None:
+    got = validate(with_max_nodes(ssh_job([2, 2, 2], max_restarts=0), 3))
+    problem = got.find("topology.max_nodes", "without topology.min_nodes or topology.spares")
+    assert problem is not None and "topology.min_nodes=2" in problem.hint, got.rendered()

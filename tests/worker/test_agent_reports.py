@@ -18,15 +18,15 @@ from runner.worker.executor import Executor
 from runner.worker.inbox import AgentInbox
 from runner.worker.monitor import Monitor
 from runner.worker.rank_life import RankLife
-from test_running import running_of
+from test_running import Rank, running_of
 
 pytestmark = pytest.mark.unit
 
 
 def host(paths, node_rank: int, reporter: Callable[[AgentReport], None] | None = None
-         ) -> tuple[Callable[[], None], RankLife, Clock]:
-    """Host ``node_rank``'s agent of a 2 x 2 job in its attempt 3, rank 0's life (if here) to move: a look at rank 0's
-    step, as the agent's loop takes it."""
+         ) -> tuple[Callable[[], None], RankLife, Clock, tuple[Rank, ...]]:
+    """Host ``node_rank``'s agent of a 2 x 2 job in its attempt 3, rank 0's life (if here) to move: a look at its
+    ranks' exits and at rank 0's step, as the agent's loop takes them (set ``ends_with`` on rank 0's: it exits)."""
     clock = Clock(500.0)
     life = RankLife(started=0.0)
     running = running_of(dataclasses.replace(paths, attempt=3), node_rank, lives={0: life})
@@ -36,16 +36,16 @@ def host(paths, node_rank: int, reporter: Callable[[AgentReport], None] | None =
     executor = Executor(running, state, None, reporter, clock=lambda: 1700.0)  # type: ignore[arg-type]
 
     def look() -> None:
-        for event in monitor.step(state):
+        for event in (*monitor.exits(state), *monitor.step(state)):
             for directive in state.handle(event, clock()):
                 executor.carry_out(directive)
 
-    return look, life, clock
+    return look, life, clock, running.ranks  # type: ignore[return-value]
 
 
 def test_rank_0s_first_step_is_reported_at_once_then_at_most_every_step_report_s(paths) -> None:
     said: list = []
-    look, life, clock = host(paths, 0, said.append)
+    look, life, clock, _ = host(paths, 0, said.append)
     look()
     assert said == []  # no progress bar yet
     life.step, life.resumed = 40, 40  # resumed at 40: no step of this attempt yet
@@ -64,12 +64,27 @@ def test_rank_0s_first_step_is_reported_at_once_then_at_most_every_step_report_s
                for r in said)
 
 
+def test_rank_0s_last_step_is_reported_as_it_exits_however_soon(paths) -> None:
+    """A join's record (membership.jsonl: the steps lost) needs the step rank 0 stopped at, which may come within
+    STEP_REPORT_S of the last said: the drain of its pipes read it, and it is said once."""
+    said: list = []
+    look, life, clock, ranks = host(paths, 0, said.append)
+    life.step, life.resumed = 41, 40
+    look()  # the first step: at once
+    clock.sleep(STEP_REPORT_S / 4)
+    life.step = 43  # two more, then its exit: its pipes drained, its life no longer the relay's
+    ranks[0].ends_with = 0
+    look()
+    look()  # said once
+    assert [r.step for r in said] == [41, 43]
+
+
 def test_a_host_without_rank_0_or_an_agent_nobody_asked_reports_nothing(paths) -> None:
     said: list = []
-    look, life, _ = host(paths, 1, said.append)  # host b: ranks 2 and 3
+    look, life, _, _ = host(paths, 1, said.append)  # host b: ranks 2 and 3
     life.step, life.resumed = 5, 0
     look()
     assert said == []
-    look, life, _ = host(paths, 0)
+    look, life, _, _ = host(paths, 0)
     life.step, life.resumed = 5, 0
     look()  # no reporter: nothing to do, nothing raised

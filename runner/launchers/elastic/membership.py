@@ -4,8 +4,11 @@ runner.spec.elastic).
 A lost host ends the attempt everywhere (runner.launchers.elastic.rounds); the launch then starts the next
 attempt on the hosts that remain, as a job of its own spec: the surviving hosts in their order, then the spares that
 take the lost hosts' places, numbered again from 0 (so the first surviving host is host 0, serves the rendezvous and
-holds the checkpoint every host kept: runner.training.context), with a port of the attempt's own. Nothing here starts
-anything: :meth:`Membership.after_loss` is the decision, :meth:`Membership.spec` the next attempt's spec.
+holds the checkpoint every host kept: runner.training.context), with a port of the attempt's own. A lost host is kept
+(``absent``): launcher=ssh tries it again, and one that answers is taken back at the next checkpoint, after the others,
+while the job has fewer hosts than topology.max_nodes, and at most once per launcher.rejoin_after_s (each join is a
+restart). Nothing here starts anything: :meth:`Membership.after_loss` and :meth:`Membership.after_return` are the
+decisions, :meth:`Membership.spec` the next attempt's spec.
 """
 
 from __future__ import annotations
@@ -30,12 +33,16 @@ class Membership:
     hosts: tuple[HostConfig, ...]
     spares: tuple[HostConfig, ...]
     min_nodes: int
+    max_nodes: int = 0  # the most hosts the job grows back to (0: as many as it has)
+    absent: tuple[HostConfig, ...] = ()  # hosts lost, in the order they were lost: they may come back
+    joined_at: tuple[tuple[str, float], ...] = ()  # each host taken back, and when it last was (time.time())
 
     @classmethod
     def of(cls, spec: JobConfig) -> Membership:
         """The first attempt's: the pinned spec's hosts and spares."""
         hosts = tuple(spec.topology.hosts or ())
-        return cls(hosts, tuple(spec.topology.spares or ()), spec.topology.min_nodes or len(hosts))
+        return cls(hosts, tuple(spec.topology.spares or ()), spec.topology.min_nodes or len(hosts),
+                   spec.topology.max_nodes or len(hosts))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -57,13 +64,37 @@ class Membership:
             no_spare = "" if self.spares[len(taken):] or not gone else " (no spare left)"
             return CannotGoOn(f"{len(after)} host(s) left of {len(self.hosts)}, fewer than topology.min_nodes="
                               f"{self.min_nodes}{no_spare}")
-        return GoesOn(Membership(after, self.spares[len(taken):], self.min_nodes), taken)
+        absent = (*self.absent, *(h for i, h in enumerate(self.hosts) if i in gone))
+        return GoesOn(dataclasses.replace(self, hosts=after, spares=self.spares[len(taken):], absent=absent), taken)
+
+    @property
+    def room(self) -> int:
+        """How many hosts the job may take back (topology.max_nodes less the hosts it has)."""
+        return max(0, (self.max_nodes or len(self.hosts)) - len(self.hosts))
+
+    def returning(self, now: float, rejoin_after_s: float) -> tuple[tuple[HostConfig, float], ...]:
+        """The lost hosts that may be taken back, each with when it may be (``now``, or ``rejoin_after_s`` after it was
+        last taken back: launcher.rejoin_after_s); none where the job has its most hosts already."""
+        if not self.room:
+            return ()
+        last = dict(self.joined_at)
+        return tuple((h, max(now, last.get(_name(h, -1), -rejoin_after_s) + rejoin_after_s)) for h in self.absent)
+
+    def after_return(self, names: Iterable[str], now: float) -> GoesOn:
+        """The hosts with the lost ones named ``names`` back (after the others, up to topology.max_nodes, in the
+        order given): host 0 stays host 0, and holds the checkpoint."""
+        back = [h for name in names for h in self.absent if _name(h, -1) == name][:self.room]
+        back_names = {_name(h, -1) for h in back}
+        joined = {**dict(self.joined_at), **{name: now for name in back_names}}
+        return GoesOn(dataclasses.replace(self, hosts=(*self.hosts, *back),
+                                          absent=tuple(h for h in self.absent if _name(h, -1) not in back_names),
+                                          joined_at=tuple(joined.items())), (), tuple(back))
 
     def spec(self, spec: JobConfig, attempt: int) -> JobConfig:
         """``spec`` (the run's pinned one) for an attempt on these hosts: its topology these hosts and spares, and a
         rendezvous port of the attempt's own (the new host 0 may be the old one, whose last store has just closed)."""
         topology = dataclasses.replace(spec.topology, hosts=list(self.hosts), spares=list(self.spares), nodes=None,
-                                       hostfile=None, min_nodes=min(self.min_nodes, len(self.hosts)))
+                                       hostfile=None, min_nodes=min(self.min_nodes, len(self.hosts)), max_nodes=None)
         init = spec.init if attempt == 0 else dataclasses.replace(spec.init,
                                                                    master_port=port_for(f"{spec.run_id}.{attempt}"))
         return dataclasses.replace(spec, topology=topology, init=init)
@@ -71,11 +102,12 @@ class Membership:
 
 @dataclass(frozen=True)
 class GoesOn:
-    """The job after a loss: on ``membership``'s hosts (the survivors, then spares), ``taken`` the spares that took the
-    lost hosts' places."""
+    """The job after a loss or a return: on ``membership``'s hosts (the survivors, then spares, then hosts taken back),
+    ``taken`` the spares that took the lost hosts' places, ``back`` the lost hosts taken back."""
 
     membership: Membership
     taken: tuple[HostConfig, ...]
+    back: tuple[HostConfig, ...] = ()  # lost hosts taken back
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from runner.launchers.elastic.membership import CannotGoOn, Membership
 from runner.plan.processes import Plan
 from runner.records.membership import MembershipChange, append_change
 from runner.records.paths import RunPaths
-from runner.spec.schema import JobConfig
+from runner.spec.schema import HostConfig, JobConfig
 from runner.worker.agent_reports import AgentReport, AttemptBegan, Leaving, StepReached
 
 
@@ -51,6 +51,8 @@ class Ended:
     next_attempt: int | None = None  # the attempt the hosts that remain go on with (launcher=manual's decision in
     # etcd); None: the one after the last that began
     spares_gone: frozenset[str] = frozenset()  # spares found gone meanwhile (launcher=manual's decision): not taken
+    joining: tuple[str, ...] = ()  # lost hosts that answered again: the round stopped at a checkpoint to take them
+    joining_at: float | None = None  # when they were found to answer (time.time())
 
 
 class Round(Protocol):
@@ -60,11 +62,28 @@ class Round(Protocol):
     paths: RunPaths
 
     def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None,
-                 replacing: Sequence[str] = ()) -> tuple[Ended, list[str]]: ...
+                 replacing: Sequence[str] = (), returns: Returns | None = None) -> tuple[Ended, list[str]]: ...
 
     def on(self, spec: JobConfig, attempt: int) -> Round: ...
 
+    def returns(self, candidates: Sequence[tuple[HostConfig, float]]) -> Returns | None:
+        """The lost hosts ``candidates`` (each with when it may first be tried) tried again while the round runs;
+        None: this launch takes no host back (topology.max_nodes: launcher=ssh)."""
+
     def check(self, with_spares: bool = False) -> LaunchOutcome | None: ...
+
+
+class Returns(Protocol):
+    """Lost hosts tried again while a round runs (runner.launchers.ssh.rejoin)."""
+
+    def start(self) -> Returns:
+        """Begin trying (once the round's shares are started)."""
+
+    def ready(self) -> tuple[str, ...]:
+        """The names of those that answered (empty: none yet)."""
+
+    def close(self) -> None:
+        """Stop trying; nothing it started is left."""
 
 
 @dataclass
@@ -125,11 +144,18 @@ class AttemptsOnHosts:
         records: list[str] = []  # what the last round took back from the hosts: the next round's replace them
         while True:
             heard = _RoundReports(attempt)
-            ended, records = launcher.sessions(on_report=lambda host, report: self._heard(heard, host, report),
-                                               replacing=records)
+            # a lost host may come back while a restart is left to take it with (each join is one)
+            returns = launcher.returns(membership.returning(time.time(), self.spec.launcher.rejoin_after_s)) \
+                if attempt < limit else None
+            try:
+                ended, records = launcher.sessions(on_report=lambda host, report: self._heard(heard, host, report),
+                                                   replacing=records, returns=returns)
+            finally:
+                if returns is not None:
+                    returns.close()
             ended = _with_leavers(ended, heard, launcher.plan)
             self._write_pending(heard)
-            if not ended.lost or ended.signalled is not None:
+            if not (ended.lost or ended.joining) or ended.signalled is not None:
                 return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause, plan=launcher.plan)
             attempt = ended.next_attempt if ended.next_attempt is not None else heard.attempt + 1
             chosen = membership.without_spares(ended.spares_gone).after_loss(ended.lost)
@@ -138,13 +164,18 @@ class AttemptsOnHosts:
                 append_change(self.first.paths, self._change(launcher, membership, ended, heard, None, ()))
                 print(f"{self.said_as}: the job ends: {why}", file=sys.stderr, flush=True)
                 return LaunchOutcome(code=exits.FAILED, cause=f"{ended.cause}; {why}", plan=launcher.plan)
+            if ended.joining:
+                chosen = replace(chosen.membership.after_return(ended.joining, ended.joining_at or time.time()),
+                                 taken=chosen.taken)
             after, taken = chosen.membership, chosen.taken
             following = launcher.on(after.spec(self.spec, attempt), attempt)
             self.pending = self._change(launcher, membership, ended, heard, following,
-                                        tuple(h.name or str(h.addr) for h in taken))
+                                        tuple(h.name or str(h.addr) for h in taken),
+                                        tuple(h.name or str(h.addr) for h in chosen.back))
             print(f"{self.said_as}: restarting on {len(after.hosts)} host(s) ({', '.join(after.names)}) from the last "
                   f"checkpoint: attempt {attempt + 1} of {limit + 1} (launcher.max_restarts={limit})"
-                  + (f", spare(s) {', '.join(self.pending.spares)} in the lost host's place" if taken else ""),
+                  + (f", spare(s) {', '.join(self.pending.spares)} in the lost host's place" if taken else "")
+                  + (f", {', '.join(self.pending.joined)} back" if chosen.back else ""),
                   file=sys.stderr, flush=True)
             launcher, membership = following, after
             refused = launcher.check()
@@ -160,12 +191,15 @@ class AttemptsOnHosts:
 
     @staticmethod
     def _change(launcher: Round, before: Membership, ended: Ended, heard: _RoundReports,
-                following: Round | None, spares: tuple[str, ...]) -> MembershipChange:
-        """The change a round's lost hosts make: to ``following``'s hosts (None: the job ends)."""
+                following: Round | None, spares: tuple[str, ...], joined: tuple[str, ...] = ()) -> MembershipChange:
+        """The change a round's lost hosts, and the lost hosts that came back, make: to ``following``'s hosts (None:
+        the job ends)."""
         lost = tuple(before.names[i] for i in sorted(ended.lost))
-        cause = "; ".join(f"{before.names[i]}: {ended.why_lost[i]}" for i in sorted(ended.lost) if i in ended.why_lost)
+        cause = "; ".join([*(f"{before.names[i]}: {ended.why_lost[i]}" for i in sorted(ended.lost)
+                             if i in ended.why_lost),
+                           *(f"{name}: answered again (launcher.ssh.rejoin_s)" for name in joined)])
         return MembershipChange(
-            time=ended.lost_at or time.time(), attempt=heard.attempt,
+            time=ended.lost_at or ended.joining_at or time.time(), attempt=heard.attempt, joined=joined,
             next_attempt=following.paths.attempt if following is not None else None, before=before.names,
             after=tuple(h.label for h in following.plan.job.hosts) if following is not None else (), lost=lost,
             cause=cause or str(ended.cause), spares=spares, world_size_before=launcher.plan.world_size,

@@ -25,7 +25,7 @@ from runner.launchers.elastic.liveness import BEATS_MISSED
 from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.etcd_member import ETCD, OwnCluster, OwnMember
 from runner.launchers.elastic.membership import Membership, job_on
-from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended
+from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended, Returns
 from runner.launchers.manual.rounds import HostRound, NotCalled, run_round, stand_by
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
@@ -33,7 +33,7 @@ from runner.spec.job import Job
 from runner.spec.elastic import elasticity
 from runner.spec.probe import LocalProbe, MachineProbe
 from runner.spec.problems import Problem
-from runner.spec.schema import InitMethod, JobConfig
+from runner.spec.schema import HostConfig, InitMethod, JobConfig
 from runner.spec.topology import is_loopback, is_valid_host
 from runner.worker.agent_reports import AgentReport
 from runner.worker.zygote import Zygote
@@ -73,6 +73,8 @@ class ManualLauncher(Launcher):
         supports_restarts=True,  # the hosts restart together, agreeing through host 0's store (runner.worker.channel)
         shares_run_folder=False,  # each host's `run` makes its own run folder
         survives_lost_hosts=True,  # the hosts' `run`s decide who goes on in etcd (runner.launchers.manual.rounds)
+        hosts_back_reason="the hosts decide in etcd who goes on after a loss, and a lost host's `run` started again is "
+                          "not admitted to a running job yet (launcher=ssh takes a lost host back)",
         forks_here=True,
         hosts_start_apart=True,
         pins_master_port=True)  # the hosts cannot learn a port chosen on one of them at launch
@@ -279,8 +281,12 @@ class ManualLauncher(Launcher):
               f"host(s) ({', '.join(called.hosts)})", file=sys.stderr, flush=True)
         return AttemptsOnHosts(self.on(membership.spec(spec, called.attempt), called.attempt)).run()
 
+    def returns(self, candidates: Sequence[tuple[HostConfig, float]]) -> Returns | None:
+        """None: no lost host is taken back (a lost host's `run` started again is not admitted to a running job yet; validation refuses topology.max_nodes)."""
+        return None
+
     def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None,
-                 replacing: Sequence[str] = ()) -> tuple[Ended, list[str]]:
+                 replacing: Sequence[str] = (), returns: Returns | None = None) -> tuple[Ended, list[str]]:
         """This host's round (runner.launchers.manual.rounds); no records to take back (each host keeps its own)."""
         assert self._round is not None
         return run_round(self._round, on_report), []
@@ -327,7 +333,7 @@ def _etcd_problems(job: Job, probe: MachineProbe) -> Iterator[Problem]:
         yield Problem("launcher.manual.etcd", f"the job's own etcd needs the `{ETCD}` program on every host and spare "
                                               f"(a member each), and it is not found here",
                       f"install it (Debian: apt-get install etcd-server), or name an etcd of yours: "
-                      f"launcher.manual.etcd=[host:port]")
+                      "launcher.manual.etcd=[host:port]")
     own = OwnCluster.of(job)
     if elastic.min_nodes < own.floor:
         yield Problem("topology.min_nodes", f"{elastic.min_nodes} with the job's own etcd: it has a member on each of "

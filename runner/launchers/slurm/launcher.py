@@ -43,7 +43,9 @@ class SlurmLauncher(Launcher):
         restart_hint="launcher.slurm.requeue=true: the job is requeued after Slurm's stop signal, and resumes",
         sets_visible_devices=False,  # Slurm shows each task its node's GPUs
         master_source="first host of SLURM_STEP_NODELIST",
-        survives_lost_hosts=True)  # the job's srun steps, one a round, on the nodes that remain (slurm.rounds)
+        survives_lost_hosts=True,  # the job's srun steps, one a round, on the nodes that remain (slurm.rounds)
+        hosts_back_reason="a node that Slurm took out of the allocation does not come back to it (Slurm gives a job's "
+                          "nodes once); the job goes on on the nodes that remain")
 
     # -- rules (runner.launchers.slurm.rules) and the master ----------------------------------------------------
     @classmethod

@@ -46,7 +46,7 @@ from runner.environments.slurm import expand_hostnames
 from runner.launchers.base import LaunchOutcome
 from runner.launchers.elastic.liveness import BEATS_MISSED, silent_after_s
 from runner.launchers.elastic.membership import job_on
-from runner.launchers.elastic.rounds import Ended
+from runner.launchers.elastic.rounds import Ended, Returns
 from runner.plan.processes import Plan
 from runner.records.paths import RunPaths
 from runner.spec.document import load_spec, spec_yaml
@@ -192,8 +192,12 @@ class SlurmRound:
         """Nothing to check before a step: srun refuses nodes the allocation does not have."""
         return None
 
+    def returns(self, candidates: Sequence[tuple[HostConfig, float]]) -> Returns | None:
+        """None: no lost host is taken back (a node Slurm took out of the allocation does not come back to it; validation refuses topology.max_nodes)."""
+        return None
+
     def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None,
-                 replacing: Sequence[str] = ()) -> tuple[Ended, list[str]]:
+                 replacing: Sequence[str] = (), returns: Returns | None = None) -> tuple[Ended, list[str]]:
         """The round's step, to its end; how it ended (the run folder is every node's: nothing to take back)."""
         return Step(self, on_report).run(), []
 

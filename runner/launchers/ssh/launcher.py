@@ -43,7 +43,8 @@ from runner.launchers.ssh.check import check_hosts
 from runner.launchers.ssh.collect import collect
 from runner.launchers.ssh.host import SshHost, collected, ssh_base
 from runner.launchers.elastic.membership import job_on
-from runner.launchers.elastic.rounds import AttemptsOnHosts
+from runner.launchers.elastic.rounds import AttemptsOnHosts, Returns
+from runner.launchers.ssh.rejoin import Returning, ReturnWatch
 from runner.launchers.ssh.session import Ended, run_sessions
 from runner.records.paths import RunPaths
 from runner.spec.document import spec_yaml
@@ -52,7 +53,7 @@ from runner.spec.pins import Pins
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
 from runner.spec.elastic import elasticity
-from runner.spec.schema import InitMethod, JobConfig
+from runner.spec.schema import HostConfig, InitMethod, JobConfig
 from runner.spec.topology import Host
 from runner.spec.validation import ENV_NAME
 from runner.worker.agent_reports import AgentReport
@@ -67,6 +68,7 @@ class SshLauncher(Launcher):
         supports_restarts=True,  # every host's agent restarts together, through host 0's store (runner.worker.channel)
         shares_run_folder=False,  # each host's run folder is its own, unless the hosts share a file system
         survives_lost_hosts=True,  # `run` starts the job again on the hosts that remain (runner.launchers.elastic.membership)
+        takes_hosts_back=True,  # `run` tries the lost hosts again; one that answers joins (runner.launchers.ssh.rejoin)
         pins_master_port=True)  # the hosts' agents cannot learn a port chosen on one of them at launch
 
     @classmethod
@@ -245,18 +247,33 @@ class SshLauncher(Launcher):
         return None
 
     def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None,
-                 replacing: Sequence[str] = ()) -> tuple[Ended, list[str]]:
+                 replacing: Sequence[str] = (), returns: Returns | None = None) -> tuple[Ended, list[str]]:
         """Every host's share, relayed to its end (runner.launchers.ssh.session), then their records taken back
-        (replacing those an earlier round took: ``replacing``); how the sessions ended, and the records taken."""
+        (replacing those an earlier round took: ``replacing``); how the sessions ended, and the records taken.
+        ``returns``: lost hosts tried again meanwhile (:meth:`returns`), which join at the next checkpoint."""
         spec = self.plan.job.spec
         hosts = self.hosts()
         ended = run_sessions(hosts, spec_yaml(spec), self.plan.rules.stop_signal, spec.launcher.grace_s,
-                             spec.launcher.ssh.keepalive_s, on_report)
+                             spec.launcher.ssh.keepalive_s, on_report, returns)
         try:
             return ended, collect(hosts, self.paths, ended.lost, replacing)
         except KeyboardInterrupt:  # the job is over: only its records were being taken back
             print("\nSIGINT: the hosts' records stay in their run folders", file=sys.stderr, flush=True)
         return ended, []
+
+    def returns(self, candidates: Sequence[tuple[HostConfig, float]]) -> ReturnWatch | None:
+        """The lost hosts ``candidates`` tried every launcher.ssh.rejoin_s from when each may be (runner.launchers.ssh.
+        rejoin), each with the check of the start: it dials this round's rendezvous as a host other than host 0 does;
+        None where there is none to try or launcher.ssh.rejoin_s=0."""
+        opts = self.plan.job.spec.launcher.ssh
+        if not candidates or opts.rejoin_s <= 0:
+            return None
+        first = len(self.plan.job.hosts) + len(self.plan.job.spares)
+        tried = [Returning(key=config.name or str(config.addr), due=due, host=self._ssh_host(
+            Host(index=first + i, name=config.name, addr=config.addr, devices=config.devices or 1,
+                 gpus=tuple(config.gpus or ())), f"lost host {config.name or config.addr}"))
+                 for i, (config, due) in enumerate(candidates)]
+        return ReturnWatch(tried, opts.rejoin_s, opts.connect_timeout_s, installed())
 
     def on(self, spec: JobConfig, attempt: int) -> SshLauncher:
         """This launch on another spec's hosts (the hosts that remain after a loss), from ``attempt`` on."""

@@ -15,8 +15,11 @@ and this `run` as the job's one terminal.
 * **A host lost.** An ssh that exits 255 (the connection lost, the host or its `run` killed) while the job runs:
   every other host is told to end the job (no restart: the lost host cannot take part), naming the lost host; the
   job fails (exit 1) and the summary names it, unless it outlives its hosts (topology.min_nodes, topology.spares),
-  whose next attempt the launching `run` starts on the hosts that remain (runner.launchers.elastic.rounds). A host whose `run` ends badly (a refusal there, a lost store) while
-  the others run is told to the others the same way.
+  whose next attempt the launching `run` starts on the hosts that remain (runner.launchers.elastic.rounds). A host whose
+  `run` ends badly (a refusal there, a lost store) while the others run is told to the others the same way.
+* **A lost host back.** In such a job, a lost host that passes the check again (runner.launchers.ssh.rejoin) joins at
+  the next checkpoint: every host is sent the stop signal, its ranks checkpoint and return, and the next round starts
+  with it.
 """
 
 from __future__ import annotations
@@ -35,10 +38,10 @@ from typing import IO
 
 from runner.common import exits
 from runner.common.signals import handling
-from runner.launchers.elastic.rounds import Ended
+from runner.launchers.elastic.rounds import Ended, Returns
 from runner.launchers.ssh.host import SshHost
 from runner.launchers.ssh.protocol import beat_message, end_message, signal_message, spec_message
-from runner.worker.agent_reports import REPORT, AgentReport, parse_report
+from runner.worker.agent_reports import REPORT, AgentReport, StepReached, parse_report
 from runner.worker.rank_process import die_with_parent
 
 STOP_MARGIN_S = 25.0  # after launcher.grace_s: for the hosts to say where their ranks were, report and end
@@ -74,8 +77,13 @@ class Sessions:
     """Every host's session, from their start to the end of the last (see the module docstring)."""
 
     def __init__(self, hosts: tuple[SshHost, ...], spec_text: str, stop_signal: int, grace_s: float,
-                 beat_s: float = 0.0, on_report: Callable[[int, AgentReport], None] | None = None) -> None:
+                 beat_s: float = 0.0, on_report: Callable[[int, AgentReport], None] | None = None,
+                 returns: Returns | None = None) -> None:
         self.hosts = hosts
+        self.returns = returns  # lost hosts tried again (runner.launchers.ssh.rejoin); started once the shares are
+        self.joining: tuple[str, ...] = ()  # those that answered: every rank was asked to stop at its checkpoint
+        self.stepping = False  # rank 0 took a step of this round: its ranks run (a stop asked before would be lost)
+        self.joining_at: float | None = None
         self.on_report = on_report  # what each host reports (runner.launchers.ssh.protocol), with its index
         self.spec_text = spec_text
         self.stop_signal = stop_signal
@@ -104,6 +112,8 @@ class Sessions:
             with handling((signal.SIGINT, signal.SIGTERM, self.stop_signal, signal.SIGQUIT),
                           lambda s, _f: self.pending.append(s)):
                 self._start()
+                if self.returns is not None:
+                    self.returns.start()
                 while any(s.code is None or s.partial for s in self.sessions):
                     self._step()
         finally:
@@ -151,6 +161,7 @@ class Sessions:
         for s in self.sessions:
             if s.code is None and s.proc.poll() is not None:
                 self._ended_session(s, s.proc.returncode)
+        self._joins()
         now = time.monotonic()
         if self.beat_s and now >= self.next_beat:
             self.next_beat = now + self.beat_s
@@ -164,6 +175,23 @@ class Sessions:
         if self.kill_at is not None and now >= self.kill_at:
             self.kill_at = None
             self._close(signal.SIGKILL)
+
+    def _joins(self) -> None:
+        """Lost hosts that answer again: every rank is asked to stop at its next checkpoint (the stop signal, as
+        ``kill -USR1`` to each host's `run`), so that the next round starts with them; once rank 0 has taken a step
+        of this round (its ranks run: the stop reaches them), and not while the job ends."""
+        if self.returns is None or self.joining or not self.stepping or self.ending or self.signalled is not None \
+                or self.closing:
+            return
+        back = self.returns.ready()
+        if not back:
+            return
+        self.joining, self.joining_at = back, time.time()
+        print(f"ssh: {', '.join(back)} answer(s) again: the job takes {'them' if len(back) > 1 else 'it'} back at "
+              f"the next checkpoint (every rank is asked to stop there)", file=sys.stderr, flush=True)
+        for s in self.sessions:
+            if s.code is None:
+                s.tell(signal_message(self.stop_signal))
 
     def _relay(self, session: Session, stream: IO[bytes]) -> None:
         fd = stream.fileno()
@@ -201,7 +229,10 @@ class Sessions:
             report = parse_report(line)
             if report is None:
                 kept.append(line)
-            elif self.on_report is not None:
+                continue
+            if isinstance(report, StepReached) and (report.resumed is None or report.step > report.resumed):
+                self.stepping = True
+            if self.on_report is not None:
                 self.on_report(session.host.index, report)
         return b"".join(kept)
 
@@ -262,7 +293,8 @@ class Sessions:
             code = exits.FAILED
         else:
             code = codes[0] if codes else exits.OK
-        return Ended(code, self.signalled, cause, lost, self.lost_at, dict(self.lost))
+        return Ended(code, self.signalled, cause, lost, self.lost_at, dict(self.lost), joining=self.joining,
+                     joining_at=self.joining_at)
 
 
 def _die_with_run() -> None:
@@ -282,7 +314,8 @@ def _write(fd: int, data: bytes) -> None:
 
 
 def run_sessions(hosts: tuple[SshHost, ...], spec_text: str, stop_signal: int, grace_s: float,
-                 beat_s: float = 0.0, on_report: Callable[[int, AgentReport], None] | None = None) -> Ended:
+                 beat_s: float = 0.0, on_report: Callable[[int, AgentReport], None] | None = None,
+                 returns: Returns | None = None) -> Ended:
     """Start every host's share over ssh and relay it to its end (the module docstring); ``on_report``: what the
-    hosts report as it comes."""
-    return Sessions(hosts, spec_text, stop_signal, grace_s, beat_s, on_report).run()
+    hosts report as it comes; ``returns``: lost hosts tried again, that join at the next checkpoint."""
+    return Sessions(hosts, spec_text, stop_signal, grace_s, beat_s, on_report, returns).run()

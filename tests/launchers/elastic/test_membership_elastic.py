@@ -63,3 +63,29 @@ def test_the_next_attempts_spec_has_its_hosts_and_a_port_of_its_own() -> None:
     assert (again.topology.hostfile, again.topology.nodes, again.topology.min_nodes) == (None, None, 2)
     assert again.init.master_port == port_for("r1.3") != spec.init.master_port
     assert Membership.of(spec).spec(spec, attempt=0).init == spec.init  # the first: the pinned port
+
+
+def test_a_lost_host_is_kept_and_taken_back_after_the_others_up_to_max_nodes() -> None:
+    after = Membership.of(spec_of([A, B, C], [], 1)).after_loss({0})
+    assert isinstance(after, GoesOn) and [h.name for h in after.membership.absent] == ["a"]
+    assert after.membership.room == 1
+    back = after.membership.after_return(["a", "x"], now=100.0)  # x was never lost: not taken
+    assert [h.name for h in back.membership.hosts] == ["b", "c", "a"] and [h.name for h in back.back] == ["a"]
+    assert (back.membership.absent, back.membership.room, back.membership.joined_at) == ((), 0, (("a", 100.0),))
+    assert back.membership.returning(now=150.0, rejoin_after_s=60) == ()  # at its most hosts: none to try
+
+
+def test_a_host_taken_back_is_tried_again_only_rejoin_after_s_after_that() -> None:
+    """The flap rule (launcher.rejoin_after_s): lost, taken back at t=100, lost again at t=110: it may be tried again
+    from t=160 on; a host never taken back at once."""
+    one = Membership.of(spec_of([A, B, C], [], 1)).after_loss({2}).membership.after_return(["c"], now=100.0)
+    again = one.membership.after_loss({2, 1}).membership
+    assert {h.name: due for h, due in again.returning(now=110.0, rejoin_after_s=60)} == {"c": 160.0, "b": 110.0}
+
+
+def test_max_nodes_is_the_specs_hosts_unless_it_says_more_and_no_attempt_spec_carries_it() -> None:
+    spec = spec_of([A, B], [], 1)
+    assert Membership.of(spec).max_nodes == 2
+    grown = dataclasses.replace(spec, topology=dataclasses.replace(spec.topology, max_nodes=3, spares=[S]))
+    assert Membership.of(grown).max_nodes == 3
+    assert Membership.of(grown).spec(grown, 1).topology.max_nodes is None  # the launching side alone decides

@@ -38,6 +38,7 @@ class Round:
     lost: tuple[int, ...] = ()
     code: int = exits.OK
     signalled: int | None = None
+    back: tuple[str, ...] = ()  # lost hosts that answered again meanwhile: the round stopped at a checkpoint for them
 
 
 @dataclass
@@ -50,6 +51,7 @@ class FakeLaunch:
     seen: list[tuple[tuple[str, ...], int]] = field(default_factory=list)  # (hosts, attempt) of each round run
     refuse_check: bool = False
     replaced: list[list[str]] = field(default_factory=list)  # what each round was to replace of the round before
+    tried: list[tuple[tuple[str, float], ...]] = field(default_factory=list)  # the lost hosts each round may take back
 
     @property
     def plan(self) -> SimpleNamespace:
@@ -57,25 +59,44 @@ class FakeLaunch:
         hosts = tuple(SimpleNamespace(label=h.name) for h in self.spec.topology.hosts)
         return SimpleNamespace(job=SimpleNamespace(spec=self.spec, hosts=hosts), world_size=len(hosts))
 
-    def sessions(self, on_report=None, replacing=()) -> tuple[Ended, list[str]]:
+    def sessions(self, on_report=None, replacing=(), returns=None) -> tuple[Ended, list[str]]:
         self.seen.append((tuple(h.name for h in self.spec.topology.hosts), self.paths.attempt))
         now = self.rounds.pop(0)
         for report in now.reports:
             on_report(0, report)
         lost = frozenset(now.lost)
         self.replaced.append(list(replacing))
+        back = now.back if returns is not None else ()
         ended = Ended(exits.FAILED if lost else now.code, now.signalled, f"host {min(lost)} was lost" if lost else None,
-                      lost, 1000.0 if lost else None, {i: "ssh exited 255" for i in lost})
+                      lost, 1000.0 if lost else None, {i: "ssh exited 255" for i in lost}, joining=back,
+                      joining_at=2000.0 if back else None)
         return ended, [f"logs/rank{len(self.seen)}.log"]  # what this round "took back"
+
+    def returns(self, candidates):
+        self.tried.append(tuple((h.name, due) for h, due in candidates))
+        return _NoReturns() if candidates else None
 
     def on(self, spec: JobConfig, attempt: int) -> FakeLaunch:
         return FakeLaunch(spec, dataclasses.replace(self.paths, attempt=attempt), self.rounds, self.seen,
-                          self.refuse_check, self.replaced)
+                          self.refuse_check, self.replaced, self.tried)
 
     def check(self, with_spares: bool = False):
         from runner.launchers.base import LaunchOutcome
 
         return LaunchOutcome(code=exits.INVALID) if self.refuse_check else None
+
+
+class _NoReturns:
+    """A watch of lost hosts for the fake launch: what came back is the round's to say (Round.back)."""
+
+    def start(self):
+        return self
+
+    def ready(self) -> tuple[str, ...]:
+        return ()
+
+    def close(self) -> None:
+        pass
 
 
 def changes(paths: RunPaths) -> list[dict]:
@@ -162,3 +183,29 @@ def test_what_a_round_heard() -> None:
         heard.heard(0, report)
     assert (heard.attempt, heard.last_step, heard.resumed) == (1, {0: 2, 1: 3}, {0: 0, 1: 2})
     assert set(heard.first_step_at) == {0, 1}  # attempt 1's first step is 3 (step 2 is where it resumed)
+
+
+def test_a_lost_host_that_answers_again_joins_after_the_others_at_the_next_checkpoint(tmp_path) -> None:
+    """b lost in attempt 0; while attempt 1 runs on a and c, b answers: that round stops at a checkpoint (step 30) and
+    attempt 2 runs on a, c, b, the world size back to 3; each change a line of membership.jsonl."""
+    first, outcome = launch(tmp_path, spec_of(["a", "b", "c"]), [
+        Round(reports=steps(0, 0, 10, 20, 28), lost=(1,)), Round(reports=steps(1, 20, 21, 30), back=("b",)),
+        Round(reports=steps(2, 30, 31, 40))])
+    assert outcome.code == exits.OK and outcome.plan.world_size == 3
+    assert first.seen == [(("a", "b", "c"), 0), (("a", "c"), 1), (("a", "c", "b"), 2)]
+    assert [[name for name, _ in tried] for tried in first.tried] == [[], ["b"], []]  # only while b is lost
+    lost, joined = changes(first.paths)
+    assert (lost["lost"], lost["joined"], lost["world_size_after"]) == (["b"], [], 2)
+    assert {k: joined[k] for k in ("attempt", "next_attempt", "before", "after", "lost", "joined", "cause",
+                                   "last_step", "resumed_from", "steps_lost", "world_size_before",
+                                   "world_size_after", "time")} == {
+        "attempt": 1, "next_attempt": 2, "before": ["a", "c"], "after": ["a", "c", "b"], "lost": [], "joined": ["b"],
+        "cause": "b: answered again (launcher.ssh.rejoin_s)", "last_step": 30, "resumed_from": 30, "steps_lost": 0,
+        "world_size_before": 2, "world_size_after": 3, "time": 2000.0}
+
+
+def test_no_host_is_tried_again_without_a_restart_left_to_take_it_with(tmp_path) -> None:
+    first, outcome = launch(tmp_path, spec_of(["a", "b", "c"], max_restarts=1), [
+        Round(lost=(1,)), Round(back=("b",))])
+    assert outcome.code == exits.OK and first.seen == [(("a", "b", "c"), 0), (("a", "c"), 1)]
+    assert first.tried == [()]  # attempt 1 is the last the restarts allow: no watch
