@@ -1,8 +1,8 @@
 """A lost host, survived or not: torchrun's elastic rendezvous (``--nnodes=2:3 --rdzv-backend=c10d``) against `run
 launcher=ssh topology.min_nodes=2` and `run launcher=manual topology.min_nodes=2`, on three network-namespace hosts of
-the test bed, for three faults.
+the test bed, for three faults, and a host that comes back.
 
-    .venv/bin/python benchmarks/lost_hosts.py [--rounds 1]
+    .venv/bin/python benchmarks/lost_hosts.py [--rounds 1] [--faults kill link "host 0" back]
 
 Needs root and what scripts/testbed.py needs: it brings up a bed of its own (``testbed.py up --hosts 3 --sshd``) and
 takes it down at the end, also when a trial fails. Both launchers run the same torchrun-style script
@@ -23,13 +23,18 @@ checkpoint every 5 steps into a folder every host sees, resumed from), one proce
 
 The faults, once rank 0 did step 15: **kill** (every process of host 2's job killed: the machine gone), **link**
 (host 2's link taken down: its packets dropped, no connection closed; back up once the trial is over), **host 0**
-(every process of host 0's job killed: the host that serves torchrun's c10d store, and run's first attempt's).
+(every process of host 0's job killed: the host that serves torchrun's c10d store, and run's first attempt's);
+**back** (a job of 200 steps: host 2 lost at step 15, and back once the two others did step 30; under torchrun its
+processes killed, its agent started again at its return, as a machine that comes back would start it; under `run`
+over ssh its link down and its processes killed, its link up at its return, nothing started: `run` tries the lost
+host every ``launcher.ssh.rejoin_s=1``): the seconds from the return to the first step of the grown world, and the
+steps lost (since the checkpoint it resumed from); launcher=manual takes no host back and is not tried.
 Per trial: whether the job finished (every launcher still running exited 0 and rank 0 did the last step), the seconds
 from the fault to the next attempt's first step (rank 0's first line with another TORCHELASTIC_RESTART_COUNT or world
 size), the world size it finished at, and how many processes of the job were still in the namespaces 30 s after the
 trial (a launcher that had not ended by TRIAL_S is killed first; a host cut off stops its share by itself once it
 misses the launching `run`'s beats: the seconds it took). Every trial counts, nothing is retried; which launcher goes
-first alternates. Results: benchmarks/results/lost_hosts.json.
+first alternates. Results: benchmarks/results/lost_hosts.json (with ``--faults``, the other faults' results are kept).
 """
 
 from __future__ import annotations
@@ -57,8 +62,10 @@ TORCHRUN, RUN = "torchrun --nnodes=2:3 (c10d)", "run launcher=ssh topology.min_n
 MANUAL = "run launcher=manual topology.min_nodes=2"
 LAUNCHERS = (TORCHRUN, RUN, MANUAL)
 PER_HOST = (TORCHRUN, MANUAL)  # a launcher process in each host's namespace (the lost host's is not counted)
-FAULTS = ("kill", "link", "host 0")
+FAULTS = ("kill", "link", "host 0", "back")
+GROWS = (TORCHRUN, RUN)  # the launchers that take a host back (launcher=manual does not yet: validation says so)
 STEPS, EVERY, STEP_S, FAULT_AT = 60, 5, 0.1, 15
+BACK_STEPS, BACK_AT = 200, 30  # "back": a longer job, host 2 back once rank 0 of the two did step 30
 START_S, TRIAL_S = 120.0, 180.0  # deadlines: the fault point, and the whole trial after the fault
 POLL_S = 0.05
 LEFT_WAIT_S = 30.0  # after a trial: how long the job's processes get to end by themselves before they are counted
@@ -100,9 +107,11 @@ def _steps(out: Path) -> list[dict]:
     return found
 
 
-def _start(bed: Bed, launcher: str, folder: Path, out: Path, ckpt: Path) -> list[subprocess.Popen]:
-    """The launcher's processes: torchrun in each host's namespace, or one `run` here."""
-    script = ["--out", str(out), "--ckpt", str(ckpt), "--steps", str(STEPS), "--every", str(EVERY),
+def _start(bed: Bed, launcher: str, folder: Path, out: Path, ckpt: Path, steps: int = STEPS,
+           again: list | None = None) -> list[subprocess.Popen]:
+    """The launcher's processes: torchrun in each host's namespace, or one `run` here. ``again``: given a list, it gets
+    a function that starts host i's torchrun again (a host that comes back)."""
+    script = ["--out", str(out), "--ckpt", str(ckpt), "--steps", str(steps), "--every", str(EVERY),
               "--step-s", str(STEP_S)]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(_FOREIGN_PREFIXES) and k not in ("PYTHONPATH", "OMP_NUM_THREADS")}
@@ -110,15 +119,18 @@ def _start(bed: Bed, launcher: str, folder: Path, out: Path, ckpt: Path) -> list
     if launcher == TORCHRUN:
         endpoint = f"{bed.hosts[0]['addr']}:{bed.free_port(0)}"
         job_id = f"lb{uuid.uuid4().hex[:10]}"
-        procs = []
-        for i, h in enumerate(bed.hosts):
+
+        def agent(i: int) -> subprocess.Popen:
             argv = [str(BIN / "torchrun"), "--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={endpoint}", f"--rdzv-id={job_id}", "--max-restarts=3",
-                    f"--rdzv-conf=is_host={int(i == 0)},last_call_timeout=1", f"--local-addr={h['addr']}",
+                    f"--rdzv-conf=is_host={int(i == 0)},last_call_timeout=1", f"--local-addr={bed.hosts[i]['addr']}",
                     str(folder / SCRIPT.name), *script]
-            procs.append(subprocess.Popen(bed.exec_argv(i, argv), cwd=folder, env={**env, "GLOO_SOCKET_IFNAME": "lan0"},
-                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
-        return procs
+            return subprocess.Popen(bed.exec_argv(i, argv), cwd=folder, env={**env, "GLOO_SOCKET_IFNAME": "lan0"},
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+        if again is not None:
+            again.append(agent)
+        return [agent(i) for i in range(len(bed.hosts))]
     hosts = ", ".join(f"{{name: '{h['name']}', devices: 1}}" for h in bed.hosts)
     if launcher == MANUAL:
         return _start_by_hand(bed, folder, hosts, script, env, log)
@@ -128,7 +140,9 @@ def _start(bed: Bed, launcher: str, folder: Path, out: Path, ckpt: Path) -> list
         (view / folder.name / SCRIPT.name).write_text(SCRIPT.read_text())
     argv = [str(BIN / "run"), "launcher=ssh", f"launcher.ssh.config_file={bed.ssh['config']}", "init=tcp",
             "topology=custom", f"topology.hosts=[{hosts}]", "topology.min_nodes=2", "launcher.max_restarts=3",
-            "launcher.ssh.keepalive_s=1", "launcher.grace_s=2", f"run_id=lb{uuid.uuid4().hex[:10]}", "--",
+            "launcher.ssh.keepalive_s=1", f"launcher.ssh.rejoin_s={1 if steps == BACK_STEPS else 0}",
+            "launcher.grace_s=2",
+            f"run_id=lb{uuid.uuid4().hex[:10]}", "--",
             SCRIPT.name, *script]
     return [subprocess.Popen(argv, cwd=job, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)]
 
@@ -155,9 +169,13 @@ def trial(bed: Bed, launcher: str, fault: str, folder: Path) -> dict:
     for d in (out, ckpt):
         d.mkdir(parents=True)
     (folder / SCRIPT.name).write_text(SCRIPT.read_text())
-    procs = _start(bed, launcher, folder, out, ckpt)
+    again: list = []
+    steps = BACK_STEPS if fault == "back" else STEPS
+    procs = _start(bed, launcher, folder, out, ckpt, steps, again)
     result: dict = {"launcher": launcher, "fault": fault}
     victim = 0 if fault == "host 0" else 2
+    if fault == "back":
+        return _back(bed, launcher, procs, again, out, result)
     try:
         deadline = time.monotonic() + START_S
         while not any(s["step"] >= FAULT_AT for s in _steps(out)):
@@ -187,27 +205,84 @@ def trial(bed: Bed, launcher: str, fault: str, folder: Path) -> dict:
     except RuntimeError as e:
         result["error"] = str(e)
     finally:
-        bed.link(victim, up=True)
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        # what the job left in the namespaces, given LEFT_WAIT_S to end by itself (a host cut off stops its share once
-        # it misses the launching `run`'s beats; an sshd's session of a login whose client is gone is the sshd's,
-        # closed by its own keepalives: listed, not counted)
-        waited = time.monotonic()
-        while (left := _job_left(bed)) and time.monotonic() - waited < LEFT_WAIT_S:
-            time.sleep(POLL_S)
-        result["left_running"] = len(left)
-        result["ended_by_itself_s"] = None if left else round(time.monotonic() - waited, 1)
-        result["left"] = sorted(set(left.values()))
-        _kill(bed.pids())
+        _clean_up(bed, victim, procs, result)
     return result
+
+
+def _wait_for_step(out: Path, procs: list[subprocess.Popen], step: int, world: int | None = None) -> None:
+    deadline = time.monotonic() + START_S
+    while not any(s["step"] >= step and world in (None, s["world"]) for s in _steps(out)):
+        if time.monotonic() > deadline or all(p.poll() is not None for p in procs):
+            raise RuntimeError(f"rank 0 not at step {step}{'' if world is None else f' of world {world}'} within "
+                               f"{START_S:g} s")
+        time.sleep(POLL_S)
+
+
+def _back(bed: Bed, launcher: str, procs: list[subprocess.Popen], again: list, out: Path, result: dict) -> dict:
+    """Host 2 lost once rank 0 did step FAULT_AT, back once the two others did step BACK_AT: under torchrun its job's
+    processes killed (the survivors see their connections close: torchrun survives no silent host), its agent
+    started again at its return, as a machine that comes back would start it; under `run` its link down and its
+    processes killed, its link up at its return (nothing started: the launching `run` tries it). The seconds from
+    its return to the first step of the grown world, and the steps lost (since the checkpoint that resumed)."""
+    try:
+        _wait_for_step(out, procs, FAULT_AT)
+        if launcher != TORCHRUN:
+            bed.link(2, up=False)  # the machine silent: `run` must not find it until it is back
+        _kill(bed.pids(2))  # (torchrun: with its link up, the survivors' connections to it close)
+        _wait_for_step(out, procs, BACK_AT, world=2)
+        back = time.time()
+        bed.link(2, up=True)
+        if launcher == TORCHRUN:
+            procs[2] = again[0](2)
+        running = [p for i, p in enumerate(procs) if not (launcher in PER_HOST and i == 2 and p.poll() is not None)]
+        end = time.monotonic() + TRIAL_S
+        while any(p.poll() is None for p in running) and time.monotonic() < end:
+            time.sleep(POLL_S)
+        steps = _steps(out)
+        grown = next((s for s in steps if s["t"] > back and s["world"] == 3), None)
+        before = [s["step"] for s in steps if s["t"] > back and s["world"] == 2 and (grown is None or s["t"] < grown["t"])]
+        trained_at_2 = max(before, default=max((s["step"] for s in steps if s["t"] <= back), default=0))
+        result.update(
+            recovered_s=round(grown["t"] - back, 2) if grown else None, grew=grown is not None,
+            steps_lost=max(0, trained_at_2 - grown["resumed"]) if grown else None,
+            finished=all(p.poll() == 0 for p in running) and bool(steps) and steps[-1]["step"] == BACK_STEPS,
+            exit_codes=[p.poll() for p in running], world_after=steps[-1]["world"] if steps else None)
+        if not result["finished"]:  # why, in the launcher's words
+            result["said"] = (out.parent / "output.txt").read_text(errors="replace").splitlines()[-12:]
+    except RuntimeError as e:
+        result["error"] = str(e)
+    finally:
+        _clean_up(bed, 2, procs, result)
+    return result
+
+
+def _clean_up(bed: Bed, victim: int, procs: list[subprocess.Popen], result: dict) -> None:
+    """Every launcher process killed, the link up, and what the job left in the namespaces counted."""
+    bed.link(victim, up=True)
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    # what the job left in the namespaces, given LEFT_WAIT_S to end by itself (a host cut off stops its share once
+    # it misses the launching `run`'s beats; an sshd's session of a login whose client is gone is the sshd's,
+    # closed by its own keepalives: listed, not counted)
+    waited = time.monotonic()
+    while (left := _job_left(bed)) and time.monotonic() - waited < LEFT_WAIT_S:
+        time.sleep(POLL_S)
+    result["left_running"] = len(left)
+    result["ended_by_itself_s"] = None if left else round(time.monotonic() - waited, 1)
+    result["left"] = sorted(set(left.values()))
+    _kill(bed.pids())
+
+
+def launchers_of(fault: str) -> tuple[str, ...]:
+    return GROWS if fault == "back" else LAUNCHERS
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=1, help="trials of each launcher and fault")
+    parser.add_argument("--faults", nargs="+", choices=FAULTS, default=list(FAULTS), help="the faults tried")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the namespace test bed needs root (scripts/testbed.py)")
@@ -218,9 +293,10 @@ def main() -> None:
         bed = Bed(Path(tmp) / "bed", hosts=3, prefix="lb", sshd=True)
         try:
             for r in range(args.rounds):
-                for k, fault in enumerate(FAULTS):
-                    for j in range(len(LAUNCHERS)):
-                        launcher = LAUNCHERS[(r + k + j) % len(LAUNCHERS)]
+                for k, fault in enumerate(args.faults):
+                    names = launchers_of(fault)
+                    for j in range(len(names)):
+                        launcher = names[(r + k + j) % len(names)]
                         folder = Path(tmp) / f"t{r}{k}{j}"
                         folder.mkdir()
                         t = trial(bed, launcher, fault, folder)
@@ -230,24 +306,37 @@ def main() -> None:
         finally:
             bed.close()
     table: dict = {}
-    for fault in FAULTS:
-        row = {}
-        for launcher in LAUNCHERS:
+    for fault in args.faults:
+        row: dict = {}
+        for launcher in launchers_of(fault):
             ts = [t for t in trials if t["fault"] == fault and t["launcher"] == launcher]
             times = [t["recovered_s"] for t in ts if t.get("finished") and t.get("recovered_s") is not None]
+            lost = [t["steps_lost"] for t in ts if t.get("steps_lost") is not None]
             row[launcher] = {"finished": sum(1 for t in ts if t.get("finished")), "trials": len(ts),
-                             "median_recovered_s": statistics.median(times) if times else None}
+                             "median_recovered_s": statistics.median(times) if times else None,
+                             **({"grew": sum(1 for t in ts if t.get("grew")),
+                                 "median_steps_lost": statistics.median(lost) if lost else None}
+                                if fault == "back" else {})}
         b = row[TORCHRUN]["median_recovered_s"]
         for ours, key in ((RUN, "ratio_run_vs_torchrun"), (MANUAL, "ratio_manual_vs_torchrun")):
-            a = row[ours]["median_recovered_s"]
+            a = row[ours]["median_recovered_s"] if ours in row else None
             row[key] = round(a / b, 2) if a and b else None
         table[fault] = row
+    if set(args.faults) != set(FAULTS):  # some faults again: the others' results as they were
+        previous = result_file.RESULTS / "lost_hosts.json"
+        kept = json.loads(previous.read_text()) if previous.exists() else {"results": {}, "trials": []}
+        table = {**{f: r for f, r in kept["results"].items() if f not in table}, **table}
+        trials = [*(t for t in kept["trials"] if t["fault"] not in args.faults), *trials]
+        table = {f: table[f] for f in FAULTS if f in table}
     out = result_file.write("lost_hosts", rounds=args.rounds, steps=STEPS, step_s=STEP_S, fault_at_step=FAULT_AT,
-                            results=table, trials=trials)
+                            back_steps=BACK_STEPS, back_at_step=BACK_AT, results=table, trials=trials)
     for fault, row in table.items():
+        when = "its return" if fault == "back" else "the fault"
         cells = "; ".join(f"{name}: finished {r['finished']} of {r['trials']}, next attempt's first step "
                           f"{'n/a' if r['median_recovered_s'] is None else format(r['median_recovered_s'], '.1f') + ' s'}"
-                          f" after the fault" for name, r in row.items() if name in LAUNCHERS)
+                          f" after {when}" + (f", grew {r['grew']} of {r['trials']}, {r['median_steps_lost']} step(s) "
+                                              f"lost" if "grew" in r else "")
+                          for name, r in row.items() if name in LAUNCHERS)
         ratios = [f"{name} / torchrun {row[key]}x" for name, key in (("ssh", "ratio_run_vs_torchrun"),
                                                                      ("manual", "ratio_manual_vs_torchrun")) if row[key]]
         print(f"{fault}: {cells}" + "".join(f"; {r}" for r in ratios))

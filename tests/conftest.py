@@ -389,10 +389,10 @@ def no_env_leaks():
 
 @pytest.fixture(autouse=True)
 def unit_tests_start_no_interpreter(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test marked ``unit`` starts no Python interpreter (pyproject's marker: each one pays for its imports, torch's
-    most of all, which is what ``pytest -m unit``'s speed rests on); a quick program such as git or ``ssh -G`` is
-    allowed, and so is a fork (the probe tries a recipe's import in one)."""
-    if request.node.get_closest_marker("unit") is None:
+    """A test marked ``unit`` (or ``docs``) starts no Python interpreter (pyproject's markers: each one pays for its
+    imports, torch's most of all, which is what ``pytest -m unit``'s speed rests on); a quick program such as git or
+    ``ssh -G`` is allowed, and so is a fork (the probe tries a recipe's import in one)."""
+    if not any(request.node.get_closest_marker(name) for name in ("unit", "docs")):
         yield
         return
     execute = subprocess.Popen._execute_child  # type: ignore[attr-defined]

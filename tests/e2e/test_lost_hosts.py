@@ -86,11 +86,14 @@ def spares(names: list[str]) -> str:
     return "topology.spares=[" + ",".join(f"{{name: {n}, devices: 1}}" for n in names) + "]"
 
 
-def start(bed: Bed, job: Job, args: list[str], run_id: str, recipe: list[str] | None = None) -> Started:
-    """`run` in the root namespace (a machine that is none of the hosts: it outlives them all)."""
+def start(bed: Bed, job: Job, args: list[str], run_id: str, recipe: list[str] | None = None,
+          rejoin_s: int = 0) -> Started:
+    """`run` in the root namespace (a machine that is none of the hosts: it outlives them all). ``rejoin_s``: how
+    often it tries a lost host (0, unless a test says: a host whose processes were killed still answers, and would
+    be taken back)."""
     argv = [RUN, "launcher=ssh", f"launcher.ssh.config_file={bed.ssh_config}", "init=tcp", "topology=custom",
             *(elastic_recipe(job.path / "out") if recipe is None else recipe), "launcher.max_restarts=3",
-            "launcher.grace_s=2", *args, f"run_id={run_id}"]
+            "launcher.grace_s=2", f"launcher.ssh.rejoin_s={rejoin_s}", *args, f"run_id={run_id}"]
     return started(argv, cwd=job.views[None], env=bed.env(), run_id=run_id, merged=True)
 
 
@@ -201,9 +204,9 @@ def test_a_host_whose_link_comes_back_joins_at_the_next_checkpoint_and_the_job_e
     `run` of the first attempt, which heard no beat meanwhile, had stopped its share by itself."""
     a, b, c, _ = bed.names
     run_id, steps = f"f{uuid.uuid4().hex[:8]}", 2 * STEPS  # time enough for host 2 to come back before the end
-    args = [hosts([a, b, c]), "topology.min_nodes=2", "launcher.ssh.keepalive_s=1", "launcher.ssh.rejoin_s=1"]
+    args = [hosts([a, b, c]), "topology.min_nodes=2", "launcher.ssh.keepalive_s=1"]
     try:
-        with start(bed, job, args, run_id, recipe=elastic_recipe(job.path / "out", steps)) as proc:
+        with start(bed, job, args, run_id, recipe=elastic_recipe(job.path / "out", steps), rejoin_s=1) as proc:
             copied(job, run_id, [a, b, c], proc)
             link(bed, c, up=False)
             wait_until(lambda: proc.said("restarting on 2 host(s)"), 60, "the job going on without host 2",

@@ -39,7 +39,7 @@ def _nav_pages(nav: list[Any]) -> list[str]:
     return pages
 
 
-@pytest.mark.unit
+@pytest.mark.docs
 def test_the_nav_is_every_page_of_docs_once() -> None:
     nav = _nav_pages(_config()["nav"])
     assert nav[0] == "index.md", "the site's home comes first"
@@ -49,7 +49,7 @@ def test_the_nav_is_every_page_of_docs_once() -> None:
                                     f"in the nav, not in docs/: {sorted(set(nav) - set(on_disk))}")
 
 
-@pytest.mark.unit
+@pytest.mark.docs
 def test_the_readme_is_a_front_page_that_leads_to_every_page() -> None:
     lines = README.read_text().splitlines()
     assert len(lines) <= FRONT_PAGE_LINES, f"README.md has {len(lines)} lines: move the detail to a page of docs/"
@@ -60,14 +60,14 @@ def test_the_readme_is_a_front_page_that_leads_to_every_page() -> None:
     assert pages <= linked, f"README.md links no page {sorted(pages - linked)}"
 
 
-@pytest.mark.unit
+@pytest.mark.docs
 def test_every_heading_names_one_section() -> None:
     """A section is found by its heading alone (Docs.section, the sections of FOLDERS): no heading is in two places."""
     headings = Counter(h for page in docs().pages for h in page.headings)
     assert not [h for h, n in headings.items() if n > 1], headings
 
 
-@pytest.mark.unit
+@pytest.mark.docs
 def test_the_site_is_built_with_every_link_and_anchor_checked() -> None:
     config = _config()
     assert config["validation"] == {"omitted_files": "warn", "links": {

@@ -38,7 +38,7 @@ from runner.spec.probe import FixedProbe
 from runner.spec.problems import render_problems
 from runner.spec.schema import JobConfig
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.docs
 
 # Commands with a placeholder the reader fills in, or that are not a job: command -> why it is not validated.
 SKIPPED = {

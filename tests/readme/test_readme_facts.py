@@ -52,7 +52,7 @@ from runner.worker.attempt_state import FAILURE_STOP_S
 from runner.worker.rank_life import QUIET_S, STACKS_S, STALL_MARGIN_S
 from runner.worker.preflight.checks import COLLECTIVE_TIMEOUT_S
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.docs
 
 SETUP = REPO / "scripts" / "setup.sh"
 
@@ -123,6 +123,7 @@ CLAIMS = [
     Claim(r"`pytest -m unit` runs the pure-logic tests \((about [^;]+);", lambda: re.search(
         r"pytest -m unit runs them in ([^;]+);", " ".join(_pytest_settings()["markers"]))[1]),
     Claim(r'`-m "not (\w+)"` leaves out the namespace hosts', lambda: _marker("testbed")),
+    Claim(r"`-m (\w+)` the README's and the docs' claims", lambda: _marker("docs")),
     # the default job
     Claim(r"the default job: digits, (\d+) host x (\d+) CPU processes", lambda: _default_job()[:2]),
     Claim(r"with (\d+) gloo processes, shows a progress bar", lambda: _default_job()[2]),

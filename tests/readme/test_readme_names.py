@@ -25,7 +25,7 @@ from readme_text import code_of, docs
 from runner.spec.schema import RECIPE_SCHEMAS, DeviceKind, HostConfig, JobConfig, RecipeConfig, SlurmOptions
 from test_readme_tables import NOT_OFFERED
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.docs
 
 GROUPS = ("topology", "init", "launcher", "backend", "parallel", "sharding", "recipe", "log")
 _KEY = re.compile(rf"(?<![\w./=-])\+?((?:{'|'.join(GROUPS)})\.[\w.]+)(?:=(\S+))?")

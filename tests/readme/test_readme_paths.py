@@ -15,7 +15,7 @@ import torch
 from conftest import REPO
 from readme_text import DOCS, Span, docs
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.docs
 
 TOP = ("runner", "tests", "conf", "scripts", "benchmarks", "examples", "recipes", "hydra_plugins")
 _PATH = re.compile(rf"(?<![\w./$<-])((?:{'|'.join(TOP)}|torch)/[\w./*<>-]*)")

@@ -20,7 +20,7 @@ from readme_text import code_of, docs
 from runner.records.outcomes import ErrorRecord
 from runner.records.paths import RunPaths, SweepPaths
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.docs
 
 RUN_ID = "r1"
 

@@ -27,7 +27,7 @@ from runner.plan.render import SHOWN_ENV, plan_table
 from runner.spec.schema import BackendName, ParallelMode, ShardingMode, SshOptions, TaskMode
 from runner.training.sharding import _STRATEGIES
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.docs
 
 # --------------------------------------------------------------------------- config groups
 

@@ -53,7 +53,7 @@ from runner.spec.pins import Pins
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
 from runner.spec.elastic import elasticity
-from runner.spec.schema import HostConfig, InitMethod, JobConfig
+from runner.spec.schema import HostConfig, InitMethod, JobConfig, is_script
 from runner.spec.topology import Host
 from runner.spec.validation import ENV_NAME
 from runner.worker.agent_reports import AgentReport
@@ -254,7 +254,7 @@ class SshLauncher(Launcher):
         spec = self.plan.job.spec
         hosts = self.hosts()
         ended = run_sessions(hosts, spec_yaml(spec), self.plan.rules.stop_signal, spec.launcher.grace_s,
-                             spec.launcher.ssh.keepalive_s, on_report, returns)
+                             spec.launcher.ssh.keepalive_s, on_report, returns, is_script(spec.recipe))
         try:
             return ended, collect(hosts, self.paths, ended.lost, replacing)
         except KeyboardInterrupt:  # the job is over: only its records were being taken back

@@ -41,7 +41,7 @@ from runner.common.signals import handling
 from runner.launchers.elastic.rounds import Ended, Returns
 from runner.launchers.ssh.host import SshHost
 from runner.launchers.ssh.protocol import beat_message, end_message, signal_message, spec_message
-from runner.worker.agent_reports import REPORT, AgentReport, StepReached, parse_report
+from runner.worker.agent_reports import REPORT, AgentReport, AttemptBegan, StepReached, parse_report
 from runner.worker.rank_process import die_with_parent
 
 STOP_MARGIN_S = 25.0  # after launcher.grace_s: for the hosts to say where their ranks were, report and end
@@ -78,11 +78,13 @@ class Sessions:
 
     def __init__(self, hosts: tuple[SshHost, ...], spec_text: str, stop_signal: int, grace_s: float,
                  beat_s: float = 0.0, on_report: Callable[[int, AgentReport], None] | None = None,
-                 returns: Returns | None = None) -> None:
+                 returns: Returns | None = None, scripts: bool = False) -> None:
         self.hosts = hosts
+        self.scripts = scripts  # the ranks run a script: the stop request is SIGTERM, a stop at any time (no steps said)
         self.returns = returns  # lost hosts tried again (runner.launchers.ssh.rejoin); started once the shares are
         self.joining: tuple[str, ...] = ()  # those that answered: every rank was asked to stop at its checkpoint
-        self.stepping = False  # rank 0 took a step of this round: its ranks run (a stop asked before would be lost)
+        self.stepping = False  # its ranks run and can be asked to stop: rank 0 took a step of this round (a recipe's
+        # stop handler is in place), or, for a script, the attempt began (SIGTERM stops a script whenever it comes)
         self.joining_at: float | None = None
         self.on_report = on_report  # what each host reports (runner.launchers.ssh.protocol), with its index
         self.spec_text = spec_text
@@ -178,8 +180,8 @@ class Sessions:
 
     def _joins(self) -> None:
         """Lost hosts that answer again: every rank is asked to stop at its next checkpoint (the stop signal, as
-        ``kill -USR1`` to each host's `run`), so that the next round starts with them; once rank 0 has taken a step
-        of this round (its ranks run: the stop reaches them), and not while the job ends."""
+        ``kill -USR1`` to each host's `run`), so that the next round starts with them; once the ranks can be asked
+        (:attr:`stepping`), and not while the job ends."""
         if self.returns is None or self.joining or not self.stepping or self.ending or self.signalled is not None \
                 or self.closing:
             return
@@ -230,7 +232,8 @@ class Sessions:
             if report is None:
                 kept.append(line)
                 continue
-            if isinstance(report, StepReached) and (report.resumed is None or report.step > report.resumed):
+            if isinstance(report, StepReached) and (report.resumed is None or report.step > report.resumed) \
+                    or isinstance(report, AttemptBegan) and self.scripts:
                 self.stepping = True
             if self.on_report is not None:
                 self.on_report(session.host.index, report)
@@ -315,7 +318,8 @@ def _write(fd: int, data: bytes) -> None:
 
 def run_sessions(hosts: tuple[SshHost, ...], spec_text: str, stop_signal: int, grace_s: float,
                  beat_s: float = 0.0, on_report: Callable[[int, AgentReport], None] | None = None,
-                 returns: Returns | None = None) -> Ended:
+                 returns: Returns | None = None, scripts: bool = False) -> Ended:
     """Start every host's share over ssh and relay it to its end (the module docstring); ``on_report``: what the
-    hosts report as it comes; ``returns``: lost hosts tried again, that join at the next checkpoint."""
-    return Sessions(hosts, spec_text, stop_signal, grace_s, beat_s, on_report, returns).run()
+    hosts report as it comes; ``returns``: lost hosts tried again, that join at the next checkpoint (``scripts``: the
+    ranks run a script)."""
+    return Sessions(hosts, spec_text, stop_signal, grace_s, beat_s, on_report, returns, scripts).run()
