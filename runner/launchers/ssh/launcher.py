@@ -203,6 +203,7 @@ class SshLauncher(Launcher):
         elastic = elasticity(self.plan.job)
         if elastic.enabled:
             commands.append(HostCommand(host=elastic.line(), argv=None))
+            commands.append(HostCommand(host=self.rejoin_line(), argv=None))
         for h in hosts:
             ranks = f"rank {h.ranks[0]}" if len(h.ranks) == 1 else f"ranks {h.ranks[0]}..{h.ranks[-1]}"
             commands.append(HostCommand(host=h.label, argv=h.start,
@@ -212,6 +213,16 @@ class SshLauncher(Launcher):
             commands.append(HostCommand(host=h.label, argv=h.collect,
                                         note="after the run, if its run folder is not this one: its records"))
         return LaunchRequest(launcher=self.name, commands=tuple(commands))
+
+    def rejoin_line(self) -> str:
+        """The dry run's words on a lost host that answers again (runner.launchers.ssh.rejoin)."""
+        spec = self.plan.job.spec
+        if spec.launcher.ssh.rejoin_s <= 0:
+            return "a lost host is not taken back (launcher.ssh.rejoin_s=0)"
+        most = spec.topology.max_nodes or len(self.plan.job.hosts)
+        return (f"a lost host is tried again every {spec.launcher.ssh.rejoin_s} s (launcher.ssh.rejoin_s) and joins at "
+                f"the next checkpoint, up to {most} host(s) (topology.max_nodes), each at most once per "
+                f"{spec.launcher.rejoin_after_s:g} s (launcher.rejoin_after_s)")
 
     # -- the launch -------------------------------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> LaunchOutcome:

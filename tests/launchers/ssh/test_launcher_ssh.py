@@ -77,3 +77,13 @@ def test_the_hosts_share_one_run_id_and_port_and_every_rank_is_placed(tmp_path) 
 def test_unset_exported_variables_are_left_out(tmp_path) -> None:
     launcher = ssh_launcher(tmp_path, "launcher.ssh.export=[HF_HOME,UNSET_HERE]", HF_HOME="/data/hf")
     assert shlex.split(launcher.hosts()[0].start[-1])[4:6] == ["env", "HF_HOME=/data/hf"]
+
+
+def test_the_dry_run_says_how_a_lost_host_is_taken_back(tmp_path) -> None:
+    elastic = ("topology.min_nodes=1", "launcher.max_restarts=2")
+    lines = [c.host for c in ssh_launcher(tmp_path, *elastic).request().commands if c.argv is None]
+    assert ("a lost host is tried again every 10 s (launcher.ssh.rejoin_s) and joins at the next checkpoint, up to 2 "
+            "host(s) (topology.max_nodes), each at most once per 60 s (launcher.rejoin_after_s)") in lines
+    never = ssh_launcher(tmp_path, *elastic, "launcher.ssh.rejoin_s=0").request().commands
+    assert "a lost host is not taken back (launcher.ssh.rejoin_s=0)" in [c.host for c in never if c.argv is None]
+    assert ssh_launcher(tmp_path).rejoin_line() not in [c.host for c in ssh_launcher(tmp_path).request().commands]
