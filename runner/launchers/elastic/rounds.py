@@ -70,7 +70,9 @@ class Round(Protocol):
         """The lost hosts ``candidates`` (each with when it may first be tried) tried again while the round runs;
         None: this launch takes no host back (topology.max_nodes: launcher=ssh)."""
 
-    def check(self, with_spares: bool = False) -> LaunchOutcome | None: ...
+    def left_out(self) -> dict[int, str] | LaunchOutcome:
+        """The check before a round after the first: the hosts that fail it, each with why (empty: every host ready;
+        an outcome: the check was interrupted)."""
 
 
 class Returns(Protocol):
@@ -177,12 +179,47 @@ class AttemptsOnHosts:
                   + (f", spare(s) {', '.join(self.pending.spares)} in the lost host's place" if taken else "")
                   + (f", {', '.join(self.pending.joined)} back" if chosen.back else ""),
                   file=sys.stderr, flush=True)
-            launcher, membership = following, after
-            refused = launcher.check()
-            if refused is not None:
+            checked = self._checked(following, after, attempt, limit)
+            if isinstance(checked, LaunchOutcome):
+                return checked
+            launcher, membership = checked
+
+    def _checked(self, launcher: Round, membership: Membership, attempt: int, limit: int
+                 ) -> tuple[Round, Membership] | LaunchOutcome:
+        """The next round's hosts checked as at the start: a host that fails is left out as a lost host is (a spare in
+        its place where one is kept; it may come back once it passes the check), the change pending saying so, until
+        every host is ready; or how the job ends (fewer than topology.min_nodes hosts ready)."""
+        while True:
+            left = launcher.left_out()
+            if isinstance(left, LaunchOutcome):  # Ctrl-C during the check
                 self._write_pending(_RoundReports(attempt))
-                return replace(refused, code=exits.FAILED, cause=f"{ended.cause}; the hosts that remain were refused",
-                               plan=launcher.plan)
+                return replace(left, plan=launcher.plan)
+            if not left:
+                return launcher, membership
+            names = membership.names
+            cause = "; ".join(f"{names[i]}: {why} (before attempt {attempt + 1})" for i, why in sorted(left.items()))
+            chosen = membership.after_loss(left)
+            pending = self.pending
+            if isinstance(chosen, CannotGoOn):
+                if pending is not None:
+                    self.pending = replace(pending, after=(), world_size_after=0, next_attempt=None,
+                                           lost=(*pending.lost, *(names[i] for i in sorted(left))),
+                                           cause=f"{pending.cause}; {cause}")
+                self._write_pending(_RoundReports(attempt))
+                print(f"{self.said_as}: the job ends: {chosen.why}", file=sys.stderr, flush=True)
+                return LaunchOutcome(code=exits.FAILED, cause=f"{cause}; {chosen.why}", plan=launcher.plan)
+            following = launcher.on(chosen.membership.spec(self.spec, attempt), attempt)
+            if pending is not None:
+                self.pending = replace(
+                    pending, after=tuple(h.label for h in following.plan.job.hosts),
+                    world_size_after=following.plan.world_size, lost=(*pending.lost, *(names[i] for i in sorted(left))),
+                    spares=(*pending.spares, *(h.name or str(h.addr) for h in chosen.taken)),
+                    joined=tuple(n for n in pending.joined if n not in {names[i] for i in left}),
+                    cause=f"{pending.cause}; {cause}")
+            print(f"{self.said_as}: restarting on {len(chosen.membership.hosts)} host(s) "
+                  f"({', '.join(chosen.membership.names)}) without {', '.join(names[i] for i in sorted(left))}: attempt "
+                  f"{attempt + 1} of {limit + 1} (launcher.max_restarts={limit})", file=sys.stderr, flush=True)
+            launcher, membership = following, chosen.membership
 
     def _heard(self, heard: _RoundReports, host: int, report: AgentReport) -> None:
         heard.heard(host, report)

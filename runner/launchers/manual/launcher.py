@@ -305,9 +305,9 @@ class ManualLauncher(Launcher):
         following._round = dataclasses.replace(self._round, plan=following.plan, paths=paths, node=node)
         return following
 
-    def check(self, with_spares: bool = False) -> LaunchOutcome | None:
+    def left_out(self) -> dict[int, str] | LaunchOutcome:
         """Nothing to check before a round: the hosts that go on ended the last one alive."""
-        return None
+        return {}
 
 
 def _linger(decider: Decider, most_s: float) -> None:

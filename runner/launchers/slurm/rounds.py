@@ -188,9 +188,9 @@ class SlurmRound:
         return cls(plan=planner(job, paths), paths=paths, spec_path=path, python=python, job_id=job_id,
                    planner=planner, cwd=cwd)
 
-    def check(self, with_spares: bool = False) -> LaunchOutcome | None:
+    def left_out(self) -> dict[int, str] | LaunchOutcome:
         """Nothing to check before a step: srun refuses nodes the allocation does not have."""
-        return None
+        return {}
 
     def returns(self, candidates: Sequence[tuple[HostConfig, float]]) -> Returns | None:
         """None: no lost host is taken back (a node Slurm took out of the allocation does not come back to it; validation refuses topology.max_nodes)."""

@@ -14,6 +14,7 @@ from runner.environments.versions import Versions
 from runner.launchers.ssh.host import SshHost
 
 ANSWER_S = 60  # after the connection: how long `run --version` may take on a busy host (it imports no torch)
+REACH_FAILED = "host 0's rendezvous: "  # how a check that could not reach host 0's rendezvous begins its why
 
 # what ssh says when it cannot log in, and the hint for it (the first that matches)
 _SSH_HINTS = (
@@ -58,7 +59,7 @@ def verdict(host: SshHost, code: int, out: str, err: str, here: Versions) -> tup
     reached = Reached.parse(out)
     if reached is None:
         return f"{run} --reach said no answer: {_last_lines(out + err)}", "is it this runner's `run`?"
-    return None if reached.ok else (f"host 0's rendezvous: {reached.said}", reached.hint)
+    return None if reached.ok else (f"{REACH_FAILED}{reached.said}", reached.hint)
 
 
 def _check(host: SshHost, timeout_s: float, here: Versions) -> tuple[str, str] | None:
@@ -71,9 +72,18 @@ def _check(host: SshHost, timeout_s: float, here: Versions) -> tuple[str, str] |
     return verdict(host, done.returncode, done.stdout, done.stderr, here)
 
 
-def check_hosts(hosts: tuple[SshHost, ...], here: Versions, connect_timeout_s: float) -> list[str]:
-    """Every host's check, all at once; one error paragraph per host that fails (none: every host passed)."""
+def failures(hosts: tuple[SshHost, ...], here: Versions, connect_timeout_s: float) -> dict[SshHost, tuple[str, str]]:
+    """Every host's check, all at once: each host that fails it, with why and a hint (empty: every host passed)."""
     with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
         found = list(pool.map(lambda h: _check(h, connect_timeout_s + ANSWER_S, here), hosts))
-    return [f"error: launcher=ssh: {host.label}: {why}\n    hint: {hint}\n    try by hand: {shlex.join(host.check)}"
-            for host, failed in zip(hosts, found) if failed is not None for why, hint in (failed,)]
+    return {host: failed for host, failed in zip(hosts, found) if failed is not None}
+
+
+def paragraph(host: SshHost, why: str, hint: str, said: str = "error") -> str:
+    """A host's failed check in words: why, the hint, and the command to try by hand."""
+    return f"{said}: launcher=ssh: {host.label}: {why}\n    hint: {hint}\n    try by hand: {shlex.join(host.check)}"
+
+
+def check_hosts(hosts: tuple[SshHost, ...], here: Versions, connect_timeout_s: float) -> list[str]:
+    """Every host's check, all at once; one error paragraph per host that fails (none: every host passed)."""
+    return [paragraph(host, why, hint) for host, (why, hint) in failures(hosts, here, connect_timeout_s).items()]

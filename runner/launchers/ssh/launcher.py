@@ -39,7 +39,7 @@ from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRe
 from runner.launchers.capabilities import Capabilities
 from runner.launchers.manual import agreed_port, hosts_apart_problems
 from runner.launchers.ssh.address import HostAddress, explained, host_addresses
-from runner.launchers.ssh.check import check_hosts
+from runner.launchers.ssh.check import REACH_FAILED, check_hosts, failures, paragraph
 from runner.launchers.ssh.collect import collect
 from runner.launchers.ssh.host import SshHost, collected, ssh_base
 from runner.launchers.elastic.membership import job_on
@@ -249,13 +249,39 @@ class SshLauncher(Launcher):
         if refused:
             print("\n".join(refused) + "\n\nnothing was started.", file=sys.stderr, flush=True)
             return LaunchOutcome(code=exits.INVALID)
+        self._say_ready(hosts, time.perf_counter() - started, with_spares)
+        return None
+
+    def _say_ready(self, hosts: tuple[SshHost, ...], took_s: float, with_spares: bool = False) -> None:
         rendezvous = self.rendezvous()
         dialled = f"; each reaches host 0's rendezvous at {rendezvous[0]} port {rendezvous[1]}" if rendezvous else ""
         spares = f" (spare(s) ready: {', '.join(h.destination for h in self.spare_hosts())})" \
             if with_spares and self.plan.job.spares else ""
-        print(f"ssh: {len(hosts)} host(s) ready ({installed().short()}) in {time.perf_counter() - started:.1f} s: "
+        print(f"ssh: {len(hosts)} host(s) ready ({installed().short()}) in {took_s:.1f} s: "
               f"{', '.join(h.destination for h in hosts)}{dialled}{spares}", file=sys.stderr, flush=True)
-        return None
+
+    def left_out(self) -> dict[int, str] | LaunchOutcome:
+        """The check before a round (after a loss or a join): the hosts that fail it, each with why (empty: every
+        host ready, as :meth:`check` says it). Where every host but host 0 fails to reach host 0's rendezvous, host 0
+        is the one left out (its network, not theirs)."""
+        hosts = self.hosts()
+        started = time.perf_counter()
+        try:
+            failed = failures(hosts, installed(), self.plan.job.spec.launcher.ssh.connect_timeout_s)
+        except KeyboardInterrupt:  # Ctrl-C between two rounds (the checks' ssh got it too)
+            print("\nSIGINT during the check: the next attempt was not started.", file=sys.stderr, flush=True)
+            return LaunchOutcome(code=exits.from_signal(signal.SIGINT), signalled=signal.SIGINT)
+        if not failed:
+            self._say_ready(hosts, time.perf_counter() - started)
+            return {}
+        others = [h for h in hosts if h.index != 0]
+        if len(others) > 1 and all(h in failed and failed[h][0].startswith(REACH_FAILED) for h in others):
+            why = f"none of the {len(others)} other hosts reaches its rendezvous ({failed[others[0]][0]})"
+            print(f"ssh: host 0 ({hosts[0].destination}) left out: {why}", file=sys.stderr, flush=True)
+            return {0: why}
+        for host, (why, hint) in failed.items():
+            print(paragraph(host, why, hint, said="left out"), file=sys.stderr, flush=True)
+        return {host.index: f"it failed the check: {why}" for host, (why, _) in failed.items()}
 
     def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None,
                  replacing: Sequence[str] = (), returns: Returns | None = None) -> tuple[Ended, list[str]]:

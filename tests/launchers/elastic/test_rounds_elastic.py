@@ -49,7 +49,7 @@ class FakeLaunch:
     paths: RunPaths
     rounds: list[Round]
     seen: list[tuple[tuple[str, ...], int]] = field(default_factory=list)  # (hosts, attempt) of each round run
-    refuse_check: bool = False
+    failing: dict[int, dict[str, str]] = field(default_factory=dict)  # attempt -> the hosts failing its check, and why
     replaced: list[list[str]] = field(default_factory=list)  # what each round was to replace of the round before
     tried: list[tuple[tuple[str, float], ...]] = field(default_factory=list)  # the lost hosts each round may take back
 
@@ -78,12 +78,11 @@ class FakeLaunch:
 
     def on(self, spec: JobConfig, attempt: int) -> FakeLaunch:
         return FakeLaunch(spec, dataclasses.replace(self.paths, attempt=attempt), self.rounds, self.seen,
-                          self.refuse_check, self.replaced, self.tried)
+                          self.failing, self.replaced, self.tried)
 
-    def check(self, with_spares: bool = False):
-        from runner.launchers.base import LaunchOutcome
-
-        return LaunchOutcome(code=exits.INVALID) if self.refuse_check else None
+    def left_out(self):
+        failing = self.failing.get(self.paths.attempt, {})
+        return {i: why for i, h in enumerate(self.spec.topology.hosts) if (why := failing.get(h.name)) is not None}
 
 
 class _NoReturns:
@@ -170,11 +169,29 @@ def test_a_signal_ends_the_job_whatever_was_lost(tmp_path) -> None:
     assert outcome.signalled == 2 and first.seen == [(("a", "b", "c"), 0)] and changes(first.paths) == []
 
 
-def test_the_hosts_that_remain_refused_by_their_check_end_the_job(tmp_path) -> None:
-    first = FakeLaunch(spec_of(["a", "b", "c"]), RunPaths(tmp_path, "r1"), [Round(lost=(2,))], refuse_check=True)
+def test_a_host_that_fails_the_check_before_the_next_round_is_left_out_and_the_job_goes_on(tmp_path) -> None:
+    """d lost in attempt 0; b then fails the check before attempt 1 (its data network, say): attempt 1 runs on a and
+    c, and the one change recorded names both, and why."""
+    first = FakeLaunch(spec_of(["a", "b", "c", "d"]), RunPaths(tmp_path, "r1"), [
+        Round(reports=steps(0, 0, 10), lost=(3,)), Round(reports=steps(1, 10, 11))],
+        failing={1: {"b": "it failed the check: host 0's rendezvous: no answer"}})
     outcome = AttemptsOnHosts(first).run()
-    assert outcome.code == exits.FAILED and outcome.cause.endswith("the hosts that remain were refused")
-    assert changes(first.paths)[0]["next_attempt"] == 1
+    assert outcome.code == exits.OK and first.seen == [(("a", "b", "c", "d"), 0), (("a", "c"), 1)]
+    (change,) = changes(first.paths)
+    assert (change["before"], change["after"], change["lost"], change["world_size_after"]) == (
+        ["a", "b", "c", "d"], ["a", "c"], ["d", "b"], 2), change
+    assert change["cause"] == ("d: ssh exited 255; b: it failed the check: host 0's rendezvous: no answer (before "
+                               "attempt 2)")
+
+
+def test_too_few_hosts_passing_the_check_end_the_job_with_that_cause(tmp_path) -> None:
+    first = FakeLaunch(spec_of(["a", "b", "c"]), RunPaths(tmp_path, "r1"), [Round(lost=(2,))],
+                       failing={1: {"b": "it failed the check: ssh could not log in"}})
+    outcome = AttemptsOnHosts(first).run()
+    assert outcome.code == exits.FAILED and outcome.cause.endswith("fewer than topology.min_nodes=2 (no spare left)")
+    assert "b: it failed the check: ssh could not log in (before attempt 2)" in outcome.cause
+    (change,) = changes(first.paths)
+    assert (change["next_attempt"], change["after"], change["lost"]) == (None, [], ["c", "b"]), change
 
 
 def test_what_a_round_heard() -> None:

@@ -87,3 +87,34 @@ def test_the_dry_run_says_how_a_lost_host_is_taken_back(tmp_path) -> None:
     never = ssh_launcher(tmp_path, *elastic, "launcher.ssh.rejoin_s=0").request().commands
     assert "a lost host is not taken back (launcher.ssh.rejoin_s=0)" in [c.host for c in never if c.argv is None]
     assert ssh_launcher(tmp_path).rejoin_line() not in [c.host for c in ssh_launcher(tmp_path).request().commands]
+
+
+ABC = ("topology.hosts=[{name: a, devices: 1}, {name: b, devices: 1}, {name: c, devices: 1}]",
+       "topology.min_nodes=1", "launcher.max_restarts=2", "recipe.global_batch_size=3")
+
+
+def test_before_a_round_the_hosts_that_fail_the_check_are_left_out_and_said(tmp_path, monkeypatch, capsys) -> None:
+    from runner.launchers.ssh import launcher as module
+
+    launcher = ssh_launcher(tmp_path, *ABC)
+    a, b, c = launcher.hosts()
+    monkeypatch.setattr(module, "failures", lambda *_: {c: ("ssh could not log in (exit 255): timed out", "up?")})
+    assert launcher.left_out() == {2: "it failed the check: ssh could not log in (exit 255): timed out"}
+    assert "left out: launcher=ssh: host 2 (c): ssh could not log in" in capsys.readouterr().err
+    monkeypatch.setattr(module, "failures", lambda *_: {})
+    assert launcher.left_out() == {} and "ssh: 3 host(s) ready" in capsys.readouterr().err
+
+
+def test_where_no_other_host_reaches_host_0_host_0_is_the_one_left_out(tmp_path, monkeypatch, capsys) -> None:
+    """Its network, not theirs: the next host 0 serves the next attempt's rendezvous."""
+    from runner.launchers.ssh import launcher as module
+
+    launcher = ssh_launcher(tmp_path, *ABC)
+    _, b, c = launcher.hosts()
+    unreached = ("host 0's rendezvous: a:29500 did not answer within 10 s", "its firewall?")
+    monkeypatch.setattr(module, "failures", lambda *_: {b: unreached, c: unreached})
+    assert launcher.left_out() == {0: "none of the 2 other hosts reaches its rendezvous (host 0's rendezvous: a:29500 "
+                                      "did not answer within 10 s)"}
+    assert "ssh: host 0 (a) left out: none of the 2 other hosts" in capsys.readouterr().err
+    monkeypatch.setattr(module, "failures", lambda *_: {c: unreached})  # one of two: c's own network
+    assert list(launcher.left_out()) == [2]
