@@ -58,16 +58,17 @@ class MembershipChange:
 
     def line(self) -> str:
         """The summary's words, attempts counted from 1 as `run`'s restart lines count them: "c lost in attempt 1
-        (...): attempt 2 on 2 host(s), world size 2; 17 step(s) lost, first step 6.2 s after"; "c back in attempt 2
+        (...): attempt 2 on 2 host(s), world size 2; 17 step(s) lost, first step 6.2 s after"; "c taken in after attempt 2
         (...): attempt 3 on 3 host(s), world size 3; 0 step(s) lost, first step 5.1 s after"."""
         then = f"attempt {self.next_attempt + 1} on {len(self.after)} host(s), world size {self.world_size_after}" \
             if self.next_attempt is not None else "the job ended"
         spares = f", spare {', '.join(self.spares)} in its place" if self.spares else ""
         lost = f"; {self.steps_lost} step(s) lost" if self.steps_lost is not None else ""
         first = f", first step {self.to_first_step_s:.1f} s after" if self.to_first_step_s is not None else ""
+        when = f"in attempt {self.attempt + 1}" if self.lost else f"after attempt {self.attempt + 1}"
         what = " and ".join(part for part in (f"{', '.join(self.lost)} lost" if self.lost else "",
-                                              f"{', '.join(self.joined)} back" if self.joined else "") if part)
-        return f"{what} in attempt {self.attempt + 1} ({self.cause}): {then}{spares}{lost}{first}"
+                                              f"{', '.join(self.joined)} taken in" if self.joined else "") if part)
+        return f"{what} {when} ({self.cause}): {then}{spares}{lost}{first}"
 
 
 def append_change(paths: RunPaths, change: MembershipChange) -> None:

@@ -50,10 +50,11 @@ SAID = {
     "spare": r"ssh: restarting on 3 host\(s\) \({host0}, {host2}, {host3}\) from the last checkpoint: attempt 2 of 4 "
              r"\(launcher\.max_restarts=3\), spare\(s\) {host3} in the lost host's place",
     "too few": r"ssh: the job ends: 1 host\(s\) left of 3, fewer than topology\.min_nodes=2 \(no spare left\)",
-    "back": r"ssh: {host2} answer\(s\) again: the job takes it back at the next checkpoint \(every rank is asked to "
-            r"stop there\)",
+    "back": r"ssh: {host2} ready: the job takes it in at the next checkpoint \(every rank is asked to stop there\)",
     "grown": r"ssh: restarting on 3 host\(s\) \({host0}, {host1}, {host2}\) from the last checkpoint: attempt 3 of 4 "
-             r"\(launcher\.max_restarts=3\), {host2} back",
+             r"\(launcher\.max_restarts=3\), {host2} taken in",
+    "spare late": r"ssh: spare 0 \({host3}\) not ready: ssh could not log in \(exit 255\): .*; tried again every 1 s "
+                  r"\(launcher\.ssh\.rejoin_s\) while the job runs",
 }
 
 
@@ -227,6 +228,34 @@ def test_a_host_whose_link_comes_back_joins_at_the_next_checkpoint_and_the_job_e
     trained = one_lineage([job.views[h] / "out" / "steps.jsonl" for h in bed.names], steps=steps)
     worlds = [(line["attempt"], line["world"]) for line in trained]
     assert sorted(set(worlds)) == [(0, 3), (1, 2), (2, 3)], worlds  # the world size over time: 3, 2, then 3 again
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
+
+
+def test_a_spare_started_late_joins_up_to_max_nodes_at_the_next_checkpoint(bed, job):
+    """Spare d's machine not up when the job starts (its link down): the job starts on a, b and c and says d is not
+    ready; once d answers it is taken in at the next checkpoint, up to topology.max_nodes=4, and the job ends at world
+    size 4, no step lost."""
+    a, b, c, d = bed.names
+    run_id, steps = f"s{uuid.uuid4().hex[:8]}", 2 * STEPS
+    args = [hosts([a, b, c]), spares([d]), "topology.min_nodes=2", "topology.max_nodes=4",
+            "launcher.ssh.connect_timeout_s=2"]
+    try:
+        link(bed, d, up=False)
+        with start(bed, job, args, run_id, recipe=elastic_recipe(job.path / "out", steps), rejoin_s=1) as proc:
+            copied(job, run_id, [a, b, c], proc)
+            link(bed, d, up=True)
+            ((code, said),) = finish([proc], timeout=240)
+    finally:
+        link(bed, d, up=True)
+    folder = job.run_folder(None, run_id)
+    done_on(folder, said, code, world_size=4, steps=steps)
+    assert re.search(seen("spare late", bed), said), said
+    (joined,) = membership(folder)
+    assert (joined["before"], joined["after"], joined["lost"], joined["joined"], joined["steps_lost"]) == (
+        [a, b, c], [a, b, c, d], [], [d], 0), joined
+    assert joined["cause"] == f"{d}: ready, a spare not ready at the start (launcher.ssh.rejoin_s)", joined
+    trained = one_lineage([job.views[h] / "out" / "steps.jsonl" for h in bed.names], steps=steps)
+    assert sorted({(line["attempt"], line["world"]) for line in trained}) == [(0, 3), (1, 4)]
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 

@@ -43,3 +43,14 @@ def test_a_torn_line_is_skipped(tmp_path) -> None:
     with open(paths.membership, "a") as f:
         f.write('{"time": 1, "att')
     assert changes(paths) == [LOST]
+
+
+def test_a_host_taken_in_says_so_and_reads_back_with_its_name(tmp_path) -> None:
+    joined = MembershipChange(time=1900.0, attempt=1, next_attempt=2, before=("a", "c"), after=("a", "c", "b"), lost=(),
+                              joined=("b",), cause="b: answered again (launcher.ssh.rejoin_s)", world_size_before=2,
+                              world_size_after=3, last_step=30, resumed_from=30, to_first_step_s=6.3)
+    assert joined.line() == ("b taken in after attempt 2 (b: answered again (launcher.ssh.rejoin_s)): attempt 3 on 3 "
+                             "host(s), world size 3; 0 step(s) lost, first step 6.3 s after")
+    paths = RunPaths(tmp_path, "r1")
+    append_change(paths, joined)
+    assert changes(paths) == [joined]

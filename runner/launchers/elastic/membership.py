@@ -36,6 +36,7 @@ class Membership:
     max_nodes: int = 0  # the most hosts the job grows back to (0: as many as it has)
     absent: tuple[HostConfig, ...] = ()  # hosts lost, in the order they were lost: they may come back
     joined_at: tuple[tuple[str, float], ...] = ()  # each host taken back, and when it last was (time.time())
+    unready: tuple[HostConfig, ...] = ()  # spares that were not ready at the start: kept once they answer
 
     @classmethod
     def of(cls, spec: JobConfig) -> Membership:
@@ -72,22 +73,38 @@ class Membership:
         """How many hosts the job may take back (topology.max_nodes less the hosts it has)."""
         return max(0, (self.max_nodes or len(self.hosts)) - len(self.hosts))
 
-    def returning(self, now: float, rejoin_after_s: float) -> tuple[tuple[HostConfig, float], ...]:
-        """The lost hosts that may be taken back, each with when it may be (``now``, or ``rejoin_after_s`` after it was
-        last taken back: launcher.rejoin_after_s); none where the job has its most hosts already."""
-        if not self.room:
-            return ()
+    def returning(self, now: float, rejoin_after_s: float) -> tuple[Candidate, ...]:
+        """The hosts to try while a round runs: the lost ones, each from when it may be taken back (``now``, or
+        ``rejoin_after_s`` after it was last: launcher.rejoin_after_s), where the job has room for them; and the spares
+        not ready at the start, which join where there is room and are kept ready where there is none."""
         last = dict(self.joined_at)
-        return tuple((h, max(now, last.get(_name(h, -1), -rejoin_after_s) + rejoin_after_s)) for h in self.absent)
+        lost = tuple(Candidate(h, max(now, last.get(_name(h, -1), -rejoin_after_s) + rejoin_after_s), joins=True)
+                     for h in self.absent) if self.room else ()
+        return (*lost, *(Candidate(h, now, joins=bool(self.room)) for h in self.unready))
+
+    def with_unready(self, names: Iterable[str]) -> Membership:
+        """These hosts with the spares named ``names`` not ready (they failed the check of the start)."""
+        out = set(names)
+        return dataclasses.replace(self, spares=tuple(h for h in self.spares if _name(h, -1) not in out),
+                                   unready=(*self.unready, *(h for h in self.spares if _name(h, -1) in out)))
+
+    def with_spares_ready(self, names: Iterable[str]) -> Membership:
+        """These hosts with the spares named ``names``, not ready at the start, ready now: kept, after the others."""
+        ready = set(names)
+        return dataclasses.replace(self, spares=(*self.spares, *(h for h in self.unready if _name(h, -1) in ready)),
+                                   unready=tuple(h for h in self.unready if _name(h, -1) not in ready))
 
     def after_return(self, names: Iterable[str], now: float) -> GoesOn:
-        """The hosts with the lost ones named ``names`` back (after the others, up to topology.max_nodes, in the
-        order given): host 0 stays host 0, and holds the checkpoint."""
-        back = [h for name in names for h in self.absent if _name(h, -1) == name][:self.room]
+        """The hosts with those named ``names`` taken in (lost hosts back, or spares that were not ready at the start),
+        after the others, up to topology.max_nodes, in the order given: host 0 stays host 0, and holds the
+        checkpoint."""
+        waiting = (*self.absent, *self.unready)
+        back = [h for name in names for h in waiting if _name(h, -1) == name][:self.room]
         back_names = {_name(h, -1) for h in back}
         joined = {**dict(self.joined_at), **{name: now for name in back_names}}
         return GoesOn(dataclasses.replace(self, hosts=(*self.hosts, *back),
                                           absent=tuple(h for h in self.absent if _name(h, -1) not in back_names),
+                                          unready=tuple(h for h in self.unready if _name(h, -1) not in back_names),
                                           joined_at=tuple(joined.items())), (), tuple(back))
 
     def spec(self, spec: JobConfig, attempt: int) -> JobConfig:
@@ -98,6 +115,16 @@ class Membership:
         init = spec.init if attempt == 0 else dataclasses.replace(spec.init,
                                                                    master_port=port_for(f"{spec.run_id}.{attempt}"))
         return dataclasses.replace(spec, topology=topology, init=init)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A host tried while a round runs: from ``due`` on (time.time()); ``joins``: the round stops at a checkpoint to
+    take it in once it answers (else it is only kept ready: a spare, where the job has its most hosts)."""
+
+    host: HostConfig
+    due: float
+    joins: bool = True
 
 
 @dataclass(frozen=True)

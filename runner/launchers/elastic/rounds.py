@@ -30,11 +30,11 @@ from typing import Protocol
 
 from runner.common import exits
 from runner.launchers.base import LaunchOutcome
-from runner.launchers.elastic.membership import CannotGoOn, Membership
+from runner.launchers.elastic.membership import CannotGoOn, Candidate, Membership
 from runner.plan.processes import Plan
 from runner.records.membership import MembershipChange, append_change
 from runner.records.paths import RunPaths
-from runner.spec.schema import HostConfig, JobConfig
+from runner.spec.schema import JobConfig
 from runner.worker.agent_reports import AgentReport, AttemptBegan, Leaving, StepReached
 
 
@@ -66,9 +66,9 @@ class Round(Protocol):
 
     def on(self, spec: JobConfig, attempt: int) -> Round: ...
 
-    def returns(self, candidates: Sequence[tuple[HostConfig, float]]) -> Returns | None:
-        """The lost hosts ``candidates`` (each with when it may first be tried) tried again while the round runs;
-        None: this launch takes no host back (topology.max_nodes: launcher=ssh)."""
+    def returns(self, candidates: Sequence[Candidate]) -> Returns | None:
+        """The hosts ``candidates`` (lost ones, spares not ready at the start) tried while the round runs; None: this
+        launch takes no host back (topology.max_nodes: launcher=ssh)."""
 
     def left_out(self) -> dict[int, str] | LaunchOutcome:
         """The check before a round after the first: the hosts that fail it, each with why (empty: every host ready;
@@ -82,7 +82,10 @@ class Returns(Protocol):
         """Begin trying (once the round's shares are started)."""
 
     def ready(self) -> tuple[str, ...]:
-        """The names of those that answered (empty: none yet)."""
+        """The names of those that answered and join (empty: none yet)."""
+
+    def spares(self) -> tuple[str, ...]:
+        """The names of the spares, not ready at the start, that answered: kept ready now."""
 
     def close(self) -> None:
         """Stop trying; nothing it started is left."""
@@ -134,14 +137,15 @@ class AttemptsOnHosts:
     """The rounds of a job that outlives its hosts, from ``first`` (the launch as `run` made it: its spec's
     hosts), as the module docstring says."""
 
-    def __init__(self, first: Round) -> None:
+    def __init__(self, first: Round, unready: Sequence[str] = ()) -> None:
         self.first = first
+        self.unready = tuple(unready)  # spares that failed the check of the start: tried while the rounds run
         self.spec = first.plan.job.spec
         self.said_as = self.spec.launcher.kind  # what its lines begin with: "ssh", "slurm"
         self.pending: MembershipChange | None = None  # a change whose next attempt's first step is not seen yet
 
     def run(self) -> LaunchOutcome:
-        launcher, membership, attempt = self.first, Membership.of(self.spec), 0
+        launcher, membership, attempt = self.first, Membership.of(self.spec).with_unready(self.unready), 0
         limit = self.spec.launcher.max_restarts
         records: list[str] = []  # what the last round took back from the hosts: the next round's replace them
         while True:
@@ -155,6 +159,7 @@ class AttemptsOnHosts:
             finally:
                 if returns is not None:
                     returns.close()
+                    membership = membership.with_spares_ready(returns.spares())
             ended = _with_leavers(ended, heard, launcher.plan)
             self._write_pending(heard)
             if not (ended.lost or ended.joining) or ended.signalled is not None:
@@ -166,6 +171,7 @@ class AttemptsOnHosts:
                 append_change(self.first.paths, self._change(launcher, membership, ended, heard, None, ()))
                 print(f"{self.said_as}: the job ends: {why}", file=sys.stderr, flush=True)
                 return LaunchOutcome(code=exits.FAILED, cause=f"{ended.cause}; {why}", plan=launcher.plan)
+            late = {h.name or str(h.addr) for h in chosen.membership.unready}  # spares not ready at the start
             if ended.joining:
                 chosen = replace(chosen.membership.after_return(ended.joining, ended.joining_at or time.time()),
                                  taken=chosen.taken)
@@ -173,11 +179,11 @@ class AttemptsOnHosts:
             following = launcher.on(after.spec(self.spec, attempt), attempt)
             self.pending = self._change(launcher, membership, ended, heard, following,
                                         tuple(h.name or str(h.addr) for h in taken),
-                                        tuple(h.name or str(h.addr) for h in chosen.back))
+                                        tuple(h.name or str(h.addr) for h in chosen.back), late)
             print(f"{self.said_as}: restarting on {len(after.hosts)} host(s) ({', '.join(after.names)}) from the last "
                   f"checkpoint: attempt {attempt + 1} of {limit + 1} (launcher.max_restarts={limit})"
                   + (f", spare(s) {', '.join(self.pending.spares)} in the lost host's place" if taken else "")
-                  + (f", {', '.join(self.pending.joined)} back" if chosen.back else ""),
+                  + (f", {', '.join(self.pending.joined)} taken in" if chosen.back else ""),
                   file=sys.stderr, flush=True)
             checked = self._checked(following, after, attempt, limit)
             if isinstance(checked, LaunchOutcome):
@@ -228,13 +234,15 @@ class AttemptsOnHosts:
 
     @staticmethod
     def _change(launcher: Round, before: Membership, ended: Ended, heard: _RoundReports,
-                following: Round | None, spares: tuple[str, ...], joined: tuple[str, ...] = ()) -> MembershipChange:
-        """The change a round's lost hosts, and the lost hosts that came back, make: to ``following``'s hosts (None:
-        the job ends)."""
+                following: Round | None, spares: tuple[str, ...], joined: tuple[str, ...] = (),
+                late: set[str] | frozenset[str] = frozenset()) -> MembershipChange:
+        """The change a round's lost hosts, and the hosts taken in (lost ones back; spares not ready at the start:
+        ``late``), make: to ``following``'s hosts (None: the job ends)."""
         lost = tuple(before.names[i] for i in sorted(ended.lost))
         cause = "; ".join([*(f"{before.names[i]}: {ended.why_lost[i]}" for i in sorted(ended.lost)
                              if i in ended.why_lost),
-                           *(f"{name}: answered again (launcher.ssh.rejoin_s)" for name in joined)])
+                           *(f"{name}: {'ready, a spare not ready at the start' if name in late else 'answered again'}"
+                             f" (launcher.ssh.rejoin_s)" for name in joined)])
         return MembershipChange(
             time=ended.lost_at or ended.joining_at or time.time(), attempt=heard.attempt, joined=joined,
             next_attempt=following.paths.attempt if following is not None else None, before=before.names,

@@ -24,7 +24,7 @@ from runner.launchers.elastic.decisions import Decider
 from runner.launchers.elastic.liveness import BEATS_MISSED
 from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.etcd_member import ETCD, OwnCluster, OwnMember
-from runner.launchers.elastic.membership import Membership, job_on
+from runner.launchers.elastic.membership import Candidate, Membership, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended, Returns
 from runner.launchers.manual.rounds import HostRound, NotCalled, run_round, stand_by
 from runner.plan.processes import Deferred, port_for
@@ -33,7 +33,7 @@ from runner.spec.job import Job
 from runner.spec.elastic import elasticity
 from runner.spec.probe import LocalProbe, MachineProbe
 from runner.spec.problems import Problem
-from runner.spec.schema import HostConfig, InitMethod, JobConfig
+from runner.spec.schema import InitMethod, JobConfig
 from runner.spec.topology import is_loopback, is_valid_host
 from runner.worker.agent_reports import AgentReport
 from runner.worker.zygote import Zygote
@@ -281,7 +281,7 @@ class ManualLauncher(Launcher):
               f"host(s) ({', '.join(called.hosts)})", file=sys.stderr, flush=True)
         return AttemptsOnHosts(self.on(membership.spec(spec, called.attempt), called.attempt)).run()
 
-    def returns(self, candidates: Sequence[tuple[HostConfig, float]]) -> Returns | None:
+    def returns(self, candidates: Sequence[Candidate]) -> Returns | None:
         """None: no lost host is taken back (a lost host's `run` started again is not admitted to a running job yet; validation refuses topology.max_nodes)."""
         return None
 

@@ -45,7 +45,7 @@ from runner.common.signals import passing_on
 from runner.environments.slurm import expand_hostnames
 from runner.launchers.base import LaunchOutcome
 from runner.launchers.elastic.liveness import BEATS_MISSED, silent_after_s
-from runner.launchers.elastic.membership import job_on
+from runner.launchers.elastic.membership import Candidate, job_on
 from runner.launchers.elastic.rounds import Ended, Returns
 from runner.plan.processes import Plan
 from runner.records.paths import RunPaths
@@ -192,7 +192,7 @@ class SlurmRound:
         """Nothing to check before a step: srun refuses nodes the allocation does not have."""
         return {}
 
-    def returns(self, candidates: Sequence[tuple[HostConfig, float]]) -> Returns | None:
+    def returns(self, candidates: Sequence[Candidate]) -> Returns | None:
         """None: no lost host is taken back (a node Slurm took out of the allocation does not come back to it; validation refuses topology.max_nodes)."""
         return None
 

@@ -82,8 +82,3 @@ def failures(hosts: tuple[SshHost, ...], here: Versions, connect_timeout_s: floa
 def paragraph(host: SshHost, why: str, hint: str, said: str = "error") -> str:
     """A host's failed check in words: why, the hint, and the command to try by hand."""
     return f"{said}: launcher=ssh: {host.label}: {why}\n    hint: {hint}\n    try by hand: {shlex.join(host.check)}"
-
-
-def check_hosts(hosts: tuple[SshHost, ...], here: Versions, connect_timeout_s: float) -> list[str]:
-    """Every host's check, all at once; one error paragraph per host that fails (none: every host passed)."""
-    return [paragraph(host, why, hint) for host, (why, hint) in failures(hosts, here, connect_timeout_s).items()]

@@ -39,10 +39,10 @@ from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRe
 from runner.launchers.capabilities import Capabilities
 from runner.launchers.manual import agreed_port, hosts_apart_problems
 from runner.launchers.ssh.address import HostAddress, explained, host_addresses
-from runner.launchers.ssh.check import REACH_FAILED, check_hosts, failures, paragraph
+from runner.launchers.ssh.check import REACH_FAILED, failures, paragraph
 from runner.launchers.ssh.collect import collect
 from runner.launchers.ssh.host import SshHost, collected, ssh_base
-from runner.launchers.elastic.membership import job_on
+from runner.launchers.elastic.membership import Candidate, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Returns
 from runner.launchers.ssh.rejoin import Returning, ReturnWatch
 from runner.launchers.ssh.session import Ended, run_sessions
@@ -53,7 +53,7 @@ from runner.spec.pins import Pins
 from runner.spec.probe import MachineProbe
 from runner.spec.problems import Problem
 from runner.spec.elastic import elasticity
-from runner.spec.schema import HostConfig, InitMethod, JobConfig, is_script
+from runner.spec.schema import InitMethod, JobConfig, is_script
 from runner.spec.topology import Host
 from runner.spec.validation import ENV_NAME
 from runner.worker.agent_reports import AgentReport
@@ -226,39 +226,46 @@ class SshLauncher(Launcher):
 
     # -- the launch -------------------------------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> LaunchOutcome:
-        refused = self.check(with_spares=True)
+        unready: list[str] = []
+        refused = self.check(with_spares=True, unready=unready)
         if refused is not None:
             return refused
         if elasticity(self.plan.job).enabled:  # a lost host: the job starts again on those that remain
-            return AttemptsOnHosts(self).run()
+            return AttemptsOnHosts(self, unready).run()
         ended, _ = self.sessions()
         return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause)
 
-    def check(self, with_spares: bool = False) -> LaunchOutcome | None:
+    def check(self, with_spares: bool = False, unready: list[str] | None = None) -> LaunchOutcome | None:
         """Every host checked at once (and the spares, ``with_spares``), its line said: None when all are ready, else
-        how the launch ended (nothing was started)."""
+        how the launch ended (nothing was started). ``unready``: given a list, a spare that fails is not a refusal
+        where lost hosts are tried again (launcher.ssh.rejoin_s): it is said, appended, and tried while the job runs."""
         spec = self.plan.job.spec
-        hosts = self.hosts()
+        hosts, spares = self.hosts(), self.spare_hosts() if with_spares else ()
         started = time.perf_counter()
         try:
-            refused = check_hosts((*hosts, *(self.spare_hosts() if with_spares else ())), installed(),
-                                  spec.launcher.ssh.connect_timeout_s)
+            failed = failures((*hosts, *spares), installed(), spec.launcher.ssh.connect_timeout_s)
         except KeyboardInterrupt:  # Ctrl-C before anything started (the checks' ssh got it too)
             print("\nSIGINT during the check: nothing was started.", file=sys.stderr, flush=True)
             return LaunchOutcome(code=exits.from_signal(signal.SIGINT), signalled=signal.SIGINT)
+        later = [h for h in spares if h in failed] if unready is not None and spec.launcher.ssh.rejoin_s > 0 else []
+        refused = [paragraph(h, why, hint) for h, (why, hint) in failed.items() if h not in later]
         if refused:
             print("\n".join(refused) + "\n\nnothing was started.", file=sys.stderr, flush=True)
             return LaunchOutcome(code=exits.INVALID)
-        self._say_ready(hosts, time.perf_counter() - started, with_spares)
+        for h in later:
+            print(f"ssh: {h.label} not ready: {failed[h][0]}; tried again every {spec.launcher.ssh.rejoin_s} s "
+                  f"(launcher.ssh.rejoin_s) while the job runs", file=sys.stderr, flush=True)
+            assert unready is not None
+            unready.append(h.name)
+        self._say_ready(hosts, time.perf_counter() - started, [h for h in spares if h not in later])
         return None
 
-    def _say_ready(self, hosts: tuple[SshHost, ...], took_s: float, with_spares: bool = False) -> None:
+    def _say_ready(self, hosts: tuple[SshHost, ...], took_s: float, spares: Sequence[SshHost] = ()) -> None:
         rendezvous = self.rendezvous()
         dialled = f"; each reaches host 0's rendezvous at {rendezvous[0]} port {rendezvous[1]}" if rendezvous else ""
-        spares = f" (spare(s) ready: {', '.join(h.destination for h in self.spare_hosts())})" \
-            if with_spares and self.plan.job.spares else ""
+        ready = f" (spare(s) ready: {', '.join(h.destination for h in spares)})" if spares else ""
         print(f"ssh: {len(hosts)} host(s) ready ({installed().short()}) in {took_s:.1f} s: "
-              f"{', '.join(h.destination for h in hosts)}{dialled}{spares}", file=sys.stderr, flush=True)
+              f"{', '.join(h.destination for h in hosts)}{dialled}{ready}", file=sys.stderr, flush=True)
 
     def left_out(self) -> dict[int, str] | LaunchOutcome:
         """The check before a round (after a loss or a join): the hosts that fail it, each with why (empty: every
@@ -298,18 +305,18 @@ class SshLauncher(Launcher):
             print("\nSIGINT: the hosts' records stay in their run folders", file=sys.stderr, flush=True)
         return ended, []
 
-    def returns(self, candidates: Sequence[tuple[HostConfig, float]]) -> ReturnWatch | None:
-        """The lost hosts ``candidates`` tried every launcher.ssh.rejoin_s from when each may be (runner.launchers.ssh.
-        rejoin), each with the check of the start: it dials this round's rendezvous as a host other than host 0 does;
-        None where there is none to try or launcher.ssh.rejoin_s=0."""
+    def returns(self, candidates: Sequence[Candidate]) -> ReturnWatch | None:
+        """The hosts ``candidates`` (lost ones, spares not ready at the start) tried every launcher.ssh.rejoin_s from
+        when each may be (runner.launchers.ssh.rejoin), each with the check of the start: it dials this round's
+        rendezvous as a host other than host 0 does; None where there is none to try or launcher.ssh.rejoin_s=0."""
         opts = self.plan.job.spec.launcher.ssh
         if not candidates or opts.rejoin_s <= 0:
             return None
         first = len(self.plan.job.hosts) + len(self.plan.job.spares)
-        tried = [Returning(key=config.name or str(config.addr), due=due, host=self._ssh_host(
-            Host(index=first + i, name=config.name, addr=config.addr, devices=config.devices or 1,
-                 gpus=tuple(config.gpus or ())), f"lost host {config.name or config.addr}"))
-                 for i, (config, due) in enumerate(candidates)]
+        tried = [Returning(key=c.host.name or str(c.host.addr), due=c.due, joins=c.joins, host=self._ssh_host(
+            Host(index=first + i, name=c.host.name, addr=c.host.addr, devices=c.host.devices or 1,
+                 gpus=tuple(c.host.gpus or ())), f"{'lost host' if c.joins else 'spare'} {c.host.name or c.host.addr}"))
+                 for i, c in enumerate(candidates)]
         return ReturnWatch(tried, opts.rejoin_s, opts.connect_timeout_s, installed())
 
     def on(self, spec: JobConfig, attempt: int) -> SshLauncher:

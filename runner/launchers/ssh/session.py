@@ -189,8 +189,8 @@ class Sessions:
         if not back:
             return
         self.joining, self.joining_at = back, time.time()
-        print(f"ssh: {', '.join(back)} answer(s) again: the job takes {'them' if len(back) > 1 else 'it'} back at "
-              f"the next checkpoint (every rank is asked to stop there)", file=sys.stderr, flush=True)
+        print(f"ssh: {', '.join(back)} ready: the job takes {'them' if len(back) > 1 else 'it'} in at the next "
+              f"checkpoint (every rank is asked to stop there)", file=sys.stderr, flush=True)
         for s in self.sessions:
             if s.code is None:
                 s.tell(signal_message(self.stop_signal))

@@ -80,7 +80,7 @@ def test_a_host_taken_back_is_tried_again_only_rejoin_after_s_after_that() -> No
     from t=160 on; a host never taken back at once."""
     one = Membership.of(spec_of([A, B, C], [], 1)).after_loss({2}).membership.after_return(["c"], now=100.0)
     again = one.membership.after_loss({2, 1}).membership
-    assert {h.name: due for h, due in again.returning(now=110.0, rejoin_after_s=60)} == {"c": 160.0, "b": 110.0}
+    assert {c.host.name: c.due for c in again.returning(now=110.0, rejoin_after_s=60)} == {"c": 160.0, "b": 110.0}
 
 
 def test_max_nodes_is_the_specs_hosts_unless_it_says_more_and_no_attempt_spec_carries_it() -> None:
@@ -89,3 +89,17 @@ def test_max_nodes_is_the_specs_hosts_unless_it_says_more_and_no_attempt_spec_ca
     grown = dataclasses.replace(spec, topology=dataclasses.replace(spec.topology, max_nodes=3, spares=[S]))
     assert Membership.of(grown).max_nodes == 3
     assert Membership.of(grown).spec(grown, 1).topology.max_nodes is None  # the launching side alone decides
+
+
+def test_a_spare_not_ready_at_the_start_is_tried_and_kept_ready_or_taken_in_where_there_is_room() -> None:
+    """A spare that failed the check of the start (started late): tried while the job runs; where the job has its
+    most hosts it is only kept ready once it answers (a later loss takes it), else it joins as a host."""
+    full = Membership.of(spec_of([A, B], [S], 1)).with_unready(["s"])
+    assert (full.spares, full.unready) == ((), (S,))
+    assert [(c.host.name, c.joins) for c in full.returning(now=5.0, rejoin_after_s=60)] == [("s", False)]
+    kept = full.with_spares_ready(["s"])
+    assert (kept.spares, kept.unready, kept.returning(now=6.0, rejoin_after_s=60)) == ((S,), (), ())
+    roomy = dataclasses.replace(full, max_nodes=3)  # topology.max_nodes=3: it grows the job
+    assert [(c.host.name, c.joins) for c in roomy.returning(now=5.0, rejoin_after_s=60)] == [("s", True)]
+    grown = roomy.after_return(["s"], now=7.0)
+    assert ([h.name for h in grown.membership.hosts], grown.membership.unready) == (["a", "b", "s"], ())

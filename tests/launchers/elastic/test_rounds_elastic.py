@@ -39,6 +39,7 @@ class Round:
     code: int = exits.OK
     signalled: int | None = None
     back: tuple[str, ...] = ()  # lost hosts that answered again meanwhile: the round stopped at a checkpoint for them
+    spares_ready: tuple[str, ...] = ()  # spares not ready at the start that answered meanwhile
 
 
 @dataclass
@@ -73,8 +74,8 @@ class FakeLaunch:
         return ended, [f"logs/rank{len(self.seen)}.log"]  # what this round "took back"
 
     def returns(self, candidates):
-        self.tried.append(tuple((h.name, due) for h, due in candidates))
-        return _NoReturns() if candidates else None
+        self.tried.append(tuple((c.host.name, c.due) for c in candidates))
+        return _NoReturns(self.rounds[0].spares_ready) if candidates else None
 
     def on(self, spec: JobConfig, attempt: int) -> FakeLaunch:
         return FakeLaunch(spec, dataclasses.replace(self.paths, attempt=attempt), self.rounds, self.seen,
@@ -85,14 +86,20 @@ class FakeLaunch:
         return {i: why for i, h in enumerate(self.spec.topology.hosts) if (why := failing.get(h.name)) is not None}
 
 
+@dataclass
 class _NoReturns:
-    """A watch of lost hosts for the fake launch: what came back is the round's to say (Round.back)."""
+    """A watch of lost hosts for the fake launch: what came back is the round's to say (Round.back, spares_ready)."""
+
+    spares_ready: tuple[str, ...] = ()
 
     def start(self):
         return self
 
     def ready(self) -> tuple[str, ...]:
         return ()
+
+    def spares(self) -> tuple[str, ...]:
+        return self.spares_ready
 
     def close(self) -> None:
         pass
@@ -226,3 +233,19 @@ def test_no_host_is_tried_again_without_a_restart_left_to_take_it_with(tmp_path)
         Round(lost=(1,)), Round(back=("b",))])
     assert outcome.code == exits.OK and first.seen == [(("a", "b", "c"), 0), (("a", "c"), 1)]
     assert first.tried == [()]  # attempt 1 is the last the restarts allow: no watch
+
+
+def test_a_spare_not_ready_at_the_start_is_kept_once_it_answers_and_takes_a_lost_hosts_place(tmp_path) -> None:
+    """s failed the check of the start: tried while attempt 0 runs, it answers (kept ready), and b's loss takes it."""
+    spec = spec_of(["a", "b", "c"], min_nodes=None, spares=("s",))
+    first = FakeLaunch(spec, RunPaths(tmp_path, "r1"), [Round(lost=(1,), spares_ready=("s",)), Round()])
+    outcome = AttemptsOnHosts(first, unready=["s"]).run()
+    assert outcome.code == exits.OK and first.seen == [(("a", "b", "c"), 0), (("a", "c", "s"), 1)]
+    assert [name for name, _ in first.tried[0]] == ["s"] and changes(first.paths)[0]["spares"] == ["s"]
+
+
+def test_a_spare_never_ready_leaves_a_lost_hosts_place_empty(tmp_path) -> None:
+    spec = spec_of(["a", "b", "c"], min_nodes=2, spares=("s",))
+    first = FakeLaunch(spec, RunPaths(tmp_path, "r1"), [Round(lost=(1,)), Round()])
+    outcome = AttemptsOnHosts(first, unready=["s"]).run()
+    assert outcome.code == exits.OK and first.seen == [(("a", "b", "c"), 0), (("a", "c"), 1)]

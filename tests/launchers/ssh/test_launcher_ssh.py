@@ -118,3 +118,22 @@ def test_where_no_other_host_reaches_host_0_host_0_is_the_one_left_out(tmp_path,
     assert "ssh: host 0 (a) left out: none of the 2 other hosts" in capsys.readouterr().err
     monkeypatch.setattr(module, "failures", lambda *_: {c: unreached})  # one of two: c's own network
     assert list(launcher.left_out()) == [2]
+
+
+def test_a_spare_that_fails_the_check_of_the_start_is_tried_later_and_a_host_that_fails_refuses(
+        tmp_path, monkeypatch, capsys) -> None:
+    from runner.launchers.ssh import launcher as module
+
+    launcher = ssh_launcher(tmp_path, *ABC, "topology.spares=[{name: s, devices: 1}]")
+    (spare,) = launcher.spare_hosts()
+    monkeypatch.setattr(module, "failures", lambda *_: {spare: ("ssh could not log in (exit 255): timed out", "up?")})
+    unready: list[str] = []
+    assert launcher.check(with_spares=True, unready=unready) is None and unready == ["s"]
+    said = capsys.readouterr().err
+    assert "ssh: spare 0 (s) not ready: ssh could not log in (exit 255): timed out; tried again every 10 s" in said
+    assert "ssh: 3 host(s) ready" in said and "spare(s) ready" not in said
+    refused = launcher.check(with_spares=True)  # without the list (or with launcher.ssh.rejoin_s=0): a refusal
+    assert refused is not None and refused.code == 2 and "nothing was started" in capsys.readouterr().err
+    a, _, _ = launcher.hosts()
+    monkeypatch.setattr(module, "failures", lambda *_: {a: ("ssh could not log in (exit 255): refused", "sshd?")})
+    assert launcher.check(with_spares=True, unready=[]).code == 2  # a host is no spare: nothing starts

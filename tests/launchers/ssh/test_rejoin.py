@@ -75,3 +75,13 @@ def test_close_ends_a_check_under_way_and_the_thread() -> None:
 def test_no_host_or_no_interval_starts_no_thread() -> None:
     assert not ReturnWatch((), 1.0, 1, HERE).start()._thread.is_alive()
     assert not ReturnWatch((Returning("c", host("c", ANSWERS), 0.0),), 0, 1, HERE).start()._thread.is_alive()
+
+
+def test_a_spare_that_passes_is_kept_ready_and_the_watch_goes_on_for_the_others() -> None:
+    found = watch(Returning("s", host("s", ANSWERS), due=0.0, joins=False), Returning("c", host("c", "exit 255"), 0.0))
+    try:
+        wait_until(found.spares, 10, "spare s ready")
+        assert found.spares() == ("s",) and found.ready() == ()
+        assert found._thread.is_alive()  # c is still tried
+    finally:
+        found.close()
