@@ -114,6 +114,16 @@ def lineage(job: Job, bed: Bed, finished: bool = True) -> list[dict]:
     return one_lineage([job.views[h] / "out" / "steps.jsonl" for h in bed.names], finished)
 
 
+def grew(job: Job, bed: Bed, run_id: str, code: int, said: str, world_size: int, steps: int
+         ) -> tuple[list[dict], list[tuple[int, int]]]:
+    """A job that grew back finished every step at ``world_size``: its membership changes, and each (attempt, world
+    size) rank 0 trained at, in order, its steps one lineage."""
+    folder = job.run_folder(None, run_id)
+    done_on(folder, said, code, world_size=world_size, steps=steps)
+    trained = one_lineage([job.views[h] / "out" / "steps.jsonl" for h in bed.names], steps=steps)
+    return membership(folder), sorted({(line["attempt"], line["world"]) for line in trained})
+
+
 def summary(job: Job, run_id: str) -> dict:
     return json.loads((job.run_folder(None, run_id) / "run_summary.json").read_text())
 
@@ -216,18 +226,14 @@ def test_a_host_whose_link_comes_back_joins_at_the_next_checkpoint_and_the_job_e
             ((code, said),) = finish([proc], timeout=240)
     finally:
         link(bed, c, up=True)
-    folder = job.run_folder(None, run_id)
-    done_on(folder, said, code, world_size=3, steps=steps)
+    (lost, joined), worlds = grew(job, bed, run_id, code, said, 3, steps)
     assert re.search(seen("back", bed), said) and re.search(seen("grown", bed), said), said
-    lost, joined = membership(folder)
     assert (lost["before"], lost["after"], lost["lost"], lost["joined"]) == ([a, b, c], [a, b], [c], []), lost
     assert (joined["attempt"], joined["next_attempt"], joined["before"], joined["after"], joined["lost"],
             joined["joined"]) == (1, 2, [a, b], [a, b, c], [], [c]), joined
     assert (joined["world_size_before"], joined["world_size_after"], joined["steps_lost"]) == (2, 3, 0), joined
     assert joined["to_first_step_s"] > 0 and joined["cause"] == f"{c}: answered again (launcher.ssh.rejoin_s)"
-    trained = one_lineage([job.views[h] / "out" / "steps.jsonl" for h in bed.names], steps=steps)
-    worlds = [(line["attempt"], line["world"]) for line in trained]
-    assert sorted(set(worlds)) == [(0, 3), (1, 2), (2, 3)], worlds  # the world size over time: 3, 2, then 3 again
+    assert worlds == [(0, 3), (1, 2), (2, 3)], worlds  # the world size over time: 3, 2, then 3 again
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
@@ -247,15 +253,12 @@ def test_a_spare_started_late_joins_up_to_max_nodes_at_the_next_checkpoint(bed, 
             ((code, said),) = finish([proc], timeout=240)
     finally:
         link(bed, d, up=True)
-    folder = job.run_folder(None, run_id)
-    done_on(folder, said, code, world_size=4, steps=steps)
+    (joined,), worlds = grew(job, bed, run_id, code, said, 4, steps)
     assert re.search(seen("spare late", bed), said), said
-    (joined,) = membership(folder)
     assert (joined["before"], joined["after"], joined["lost"], joined["joined"], joined["steps_lost"]) == (
         [a, b, c], [a, b, c, d], [], [d], 0), joined
     assert joined["cause"] == f"{d}: ready, a spare not ready at the start (launcher.ssh.rejoin_s)", joined
-    trained = one_lineage([job.views[h] / "out" / "steps.jsonl" for h in bed.names], steps=steps)
-    assert sorted({(line["attempt"], line["world"]) for line in trained}) == [(0, 3), (1, 4)]
+    assert worlds == [(0, 3), (1, 4)], worlds
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
