@@ -237,6 +237,40 @@ def test_a_host_whose_link_comes_back_joins_at_the_next_checkpoint_and_the_job_e
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
+def test_a_host_that_flaps_is_taken_back_at_most_once_per_rejoin_after_s(bed, job):
+    """Host 2's link down until it is lost, then up: taken back at the next checkpoint; once the grown attempt trains,
+    down and up again: lost again, and not taken back a second time within launcher.rejoin_after_s (600 s here): the
+    job finishes on two, having restarted three times for a host that came and went twice."""
+    a, b, c, _ = bed.names
+    run_id, steps = f"p{uuid.uuid4().hex[:8]}", 6 * STEPS  # time for two flaps before the end
+    args = [hosts([a, b, c]), "topology.min_nodes=2", "launcher.ssh.keepalive_s=1", "launcher.rejoin_after_s=600"]
+    trained_at = job.views[a] / "out" / "steps.jsonl"  # host 0 stays host 0: rank 0's steps are there
+
+    def training(attempt: int, world: int) -> bool:
+        """Rank 0 took a step of attempt ``attempt`` or a later one at world size ``world``, lately."""
+        last = trained_at.read_text().splitlines()[-5:] if trained_at.exists() else []
+        # its words looked for, not parsed: the last line may be being written
+        return any(f'"world": {world}, "attempt": {a},' in line for line in last for a in range(attempt, attempt + 3))
+
+    try:
+        with start(bed, job, args, run_id, recipe=elastic_recipe(job.path / "out", steps), rejoin_s=1) as proc:
+            copied(job, run_id, [a, b, c], proc)
+            for flap in (1, 2):
+                link(bed, c, up=False)
+                wait_until(lambda: training(2 * flap - 1, 2), 90, f"training on two after flap {flap}", alive=[proc])
+                link(bed, c, up=True)
+                if flap == 1:
+                    wait_until(lambda: training(2, 3), 90, "training on three again", alive=[proc])
+            ((code, said),) = finish([proc], timeout=240)
+    finally:
+        link(bed, c, up=True)
+    changes, worlds = grew(job, bed, run_id, code, said, 2, steps)
+    assert [(ch["lost"], ch["joined"]) for ch in changes] == [([c], []), ([], [c]), ([c], [])], changes
+    assert said.count(f"ssh: {c} ready: the job takes it in") == 1, said
+    assert worlds == [(0, 3), (1, 2), (2, 3), (3, 2)], worlds
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
+
+
 def test_a_spare_started_late_joins_up_to_max_nodes_at_the_next_checkpoint(bed, job):
     """Spare d's machine not up when the job starts (its link down): the job starts on a, b and c and says d is not
     ready; once d answers it is taken in at the next checkpoint, up to topology.max_nodes=4, and the job ends at world

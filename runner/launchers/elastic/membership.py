@@ -75,12 +75,14 @@ class Membership:
 
     def returning(self, now: float, rejoin_after_s: float) -> tuple[Candidate, ...]:
         """The hosts to try while a round runs: the lost ones, each from when it may be taken back (``now``, or
-        ``rejoin_after_s`` after it was last: launcher.rejoin_after_s), where the job has room for them; and the spares
-        not ready at the start, which join where there is room and are kept ready where there is none."""
+        ``rejoin_after_s`` after it was last: launcher.rejoin_after_s), and the spares kept ready, where the job has
+        room for them (topology.max_nodes above its hosts: a spare grows it); and the spares not ready at the start,
+        which join where there is room and are kept ready where there is none."""
         last = dict(self.joined_at)
         lost = tuple(Candidate(h, max(now, last.get(_name(h, -1), -rejoin_after_s) + rejoin_after_s), joins=True)
                      for h in self.absent) if self.room else ()
-        return (*lost, *(Candidate(h, now, joins=bool(self.room)) for h in self.unready))
+        ready = tuple(Candidate(h, now, joins=True) for h in self.spares) if self.room else ()
+        return (*lost, *ready, *(Candidate(h, now, joins=bool(self.room)) for h in self.unready))
 
     def with_unready(self, names: Iterable[str]) -> Membership:
         """These hosts with the spares named ``names`` not ready (they failed the check of the start)."""
@@ -95,17 +97,16 @@ class Membership:
                                    unready=tuple(h for h in self.unready if _name(h, -1) not in ready))
 
     def after_return(self, names: Iterable[str], now: float) -> GoesOn:
-        """The hosts with those named ``names`` taken in (lost hosts back, or spares that were not ready at the start),
-        after the others, up to topology.max_nodes, in the order given: host 0 stays host 0, and holds the
-        checkpoint."""
-        waiting = (*self.absent, *self.unready)
+        """The hosts with those named ``names`` taken in (lost hosts back, spares), after the others, up to
+        topology.max_nodes, in the order given: host 0 stays host 0, and holds the checkpoint."""
+        waiting = (*self.absent, *self.spares, *self.unready)
         back = [h for name in names for h in waiting if _name(h, -1) == name][:self.room]
         back_names = {_name(h, -1) for h in back}
         joined = {**dict(self.joined_at), **{name: now for name in back_names}}
-        return GoesOn(dataclasses.replace(self, hosts=(*self.hosts, *back),
-                                          absent=tuple(h for h in self.absent if _name(h, -1) not in back_names),
-                                          unready=tuple(h for h in self.unready if _name(h, -1) not in back_names),
-                                          joined_at=tuple(joined.items())), (), tuple(back))
+        kept = {name: tuple(h for h in hosts if _name(h, -1) not in back_names)
+                for name, hosts in (("absent", self.absent), ("spares", self.spares), ("unready", self.unready))}
+        return GoesOn(dataclasses.replace(self, hosts=(*self.hosts, *back), **kept, joined_at=tuple(joined.items())),
+                      (), tuple(back))
 
     def spec(self, spec: JobConfig, attempt: int) -> JobConfig:
         """``spec`` (the run's pinned one) for an attempt on these hosts: its topology these hosts and spares, and a

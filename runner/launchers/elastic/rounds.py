@@ -171,7 +171,9 @@ class AttemptsOnHosts:
                 append_change(self.first.paths, self._change(launcher, membership, ended, heard, None, ()))
                 print(f"{self.said_as}: the job ends: {why}", file=sys.stderr, flush=True)
                 return LaunchOutcome(code=exits.FAILED, cause=f"{ended.cause}; {why}", plan=launcher.plan)
-            late = {h.name or str(h.addr) for h in chosen.membership.unready}  # spares not ready at the start
+            kept = chosen.membership  # why each may be taken in (else: a lost host that answered again)
+            why_in = {**{h.name or str(h.addr): "a spare, topology.max_nodes leaving room" for h in kept.spares},
+                      **{h.name or str(h.addr): "ready, a spare not ready at the start" for h in kept.unready}}
             if ended.joining:
                 chosen = replace(chosen.membership.after_return(ended.joining, ended.joining_at or time.time()),
                                  taken=chosen.taken)
@@ -179,7 +181,7 @@ class AttemptsOnHosts:
             following = launcher.on(after.spec(self.spec, attempt), attempt)
             self.pending = self._change(launcher, membership, ended, heard, following,
                                         tuple(h.name or str(h.addr) for h in taken),
-                                        tuple(h.name or str(h.addr) for h in chosen.back), late)
+                                        tuple(h.name or str(h.addr) for h in chosen.back), why_in)
             print(f"{self.said_as}: restarting on {len(after.hosts)} host(s) ({', '.join(after.names)}) from the last "
                   f"checkpoint: attempt {attempt + 1} of {limit + 1} (launcher.max_restarts={limit})"
                   + (f", spare(s) {', '.join(self.pending.spares)} in the lost host's place" if taken else "")
@@ -235,14 +237,15 @@ class AttemptsOnHosts:
     @staticmethod
     def _change(launcher: Round, before: Membership, ended: Ended, heard: _RoundReports,
                 following: Round | None, spares: tuple[str, ...], joined: tuple[str, ...] = (),
-                late: set[str] | frozenset[str] = frozenset()) -> MembershipChange:
-        """The change a round's lost hosts, and the hosts taken in (lost ones back; spares not ready at the start:
-        ``late``), make: to ``following``'s hosts (None: the job ends)."""
+                why_in: dict[str, str] | None = None) -> MembershipChange:
+        """The change a round's lost hosts, and the hosts taken in (lost ones back; spares, ``why_in`` saying which),
+        make: to ``following``'s hosts (None: the job ends)."""
+        why_in = why_in or {}
         lost = tuple(before.names[i] for i in sorted(ended.lost))
         cause = "; ".join([*(f"{before.names[i]}: {ended.why_lost[i]}" for i in sorted(ended.lost)
                              if i in ended.why_lost),
-                           *(f"{name}: {'ready, a spare not ready at the start' if name in late else 'answered again'}"
-                             f" (launcher.ssh.rejoin_s)" for name in joined)])
+                           *(f"{name}: {why_in.get(name, 'answered again')} (launcher.ssh.rejoin_s)"
+                             for name in joined)])
         return MembershipChange(
             time=ended.lost_at or ended.joining_at or time.time(), attempt=heard.attempt, joined=joined,
             next_attempt=following.paths.attempt if following is not None else None, before=before.names,

@@ -103,3 +103,14 @@ def test_a_spare_not_ready_at_the_start_is_tried_and_kept_ready_or_taken_in_wher
     assert [(c.host.name, c.joins) for c in roomy.returning(now=5.0, rejoin_after_s=60)] == [("s", True)]
     grown = roomy.after_return(["s"], now=7.0)
     assert ([h.name for h in grown.membership.hosts], grown.membership.unready) == (["a", "b", "s"], ())
+
+
+def test_a_spare_kept_ready_grows_the_job_where_max_nodes_leaves_room() -> None:
+    """topology.max_nodes=3 over two hosts and a spare ready at the start: the spare is tried (it answers at once)
+    and taken in at the first checkpoint, as torchrun's --nnodes=2:3 takes a third node that is there."""
+    spec = spec_of([A, B], [S], 1)
+    roomy = Membership.of(dataclasses.replace(spec, topology=dataclasses.replace(spec.topology, max_nodes=3)))
+    assert [(c.host.name, c.joins) for c in roomy.returning(now=5.0, rejoin_after_s=60)] == [("s", True)]
+    grown = roomy.after_return(["s"], now=6.0).membership
+    assert ([h.name for h in grown.hosts], grown.spares, grown.room) == (["a", "b", "s"], (), 0)
+    assert Membership.of(spec).returning(now=5.0, rejoin_after_s=60) == ()  # no room: a spare waits for a loss

@@ -249,3 +249,14 @@ def test_a_spare_never_ready_leaves_a_lost_hosts_place_empty(tmp_path) -> None:
     first = FakeLaunch(spec, RunPaths(tmp_path, "r1"), [Round(lost=(1,)), Round()])
     outcome = AttemptsOnHosts(first, unready=["s"]).run()
     assert outcome.code == exits.OK and first.seen == [(("a", "b", "c"), 0), (("a", "c"), 1)]
+
+
+def test_a_ready_spare_grows_the_job_where_max_nodes_leaves_room(tmp_path) -> None:
+    spec = spec_of(["a", "b"], min_nodes=1, spares=("s",))
+    spec = dataclasses.replace(spec, topology=dataclasses.replace(spec.topology, max_nodes=3))
+    first, outcome = launch(tmp_path, spec, [Round(reports=steps(0, 0, 5), back=("s",)), Round()])
+    assert outcome.code == exits.OK and first.seen == [(("a", "b"), 0), (("a", "b", "s"), 1)]
+    assert [name for name, _ in first.tried[0]] == ["s"]
+    (change,) = changes(first.paths)
+    assert (change["joined"], change["cause"]) == (["s"], "s: a spare, topology.max_nodes leaving room "
+                                                          "(launcher.ssh.rejoin_s)")
