@@ -32,7 +32,7 @@ from typing import Any
 
 from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.liveness import BEATS_MISSED, silent_after_s
-from runner.launchers.elastic.membership import CannotGoOn, Membership
+from runner.launchers.elastic.membership import CannotGoOn, Membership, host_key
 from runner.spec.schema import HostConfig
 
 LOOK_S = 0.25  # how often a decider looks at etcd again while it waits
@@ -106,7 +106,7 @@ def decide(membership: Membership, attempt: int, came: list[str], why_lost: dict
 
 
 def _labels(hosts: tuple[HostConfig, ...]) -> tuple[str, ...]:
-    return tuple(h.name or str(h.addr) for h in hosts)
+    return tuple(host_key(h) for h in hosts)
 
 
 class Decider:

@@ -52,7 +52,7 @@ class Membership:
     def without_spares(self, gone: Iterable[str]) -> Membership:
         """These hosts, with the spares named in ``gone`` (found gone: launcher=manual's decision) no longer kept."""
         dropped = set(gone)
-        return dataclasses.replace(self, spares=tuple(h for h in self.spares if _name(h, -1) not in dropped))
+        return dataclasses.replace(self, spares=tuple(h for h in self.spares if host_key(h) not in dropped))
 
     def after_loss(self, lost: Iterable[int]) -> GoesOn | CannotGoOn:
         """The hosts after losing those at indices ``lost``, and the spares that took their places; or why the job
@@ -79,7 +79,7 @@ class Membership:
         room for them (topology.max_nodes above its hosts: a spare grows it); and the spares not ready at the start,
         which join where there is room and are kept ready where there is none."""
         last = dict(self.joined_at)
-        lost = tuple(Candidate(h, max(now, last.get(_name(h, -1), -rejoin_after_s) + rejoin_after_s), joins=True)
+        lost = tuple(Candidate(h, max(now, last.get(host_key(h), -rejoin_after_s) + rejoin_after_s), joins=True)
                      for h in self.absent) if self.room else ()
         ready = tuple(Candidate(h, now, joins=True) for h in self.spares) if self.room else ()
         return (*lost, *ready, *(Candidate(h, now, joins=bool(self.room)) for h in self.unready))
@@ -87,23 +87,23 @@ class Membership:
     def with_unready(self, names: Iterable[str]) -> Membership:
         """These hosts with the spares named ``names`` not ready (they failed the check of the start)."""
         out = set(names)
-        return dataclasses.replace(self, spares=tuple(h for h in self.spares if _name(h, -1) not in out),
-                                   unready=(*self.unready, *(h for h in self.spares if _name(h, -1) in out)))
+        return dataclasses.replace(self, spares=tuple(h for h in self.spares if host_key(h) not in out),
+                                   unready=(*self.unready, *(h for h in self.spares if host_key(h) in out)))
 
     def with_spares_ready(self, names: Iterable[str]) -> Membership:
         """These hosts with the spares named ``names``, not ready at the start, ready now: kept, after the others."""
         ready = set(names)
-        return dataclasses.replace(self, spares=(*self.spares, *(h for h in self.unready if _name(h, -1) in ready)),
-                                   unready=tuple(h for h in self.unready if _name(h, -1) not in ready))
+        return dataclasses.replace(self, spares=(*self.spares, *(h for h in self.unready if host_key(h) in ready)),
+                                   unready=tuple(h for h in self.unready if host_key(h) not in ready))
 
     def after_return(self, names: Iterable[str], now: float) -> GoesOn:
         """The hosts with those named ``names`` taken in (lost hosts back, spares), after the others, up to
         topology.max_nodes, in the order given: host 0 stays host 0, and holds the checkpoint."""
         waiting = (*self.absent, *self.spares, *self.unready)
-        back = [h for name in names for h in waiting if _name(h, -1) == name][:self.room]
-        back_names = {_name(h, -1) for h in back}
+        back = [h for name in names for h in waiting if host_key(h) == name][:self.room]
+        back_names = {host_key(h) for h in back}
         joined = {**dict(self.joined_at), **{name: now for name in back_names}}
-        kept = {name: tuple(h for h in hosts if _name(h, -1) not in back_names)
+        kept = {name: tuple(h for h in hosts if host_key(h) not in back_names)
                 for name, hosts in (("absent", self.absent), ("spares", self.spares), ("unready", self.unready))}
         return GoesOn(dataclasses.replace(self, hosts=(*self.hosts, *back), **kept, joined_at=tuple(joined.items())),
                       (), tuple(back))
@@ -153,6 +153,12 @@ def job_on(job: Job, spec: JobConfig) -> Job:
     if problems:
         raise ValueError("; ".join(p.render() for p in problems))
     return dataclasses.replace(job, spec=spec, hosts=hosts, spares=resolve_spares(spec.topology, hosts, []))
+
+
+def host_key(host: HostConfig) -> str:
+    """How a change of membership names a host of the spec: its name, else its address (the rounds' records, the
+    launches' tries of lost hosts and spares, etcd's decisions)."""
+    return host.name or str(host.addr)
 
 
 def _name(host: HostConfig, index: int) -> str:

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from runner.common import exits
 from runner.launchers.base import LaunchOutcome
-from runner.launchers.elastic.membership import CannotGoOn, Candidate, Membership
+from runner.launchers.elastic.membership import CannotGoOn, Candidate, Membership, host_key
 from runner.plan.processes import Plan
 from runner.records.membership import MembershipChange, append_change
 from runner.records.paths import RunPaths
@@ -172,16 +172,16 @@ class AttemptsOnHosts:
                 print(f"{self.said_as}: the job ends: {why}", file=sys.stderr, flush=True)
                 return LaunchOutcome(code=exits.FAILED, cause=f"{ended.cause}; {why}", plan=launcher.plan)
             kept = chosen.membership  # why each may be taken in (else: a lost host that answered again)
-            why_in = {**{h.name or str(h.addr): "a spare, topology.max_nodes leaving room" for h in kept.spares},
-                      **{h.name or str(h.addr): "ready, a spare not ready at the start" for h in kept.unready}}
+            why_in = {**{host_key(h): "a spare, topology.max_nodes leaving room" for h in kept.spares},
+                      **{host_key(h): "ready, a spare not ready at the start" for h in kept.unready}}
             if ended.joining:
                 chosen = replace(chosen.membership.after_return(ended.joining, ended.joining_at or time.time()),
                                  taken=chosen.taken)
             after, taken = chosen.membership, chosen.taken
             following = launcher.on(after.spec(self.spec, attempt), attempt)
             self.pending = self._change(launcher, membership, ended, heard, following,
-                                        tuple(h.name or str(h.addr) for h in taken),
-                                        tuple(h.name or str(h.addr) for h in chosen.back), why_in)
+                                        tuple(host_key(h) for h in taken),
+                                        tuple(host_key(h) for h in chosen.back), why_in)
             print(f"{self.said_as}: restarting on {len(after.hosts)} host(s) ({', '.join(after.names)}) from the last "
                   f"checkpoint: attempt {attempt + 1} of {limit + 1} (launcher.max_restarts={limit})"
                   + (f", spare(s) {', '.join(self.pending.spares)} in the lost host's place" if taken else "")
@@ -221,7 +221,7 @@ class AttemptsOnHosts:
                 self.pending = replace(
                     pending, after=tuple(h.label for h in following.plan.job.hosts),
                     world_size_after=following.plan.world_size, lost=(*pending.lost, *(names[i] for i in sorted(left))),
-                    spares=(*pending.spares, *(h.name or str(h.addr) for h in chosen.taken)),
+                    spares=(*pending.spares, *(host_key(h) for h in chosen.taken)),
                     joined=tuple(n for n in pending.joined if n not in {names[i] for i in left}),
                     cause=f"{pending.cause}; {cause}")
             print(f"{self.said_as}: restarting on {len(chosen.membership.hosts)} host(s) "

@@ -42,7 +42,7 @@ from runner.launchers.ssh.address import HostAddress, explained, host_addresses
 from runner.launchers.ssh.check import REACH_FAILED, failures, paragraph
 from runner.launchers.ssh.collect import collect
 from runner.launchers.ssh.host import SshHost, collected, ssh_base
-from runner.launchers.elastic.membership import Candidate, job_on
+from runner.launchers.elastic.membership import Candidate, host_key, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Returns
 from runner.launchers.ssh.rejoin import Returning, ReturnWatch
 from runner.launchers.ssh.session import Ended, run_sessions
@@ -313,7 +313,7 @@ class SshLauncher(Launcher):
         if not candidates or opts.rejoin_s <= 0:
             return None
         first = len(self.plan.job.hosts) + len(self.plan.job.spares)
-        tried = [Returning(key=c.host.name or str(c.host.addr), due=c.due, joins=c.joins, host=self._ssh_host(
+        tried = [Returning(key=host_key(c.host), due=c.due, joins=c.joins, host=self._ssh_host(
             Host(index=first + i, name=c.host.name, addr=c.host.addr, devices=c.host.devices or 1,
                  gpus=tuple(c.host.gpus or ())), f"{'lost host' if c.joins else 'spare'} {c.host.name or c.host.addr}"))
                  for i, c in enumerate(candidates)]
