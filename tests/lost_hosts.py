@@ -1,8 +1,9 @@
 """What the lost-host tests of every launcher share (tests/e2e/test_lost_hosts.py: ssh, test_lost_hosts_manual.py:
 manual, test_lost_nodes_slurm.py: Slurm): the cheapest job that shows a lost host (tests/workloads/elastic.py: a tiny
-model, a checkpoint every EVERY steps, a step every STEP_S seconds), a host's link taken down and up, and the checks
-each fault ends with: the change membership.jsonl records, the exact step resumed (that of the newest complete copy
-the hosts that went on held), one lineage of training (rank 0's steps.jsonl), and nothing left of the run."""
+weight, one all-reduce a step, a checkpoint every EVERY steps, a step every STEP_S seconds), a host's link taken down
+and up, and the checks each fault ends with: the change membership.jsonl records, the exact step resumed (that of the
+newest complete copy the hosts that went on held), one lineage of training (rank 0's steps.jsonl), and nothing left of
+the run."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ checked in-process, step by step as `run` takes them (:func:`refusal`): the comm
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import uuid
@@ -27,6 +28,7 @@ from runner.app.argv_checks import input_problems
 from runner.app.cli import SpecRefused, typed_spec
 from runner.launchers import validate
 from runner.spec.probe import LocalProbe
+from runner.spec.targets import TargetProblem, target_problem
 from runner.spec.problems import render_problems
 from readme_text import docs
 from runs import RUN, nothing_left, user_env
@@ -148,9 +150,24 @@ def refusal(c: Case, folder: Path) -> str:
     except SpecRefused as e:
         return str(e)
     spec.workdir = str(folder)
-    job, problems = validate(spec, LocalProbe())
+    job, problems = validate(spec, LocalProbe(_target_problem))
     assert job is None, f"{c.id}: {c.args} passed validation"
     return render_problems(problems)
+
+
+@functools.cache
+def _bundled_target_problem(target: str) -> TargetProblem | None:
+    return target_problem(target, None)
+
+
+def _target_problem(target: str, workdir: str | None) -> TargetProblem | None:
+    """runner.spec.targets.target_problem, each bundled recipe (runner.recipes: the same from any job folder without a
+    runner/ or runner.py of its own, as these tests' folders are) tried once for all the cases, not in a forked child
+    per case."""
+    folder = Path(workdir or ".")
+    if target.startswith("runner.recipes.") and not any((folder / name).exists() for name in ("runner", "runner.py")):
+        return _bundled_target_problem(target)
+    return target_problem(target, workdir)
 
 
 @pytest.mark.unit

@@ -1,15 +1,16 @@
 """A job that outlives its hosts (topology.min_nodes, topology.spares) under launcher=ssh, on a bed of this module's
-own: four namespace hosts, each with its own sshd and a job folder of its own (no shared file system), whose links
-these tests take down (the shared bed's carry Slurm and other tests). The cheapest job that shows each fault
-(tests/lost_hosts.py: tests/workloads/elastic.py, a tiny model, a checkpoint every 10 steps) on three hosts of one
-process: a host's processes killed, a host's link taken down (no FIN, only silence), host 0 killed, a spare taking a
-lost host's place, a host whose link comes back (taken back at the next checkpoint), a preempted host, and too few hosts left. Each must end as it
-says (every step trained, or failed with the cause), membership.jsonl must say what happened, the next attempt must
-resume from exactly the newest complete copy the hosts that went on held, rank 0's steps must be one lineage, and
-nothing of the job may be left on any host. And the same job at any world size (the digits recipe): a job shrunk from 3
-hosts to 2 (64 over 3, then over 2) that ends with the weights of a job of the 2 hosts started from the checkpoint the
-shrunk one resumed from (hosts of unequal sizes over ssh: tests/e2e/test_ssh.py; the default job on 2+2+1 processes:
-tests/e2e/test_lost_nodes_slurm.py, and locally at every world size: tests/e2e/test_any_world_size.py)."""
+own: four namespace hosts, each with its own sshd and a job folder of its own (no shared file system), whose links these
+tests take down (the shared bed's carry Slurm and other tests). The cheapest job that shows each fault
+(tests/lost_hosts.py: tests/workloads/elastic.py, a tiny weight, one all-reduce a step, a checkpoint every 10 steps) on
+three hosts of one process: a host's processes killed, a host's link taken down (no FIN, only silence), host 0 killed, a
+spare taking a lost host's place, a host whose link comes back (taken back at the next checkpoint), a preempted host,
+and too few hosts left. Each must end as it says (every step trained, or failed with the cause), membership.jsonl must
+say what happened, the next attempt must resume from exactly the newest complete copy the hosts that went on held, rank
+0's steps must be one lineage, and nothing of the job may be left on any host. And the same job at any world size (the
+digits recipe): a job shrunk from 3 hosts to 2 (64 over 3, then over 2) that ends with the weights of a job of the 2
+hosts started from the checkpoint the shrunk one resumed from (hosts of unequal sizes over ssh: tests/e2e/test_ssh.py;
+the default job on 2+2+1 processes: tests/e2e/test_lost_nodes_slurm.py, and locally at every world size:
+tests/e2e/test_any_world_size.py)."""
 
 from __future__ import annotations
 

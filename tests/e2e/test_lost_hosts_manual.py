@@ -3,17 +3,17 @@ own: four namespace hosts, each `run` started in its host's namespace as a user 
 its own (no shared file system), with no `run` that holds the job: the hosts decide who goes on in etcd
 (runner.launchers.elastic.decisions), the job's own (a member started by each host's `run`) or one the test runs.
 
-The cheapest job that shows each fault (tests/workloads/elastic.py: a tiny model, a checkpoint every EVERY steps, a
-step every STEP_S) on three hosts of one process, keepalives every second (a host lost 4 s after its last): a host's
-every process killed, a host's link taken down (it ends by itself, not training alone), a host that flaps (not taken
-back), a rank's own failure (the same hosts again), host 0 killed (the next host 0 resumes from its own copy), host 0
-killed while it sends a copy (its link slowed: the newest complete copy wins, never an older one), a relaunch after
-host 0 was lost (the newest copy on any host, not host 0's stale one), a host's `run` paused longer than every window
-(the others go on; it ends once it wakes), one host's packets to another dropped one way, an etcd member lost, a
-preempted host (SIGTERM to its `run`: it leaves, the others go on from the checkpoint its stop saved), a spare taken
-in, too few hosts left, and two hosts with topology.min_nodes=1 under an etcd of the user's. Each asserts how every
-host ended, membership.jsonl, the exact step resumed (that of the newest complete copy the hosts that remain held),
-that one group trained at a time (the ranks' steps.jsonl: one lineage), and that nothing is left on any host."""
+The cheapest job that shows each fault (tests/workloads/elastic.py: a tiny weight, one all-reduce a step, a checkpoint
+every EVERY steps, a step every STEP_S) on three hosts of one process, keepalives every second (a host lost 4 s after
+its last): a host's every process killed, a host's link taken down (it ends by itself, not training alone), a host that
+flaps (not taken back), a rank's own failure (the same hosts again), host 0 killed (the next host 0 resumes from its own
+copy), host 0 killed while it sends a copy (its link slowed: the newest complete copy wins, never an older one), a
+relaunch after host 0 was lost (the newest copy on any host, not host 0's stale one), a host's `run` paused longer than
+every window (the others go on; it ends once it wakes), one host's packets to another dropped one way, an etcd member
+lost, a preempted host (SIGTERM to its `run`: it leaves, the others go on from the checkpoint its stop saved), a spare
+taken in, too few hosts left, and two hosts with topology.min_nodes=1 under an etcd of the user's. Each asserts how
+every host ended, membership.jsonl, the exact step resumed (that of the newest complete copy the hosts that remain
+held), that one group trained at a time (the ranks' steps.jsonl: one lineage), and that nothing is left on any host."""
 
 from __future__ import annotations
 
@@ -284,10 +284,13 @@ def test_host_0_killed_while_it_sends_a_copy_leaves_the_newest_complete_copy_to_
     slowed = ["tc", "qdisc", "add", "dev", h.ifname, "root", "tbf", "rate", "16mbit", "burst", "32kbit", "latency",
               "2s"]
     receiving = checkpoint(tmp_path, 1, run_id).parent
+    gate = tmp_path / "slowed"  # rank 0 holds after save 1 until the link is slowed: save 2 cannot land before
     try:
-        with by_hand(bed, tmp_path, 3, ["topology.min_nodes=2", "+recipe.pad_mb=4"], run_id) as procs:
+        with by_hand(bed, tmp_path, 3, ["topology.min_nodes=2", "+recipe.pad_mb=4", f"+recipe.hold_after={EVERY}",
+                                        f"+recipe.gate={gate}"], run_id) as procs:
             copied(tmp_path, run_id, range(3), procs)
             subprocess.run(bed.exec_argv(h, slowed), check=True)
+            gate.touch()
             wait_until(lambda: any(p.name.endswith(".tmp") for p in receiving.iterdir()), 120,
                        "host 1 receiving save 2", alive=procs)
             assert kill(procs[0]) >= 4

@@ -1,15 +1,15 @@
 """A Slurm job that outlives its nodes (topology.min_nodes, topology.spares) on a Slurm cluster of this module's own
 (five namespace hosts, one slurmd each, SlurmdTimeout 6 s; the shared bed's cluster serves other tests, and these take
-its nodes down, each test others): a job on three nodes of one process, submitted with sbatch from
-the "login node" (the root namespace) and followed, or run inside salloc there. A node whose every process dies
-(slurmd, the step's slurmstepd, the task, its ranks: the machine gone) is found by its task's silence within seconds,
-and a spare node of the allocation takes its place; a node whose slurmd alone stops is one Slurm takes out of the job
-once SlurmdTimeout passes, while its task still runs, and that task then stops by itself; inside salloc, host 0 itself
-is lost and the next node serves the next attempt's rendezvous. The cheapest job that shows it (tests/lost_hosts.py:
-tests/workloads/elastic.py, a tiny model, a checkpoint every 10 steps). Each job must train every step, say the change
-in membership.jsonl and the summary, resume from exactly the newest complete checkpoint there was when the node was
-lost, train one lineage, and leave nothing running on any node. First, while every node is up, the default job
-(digits) on 2+2+1 processes of three nodes."""
+its nodes down, each test others): a job on three nodes of one process, submitted with sbatch from the "login node" (the
+root namespace) and followed, or run inside salloc there. A node whose every process dies (slurmd, the step's
+slurmstepd, the task, its ranks: the machine gone) is found by its task's silence within seconds, and a spare node of
+the allocation takes its place; a node whose slurmd alone stops is one Slurm takes out of the job once SlurmdTimeout
+passes, while its task still runs, and that task then stops by itself; inside salloc, host 0 itself is lost and the next
+node serves the next attempt's rendezvous. The cheapest job that shows it (tests/lost_hosts.py:
+tests/workloads/elastic.py, a tiny weight, one all-reduce a step, a checkpoint every 10 steps). Each job must train
+every step, say the change in membership.jsonl and the summary, resume from exactly the newest complete checkpoint there
+was when the node was lost, train one lineage, and leave nothing running on any node. First, while every node is up, the
+default job (digits) on 2+2+1 processes of three nodes."""
 
 from __future__ import annotations
 

@@ -1,11 +1,16 @@
-"""The cheapest job that shows what a lost host does: a tiny DDP model, one all-reduce a step, ``step_s`` seconds a
+"""The cheapest job that shows what a lost host does: a tiny weight, one all-reduce a step, ``step_s`` seconds a
 step (the job's pace, not a synchronisation), a checkpoint every ``every`` steps through ctx.save_checkpoint (``pad_mb``
 MiB of padding in it: a copy that takes time to send), resumed through ctx.checkpoint_to_resume, and a stop request
 honoured at every step (ctx.should_stop: the checkpoint, then return), as the digits recipe does.
 
 Rank 0 says "resumed from <path>: step N" where it resumes, and appends a line to ``out_dir/steps.jsonl`` after each
 step (``time.time()``; the bed's hosts share the clock): the step, the world size, the attempt and the step the
-attempt resumed from, so that a test sees which group trained when, without sleeping.
+attempt resumed from, so that a test sees which group trained when, without sleeping. With ``hold_after`` and
+``gate``, rank 0 holds after that step (its checkpoint saved) until the file ``gate`` exists (the others wait in the
+next all-reduce): a test changes the hosts' network between two saves, and then lets the job go on.
+
+No DDP and no torch.optim: each imports torch._dynamo in every rank (the DDP constructor, the first optimizer step:
+about 0.9 CPU-s a rank, most of what this job costs), and a lost host shows the same with a plain all-reduce.
 """
 
 import json
@@ -13,16 +18,17 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
+import torch.distributed as dist
 
 
 def main(ctx, cfg):
     torch.manual_seed(0)
-    model, optimizer = ctx.setup(nn.Linear(16, 4), torch.optim.SGD, lr=0.1)
+    weight = torch.zeros(16, 4)
     step = 0
     source = ctx.checkpoint_to_resume()
     if source is not None:
-        step = ctx.load_checkpoint(path=source, model=model, optimizer=optimizer)["step"]
+        saved = ctx.load_checkpoint(path=source)
+        step, weight = saved["step"], saved["weight"]
         if ctx.is_main:
             print(f"resumed from {source}: step {step}", flush=True)
     resumed = step
@@ -30,9 +36,9 @@ def main(ctx, cfg):
     bar = ctx.progress(cfg.steps, "train", initial=step)  # the runner hears the attempt's first step from it
     out = Path(cfg.out_dir)
     while step < cfg.steps:
-        optimizer.zero_grad()
-        model(torch.randn(8, 16, device=ctx.device)).sum().backward()  # DDP's one all-reduce
-        optimizer.step()
+        grad = torch.randn(16, 4)
+        dist.all_reduce(grad)  # the step's one all-reduce, as a DDP model's would be
+        weight -= 0.1 * grad / ctx.world_size
         step += 1
         bar.update(samples=8 * ctx.world_size)
         if ctx.is_main:
@@ -40,12 +46,22 @@ def main(ctx, cfg):
                 f.write(json.dumps({"t": time.time(), "step": step, "world": ctx.world_size, "attempt": ctx.attempt,
                                     "resumed": resumed, "host": ctx.host}) + "\n")
         if step % cfg.every == 0 or step == cfg.steps:
-            ctx.save_checkpoint({"step": step, "pad": pad}, model=model, optimizer=optimizer)
+            ctx.save_checkpoint({"step": step, "pad": pad, "weight": weight})
+        if step == cfg.get("hold_after") and ctx.is_main:
+            held_until(Path(cfg.gate))
         if ctx.should_stop():
-            ctx.save_checkpoint({"step": step, "pad": pad}, model=model, optimizer=optimizer)
+            ctx.save_checkpoint({"step": step, "pad": pad, "weight": weight})
             if ctx.is_main:
                 print(f"stop requested: checkpoint at step {step}", flush=True)
             return {"stopped": True, "steps": step}
         time.sleep(cfg.step_s)
     bar.close()
     return {"steps": step}
+
+
+def held_until(gate: Path, deadline_s: float = 120.0) -> None:
+    """Wait until ``gate`` exists (a test made it), or ``deadline_s`` passed: a test that never makes it fails on
+    what the job did next, not by a job that never ends."""
+    ends = time.monotonic() + deadline_s
+    while not gate.exists() and time.monotonic() < ends:
+        time.sleep(0.05)
