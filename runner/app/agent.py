@@ -24,6 +24,7 @@ from runner.common.signals import kill_child, passing_on
 from runner.spec.targets import TargetProblem, target_problem
 
 if TYPE_CHECKING:  # imported once the zygote has started (runner.app.start: as early as `run` can)
+    from runner.launchers.base import Launcher, LaunchOutcome, LaunchRequest
     from runner.worker.share import HostShare
 
 
@@ -31,6 +32,16 @@ if TYPE_CHECKING:  # imported once the zygote has started (runner.app.start: as 
 # that are no job), or several are (a multirun: its jobs are validated and launched in-process, one after another)
 _NO_JOB = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--multirun", "-m", "--run", "-r",
            "--shell-completion", "-sc", "--version", "--reach", "--ssh-host")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WholeLaunch:
+    """`run` hands the agent a launch to run (its launcher, made with no way to run a share of its own, and its
+    request), whose shares the agent's zygote forks (runner.launchers.base.AgentRuns.launch); the answer is the
+    :class:`~runner.launchers.base.LaunchOutcome`."""
+
+    launcher: Launcher
+    request: LaunchRequest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +56,8 @@ class TargetQuestion:
 def _agent_main(requests_fd: int, answers_fd: int) -> None:
     """Serve `run`'s messages, pickled on a pipe: a :class:`TargetQuestion` is answered at once (its problem or
     None); a :class:`~runner.worker.share.HostShare` is run (this host's processes), then the agent exits with its
-    status. The closed pipe without a share: `run` needed none."""
+    status; a :class:`WholeLaunch` is run, its outcome answered, and the agent exits. The closed pipe without a share
+    or a launch: `run` needed neither."""
     from runner.worker.rank_process import die_with_parent
     from runner.worker.zygote import Zygote, ZygoteGone
 
@@ -62,7 +74,7 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
                     message = pickle.load(requests)
                 except EOFError:
                     os._exit(0)
-                if isinstance(message, HostShare):
+                if isinstance(message, (HostShare, WholeLaunch)):
                     break
                 try:  # in a child of the zygote, which has imported torch as the ranks will have
                     problem = zygote.try_target(message.target, message.workdir)
@@ -70,7 +82,14 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
                     problem = target_problem(message.target, message.workdir)
                 pickle.dump(problem, answers)
                 answers.flush()
-        code = launch_host(message, zygote)
+            if isinstance(message, WholeLaunch):
+                message.launcher.zygote = lambda: zygote
+                outcome = message.launcher.launch(message.request)
+                pickle.dump(outcome, answers)
+                answers.flush()
+                code = outcome.code
+            else:
+                code = launch_host(message, zygote)
     except KeyboardInterrupt:
         code = exits.from_signal(signal.SIGINT)
     except BaseException:
@@ -126,6 +145,22 @@ class LaunchAgent:
             return pickle.load(self._answers)
         except (EOFError, OSError):  # the agent is gone (it says why on stderr): ask from here
             return target_problem(target, workdir)
+
+    def launch(self, launcher: Launcher, request: LaunchRequest) -> LaunchOutcome:
+        """Have the agent run ``launcher``'s launch (:class:`WholeLaunch`; ``launcher`` made without ``run_host`` or
+        ``zygote``: the agent's own are used) and wait for its outcome; SIGINT, SIGTERM and the stop signal reaching
+        `run` go to the agent, as :meth:`run_host` passes them on."""
+        from runner.launchers.base import LaunchOutcome
+
+        with passing_on(launcher.plan.rules.stop_signal, lambda signum: os.kill(self.pid, signum)):
+            self._send(WholeLaunch(launcher=launcher, request=request))
+            self._requests.close()
+            try:
+                outcome = pickle.load(self._answers)
+            except (EOFError, pickle.UnpicklingError):  # the agent died before it answered (it said why on stderr)
+                outcome = None
+            _, status = os.waitpid(self.pid, 0)
+        return outcome if outcome is not None else LaunchOutcome(code=exits.from_wait_status(status))
 
     def run_host(self, share: HostShare) -> int:
         """Hand this host's share to the agent and wait for its exit status; SIGINT, SIGTERM and the stop signal

@@ -21,7 +21,7 @@ from runner.common.signals import handling
 from runner.environments import provenance
 from runner.environments.process import ProcessEnvironment
 from runner.launchers import LAUNCHERS, validate
-from runner.launchers.base import Invocation, Launcher, LaunchRequest
+from runner.launchers.base import AgentRuns, Invocation, Launcher, LaunchRequest
 from runner.launchers.slurm.array import ArrayMember
 from runner.plan.processes import Plan
 from runner.plan.render import batch_line, plan_table, verdict, write_plan
@@ -90,15 +90,17 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
     try:
         job, problems = _validate(spec, agent)
         launcher_class = LAUNCHERS[job.spec.launcher.kind]
-        if agent is not None and (job.spec.dry_run or not launcher_class.capabilities.forks_here
-                                  or not launcher_class.hands_share_to_agent(job)):
+        if agent is not None and (job.spec.dry_run or not launcher_class.capabilities.forks_here):
             agent.dismiss()  # it tried the target (validation); no process of this job starts from here
             agent = None
+        whole = agent is not None and launcher_class.agent_runs(job) is AgentRuns.launch
         paths = _open_run_folder(job, launcher_class, out, run_id)
         job, copy = _pin(job, launcher_class, paths, environment)
+        # handed to the agent whole, a launcher holds no way of its own to run a share: the agent's are used there
         launcher = launcher_class(plan=launcher_class.plan_for(job, paths), paths=paths, invocation=invocation,
                                   environment=environment.with_exported(launcher_class.exported_names(job.spec)),
-                                  run_host=agent.run_host if agent else _in_process(zygote))
+                                  run_host=None if whole else agent.run_host if agent else _in_process(zygote),
+                                  zygote=None if agent else zygote)
         request = launcher.request()
         _write_records(launcher, request, copy)
         if job.spec.dry_run:
@@ -112,7 +114,7 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
         print(render_problems(shown), file=sys.stderr)
     if defer_submit and (member := launcher.array_member()) is not None:
         return member
-    return _launch(launcher, request, started)
+    return _launch(launcher, request, started, agent if whole else None)
 
 
 def _in_process(zygote: Callable[[], Zygote] | None) -> Callable[[HostShare], int] | None:
@@ -230,12 +232,12 @@ def _say_where(plan: Plan, paths: RunPaths) -> None:
     where_the_ranks_are(plan, paths, **where_through(channel))
 
 
-def _launch(launcher: Launcher, request: LaunchRequest, started: float) -> int:
-    """Launch, answering Ctrl-\\ (or kill -QUIT) with where the ranks are; then the run on one screen, and
-    run_summary.json."""
+def _launch(launcher: Launcher, request: LaunchRequest, started: float, agent: LaunchAgent | None = None) -> int:
+    """Launch (in ``agent``, where the launcher's agent runs it whole: runner.launchers.base.AgentRuns), answering
+    Ctrl-\\ (or kill -QUIT) with where the ranks are; then the run on one screen, and run_summary.json."""
     plan, paths = launcher.plan, launcher.paths
     with handling((signal.SIGQUIT,), lambda _s, _f: _say_where(plan, paths)):
-        outcome = launcher.launch(request)
+        outcome = agent.launch(launcher, request) if agent is not None else launcher.launch(request)
     report_run(outcome.plan or plan, paths, outcome.code, time.perf_counter() - started, outcome.not_followed,
                outcome.cause)
     return outcome.code

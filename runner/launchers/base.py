@@ -28,6 +28,7 @@ import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, ClassVar
 
 from runner.common import exits
@@ -47,9 +48,20 @@ from runner.worker.share import HostShare
 
 if TYPE_CHECKING:
     from runner.launchers.slurm.array import ArrayMember
+    from runner.worker.zygote import Zygote
 
 # How a launcher that forks a host's processes in `run` starts them: through `run`'s launch agent (runner.app.agent)
 HostRun = Callable[[HostShare], int]
+
+
+class AgentRuns(Enum):
+    """What of a launch `run`'s launch agent runs, where the launcher's ``capabilities.forks_here``
+    (runner.app.agent): this host's share, handed to it once (the launch itself stays in `run`), or the whole launch
+    (one that runs this host's shares one after another, each forked from the agent's zygote: a job that outlives
+    its hosts, launcher=manual)."""
+
+    share = "share"
+    launch = "launch"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,10 +163,9 @@ class Launcher(ABC):
         return hosts[0].reach
 
     @classmethod
-    def hands_share_to_agent(cls, job: Job) -> bool:
-        """Whether `run`'s launch agent runs this host's share (it is handed one, once: runner.app.agent), where
-        ``capabilities.forks_here``."""
-        return True
+    def agent_runs(cls, job: Job) -> AgentRuns:
+        """What `run`'s launch agent runs of this launch, where ``capabilities.forks_here`` (:class:`AgentRuns`)."""
+        return AgentRuns.share
 
     @classmethod
     def master_port(cls, job: Job, paths: RunPaths | None) -> str:
@@ -226,12 +237,15 @@ class Launcher(ABC):
 
     # -- one launch --------------------------------------------------------------------------------------
     def __init__(self, *, plan: Plan, paths: RunPaths, invocation: Invocation, environment: ProcessEnvironment,
-                 run_host: HostRun | None = None) -> None:
+                 run_host: HostRun | None = None, zygote: Callable[[], Zygote] | None = None) -> None:
         self.plan = plan
         self.paths = paths
         self.invocation = invocation
         self.environment = environment
         self._run_host = run_host
+        # where a launch that runs this host's shares one after another forks their ranks (runner.worker.zygote): the
+        # launch agent's, or a sweep's; None: it starts one of its own
+        self.zygote = zygote
 
     @abstractmethod
     def request(self) -> LaunchRequest:

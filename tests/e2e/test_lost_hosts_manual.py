@@ -133,13 +133,14 @@ def tree(proc: Started) -> list[psutil.Process]:
 
 
 def rank_of(proc: Started, deadline_s: float = 60) -> psutil.Process:
-    """The one rank of a host's `run`: a child of its zygote (`run`'s child: the rounds' zygote) that leads a session
-    of its own (the zygote's other child, the agent's client of host 0's store, does not)."""
+    """The one rank of a host's `run`: a child of its zygote (the rounds' zygote: a child of `run`'s launch agent, which
+    runs the rounds) that leads a session of its own (the zygote's other child, the agent's client of host 0's store,
+    does not)."""
     found: list[psutil.Process] = []
 
     def look() -> bool:
         try:
-            found[:] = [child for zygote in psutil.Process(proc.proc.pid).children()
+            found[:] = [child for zygote in psutil.Process(proc.proc.pid).children(recursive=True)
                         if "runner.worker.zygote" in " ".join(zygote.cmdline())
                         for child in zygote.children() if os.getsid(child.pid) == child.pid]
         except (psutil.Error, ProcessLookupError):
@@ -151,8 +152,9 @@ def rank_of(proc: Started, deadline_s: float = 60) -> psutil.Process:
 
 
 def member_of(proc: Started) -> psutil.Process:
-    """The host's member of the job's own etcd: its `run`'s child that runs the etcd program."""
-    (found,) = [p for p in psutil.Process(proc.proc.pid).children() if p.name() == ETCD]
+    """The host's member of the job's own etcd: the process of its `run`'s that runs the etcd program (a child of the
+    launch agent, which runs the rounds)."""
+    (found,) = [p for p in psutil.Process(proc.proc.pid).children(recursive=True) if p.name() == ETCD]
     return found
 
 

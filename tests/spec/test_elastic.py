@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from conftest import make_spec, validate
+from runner.launchers.base import AgentRuns
 from runner.launchers.manual import ManualLauncher
 from runner.launchers.mpi import MpiLauncher
 from runner.spec.elastic import Elasticity, elasticity, world_size_range
@@ -56,12 +57,14 @@ def test_mpi_cannot_go_on_without_a_host_and_refuses_with_its_reason() -> None:
 
 
 def test_manual_goes_on_without_a_host_with_spares_too_and_its_keepalive_is_checked() -> None:
-    """launcher=manual: each host's `run` runs its rounds, a spare's stands by (runner.launchers.manual.rounds)."""
+    """launcher=manual: each host's `run` runs its rounds (in its launch agent: the launch whole), a spare's stands by
+    (runner.launchers.manual.rounds); a job that does not outlive its hosts hands the agent its share only."""
     got = validate(ssh_job([2, 2, 2], min_nodes=2, launcher="manual"))
     assert got.valid, got.rendered()
-    assert ManualLauncher.capabilities.survives_lost_hosts and not ManualLauncher.hands_share_to_agent(got.job)
+    assert ManualLauncher.capabilities.survives_lost_hosts and ManualLauncher.agent_runs(got.job) is AgentRuns.launch
     spared = validate(ssh_job([2, 2], spares=[HostConfig(name="h9", devices=2)], launcher="manual"))
-    assert spared.valid and not ManualLauncher.hands_share_to_agent(spared.job), spared.rendered()
+    assert spared.valid and ManualLauncher.agent_runs(spared.job) is AgentRuns.launch, spared.rendered()
+    assert ManualLauncher.agent_runs(validate(ssh_job([2, 2], launcher="manual")).job) is AgentRuns.share
     spec = ssh_job([2, 2, 2], min_nodes=2, launcher="manual")
     spec = dataclasses.replace(spec, launcher=dataclasses.replace(
         spec.launcher, manual=dataclasses.replace(spec.launcher.manual, keepalive_s=0)))

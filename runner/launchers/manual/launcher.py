@@ -18,7 +18,7 @@ from typing import Any
 
 from runner.common import exits
 from runner.common.signals import handling
-from runner.launchers.base import HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
+from runner.launchers.base import AgentRuns, HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
 from runner.launchers.capabilities import Capabilities
 from runner.launchers.elastic.decisions import Decider
 from runner.launchers.elastic.liveness import BEATS_MISSED
@@ -117,9 +117,10 @@ class ManualLauncher(Launcher):
                               "an etcd member's client address, e.g. launcher.manual.etcd=[10.0.0.5:2379]")
 
     @classmethod
-    def hands_share_to_agent(cls, job: Job) -> bool:
-        """A job that outlives its hosts runs its rounds in `run` itself (each a HostAgent of its own)."""
-        return not elasticity(job).enabled
+    def agent_runs(cls, job: Job) -> AgentRuns:
+        """A job that outlives its hosts runs its rounds in the agent (each a HostAgent of its own, every round's
+        ranks forked from the agent's zygote, which has tried the recipe target meanwhile), not only a share."""
+        return AgentRuns.launch if elasticity(job).enabled else AgentRuns.share
 
     @classmethod
     def master_port(cls, job: Job, paths: RunPaths | None) -> str:
@@ -216,13 +217,14 @@ class ManualLauncher(Launcher):
                 refused = self._join(decider, member, stopped)
                 if refused is not None:
                     return refused
-                zygote = Zygote.start()
+                zygote = self.zygote() if self.zygote is not None else Zygote.start()
                 self._round = HostRound(plan=self.plan, paths=self.paths, environment=self.environment,
                                         decider=decider, zygote=zygote, node=node, stopped=stopped)
                 try:
                     return self._stand_by() if node >= len(job.hosts) else AttemptsOnHosts(self).run()
                 finally:
-                    zygote.close()
+                    if self.zygote is None:  # its own (one given is its giver's to close)
+                        zygote.close()
                     decider.leave()
                     if member is not None:
                         _linger(decider, self._round.come_s())
@@ -331,7 +333,7 @@ def _etcd_problems(job: Job, probe: MachineProbe) -> Iterator[Problem]:
         return
     if not probe.program_found(ETCD):
         yield Problem("launcher.manual.etcd", f"the job's own etcd needs the `{ETCD}` program on every host and spare "
-                                              f"(a member each), and it is not found here",
+                                              "(a member each), and it is not found here",
                       f"install it (Debian: apt-get install etcd-server), or name an etcd of yours: "
                       "launcher.manual.etcd=[host:port]")
     own = OwnCluster.of(job)
