@@ -1,5 +1,6 @@
 """runner.app.agent: the launch agent `run` forks as it starts answers validation's questions about the recipe
-target (from a child of its own, torch already imported) and exits when no launch follows."""
+target (from a child of its own, torch already imported), exits when no launch follows, and runs a launch handed
+over whole with its zygote."""
 
 from __future__ import annotations
 
@@ -66,3 +67,38 @@ def test_an_agent_with_nothing_left_to_do_is_killed_and_reaped_at_once(tmp_path)
     done = subprocess.run([sys.executable, "-c", DISMISSED], cwd=tmp_path, capture_output=True, text=True, timeout=100)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "gone False"
+
+
+WHOLE = textwrap.dedent("""
+    import os, signal
+    from runner.app.agent import LaunchAgent
+    from runner.launchers.base import LaunchOutcome
+
+    class Rounds:
+        \"\"\"What the agent needs of a launcher handed over whole (runner.launchers.base.AgentRuns.launch).\"\"\"
+        zygote = None  # the agent sets its own
+
+        class plan:
+            class rules:
+                stop_signal = signal.SIGUSR1
+
+        def launch(self, request):
+            zygote = self.zygote()
+            tried = zygote.try_target("runner.recipes.digits:nope", None)
+            return LaunchOutcome(code=3, cause=f"{request}|{os.getpid()}|{zygote.process.pid}|{tried.message[:30]}")
+
+    agent = LaunchAgent.start_if_useful([])
+    assert agent is not None, "no agent on this machine"
+    assert agent.target_problem("runner.recipes.digits:main", None) is None
+    outcome = agent.launch(Rounds(), "the request")
+    request, ran_in, zygote, tried = outcome.cause.split("|")
+    print(outcome.code, request, ran_in == str(agent.pid), zygote != ran_in, tried, sep="|")
+""")
+
+
+def test_a_launch_handed_over_whole_runs_in_the_agent_with_its_zygote_and_its_outcome_comes_back(tmp_path) -> None:
+    """A manual job that outlives its hosts: the agent runs the launch (each round's ranks forked from the zygote
+    that tried the target), and `run` gets its LaunchOutcome for the summary."""
+    done = subprocess.run([sys.executable, "-c", WHOLE], cwd=tmp_path, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "3|the request|True|True|module 'runner.recipes.digits'", done.stdout
