@@ -77,7 +77,8 @@ def start_ranks(zygote: Zygote, setups: Iterable[RankSetup], relay: OutputRelay,
     for i, setup in enumerate(setups):
         pipes, fds = pipes_for(i, str(setup.log_file), setup.echo)
         try:
-            rank = zygote.fork(i, fds, setup)
+            # a recipe rank holds its stop signal until it handles it (runner.worker.rank.rank_main)
+            rank = zygote.fork(i, fds, setup, held_signals=() if setup.runs_script else (setup.stop_signal,))
         except ZygoteGone:
             close_fds(pipes.fds())
             raise

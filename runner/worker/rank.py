@@ -42,7 +42,13 @@ class RankServices:
 
 
 def rank_main(setup: RankSetup, events_fd: int) -> int:
-    """The body of one rank (runner.worker.zygote forks it); its exit status."""
+    """The body of one rank (runner.worker.zygote forks it); its exit status. A recipe's stop request is installed
+    first: the stop signal was held (blocked) since the fork (runner.worker.attempt.start_ranks), so one sent before
+    now is a request the recipe sees at its first ``ctx.should_stop()``, not the end of the rank."""
+    stop = StopRequest()  # a recipe's: it asks it through its run context (ctx.should_stop); a script's is SIGTERM
+    if not setup.runs_script:
+        stop.install(setup.stop_signal)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [setup.stop_signal])
     os.environ.update(setup.env)
     # forked, not started: a temp folder the zygote's tempfile cached is not this process's; a fresh interpreter
     # takes TMPDIR from its environment (the run's scratch folder: runner.environments.child)
@@ -62,8 +68,6 @@ def rank_main(setup: RankSetup, events_fd: int) -> int:
 
         code = run_script(setup, channel, agent)
     else:
-        stop = StopRequest()  # this rank's: the recipe asks it through its run context (ctx.should_stop)
-        stop.install(setup.stop_signal)
         code = _run_recipe(setup, channel, RankServices(agent=agent, stop=stop, steps=StepCount()))
     agent.life("returned")  # what is left is the process's own end (runner.worker.rank_process.exit_like_python)
     return code

@@ -54,8 +54,9 @@ def die_with_parent(signum: int = signal.SIGKILL) -> None:
         _PRCTL(_PR_SET_PDEATHSIG, int(signum))
 
 
-def fresh_signal_dispositions() -> None:
-    """Every signal handled as a new Python process handles it (what the forking process set was inherited)."""
+def fresh_signal_dispositions(blocked: Iterable[int] = ()) -> None:
+    """Every signal handled as a new Python process handles it (what the forking process set was inherited), and
+    none blocked but ``blocked`` (signals the body lets through itself once it handles them: runner.worker.zygote)."""
     for signum in signal.valid_signals():
         wanted = _FRESH.get(signum, signal.SIG_DFL)
         try:
@@ -63,19 +64,19 @@ def fresh_signal_dispositions() -> None:
                 signal.signal(signum, wanted)
         except (OSError, ValueError):  # SIGKILL, SIGSTOP, and the real-time signals Python does not manage
             pass
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.pthread_sigmask(signal.SIG_SETMASK, list(blocked))
 
 
 def become_rank(parent: int, out_w: int, err_w: int, events_w: int, held: Iterable[int],
-                body: Callable[[int], int]) -> int:
+                body: Callable[[int], int], blocked: Iterable[int] = ()) -> int:
     """Turn a newly forked child of ``parent`` into a rank, then run ``body(events_w)``; the exit status. ``out_w``,
     ``err_w``: its descriptors 1 and 2 from here on; ``held``: the forking process's descriptors, which the rank must
-    not keep."""
+    not keep; ``blocked``: signals that stay blocked until the body lets them through."""
     os.setsid()  # its own session and process group, as torchrun's workers (start_new_session)
     die_with_parent()
     if os.getppid() != parent:  # its parent died before it asked to die with it
         os._exit(1)
-    fresh_signal_dispositions()
+    fresh_signal_dispositions(blocked)
     close_fds(held)
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)

@@ -70,6 +70,9 @@ class Fork:
     target: str
     argument: Any
     workdir: str | None = None
+    # signals the rank holds (blocked, so a signal sent meanwhile waits) from its fork until its body lets them through:
+    # a recipe rank's stop request, which would otherwise end a rank that has not installed its handler yet
+    held_signals: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -202,10 +205,11 @@ class Zygote:
         return self._sock.fileno()
 
     def fork(self, index: int, fds: tuple[int, int, int], argument: Any, target: str = RANK_BODY,
-             workdir: str | None = None) -> RankProcess:
+             workdir: str | None = None, held_signals: tuple[int, ...] = ()) -> RankProcess:
         """Start a rank: ``target(argument, events_fd)`` with ``fds`` (its stdout, stderr and event pipe's write ends,
-        which the caller still holds and closes) as its descriptors 1, 2 and its events. Raises ZygoteGone."""
-        self._send(Fork(index, target, argument, workdir), fds)
+        which the caller still holds and closes) as its descriptors 1, 2 and its events; ``held_signals`` blocked in it
+        from the fork on (:class:`Fork`). Raises ZygoteGone."""
+        self._send(Fork(index, target, argument, workdir, tuple(int(s) for s in held_signals)), fds)
         while True:
             message, received = self._next(None)
             if isinstance(message, Forked) and message.index == index:
@@ -359,6 +363,9 @@ def _fork(message: Fork, fds: list[int], held: tuple[int, ...]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     zygote = os.getpid()
+    # blocked before the fork, so that the child holds them from its first instruction (here a held signal stays
+    # pending, as the zygote ignores it, and is dropped once the mask is back)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, message.held_signals) if message.held_signals else None
     pid = os.fork()
     if pid == 0:  # the rank
         code = 70  # EX_SOFTWARE: the body did not return a status
@@ -368,9 +375,12 @@ def _fork(message: Fork, fds: list[int], held: tuple[int, ...]) -> int:
             use_workdir(message.workdir)
             module, function = split_target(message.target)
             body = getattr(importlib.import_module(module), function)
-            code = become_rank(zygote, out_w, err_w, events_w, held, lambda events: body(message.argument, events))
+            code = become_rank(zygote, out_w, err_w, events_w, held, lambda events: body(message.argument, events),
+                               blocked=message.held_signals)
         finally:
             os._exit(code)
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return pid
 
 

@@ -27,12 +27,12 @@ def _devnull_fds() -> tuple[int, int, int]:
     return out, os.dup(out), os.dup(out)
 
 
-def _fork(zygote: Zygote, code: str, folder) -> object:
+def _fork(zygote: Zygote, code: str, folder, held_signals: tuple[int, ...] = ()) -> object:
     (folder / "bodies.py").write_text("def run(code, events):\n    scope = {}\n    exec(code, scope)\n"
                                       "    return scope.get('status', 0)\n")
     fds = _devnull_fds()
     try:
-        return zygote.fork(0, fds, code, target="bodies:run", workdir=str(folder))
+        return zygote.fork(0, fds, code, target="bodies:run", workdir=str(folder), held_signals=held_signals)
     finally:
         close_fds(fds)
 
@@ -83,6 +83,34 @@ def test_it_says_how_each_rank_ended(zygote, tmp_path) -> None:
     assert rank.reap() is None and rank.running
     rank.kill()
     assert rank.code == -signal.SIGKILL and not rank.running
+
+
+HANDLES_USR1_ONCE_GATE_OPENS = textwrap.dedent("""
+    import signal, time
+    from pathlib import Path
+    ends = time.monotonic() + 60
+    while not Path({gate!r}).exists() and time.monotonic() < ends:
+        time.sleep(0.01)
+    got = []
+    signal.signal(signal.SIGUSR1, lambda signum, frame: got.append(signum))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGUSR1])
+    status = 0 if got == [signal.SIGUSR1] else 3
+""")
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["held", "not-held"])
+def test_a_held_signal_sent_before_the_body_handles_it_waits_for_its_handler(zygote, tmp_path, held) -> None:
+    """A recipe rank's stop signal is held from its fork (runner.worker.attempt.start_ranks): one sent before the
+    rank installed its handler reaches the handler once the rank lets it through. Not held, it is lost (it came while
+    the rank still had the zygote's SIG_IGN) or ends the rank (it came after the rank took a fresh process's
+    dispositions): never the request the recipe would see."""
+    gate = tmp_path / "gate"
+    rank = _fork(zygote, HANDLES_USR1_ONCE_GATE_OPENS.format(gate=str(gate)), tmp_path,
+                 held_signals=(signal.SIGUSR1,) if held else ())
+    os.kill(rank.pid, signal.SIGUSR1)
+    gate.touch()
+    code = rank.reap(block=True)
+    assert code == 0 if held else code in (3, -signal.SIGUSR1), code
 
 
 def test_a_target_is_tried_in_a_child_of_the_zygote(zygote, tmp_path) -> None:
