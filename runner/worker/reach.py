@@ -99,10 +99,14 @@ def _answers(shown: str, ip: str, port: int, timeout_s: float, fix: str) -> Reac
 
 
 def main(argv: list[str]) -> int:
-    """``run --reach ADDR PORT NODE``: the answer on stdout; exit 0 when it could be given (yes or no), 2 on a bad
+    """``run --reach ADDR PORT NODE``: this runner's versions (the line `run --version` prints: the ssh check reads
+    both from one interpreter) and the answer, on stdout; exit 0 when it could be given (yes or no), 2 on a bad
     command line."""
+    from runner.environments import versions
+
     if len(argv) != 3 or not argv[1].isdigit() or not argv[2].isdigit():
         print(USAGE, file=sys.stderr)
         return exits.INVALID
+    print(versions.installed().line(), flush=True)
     print(reach(argv[0], int(argv[1]), int(argv[2])).line(), flush=True)
     return exits.OK

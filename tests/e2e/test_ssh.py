@@ -93,8 +93,7 @@ def check_argv(testbed, job: Job, host: str, port: int, ssh_config: str | None =
     index, run = testbed.names.index(host), shlex.quote(RUN)
     return shlex.join(["ssh", "-T", "-F", ssh_config or testbed.ssh_config, "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o",
                        "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3", "--", host,
-                       f"cd {shlex.quote(str(job.path))} && {run} --version && exec {run} --reach {testbed.names[0]} "
-                       f"{port} {index}"])
+                       f"cd {shlex.quote(str(job.path))} && exec {run} --reach {testbed.names[0]} {port} {index}"])
 
 
 def summary(job: Job, host: str | None, run_id: str) -> dict:

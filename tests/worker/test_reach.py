@@ -12,6 +12,8 @@ import subprocess
 import psutil
 import pytest
 
+from runner.environments import versions
+from runner.environments.versions import Versions
 from runner.worker import reach as reach_module
 from runner.worker.reach import Reached, reach
 from runs import RUN
@@ -77,12 +79,15 @@ def test_a_host_that_answers_refused_or_accepted_is_reached_and_silence_is_not()
     assert silent.hint.startswith("a firewall between the hosts")
 
 
-def test_run_reach_answers_in_one_json_line_and_refuses_a_bad_command_line() -> None:
+def test_run_reach_says_its_versions_then_answers_in_one_json_line_and_refuses_a_bad_command_line() -> None:
+    """The versions line first, as `run --version` prints it (the ssh check reads both from this one command)."""
     done = subprocess.run([RUN, "--reach", "127.0.0.1", "29500", "1"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"reach": {"ok": False, "said": "127.0.0.1 is this host's loopback: it would "
-                                                                    "dial itself",
-                                                 "hint": reach("127.0.0.1", 1, 1).hint}}
+    said_versions, answer = done.stdout.splitlines()
+    assert said_versions == versions.installed().line() and Versions.parse(done.stdout) == versions.installed()
+    assert json.loads(answer) == {"reach": {"ok": False, "said": "127.0.0.1 is this host's loopback: it would "
+                                                                "dial itself",
+                                            "hint": reach("127.0.0.1", 1, 1).hint}}
     assert Reached.parse(done.stdout) == reach("127.0.0.1", 29500, 1)
     bad = subprocess.run([RUN, "--reach", "127.0.0.1"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("usage: run --reach <address> <port> <node rank>")

@@ -1,6 +1,7 @@
 """The ssh launch's check, before anything starts: every host at once, each with its check command
-(``cd <workdir> && exec <run> --version``: runner.launchers.ssh.launcher). A host passes when ssh logs in within the connect
-timeout, the job's folder is there, `run` is there, and its runner and torch are this machine's. Each failure is
+(``cd <workdir> && exec <run> --version``, or ``... --reach <host 0's rendezvous> <node>``, which prints the versions
+too: runner.launchers.ssh.launcher). A host passes when ssh logs in within the connect timeout, the job's folder is
+there, `run` is there, its runner and torch are this machine's, and it reaches host 0's rendezvous. Each failure is
 said with the host, why, a hint, and the exact command to try by hand."""
 
 from __future__ import annotations

@@ -167,9 +167,8 @@ class SshLauncher(Launcher):
         attempt = f" --attempt {self.paths.attempt}" if self.paths.attempt else ""
         start = f"{cd} {'env ' + env if env else ''}{run} --ssh-host {host.index} {folder}{attempt}"
         check = f"{cd} {run} --version"
-        if rendezvous is not None:
-            check = (f"cd {shlex.quote(self.workdir())} && {run} --version && exec {run} --reach "
-                     f"{shlex.quote(rendezvous[0])} {rendezvous[1]} {host.index}")
+        if rendezvous is not None:  # `run --reach` says its versions too: one interpreter a check
+            check = f"{cd} {run} --reach {shlex.quote(rendezvous[0])} {rendezvous[1]} {host.index}"
         collect = f"cd {folder} && exec tar -cf - --ignore-failed-read {shlex.join(collected(self.paths))}"
         ranks = tuple(r.global_rank for r in self.plan.host_records(host.index)) if host in self.plan.job.hosts else ()
         return SshHost(index=host.index, name=host.label, label=f"{label} ({destination})", destination=destination,
