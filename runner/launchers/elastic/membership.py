@@ -162,4 +162,5 @@ def host_key(host: HostConfig) -> str:
 
 
 def _name(host: HostConfig, index: int) -> str:
-    return host.name or host.addr or f"node{index}"
+    """:func:`host_key`, or ``node<index>`` for a host of neither name nor address."""
+    return host_key(host) if host.name or host.addr else f"node{index}"
