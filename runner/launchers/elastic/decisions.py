@@ -6,7 +6,11 @@ need a majority of its members: a side of a partition without that majority can 
 decision, and ends. Under the prefix of the run id and the launch (:class:`Keys`):
 
 * ``member/<host>`` — put with the host's lease, which its `run` keeps alive every ``launcher.manual.keepalive_s``;
-  the lease lasts :data:`BEATS_MISSED` intervals. A host whose key is gone is lost (its `run`, machine or network);
+  the lease lasts :data:`BEATS_MISSED` intervals. A host whose key is gone is lost (its `run`, machine or network)
+  once it stays gone for :data:`BACK_WITHIN_BEATS` more intervals: etcd can revoke a lease its host kept alive (a
+  member that led etcd and was paused, a frozen machine, revokes every lease by its own clock when it wakes:
+  etcd-io/etcd#15247; 3.5.13's fix skips its check where the member ticks again at once), and such a host puts its
+  key back, with a new lease, at its next keepalive;
 * ``ended/<k>/<host>`` — the host's share of attempt k ended (``failed``, or ``leaving``: SIGTERM to its `run`);
 * ``attempt/<k+1>`` — **the decision** for the next attempt, made once: every host of attempt k that ended it tries to
   create it (one transaction: create only where absent) with what it sees, once every host of attempt k ended it,
@@ -24,6 +28,7 @@ no key of an earlier launch is read as this one's.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +41,7 @@ from runner.launchers.elastic.membership import CannotGoOn, Membership, host_key
 from runner.spec.schema import HostConfig
 
 LOOK_S = 0.25  # how often a decider looks at etcd again while it waits
+BACK_WITHIN_BEATS = 2  # keepalive intervals a host whose kept lease etcd revoked takes, at most, to put its key back
 
 
 class Keys:
@@ -120,6 +126,7 @@ class Decider:
         self.lease: int | None = None
         self.keys: Keys | None = None
         self.reached = time.monotonic()  # when etcd last answered this host
+        self.kept_until = 0.0  # before then the lease cannot have expired (its last keepalive was sent ttl_s before)
         self.out: str | None = None  # why this host is out of the job (its lease gone, or etcd silent), while it is
         self._stop = threading.Event()
         self._beating: threading.Thread | None = None
@@ -128,7 +135,9 @@ class Decider:
     def join(self) -> Keys:
         """This host's member key, with a lease of its own, in the launch that runs (or a new one: the module
         docstring)."""
+        asked = time.monotonic()
         self.lease = self.etcd.grant(self.ttl_s)
+        self.kept_until = asked + self.ttl_s
         me = json.dumps({"role": self.role})
         while True:
             launch = self._running_launch()
@@ -183,6 +192,7 @@ class Decider:
         """Keep this host's lease alive once: None, or why this host is out of the job; and whether that is final
         (its lease expired)."""
         assert self.lease is not None
+        asked = time.monotonic()
         try:
             left = self.etcd.keepalive(self.lease)
         except EtcdError as e:
@@ -191,13 +201,34 @@ class Decider:
             return self.out, False
         self.reached = time.monotonic()
         if left > 0:
+            self.kept_until = asked + self.ttl_s  # (etcd renewed it after this keepalive was sent)
             return None, False
         try:  # a member behind the others may answer so: the lease is gone only where a majority reads its key gone
             if self.keys is not None and self.etcd.get(self.keys.member(self.label)) is not None:
                 return None, False
         except EtcdError:
             return self.out, False  # (the silence rule says when too long is too long)
+        if asked < self.kept_until:
+            return self._back(), False
         return f"this host's lease in the job's etcd expired ({self.ttl_s} s without a keepalive)", True
+
+    def _back(self) -> str | None:
+        """This host's member key put back with a new lease, where etcd revoked the lease this host kept alive
+        (etcd-io/etcd#15247: the module docstring); its peers take it as lost only where it stays gone. None, or
+        why this host is out (etcd did not take the new lease: the next keepalive tries again, until the old lease
+        could have expired)."""
+        assert self.keys is not None
+        asked = time.monotonic()
+        try:
+            lease = self.etcd.grant(self.ttl_s)
+            self.etcd.put(self.keys.member(self.label), json.dumps({"role": self.role}), lease)
+        except EtcdError:
+            return self.out
+        self.lease, self.kept_until = lease, asked + self.ttl_s
+        print("manual: etcd revoked this host's lease though it was kept alive (a member that led etcd and was "
+              "paused revokes every lease when it wakes: etcd-io/etcd#15247); its key is back with a new lease",
+              file=sys.stderr, flush=True)
+        return None
 
     def alive(self) -> set[str]:
         """The hosts and spares whose member key is there."""
@@ -270,6 +301,8 @@ class Decider:
         and the come window is not over."""
         assert self.keys is not None
         alive = self.alive()
+        if time.monotonic() < self.kept_until:
+            alive.add(self.label)  # (its key may be gone for a keepalive's time: etcd revoked its kept lease)
         prefix = self.keys.ended(attempt)
         ended = {k[len(prefix):]: json.loads(v) for k, v in self.etcd.prefix(prefix).items()}
         hosts = membership.names

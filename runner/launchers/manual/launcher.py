@@ -20,7 +20,7 @@ from runner.common import exits
 from runner.common.signals import handling
 from runner.launchers.base import AgentRuns, HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
 from runner.launchers.capabilities import Capabilities
-from runner.launchers.elastic.decisions import Decider
+from runner.launchers.elastic.decisions import BACK_WITHIN_BEATS, Decider
 from runner.launchers.elastic.liveness import BEATS_MISSED
 from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.etcd_member import ETCD, OwnCluster, OwnMember
@@ -174,8 +174,9 @@ class ManualLauncher(Launcher):
                 HostCommand(host=where, argv=None),
                 HostCommand(host=f"each host's `run` keeps a lease in etcd alive every {every} s "
                                  f"(launcher.manual.keepalive_s): a host whose lease expires ({BEATS_MISSED * every} s "
-                                 f"without a keepalive: its `run`, machine or network gone) is lost, and its peers end "
-                                 f"the attempt", argv=None))
+                                 f"without a keepalive: its `run`, machine or network gone) and whose key stays gone "
+                                 f"{BACK_WITHIN_BEATS * every} s more is lost, and its peers end the attempt",
+                            argv=None))
 
     def this_host(self, names: frozenset[str]) -> int:
         """This machine's node rank (a spare's index follows the hosts'): launcher.manual.host, else the one host

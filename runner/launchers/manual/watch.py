@@ -3,8 +3,10 @@ in the job's etcd (runner.launchers.elastic.decisions; its own is kept alive by 
 that a lost host ends the attempt on every other host within seconds, and not only once a collective times out.
 
 Every ``launcher.manual.keepalive_s`` the watch reads the hosts' member keys: a
-peer of the attempt whose key is gone (its lease expired: its `run`, its machine or its network gone) is lost, once
-(``lost`` gets its label and why: the host's agent ends its share at once: HostAgent.end_job). This host is out of
+peer of the attempt whose key is gone (its lease expired: its `run`, its machine or its network gone) and stays gone
+for :data:`~runner.launchers.elastic.decisions.BACK_WITHIN_BEATS` intervals (a host whose kept lease etcd revoked
+puts its key back within them) is lost, once (``lost`` gets its label and why: the host's agent ends its share at
+once: HostAgent.end_job). This host is out of
 the job where its own lease expired, where etcd has not answered it for the lease's time, or where a decision for
 the next attempt exists already (the others went on without it): its share ends then too (``out``). Once the job is
 over (a host said it was done or stopped), nobody is lost any more.
@@ -13,9 +15,10 @@ over (a host said it was done or stopped), nobody is lost any more.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
-from runner.launchers.elastic.decisions import Decider, Decision
+from runner.launchers.elastic.decisions import BACK_WITHIN_BEATS, Decider, Decision
 from runner.launchers.elastic.etcd import EtcdError
 
 
@@ -28,6 +31,7 @@ class LeaseWatch:
         self.decider, self.attempt, self.lost, self.out = decider, attempt, lost, out
         self.peers = [h for h in hosts if h != decider.label]
         self.gone: set[str] = set()
+        self.missing: dict[str, float] = {}  # peer: when its key was first seen gone (it may come back: BACK_WITHIN_BEATS)
         self.following: Decision | None = None  # the decision that left this host out, where the watch saw it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="runner-lease-watch", daemon=True)
@@ -63,8 +67,14 @@ class LeaseWatch:
             self.following = following
             return (f"the other hosts went on to attempt {following.attempt + 1} "
                     f"({', '.join(following.hosts) or 'none'}) without this host's share of attempt {self.attempt + 1}")
+        now = time.monotonic()
         for peer in self.peers:
-            if peer not in alive and peer not in self.gone and not self._stop.is_set():
+            if peer in alive:
+                self.missing.pop(peer, None)
+                continue
+            since = self.missing.setdefault(peer, now)
+            if now - since >= BACK_WITHIN_BEATS * decider.every_s and peer not in self.gone \
+                    and not self._stop.is_set():
                 self.gone.add(peer)
                 self.lost(peer, f"its lease in the job's etcd expired ({decider.ttl_s} s without a keepalive): its "
                                 f"`run`, its machine or its network is gone")

@@ -126,7 +126,8 @@ def test_the_dry_run_says_how_a_job_that_outlives_its_hosts_goes_on_where_it_dec
         f"decision per attempt, made once (a compare-and-swap), which every host follows; it decides while 2 of its 3 "
         f"members are up, so the job goes on down to 2 host(s)",
         "each host's `run` keeps a lease in etcd alive every 3 s (launcher.manual.keepalive_s): a host whose lease "
-        "expires (12 s without a keepalive: its `run`, machine or network gone) is lost, and its peers end the attempt"]
+        "expires (12 s without a keepalive: its `run`, machine or network gone) and whose key stays gone 6 s more is "
+        "lost, and its peers end the attempt"]
     users = [c.host for c in launcher(*overrides, "launcher.manual.etcd=[10.0.0.9:2379]").request().commands
              if c.argv is None]
     assert users[1].startswith("who goes on after a loss is decided in your etcd (10.0.0.9:2379): one decision per "
