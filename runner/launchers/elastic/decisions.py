@@ -272,17 +272,23 @@ class Decider:
         return {k[len(prefix):] for k, v in self.etcd.prefix(prefix).items() if json.loads(v).get("how") == "leaving"}
 
     def next_attempt(self, membership: Membership, attempt: int, come_s: float,
-                     stopped: Callable[[], bool]) -> Decision | None:
-        """The decision for the attempt after ``attempt`` (of ``membership``'s hosts): the one that exists, or, once
-        every host ended that attempt, is gone or did not end it within ``come_s``, the one this host makes, where no
-        other host made one first. None: ``stopped()`` said so while it waited. Raises EtcdError where etcd has not
-        answered for the lease's time."""
+                     stopped: Callable[[], bool], how: str = "failed", why: str = "") -> Decision | None:
+        """This host's word that it ended ``attempt`` (``how``, ``why``: :meth:`say_ended`), then the decision for
+        the attempt after it (of ``membership``'s hosts): the one that exists, or, once every host ended that
+        attempt, is gone or did not end it within ``come_s``, the one this host makes, where no other host made one
+        first. None: ``stopped()`` said so while it waited. Raises EtcdError where etcd has not answered for
+        ``come_s``: a host cut off waits as long as the others would wait for it, so a link that comes back within
+        that learns what they decided (a flap: left out, or in again where its lease lived on)."""
         assert self.keys is not None
         started = time.monotonic()
+        said = False
         while True:
             if stopped():
                 return None
             try:
+                if not said:
+                    self.say_ended(attempt, how, why)
+                    said = True
                 found = self.decision(attempt + 1)
                 if found is not None:
                     return found
@@ -292,7 +298,7 @@ class Decider:
                     return Decision.of(text)
                 self.reached = time.monotonic()
             except EtcdError:
-                if time.monotonic() - self.reached >= self.ttl_s:
+                if time.monotonic() - max(self.reached, started) >= come_s:
                     raise
             time.sleep(LOOK_S)
 

@@ -156,13 +156,13 @@ def _share(this: HostRound, paths: RunPaths, on_report: Callable[[int, AgentRepo
 
 def _next(this: HostRound, attempt: int, found: list[JobFailure]) -> Decision | Ended:
     """The decision for the attempt after ``attempt``, once this host said in etcd that it ended; a SIGINT or SIGTERM
-    to `run` meanwhile, or etcd out of reach, ends the job here."""
+    to `run` meanwhile, or etcd out of reach for the come window, ends the job here."""
     decider = this.decider
     print(f"manual: attempt {attempt + 1} ended; waiting for the decision on the next (the job's etcd)",
           file=sys.stderr, flush=True)
     try:
-        decider.say_ended(attempt, "failed", "; ".join(f.text for f in found))
-        decision = decider.next_attempt(this.membership, attempt, this.come_s(), lambda: bool(this.stopped))
+        decision = decider.next_attempt(this.membership, attempt, this.come_s(), lambda: bool(this.stopped),
+                                        how="failed", why="; ".join(f.text for f in found))
     except EtcdError as e:
         why = f"the job's etcd cannot be reached, so this host cannot learn who goes on: {e}"
         print(f"manual: the job ends on this host: {why}", file=sys.stderr, flush=True)

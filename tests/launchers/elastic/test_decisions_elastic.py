@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from etcd_fixtures import local_etcd
-from runner.launchers.elastic.decisions import Decider, Decision, decide
+from runner.launchers.elastic.decisions import Decider, Decision, Keys, decide
 from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.membership import Membership
 from runner.spec.schema import HostConfig
@@ -64,6 +64,43 @@ def test_etcd_silent_for_the_leases_time_puts_a_host_out_until_it_answers_with_t
     assert decider.beat() == (why, False)  # still silent: still out
     etcd.silent = False
     assert decider.beat() == (None, False)  # it answered, the lease alive: in again
+
+
+class _CutOff:
+    """An etcd this host cannot reach for its first ``silent`` requests; then it holds the others' ``decision``."""
+
+    def __init__(self, silent: int, decision: tuple[str, str]) -> None:
+        self.silent, self.decision, self.asked = silent, decision, 0
+
+    def _ask(self) -> None:
+        self.asked += 1
+        if self.asked <= self.silent:
+            raise EtcdError("Network is unreachable")
+
+    def put(self, key: str, value: str, lease: int | None = None) -> None:
+        self._ask()
+
+    def get(self, key: str) -> str | None:
+        self._ask()
+        return self.decision[1] if key == self.decision[0] else None
+
+
+def test_a_host_cut_off_when_its_attempt_ended_learns_the_decision_if_etcd_answers_within_the_come_window() -> None:
+    """c's link down while the others decided without it, and up again: c keeps asking for as long as the others
+    would wait for it (the come window), so it learns the decision (and that it is left out) instead of ending on an
+    etcd it could not reach; where etcd stays silent for the window, it ends with why."""
+    keys = Keys("r1", 0)
+    made = Decision(attempt=1, hosts=("a", "b"), lost={"c": "gone"}, by="a")
+    cut = Decider(_CutOff(silent=2, decision=(keys.attempt(1), made.document())), "r1", "c", "host",  # type: ignore[arg-type]
+                  every_s=1.0)
+    cut.keys = keys
+    cut.reached -= 60  # (silent since before the attempt ended)
+    assert cut.next_attempt(membership("abc"), 0, 30, lambda: False) == made
+    never = Decider(_CutOff(silent=10**6, decision=("", "")), "r1", "c", "host", every_s=1.0)  # type: ignore[arg-type]
+    never.keys = keys
+    with pytest.raises(EtcdError, match="Network is unreachable"):
+        never.next_attempt(membership("abc"), 0, 0.5, lambda: False)
+    assert never.etcd.asked >= 2  # (asked again within the window)
 
 
 @pytest.fixture(scope="module")

@@ -71,7 +71,7 @@ def test_a_peer_whose_kept_lease_etcd_revoked_is_not_lost(three_each_second) -> 
     old = c.lease
     c.etcd.revoke(old)
     wait_until(lambda: watch.look() is None and c.lease != old and "c" in c.alive(), 10, "c's key back")
-    assert lost == [] and watch.missing == {}
+    assert watch.look() is None and lost == [] and watch.missing == {}  # (a look after it came back)
 
 
 def test_a_decision_without_this_host_puts_it_out(three) -> None:
