@@ -6,7 +6,6 @@ there (each would otherwise fail deep inside a run after an upgrade)."""
 from __future__ import annotations
 
 import ast
-import functools
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from sources import nodes
 
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -43,14 +43,8 @@ def test_an_import_from_a_lower_layer_to_a_higher_one_breaks_the_contract(tmp_pa
     assert "runner.plan.render -> runner.launchers.base" in done.stdout
 
 
-@functools.cache
-def _tree(path: Path) -> ast.Module:
-    """A module of runner/ parsed once for all the checks of this file (read only: no check changes a tree)."""
-    return ast.parse(path.read_text())
-
-
 def _imports(path: Path) -> Iterator[str]:
-    for node in ast.walk(_tree(path)):
+    for node in nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module:
             yield node.module
         elif isinstance(node, ast.Import):
@@ -108,14 +102,14 @@ def test_each_environment_class_reads_the_variables_it_declares_and_no_others() 
 _MUTATORS = ("append", "extend", "insert", "remove", "pop", "clear", "add", "update", "setdefault", "discard")
 
 
-def _class_state_writes(tree: ast.AST, classes: set[str]) -> Iterator[tuple[int, str]]:
+def _class_state_writes(walked: tuple[ast.AST, ...], classes: set[str]) -> Iterator[tuple[int, str]]:
     """Writes to a class's attribute, ``Name.attr`` for a class of the runner's or ``cls.attr``: assigned, or a
     container there changed in place (``Name.attr.append(...)``)."""
     def of_a_class(node: ast.AST) -> bool:
         return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
             (node.value.id in classes or node.value.id == "cls")
 
-    for node in ast.walk(tree):
+    for node in walked:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
             if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
@@ -130,10 +124,10 @@ def test_no_process_state_lives_in_class_attributes() -> None:
     """What a process knows (its stop request, its channel to its host agent, a sweep's outcome) is an object made
     and handed down, never a class attribute written from wherever (class attributes stay constants)."""
     paths = [*sorted((REPO / "runner").rglob("*.py")), *sorted((REPO / "hydra_plugins").rglob("*.py"))]
-    trees = {path: _tree(path) for path in paths}
-    classes = {node.name for tree in trees.values() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
-    writes = [f"{path.relative_to(REPO)}:{line}: {what}" for path, tree in trees.items()
-              for line, what in _class_state_writes(tree, classes)]
+    walked = {path: nodes(path) for path in paths}
+    classes = {node.name for found in walked.values() for node in found if isinstance(node, ast.ClassDef)}
+    writes = [f"{path.relative_to(REPO)}:{line}: {what}" for path, found in walked.items()
+              for line, what in _class_state_writes(found, classes)]
     assert writes == []
 
 

@@ -519,8 +519,11 @@ def unknown_keys(cfg: Any, prefix: str = "") -> list[tuple[str, list[str]]]:
     return found
 
 
+@functools.cache
 def register_schemas() -> None:
-    """Store the schemas where the YAML options under conf/ find them (`/schema/<group>@_here_`)."""
+    """Store the schemas where the YAML options under conf/ find them (`/schema/<group>@_here_`); once a process (the
+    ConfigStore keeps them, and each store builds its schema's structured config anew: a sweep's every job, and every
+    composition of the tests, registers)."""
     cs = ConfigStore.instance()
     cs.store(name="job_schema", node=JobConfig)
     for group, schema in (

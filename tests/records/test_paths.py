@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from sources import nodes
 from runner.records.paths import RankPaths, RunPaths, SweepPaths
 
 pytestmark = pytest.mark.unit
@@ -104,13 +105,13 @@ def test_a_sweeps_jobs_in_job_order(tmp_path) -> None:
 def _string_constants(path: Path) -> list[tuple[int, str]]:
     """The string literals of a module (f-strings' literal parts too), its docstrings and dicts' keys (a JSON
     document's: run_summary.json's "slurm_job_id") left out."""
-    tree = ast.parse(path.read_text())
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+    walked = nodes(path)
+    docstrings = {id(node.body[0].value) for node in walked
                   if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
                   and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-    keys = {id(key) for node in ast.walk(tree) if isinstance(node, ast.Dict) for key in node.keys}
-    return [(node.lineno, node.value) for node in ast.walk(tree) if isinstance(node, ast.Constant)
-            and isinstance(node.value, str) and id(node) not in docstrings | keys]
+    left_out = docstrings | {id(key) for node in walked if isinstance(node, ast.Dict) for key in node.keys}
+    return [(node.lineno, node.value) for node in walked if isinstance(node, ast.Constant)
+            and isinstance(node.value, str) and id(node) not in left_out]
 
 
 # file names the runner's messages may mention to a person (the object still names the files themselves)
