@@ -49,7 +49,7 @@ SAID = {
     "decision": r"manual: attempt 1 ended; waiting for the decision on the next \(the job's etcd\)",
     "lost": r"manual: host {host2} lost: its lease in the job's etcd expired \(4 s without a keepalive\): its `run`, its "
             r"machine or its network is gone; ending this attempt",
-    "decided": r"manual: decided by {host0}: attempt 2 on {host0}, {host1}",
+    "decided": r"manual: decided by (?:{host0}|{host1}): attempt 2 on {host0}, {host1}",  # (whichever came first)
     "restarting": r"manual: restarting on 2 host\(s\) \({host0}, {host1}\) from the last checkpoint: attempt 2 of 4 "
                   r"\(launcher\.max_restarts=3\)",
     "hosts line": r"  hosts     {host2} lost in attempt 1 \({host2}: its lease in the job's etcd expired",
