@@ -271,14 +271,22 @@ class Decider:
         prefix = self.keys.ended(attempt)
         return {k[len(prefix):] for k, v in self.etcd.prefix(prefix).items() if json.loads(v).get("how") == "leaving"}
 
+    @property
+    def lost_after_s(self) -> float:
+        """How long after a host's last keepalive its peers take it as lost: its lease's time, then its key gone for
+        :data:`BACK_WITHIN_BEATS` intervals more."""
+        return self.ttl_s + BACK_WITHIN_BEATS * self.every_s
+
     def next_attempt(self, membership: Membership, attempt: int, come_s: float,
-                     stopped: Callable[[], bool], how: str = "failed", why: str = "") -> Decision | None:
+                     stopped: Callable[[], bool], how: str = "failed", why: str = "",
+                     patience_s: float | None = None) -> Decision | None:
         """This host's word that it ended ``attempt`` (``how``, ``why``: :meth:`say_ended`), then the decision for
         the attempt after it (of ``membership``'s hosts): the one that exists, or, once every host ended that
         attempt, is gone or did not end it within ``come_s``, the one this host makes, where no other host made one
         first. None: ``stopped()`` said so while it waited. Raises EtcdError where etcd has not answered for
-        ``come_s``: a host cut off waits as long as the others would wait for it, so a link that comes back within
-        that learns what they decided (a flap: left out, or in again where its lease lived on)."""
+        ``patience_s`` (default: the lease's time): a host cut off that waits as long as the others take to find it
+        lost and end their shares learns, where its link comes back within that, what they decided (a flap: left
+        out, or in again where its lease lived on)."""
         assert self.keys is not None
         started = time.monotonic()
         said = False
@@ -298,7 +306,8 @@ class Decider:
                     return Decision.of(text)
                 self.reached = time.monotonic()
             except EtcdError:
-                if time.monotonic() - max(self.reached, started) >= come_s:
+                waited_for = self.ttl_s if patience_s is None else patience_s
+                if time.monotonic() - max(self.reached, started) >= waited_for:
                     raise
             time.sleep(LOOK_S)
 

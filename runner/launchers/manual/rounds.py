@@ -156,13 +156,15 @@ def _share(this: HostRound, paths: RunPaths, on_report: Callable[[int, AgentRepo
 
 def _next(this: HostRound, attempt: int, found: list[JobFailure]) -> Decision | Ended:
     """The decision for the attempt after ``attempt``, once this host said in etcd that it ended; a SIGINT or SIGTERM
-    to `run` meanwhile, or etcd out of reach for the come window, ends the job here."""
+    to `run` meanwhile, or etcd out of reach for as long as the others take to find this host lost and end their
+    shares, ends the job here."""
     decider = this.decider
     print(f"manual: attempt {attempt + 1} ended; waiting for the decision on the next (the job's etcd)",
           file=sys.stderr, flush=True)
     try:
         decision = decider.next_attempt(this.membership, attempt, this.come_s(), lambda: bool(this.stopped),
-                                        how="failed", why="; ".join(f.text for f in found))
+                                        how="failed", why="; ".join(f.text for f in found),
+                                        patience_s=decider.lost_after_s + hard_stop_s(this.plan.job.spec.launcher))
     except EtcdError as e:
         why = f"the job's etcd cannot be reached, so this host cannot learn who goes on: {e}"
         print(f"manual: the job ends on this host: {why}", file=sys.stderr, flush=True)

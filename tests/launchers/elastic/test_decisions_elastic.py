@@ -86,20 +86,20 @@ class _CutOff:
 
 
 def test_a_host_cut_off_when_its_attempt_ended_learns_the_decision_if_etcd_answers_within_the_come_window() -> None:
-    """c's link down while the others decided without it, and up again: c keeps asking for as long as the others
-    would wait for it (the come window), so it learns the decision (and that it is left out) instead of ending on an
-    etcd it could not reach; where etcd stays silent for the window, it ends with why."""
+    """c's link down while the others decided without it, and up again: c keeps asking for as long as it is told
+    (its patience: the others' time to find it lost and end their shares), so it learns the decision (and that it
+    is left out) instead of ending on an etcd it could not reach; where etcd stays silent for that long, it ends."""
     keys = Keys("r1", 0)
     made = Decision(attempt=1, hosts=("a", "b"), lost={"c": "gone"}, by="a")
     cut = Decider(_CutOff(silent=2, decision=(keys.attempt(1), made.document())), "r1", "c", "host",  # type: ignore[arg-type]
                   every_s=1.0)
     cut.keys = keys
     cut.reached -= 60  # (silent since before the attempt ended)
-    assert cut.next_attempt(membership("abc"), 0, 30, lambda: False) == made
+    assert cut.next_attempt(membership("abc"), 0, 30, lambda: False, patience_s=30) == made
     never = Decider(_CutOff(silent=10**6, decision=("", "")), "r1", "c", "host", every_s=1.0)  # type: ignore[arg-type]
     never.keys = keys
     with pytest.raises(EtcdError, match="Network is unreachable"):
-        never.next_attempt(membership("abc"), 0, 0.5, lambda: False)
+        never.next_attempt(membership("abc"), 0, 30, lambda: False, patience_s=0.5)
     assert never.etcd.asked >= 2  # (asked again within the window)
 
 
