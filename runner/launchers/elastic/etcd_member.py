@@ -59,6 +59,12 @@ class OwnCluster:
     def endpoints(self) -> list[str]:
         return [f"{_url_host(a)}:{self.client_port}" for a in self.addrs]
 
+    def endpoints_from(self, index: int) -> list[str]:
+        """The endpoints as member ``index``'s machine asks them: its own member first (on this machine: never
+        across a link that is down, never a frozen peer's to wait out first), then the others in order."""
+        every = self.endpoints
+        return [every[index], *every[:index], *every[index + 1:]]
+
     def argv(self, index: int, data_dir: Path) -> list[str]:
         """The command of member ``index`` (etcd binds IP addresses only: names are resolved here)."""
         addr = _url_host(_ip(self.addrs[index]))

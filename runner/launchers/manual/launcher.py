@@ -242,7 +242,7 @@ class ManualLauncher(Launcher):
         member = OwnMember(cluster, node, self.paths.root / "etcd.log")
         print(f"manual: this host's member of the job's etcd ({cluster.names[node]}, {cluster.size} members) on port "
               f"{cluster.client_port}", file=sys.stderr, flush=True)
-        return cluster.endpoints, member
+        return cluster.endpoints_from(node), member
 
     def _join(self, decider: Decider, member: OwnMember | None, stopped: list[int]) -> LaunchOutcome | None:
         """This host in the job's etcd, once a majority of its members is up (within init.timeout_s: the hosts are
