@@ -17,6 +17,8 @@ from typing import Any
 DUMP_WAIT_STALL_S = 10.0  # rank 0 at a stall, for the others' (on a busy machine, another host's ranks answer
 # through the job's channel in seconds)
 DUMP_WAIT_TIMEOUT_S = 5.0  # the report, after a collective timed out
+LOST_PEER_SLACK_S = 1.0  # a rank that lost its peer to another's timeout dumps as it fails: up to this long before
+# the timed-out rank asks (its peer's connection closed as the timeout fired, before the ask was written)
 DUMP_WAIT_ASKED_S = 3.0  # `run`, asked where the ranks are (Ctrl-\, SIGQUIT)
 DUMP_WAIT_STOP_S = 2.0  # a host agent stopping its ranks, for where they were
 

@@ -12,7 +12,7 @@ from runner.common import exits
 from runner.common.code_paths import faulthandler_frame_of_worker
 from runner.common.formatting import error_line, rank_list
 from runner.common.lost_peers import lost_a_peer
-from runner.records.dumps import DUMP_WAIT_TIMEOUT_S
+from runner.records.dumps import DUMP_WAIT_TIMEOUT_S, LOST_PEER_SLACK_S
 from runner.records.outcomes import ErrorRecord, RankOutcome, first_failures, timed_out
 from runner.records.paths import RunPaths
 from runner.records.watch_files import last_request, read_diagnosis, write_diagnosis
@@ -312,7 +312,8 @@ def _hang_summary(errors: list[ErrorRecord], setups: list[RankSetup], paths: Run
                 "checks every host's route, port and interface"]
     asked = last_request(paths)
     if asked is not None:  # the ranks were asked where they are: the collective each one is in
-        found = diagnose(gather_dumps(paths, channel, range(world), asked, DUMP_WAIT_TIMEOUT_S), world)
+        found = diagnose(gather_dumps(paths, channel, range(world), asked - LOST_PEER_SLACK_S, DUMP_WAIT_TIMEOUT_S),
+                         world)
         if found is not None:
             text = f"timeout: a collective waited init.timeout_s={timeout:g} s: {found.text}"
             write_diagnosis(paths, "timeout", text, found.document())

@@ -11,6 +11,7 @@ import time
 import traceback
 from typing import Any
 
+from runner.common.lost_peers import lost_a_peer
 from runner.environments import provenance
 from runner.training.output import AgentChannel
 from runner.worker.channel import JobChannel, ask_for_dumps
@@ -54,6 +55,8 @@ def failed(setup: RankSetup, exc: BaseException, watch: Watch | None, shown: str
             ask_for_dumps(setup.paths, watch.channel, "timeout")
             watch.dump("timeout")
         time.sleep(TIMEOUT_PAUSE_S)
+    elif watch is not None and lost_a_peer(text):  # its peer may have closed on another rank's timeout: the hang's
+        watch.dump("lost a peer")  # diagnosis reads where this rank was, though it may end before anyone asks
 
 
 def watch_process_groups(setup: RankSetup, channel: JobChannel | None, agent: AgentChannel, own: bool) -> None:
