@@ -279,7 +279,8 @@ def test_losing_host_0_makes_the_next_host_host_0_with_its_copy_of_the_checkpoin
 def test_host_0_killed_while_it_sends_a_copy_leaves_the_newest_complete_copy_to_resume(bed, tmp_path):
     """Host 0's link slowed (a token bucket of 16 Mbit/s) once every host holds save 1, with 4 MiB in each checkpoint:
     save 2 takes seconds to reach the others, and host 0 is killed while host 1 receives it. Hosts 1 and 2 hold save 1
-    whole (a copy being written never replaces it), and the job resumes from it: its step, never an older one."""
+    whole (a copy being written never replaces it), and the job resumes from the newest complete copy: save 1, or
+    save 2 where what host 0 had already queued on its slowed link reached a host whole; never an older one."""
     a, b, c, _ = bed.names
     run_id = f"w{uuid.uuid4().hex[:8]}"
     h = bed.host(a)
@@ -304,7 +305,9 @@ def test_host_0_killed_while_it_sends_a_copy_leaves_the_newest_complete_copy_to_
     done_on(run_folder(tmp_path, 1, run_id), said1, code1, world_size=2)
     assert code2 == 0, said2
     change = the_change(run_folder(tmp_path, 1, run_id), [a, b, c], [b, c], [a])
-    assert (change["resumed_from"], change["resumed_from_save"]) == (EVERY, 1), change
+    # save 1, or save 2 where the bytes already queued on host 0's slowed link (tbf: up to 2 s of them) reached a
+    # host whole after the kill: the newest complete copy, never an older one
+    assert (change["resumed_from"], change["resumed_from_save"]) in ((EVERY, 1), (2 * EVERY, 2)), change
     assert not [p for p in receiving.iterdir() if p.name.endswith(".tmp")]  # the half-received copy was removed
     one_lineage([tmp_path / 'out' / 'steps.jsonl'])
     nothing_left(run_id, LEFT_ON_HOSTS_S)
