@@ -138,7 +138,7 @@ class Decider:
         asked = time.monotonic()
         self.lease = self.etcd.grant(self.ttl_s)
         self.kept_until = asked + self.ttl_s
-        me = json.dumps({"role": self.role})
+        me = self._member_value
         while True:
             launch = self._running_launch()
             keys = Keys(self.run_id, launch)
@@ -150,6 +150,11 @@ class Decider:
                 self._beating = threading.Thread(target=self._beat, name="runner-etcd-keepalive", daemon=True)
                 self._beating.start()
                 return keys
+
+    @property
+    def _member_value(self) -> str:
+        """What this host's member key holds (its role: host or spare), as joined and as put back."""
+        return json.dumps({"role": self.role})
 
     def _running_launch(self) -> int:
         """The newest launch of the run id if it runs (not over, a host alive in it), else the one after."""
@@ -221,7 +226,7 @@ class Decider:
         asked = time.monotonic()
         try:
             lease = self.etcd.grant(self.ttl_s)
-            self.etcd.put(self.keys.member(self.label), json.dumps({"role": self.role}), lease)
+            self.etcd.put(self.keys.member(self.label), self._member_value, lease)
         except EtcdError:
             return self.out
         self.lease, self.kept_until = lease, asked + self.ttl_s
