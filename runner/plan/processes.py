@@ -24,6 +24,7 @@ import signal
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import IntEnum
 from functools import cached_property
 from itertools import accumulate
 from pathlib import Path
@@ -159,9 +160,21 @@ def derived_port(key: int) -> int:
     return start + key % size
 
 
-def port_for(run_id: str) -> int:
-    """The port of a run whose hosts agree on it through its run id (launcher=manual and mpi)."""
-    return derived_port(zlib.crc32(run_id.encode()))
+class RunPort(IntEnum):
+    """What a port derived from a run id is for. A run's ports are consecutive in the band (wrapping at its end), so
+    two uses of one run never get the same port, as two hashes of the run id could (run l32225b2c's etcd clients and
+    peers did: its members could not start)."""
+
+    MASTER = 0  # the rendezvous of the first attempt (launcher=manual, mpi)
+    ETCD_CLIENTS = 1  # the job's own etcd (launcher=manual)
+    ETCD_PEERS = 2
+    ATTEMPTS = 3  # attempt n's rendezvous is ATTEMPTS + n (n >= 1: a new host 0 may be the old one)
+
+
+def port_for(run_id: str, use: int = RunPort.MASTER) -> int:
+    """The port for ``use`` (a :class:`RunPort`, or ``RunPort.ATTEMPTS + n``) of a run whose hosts agree on it
+    through its run id."""
+    return derived_port(zlib.crc32(run_id.encode()) + use)
 
 
 def _url_host(addr: str) -> str:

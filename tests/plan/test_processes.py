@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from conftest import environment, make_spec, validate
 from runner.launchers import LAUNCHERS, Invocation
 from runner.launchers import plan_for
-from runner.plan.processes import Deferred
+from runner.plan.processes import PORT_BAND, Deferred, RunPort, port_for
 from runner.records.paths import RunPaths
 from runner.spec.pins import pinned
 from runner.spec.probe import FixedProbe
@@ -205,3 +205,20 @@ def test_slurm_per_host_needs_uniform_hosts(devices) -> None:
     assert got.valid is uniform, got.rendered()
     if not uniform:
         assert got.find("launcher.tasks", "+".join(map(str, devices)))
+
+
+@given(run_id=st.text(min_size=1, max_size=12), attempts=st.integers(1, 50))
+@SETTINGS
+def test_a_runs_derived_ports_never_coincide(run_id, attempts) -> None:
+    """Every use of a run's derived ports (the rendezvous of each attempt, etcd's clients and peers) gets a port of its
+    own in the band, also where the run id's hash sits at the band's end."""
+    uses = [RunPort.MASTER, RunPort.ETCD_CLIENTS, RunPort.ETCD_PEERS,
+            *(RunPort.ATTEMPTS + n for n in range(1, attempts))]
+    ports = [port_for(run_id, use) for use in uses]
+    start, size = PORT_BAND
+    assert len(set(ports)) == len(ports) and all(start <= p < start + size for p in ports)
+
+
+def test_the_run_whose_etcd_ports_once_coincided_gets_two() -> None:
+    """Run l32225b2c hashed its etcd's two ports to 24024 when each was a hash of its own (its members exited 1)."""
+    assert port_for("l32225b2c", RunPort.ETCD_CLIENTS) != port_for("l32225b2c", RunPort.ETCD_PEERS)

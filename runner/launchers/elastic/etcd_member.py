@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.launchers.elastic.etcd import Etcd, EtcdError
-from runner.plan.processes import port_for
+from runner.plan.processes import RunPort, port_for
 from runner.spec.job import Job
 from runner.worker.rank_process import die_with_parent
 
@@ -44,7 +44,8 @@ class OwnCluster:
         machines = (*job.hosts, *job.spares)
         run_id = job.spec.run_id or ""
         return cls(names=tuple(h.label for h in machines), addrs=tuple(str(h.reach or h.label) for h in machines),
-                   client_port=port_for(f"{run_id}.etcd"), peer_port=port_for(f"{run_id}.etcd-peers"), token=run_id)
+                   client_port=port_for(run_id, RunPort.ETCD_CLIENTS),
+                   peer_port=port_for(run_id, RunPort.ETCD_PEERS), token=run_id)
 
     @property
     def size(self) -> int:

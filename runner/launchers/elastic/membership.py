@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from runner.plan.processes import port_for
+from runner.plan.processes import RunPort, port_for
 from runner.spec.elastic import resolve_spares
 from runner.spec.job import Job
 from runner.spec.problems import Problem
@@ -113,8 +113,8 @@ class Membership:
         rendezvous port of the attempt's own (the new host 0 may be the old one, whose last store has just closed)."""
         topology = dataclasses.replace(spec.topology, hosts=list(self.hosts), spares=list(self.spares), nodes=None,
                                        hostfile=None, min_nodes=min(self.min_nodes, len(self.hosts)), max_nodes=None)
-        init = spec.init if attempt == 0 else dataclasses.replace(spec.init,
-                                                                   master_port=port_for(f"{spec.run_id}.{attempt}"))
+        port = port_for(spec.run_id or "", RunPort.ATTEMPTS + attempt)
+        init = spec.init if attempt == 0 else dataclasses.replace(spec.init, master_port=port)
         return dataclasses.replace(spec, topology=topology, init=init)
 
 

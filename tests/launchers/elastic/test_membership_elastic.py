@@ -9,7 +9,7 @@ import pytest
 
 from conftest import make_spec
 from runner.launchers.elastic.membership import CannotGoOn, GoesOn, Membership
-from runner.plan.processes import port_for
+from runner.plan.processes import RunPort, port_for
 from runner.spec.schema import HostConfig, JobConfig
 
 pytestmark = pytest.mark.unit
@@ -61,7 +61,7 @@ def test_the_next_attempts_spec_has_its_hosts_and_a_port_of_its_own() -> None:
     again = went.membership.spec(spec, attempt=3)
     assert again.topology.hosts == [B, C, S] and again.topology.spares == []
     assert (again.topology.hostfile, again.topology.nodes, again.topology.min_nodes) == (None, None, 2)
-    assert again.init.master_port == port_for("r1.3") != spec.init.master_port
+    assert again.init.master_port == port_for("r1", RunPort.ATTEMPTS + 3) != spec.init.master_port
     assert Membership.of(spec).spec(spec, attempt=0).init == spec.init  # the first: the pinned port
 
 
