@@ -392,15 +392,17 @@ def kill_host(testbed, host: str, run_id: str) -> int:
 
 
 def kill_hosts(testbed, hosts: list[str], run_id: str) -> int:
-    """:func:`kill_host` for several hosts together: every one's processes found before any is killed (killing one
-    host's makes the launch stop the others' at once, which then had nothing left to find). How many."""
-    found = [job_processes(testbed, host, run_id) for host in hosts]
-    for p in (p for logins, job in found for p in (*logins, *job)):
-        try:
-            p.kill()
-        except psutil.Error:
-            continue
-    return sum(len(logins) + len(job) for logins, job in found)
+    """:func:`kill_host` for several hosts together, as one event: every one's processes found, then all frozen
+    (SIGSTOP), then all killed. Killing one host's makes the launch stop the others' at once: found but still
+    running, they could end their attempt and be started again before the kill reached them. How many."""
+    found = [p for logins, job in (job_processes(testbed, host, run_id) for host in hosts) for p in (*logins, *job)]
+    for act in (psutil.Process.suspend, psutil.Process.kill):
+        for p in found:
+            try:
+                act(p)
+            except psutil.Error:
+                continue
+    return len(found)
 
 
 def test_a_host_killed_mid_run_ends_the_job_on_every_host_within_seconds(testbed, job, tmp_path):
