@@ -30,6 +30,7 @@ import pytest
 from hydra import compose as _hydra_compose
 from hydra import initialize_config_module
 from hydra._internal.config_loader_impl import ConfigLoaderImpl  # Hydra's own way of setting keys: its errors too
+from hydra.core.config_store import ConfigStore
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
@@ -101,14 +102,30 @@ def hydra_compose(*overrides: str) -> DictConfig:
 
 @functools.cache
 def _group_node(choice: str) -> DictConfig:
-    """What ``group=option`` composes under its group: the option composed as a primary config of its own (its
-    schema, then itself; half the time of composing it into `job`), each option once."""
+    """What ``group=option`` composes under its group, each option once: what Hydra makes of the option's defaults
+    list where it is the one shape runner.conf's options have (the group's schema ``@_here_``, then ``_self_``: the
+    schema's node merged with the file's keys; a file without defaults: its keys; a ``topology=NxM`` shape: its node
+    in the ConfigStore), a thirtieth of a Hydra composition's time; any other option composed by Hydra.
+    test_fixtures.py: the same as Hydra's, option by option and for combinations."""
     group, option = choice.split("=", 1)
     if not _is_option(group, option):
         return hydra_compose(choice)[group]  # not an option of the group: Hydra's own refusal
-    runner.app.cli.register((choice,))  # topology=NxM shapes
-    with initialize_config_module(config_module="runner.conf", version_base=None):
-        return _hydra_compose(config_name=f"{group}/{option}")[group]
+    runner.app.cli.register((choice,))  # the schemas, topology=NxM shapes
+    file = importlib.resources.files("runner.conf").joinpath(group, f"{option}.yaml")
+    if not file.is_file():
+        return ConfigStore.instance().load(f"{group}/{option}.yaml").node
+    keys = OmegaConf.create(file.read_text())
+    defaults = keys.pop("defaults", None)
+    if defaults is None:
+        return keys
+    schema, *rest = defaults
+    if rest != ["_self_"] or not (schema.startswith("/schema/") and schema.endswith(HERE)):
+        with initialize_config_module(config_module="runner.conf", version_base=None):
+            return _hydra_compose(config_name=f"{group}/{option}")[group]
+    return OmegaConf.merge(ConfigStore.instance().load(f"{schema[1:-len(HERE)]}.yaml").node, keys)
+
+
+HERE = "@_here_"
 
 
 def _is_option(group: str, option: str) -> bool:

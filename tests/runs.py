@@ -80,8 +80,8 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str,
                alive: Sequence[Started | subprocess.Popen] = ()) -> None:
     """Return once ``predicate()`` is true; fail naming ``what`` after ``timeout`` seconds, or as soon as one of
     ``alive`` (processes that must still run meanwhile) has ended, with its output. The one place a test polls."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
+    deadline, pause = time.monotonic() + timeout, 0.005  # asked again soon at first (most waits are short), then
+    while not predicate():  # every 50 ms at most
         ended = [p for p in alive if p.poll() is not None]
         if ended:
             p = ended[0]
@@ -89,7 +89,8 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str,
             raise AssertionError(f"ended (exit {p.returncode}) before {what}:\n{said}")
         if time.monotonic() >= deadline:
             raise AssertionError(f"not {what} within {timeout:g} s")
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
 
 
 # ------------------------------------------------------------------------------ starting `run` (or any command)

@@ -158,20 +158,6 @@ def member_of(proc: Started) -> psutil.Process:
     return found
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # --------------------------------------------------------------------------- hosts lost
 
 

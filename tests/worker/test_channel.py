@@ -4,7 +4,6 @@ TCPStore and in an init=file folder alike; a channel that went away reads as emp
 from __future__ import annotations
 
 import datetime
-import gc
 import shutil
 import signal
 import socket
@@ -255,8 +254,7 @@ def test_a_channel_whose_store_went_away_reads_as_empty_and_takes_words_without_
     assert everything(other)["ended"] == ENDED  # it was there
 
     if backing == "store":
-        del host0, served  # host 0's agent finished: its store's server with it
-        gc.collect()
+        del host0, served  # host 0's agent finished: its store's server with it (the last reference: no cycle)
     else:
         shutil.rmtree(folder)
 

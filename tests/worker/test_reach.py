@@ -74,8 +74,8 @@ def test_a_host_that_answers_refused_or_accepted_is_reached_and_silence_is_not()
         full.listen(0)
         port = full.getsockname()[1]
         first.connect(("127.0.0.1", port))  # fills the queue (nobody accepts)
-        silent = reach_module._answers("127.0.0.1", "127.0.0.1", port, 0.3, fix)
-    assert not silent.ok and silent.said == f"127.0.0.1 gave no answer on port {port} within 0.3 s"
+        silent = reach_module._answers("127.0.0.1", "127.0.0.1", port, 0.05, fix)
+    assert not silent.ok and silent.said == f"127.0.0.1 gave no answer on port {port} within 0.05 s"
     assert silent.hint.startswith("a firewall between the hosts")
 
 
