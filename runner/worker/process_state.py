@@ -157,8 +157,8 @@ def _doing(t: ThreadState, calls: Syscalls) -> str:
         return "waits for a signal"
     if t.syscall in calls.io or any(w in t.wchan for w in ("poll", "select", "pipe", "sk_wait", "tcp")):
         return "waits for input or a connection"
-    if t.state == "R":
-        return "runs"
     if t.state == "D":
         return f"waits in the kernel ({t.wchan or 'uninterruptibly'})"
+    if t.state == "R" or (t.syscall is None and t.wchan in ("", "0")):
+        return "runs"  # or caught between two system calls (woken, not yet running): what_it_waits_for looks again
     return f"waits in system call {t.syscall}" if t.syscall is not None else f"waits ({t.wchan or t.state})"

@@ -52,6 +52,9 @@ def test_a_process_stuck_joining_gloos_worker_while_it_holds_the_gil_is_describe
     (ThreadState(1, "python", "S", 7, (0, 0, 0)), "its main thread waits for input or a connection"),
     (ThreadState(1, "python", "S", 202, (0, 128, 99)), "its main thread waits on a lock"),  # 99: no thread of it
     (ThreadState(1, "python", "R", None), "its main thread runs"),
+    # woken and not yet running: no system call, no wait channel (a stuck rank's gloo thread was read so once, and
+    # said to wait "(0)"): runs, so that what_it_waits_for looks again
+    (ThreadState(1, "python", "S", None, (), "0"), "its main thread runs"),
     (ThreadState(1, "python", "D", None, (), "nfs_wait"), "its main thread waits in the kernel (nfs_wait)"),
 ])
 def test_what_a_main_thread_does_in_words(main, said) -> None:
