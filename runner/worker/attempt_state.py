@@ -285,6 +285,7 @@ class AttemptState:
     deadline: float | None = None  # STOPPING: when what is left is killed
     ending: HostEnding = field(default_factory=lambda: HostEnding(codes={}, order=[]))
     stuck_kill_at: dict[int, float] = field(default_factory=dict)  # a stuck rank -> when it is killed
+    killed: set[int] = field(default_factory=set)  # the ranks this agent sent SIGKILL
     stop_seen: StopAsked | None = None  # the last stop request seen on the job's channel
     stacks_asked: bool = False  # after a collective timed out, the late ranks were asked for their stacks
     answered: float = 0.0  # the last request for dumps answered for the ranks that cannot (runner.worker.rank_life)
@@ -319,6 +320,10 @@ class AttemptState:
             return []
         ending.codes[event.rank] = event.code
         ending.order.append(event.rank)
+        if event.code == -signal.SIGKILL and event.rank not in self.killed:
+            # killed, though not by this agent: it ended before the stop that another rank's failure sent it arrived
+            # (its exit seen late), and is a failure of its own, not a rank stopped
+            ending.stopped.discard(event.rank)
         ending.ended_at[event.rank] = event.at
         if event.returned_at is not None:
             ending.returned_at[event.rank] = event.returned_at
@@ -437,10 +442,12 @@ class AttemptState:
             if now >= at:
                 del self.stuck_kill_at[rank]
                 if rank in self.running:
+                    self.killed.add(rank)
                     said.append(Send(signum=signal.SIGKILL, ranks=(rank,), group=True))
         if self.phase is Phase.STOPPING and self.deadline is not None and now >= self.deadline:
             if self.ending.signum is not None and self.ending.peer_failed is None:
                 said.append(SayWhereTheyWere(signum=self.ending.signum))
+            self.killed.update(self.ranks)
             said.append(Send(signum=signal.SIGKILL, ranks=self.ranks, group=True))  # their children too
             self.phase, self.deadline = Phase.KILLED, None
         return said

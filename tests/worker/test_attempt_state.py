@@ -81,7 +81,18 @@ def test_the_ranks_still_running_at_the_deadline_are_killed_with_their_process_g
     assert state.phase is Phase.KILLED and state.deadline is None
     assert state.handle(Tick(), T0 + 60) == []  # killed once
     state.handle(exited(2, -signal.SIGKILL), T0 + 60)
-    assert state.phase is Phase.ENDED
+    assert state.phase is Phase.ENDED and state.ending.stopped == {2}  # this agent's SIGKILL: a rank stopped
+
+
+def test_a_rank_killed_from_outside_whose_exit_is_seen_after_a_peers_failure_is_no_rank_stopped() -> None:
+    """Rank 2 killed (SIGKILL from outside) and rank 3 failing on its closed connection: rank 3's exit seen first,
+    the agent stops rank 2, whose exit then says SIGKILL, which this agent never sent: rank 2 failed by itself too (the
+    report names it, the cause, before the rank that lost it: runner.worker.failures.choose_first)."""
+    state = host_b()
+    state.handle(exited(3, 1), T0)
+    assert state.ending.stopped == {2}
+    state.handle(exited(2, -signal.SIGKILL), T0 + 0.01)
+    assert state.ending.stopped == set() and state.ending.order == [3, 2] and state.phase is Phase.ENDED
 
 
 def test_the_channel_naming_another_hosts_failure_first_makes_it_the_earlier_one() -> None:
