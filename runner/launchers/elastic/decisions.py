@@ -277,10 +277,15 @@ class Decider:
         return {k[len(prefix):] for k, v in self.etcd.prefix(prefix).items() if json.loads(v).get("how") == "leaving"}
 
     @property
+    def back_within_s(self) -> float:
+        """How long a peer's key may stay gone before the peer is lost (:data:`BACK_WITHIN_BEATS` intervals)."""
+        return BACK_WITHIN_BEATS * self.every_s
+
+    @property
     def lost_after_s(self) -> float:
         """How long after a host's last keepalive its peers take it as lost: its lease's time, then its key gone for
-        :data:`BACK_WITHIN_BEATS` intervals more."""
-        return self.ttl_s + BACK_WITHIN_BEATS * self.every_s
+        :attr:`back_within_s` more."""
+        return self.ttl_s + self.back_within_s
 
     def next_attempt(self, membership: Membership, attempt: int, come_s: float,
                      stopped: Callable[[], bool], how: str = "failed", why: str = "",

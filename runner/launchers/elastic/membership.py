@@ -113,8 +113,8 @@ class Membership:
         rendezvous port of the attempt's own (the new host 0 may be the old one, whose last store has just closed)."""
         topology = dataclasses.replace(spec.topology, hosts=list(self.hosts), spares=list(self.spares), nodes=None,
                                        hostfile=None, min_nodes=min(self.min_nodes, len(self.hosts)), max_nodes=None)
-        port = port_for(spec.run_id or "", RunPort.ATTEMPTS + attempt)
-        init = spec.init if attempt == 0 else dataclasses.replace(spec.init, master_port=port)
+        init = spec.init if attempt == 0 else dataclasses.replace(
+            spec.init, master_port=port_for(spec.run_id or "", RunPort.ATTEMPTS + attempt))
         return dataclasses.replace(spec, topology=topology, init=init)
 
 

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from runner.launchers.elastic.decisions import BACK_WITHIN_BEATS, Decider, Decision
+from runner.launchers.elastic.decisions import Decider, Decision
 from runner.launchers.elastic.etcd import EtcdError
 
 
@@ -31,7 +31,7 @@ class LeaseWatch:
         self.decider, self.attempt, self.lost, self.out = decider, attempt, lost, out
         self.peers = [h for h in hosts if h != decider.label]
         self.gone: set[str] = set()
-        self.missing: dict[str, float] = {}  # peer: when its key was first seen gone (it may come back: BACK_WITHIN_BEATS)
+        self.missing: dict[str, float] = {}  # peer -> when its key was first seen gone (it may come back)
         self.following: Decision | None = None  # the decision that left this host out, where the watch saw it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="runner-lease-watch", daemon=True)
@@ -73,7 +73,7 @@ class LeaseWatch:
                 self.missing.pop(peer, None)
                 continue
             since = self.missing.setdefault(peer, now)
-            if now - since >= BACK_WITHIN_BEATS * decider.every_s and peer not in self.gone \
+            if now - since >= decider.back_within_s and peer not in self.gone \
                     and not self._stop.is_set():
                 self.gone.add(peer)
                 self.lost(peer, f"its lease in the job's etcd expired ({decider.ttl_s} s without a keepalive): its "

@@ -26,7 +26,8 @@ def cluster_of(*overrides: str) -> OwnCluster:
 def test_the_members_are_the_hosts_then_the_spares_on_ports_of_the_run_id() -> None:
     own = cluster_of("topology.spares=[{name: s, devices: 1}]")
     assert (own.names, own.addrs, own.size, own.floor) == (("a", "b", "c", "s"), ("a", "b", "c", "s"), 4, 3)
-    assert (own.client_port, own.peer_port, own.token) == (port_for("R9", RunPort.ETCD_CLIENTS), port_for("R9", RunPort.ETCD_PEERS), "R9")
+    assert (own.client_port, own.peer_port, own.token) == (port_for("R9", RunPort.ETCD_CLIENTS),
+                                                           port_for("R9", RunPort.ETCD_PEERS), "R9")
     assert own.endpoints == [f"{n}:{own.client_port}" for n in "abcs"]
     assert own.endpoints_from(2) == [f"{n}:{own.client_port}" for n in "cabs"]  # a machine asks its own member first
     assert cluster_of().floor == 2  # 3 members: 2 decide
