@@ -1,7 +1,8 @@
 """The cheapest job that shows what a lost host does: a tiny weight, one all-reduce a step, ``step_s`` seconds a
 step (the job's pace, not a synchronisation), a checkpoint every ``every`` steps through ctx.save_checkpoint (``pad_mb``
 MiB of padding in it: a copy that takes time to send), resumed through ctx.checkpoint_to_resume, and a stop request
-honoured at every step (ctx.should_stop: the checkpoint, then return), as the digits recipe does.
+honoured at the next checkpoint step (ctx.should_stop, asked at those steps only, as the digits recipe asks every
+``recipe.stop_check_every`` steps: the agreement is an all-reduce, a third of what a step of this job costs).
 
 Rank 0 says "resumed from <path>: step N" where it resumes, and appends a line to ``out_dir/steps.jsonl`` after each
 step (``time.time()``; the bed's hosts share the clock): the step, the world size, the attempt and the step the
@@ -49,7 +50,7 @@ def main(ctx, cfg):
             ctx.save_checkpoint({"step": step, "pad": pad, "weight": weight})
         if step == cfg.get("hold_after") and ctx.is_main:
             held_until(Path(cfg.gate))
-        if ctx.should_stop():
+        if step % cfg.every == 0 and ctx.should_stop():  # (the same step on every rank: the agreement matches)
             ctx.save_checkpoint({"step": step, "pad": pad, "weight": weight})
             if ctx.is_main:
                 print(f"stop requested: checkpoint at step {step}", flush=True)
