@@ -322,10 +322,15 @@ def test_a_relaunch_after_host_0_was_lost_resumes_from_the_newest_copy_on_any_ho
 def test_a_host_paused_longer_than_every_window_is_left_out_and_ends_when_it_wakes(bed, tmp_path):
     """Host 0's `run` and everything it started stopped (SIGSTOP: a frozen machine, its etcd member and rank 0 with
     it) until the others went on without it, then woken: it learns the decision that left it out, and ends; its rank
-    trained no step meanwhile (one lineage), and one host 0 writes the summary of a job that is done."""
+    trained no step meanwhile (one lineage), and one host 0 writes the summary of a job that is done. The others' new
+    rank 0 holds before the job's last steps until the woken host has said how the job ends there (the gate): a woken
+    host asks the job's etcd, which ends with the job; the test does not race the others' last steps (a CI run lost
+    that race once: "the job's etcd cannot be reached")."""
     a, b, c, _ = bed.names
     run_id = f"p{uuid.uuid4().hex[:8]}"
-    with by_hand(bed, tmp_path, 3, ["topology.min_nodes=2"], run_id) as procs:
+    gate = tmp_path / "woken-host-ending"  # (attempt 1's rank 0 on host 1 holds after this step; attempt 0 is frozen
+    hold = [f"+recipe.hold_after={STEPS - EVERY}", f"+recipe.gate={gate}"]  # long before it, after the first save)
+    with by_hand(bed, tmp_path, 3, ["topology.min_nodes=2", *hold], run_id) as procs:
         copied(tmp_path, run_id, range(3), procs)
         frozen = tree(procs[0])
         for p in frozen:
@@ -336,6 +341,10 @@ def test_a_host_paused_longer_than_every_window_is_left_out_and_ends_when_it_wak
         finally:
             for p in frozen:
                 p.send_signal(signal.SIGCONT)
+        # (then its etcd member lingers until the others leave: the gate opens when it has said how the job ends here)
+        wait_until(lambda: "manual: the job ends on this host" in procs[0].stdout, 120, "the woken host 0 ending",
+                   alive=procs[1:])
+        gate.touch()
         (code0, said0), (code1, said1), (code2, said2) = finish(procs, timeout=200)
     assert code0 == 1 and re.search(r"the other hosts went on without this one", said0), said0
     done_on(run_folder(tmp_path, 1, run_id), said1, code1, world_size=2)
