@@ -7,11 +7,11 @@ happens, nothing of the attempt stays behind: its ranks are killed and their scr
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable
 
+from runner.common.owned_folders import OwnedFolder, remove_abandoned
 from runner.worker.agent_reports import AgentReport
 from runner.worker.attempt_state import AttemptState, Directive, Event, Phase, Started
 from runner.worker.diagnostics import Diagnostics
@@ -41,10 +41,8 @@ def run_attempt(prepared: Prepared, role: AgentRole, zygote: Zygote, inbox: Agen
     ended: ``.ending``). ``answered``: the last request for dumps this agent answered already (in an earlier
     attempt). Raises ZygoteGone."""
     paths = prepared.paths
-    scratches = [paths.scratch(s.place.global_rank) for s in prepared.setups]  # the ranks' temp files, removed after
-    for scratch in scratches:
-        shutil.rmtree(scratch, ignore_errors=True)  # (an agent killed outright could not)
-        scratch.mkdir(mode=0o700)
+    remove_abandoned()  # the scratch folders of agents killed outright on this machine (they could not)
+    scratches = [OwnedFolder.make(paths.scratch(s.place.global_rank)) for s in prepared.setups]  # removed after
     relay = OutputRelay(sys.stdout.fileno(), sys.stderr.fileno(), bar_ok=is_tty(sys.stdout))
     relay.start()
     ranks: list[RankProcess] = []
@@ -68,7 +66,7 @@ def run_attempt(prepared: Prepared, role: AgentRole, zygote: Zygote, inbox: Agen
             rank.kill()
         relay.close()
         for scratch in scratches:
-            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.remove()
 
 
 def start_ranks(zygote: Zygote, setups: Iterable[RankSetup], relay: OutputRelay, ranks: list[RankProcess]) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from runner.environments.process import usable_cpus
 from readme_text import docs
-from runs import RUN, TESTS, Finished, nothing_left, started, wait_until
+from runs import RUN, TESTS, Finished, nothing_left, started, user_env, wait_until
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 SCRIPTS = TESTS / "scripts"
@@ -52,7 +52,11 @@ def launcher_argv(launcher: str, args: list[str], run_id: str) -> list[str]:
 def launch(launcher: str, args: list[str], cwd: Path, prefix: tuple[str, ...] = (), timeout: float = 120) -> Finished:
     """Run the script ``args`` on 2 processes of this machine by ``launcher`` (:func:`launcher_argv`)."""
     run_id = f"p{uuid.uuid4().hex[:8]}"
-    with started([*prefix, *launcher_argv(launcher, args, run_id)], cwd=cwd, run_id=run_id) as proc:
+    env = None
+    if launcher == "torchrun":  # its agent's folder (torchelastic_*), which it leaves, in the test's folder
+        (cwd / "torchrun-tmp").mkdir(exist_ok=True)
+        env = user_env({"TMPDIR": str(cwd / "torchrun-tmp")})
+    with started([*prefix, *launcher_argv(launcher, args, run_id)], cwd=cwd, env=env, run_id=run_id) as proc:
         done = proc.wait(timeout)
     nothing_left(run_id)  # nothing of a `run` is left behind, whatever the script did
     return done

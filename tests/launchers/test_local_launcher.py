@@ -15,6 +15,7 @@ import psutil
 import pytest
 import torch
 
+from runner.common.owned_folders import remove_abandoned
 from runner.records.paths import RunPaths
 from runs import (SNAPSHOT, artifacts, check_views, finish, nothing_left, run, run_folder, running, started,
                   wait_for_pids)
@@ -39,7 +40,7 @@ def until_stopped(out_dir) -> list[str]:
 def test_every_rank_runs_and_all_reduces(tmp_path, shape, world):
     art = tmp_path / "art"
     art.mkdir()
-    done = run(f"topology={shape}", *custom("workloads.artifact:main", art), cwd=tmp_path)
+    done = run(f"topology={shape}", *custom("workloads.artifact:main", art, "+recipe.wrap=true"), cwd=tmp_path)
     assert done.code == 0, done.output
     found = artifacts(art)
     assert sorted(found) == list(range(world))
@@ -222,7 +223,8 @@ def test_signal_stops_every_rank(tmp_path, sig):
 
 def test_killing_run_takes_its_processes_with_it(tmp_path):
     """SIGKILL cannot be handled: the launch agent and the ranks go because Linux kills them with
-    their parent (PR_SET_PDEATHSIG), not because anyone cleans up."""
+    their parent (PR_SET_PDEATHSIG), not because anyone cleans up; the ranks' scratch folders, which the agent
+    could not remove, go at the next start of any `run` on the machine (runner.common.owned_folders)."""
     art = tmp_path / "art"
     art.mkdir()
     run_id = f"kill{tmp_path.name[-6:]}"
@@ -232,10 +234,14 @@ def test_killing_run_takes_its_processes_with_it(tmp_path):
         agent = zygote.parent()
         assert zygote.cmdline()[:3] == [sys.executable, "-u", "-c"] and agent.parent().pid == proc.pid
         assert f"run_id={run_id}" in ranks[0].cmdline()  # the zygote's command line ends with `run`'s: ps tells
+        scratches = [RunPaths(run_folder(tmp_path), run_id).scratch(rank) for rank in (0, 1)]
+        assert all(s.is_dir() for s in scratches), scratches
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     gone, alive = psutil.wait_procs([agent, zygote, *ranks], timeout=10)
     assert not alive, alive
+    remove_abandoned()  # what the next `run` on this machine does first
+    assert not any(s.exists() for s in scratches), scratches
     nothing_left(run_id)
 
 

@@ -11,15 +11,14 @@ its `run` (PR_SET_PDEATHSIG), whatever ends it.
 
 from __future__ import annotations
 
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.common.owned_folders import OwnedFolder, remove_abandoned
 from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.plan.processes import RunPort, port_for
 from runner.spec.job import Job
@@ -97,7 +96,9 @@ class OwnMember:
 
     def __init__(self, cluster: OwnCluster, index: int, log: Path) -> None:
         self.cluster, self.index = cluster, index
-        self.data_dir = Path(tempfile.mkdtemp(prefix=f"runner-etcd-{cluster.names[index]}-"))
+        remove_abandoned()  # the data of members whose `run` was killed outright on this machine (they could not)
+        self._data = OwnedFolder.make_unique(f"etcd-{cluster.names[index]}")
+        self.data_dir = self._data.path
         self.log = log
         with open(log, "ab") as out:
             self.process = subprocess.Popen(cluster.argv(index, self.data_dir), stdin=subprocess.DEVNULL, stdout=out,
@@ -128,4 +129,4 @@ class OwnMember:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+        self._data.remove()

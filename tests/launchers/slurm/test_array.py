@@ -144,15 +144,15 @@ def _summary(sweep: Path) -> list[dict[str, str]]:
 
 
 def test_a_sweep_goes_to_slurm_as_one_array_per_shape(testbed, tmp_path):
-    done = run("-m", "topology=1x2,2x2", "recipe.seed=1,2", "recipe.epochs=2", "launcher=slurm", cwd=tmp_path,
+    done = run("-m", "topology=1x1,2x1", "recipe.seed=1,2", "recipe.epochs=2", "launcher=slurm", cwd=tmp_path,
                env=testbed.env())
     assert done.code == 0, done.output
     assert done.stderr.count("slurm: submitted job array") == 2, done.output
     sweep = _sweep_folder(tmp_path)
     rows = _summary(sweep)
     assert [(r["configuration"].split()[0], r["world size"], r["status"]) for r in rows] == \
-        [("topology=1x2", "2", "done"), ("topology=1x2", "2", "done"), ("topology=2x2", "4", "done"),
-         ("topology=2x2", "4", "done")]
+        [("topology=1x1", "1", "done"), ("topology=1x1", "1", "done"), ("topology=2x1", "2", "done"),
+         ("topology=2x1", "2", "done")]
     assert all(float(r["test_accuracy"]) > 0.8 and float(r["throughput (samples/s)"]) > 0 for r in rows)
     ids = {n: (sweep / str(n) / "slurm_job_id").read_text().strip() for n in range(4)}
     arrays = {n: ids[n].split("_") for n in ids}
@@ -162,13 +162,13 @@ def test_a_sweep_goes_to_slurm_as_one_array_per_shape(testbed, tmp_path):
         folder = sweep / str(n)
         assert "final test accuracy" in (folder / f"slurm-{job}.out").read_text()
         assert (folder / "exit_status").read_text() == "0\n"
-    # the 2x2 jobs ran across both nodes, each host choosing its own route
+    # the 2x1 jobs ran across both nodes, each host choosing its own route
     both = testbed.hosts[0].name[:-1] + "[1-2]"  # Slurm's form of the two nodes' names
     for n in (2, 3):
         running = [line for line in done.stderr.splitlines() if line.startswith(f"slurm job {ids[n]} (sweep job {n}: ")
                    and "RUNNING on" in line]
         assert running and running[0].endswith(f"RUNNING on {both}"), done.stderr
-        assert "network: GLOO_SOCKET_IFNAME=lan0" in (sweep / str(n) / "logs" / "rank00002.log").read_text()
+        assert "network: GLOO_SOCKET_IFNAME=lan0" in (sweep / str(n) / "logs" / "rank00001.log").read_text()
     assert not list(sweep.glob("slurm-*.out"))  # the arrays' own outputs were empty, and removed
     assert (sweep / "scaling.png").exists() and (sweep / "array0.sbatch").exists()
 
@@ -221,7 +221,7 @@ def test_a_dry_run_sweep_submits_nothing(testbed, tmp_path):
 
 def test_ctrl_c_cancels_every_array_and_leaves_nothing_running(testbed, tmp_path):
     run_id = f"sweepint-{uuid.uuid4().hex[:8]}"
-    done = signal_when_ready(["-m", "topology=1x2,2x2", "recipe.epochs=400", "launcher=slurm", f"run_id={run_id}"],
+    done = signal_when_ready(["-m", "topology=1x1,2x1", "recipe.epochs=400", "launcher=slurm", f"run_id={run_id}"],
                              tmp_path, signal.SIGINT, "outputs/multirun/*/*/*/metrics.jsonl", count=2, timeout=120,
                              env=testbed.env())  # both jobs are training
     out = done.output
@@ -243,7 +243,7 @@ def test_the_stop_signal_checkpoints_every_running_job_and_cancels_those_not_sta
     running job of each array checkpoints and returns (not requeued), the job waiting behind it is cancelled before
     it starts; `run` says the sweep was stopped by the signal."""
     run_id = f"sweepusr-{uuid.uuid4().hex[:8]}"
-    done = signal_when_ready(["-m", "topology=1x2,2x2", "recipe.seed=1,2", "recipe.epochs=1000",
+    done = signal_when_ready(["-m", "topology=1x1,2x1", "recipe.seed=1,2", "recipe.epochs=1000",
                               "recipe.stop_check_every=1", "launcher=slurm", "launcher.slurm.requeue=true",
                               "launcher.slurm.array_parallelism=1", f"run_id={run_id}"],
                              tmp_path, signal.SIGUSR1, "outputs/multirun/*/*/*/metrics.jsonl", count=2, timeout=120,
