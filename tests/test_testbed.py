@@ -219,6 +219,15 @@ def test_ssh_logs_in_to_each_host_in_its_own_namespace_and_passes_the_exit_statu
         assert (done.returncode, done.stdout.strip()) == (5, testbed.addrs[h]), done.stderr
 
 
+def test_a_login_runs_without_this_machines_bashrc(testbed: Bed):
+    """A fresh host: the commands sshd runs (bash reads ~/.bashrc for them) see an empty one on every host, whatever
+    this machine's holds (its pyenv init costs some 200 processes a login); the root namespace keeps its own."""
+    bashrc = Path.home() / ".bashrc"
+    for h in testbed.names:
+        said = ok(ssh(testbed, h, f"wc -c < {bashrc} 2>/dev/null || echo none"))
+        assert said.strip() == ("0" if bashrc.exists() else "none"), said
+
+
 def test_the_common_home_is_a_different_folder_on_each_host(testbed: Bed):
     """The same path is each host's own folder (a private mount namespace per host), and the root namespace's is
     none of theirs: as on separate machines that do not share a file system."""

@@ -13,11 +13,15 @@ What ``up --sshd`` makes, all under DIR/ssh:
   ``<name>/home`` is bind-mounted over DIR/home: the same path is a different folder on every host, and the root
   namespace's DIR/home is none of theirs, as on separate machines. Everything the host's sshd starts (the logins,
   the processes they start) sees that namespace; ``/proc/<sshd pid>/ns/mnt`` (in the description) enters it, to
-  change what one host sees (hide a folder) for one test.
+  change what one host sees (hide a folder) for one test. The login user's ``~/.bashrc`` is an empty file there: bash
+  reads it for every command sshd runs (Debian builds it so), and this machine's (a pyenv init: some 200 processes
+  a login) is no part of a fresh host; the runner names every program by its path, so nothing needs it.
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 import socket
 from pathlib import Path
 
@@ -102,6 +106,9 @@ def start_sshd(plan: Plan, paths: Paths) -> None:
     PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
     client = _keygen(paths.ssh / "client_key", f"testbed-{plan.tag}")
     known = []
+    bashrc = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".bashrc"  # the logins' user is this one
+    empty = paths.ssh / "empty_bashrc"
+    empty.write_text("")
     for h in plan.hosts:
         folder = host_dir(paths, h)
         (folder / "home").mkdir(parents=True, exist_ok=True)
@@ -110,10 +117,12 @@ def start_sshd(plan: Plan, paths: Paths) -> None:
         (folder / "authorized_keys").write_text(client + "\n")
         (folder / "sshd_config").write_text(sshd_config(plan, paths, h))
         # its own mount namespace (private: nothing mounted there shows elsewhere), with its home over DIR/home
+        # and an empty ~/.bashrc (where there is one)
+        mounts = 'mount --bind "$1" "$2" && { [ ! -f "$5" ] || mount --bind "$6" "$5"; }'
         spawn(paths, daemon_name(h), [
             "nsenter", f"--net={h.netns_path}", "--", "unshare", "--mount", "--propagation", "private", "--",
-            "/bin/sh", "-c", 'mount --bind "$1" "$2" && exec "$3" -D -e -f "$4"', "sshd",
-            str(folder / "home"), str(paths.home), SSHD, str(folder / "sshd_config")])
+            "/bin/sh", "-c", f'{mounts} && exec "$3" -D -e -f "$4"', "sshd",
+            str(folder / "home"), str(paths.home), SSHD, str(folder / "sshd_config"), str(bashrc), str(empty)])
     paths.known_hosts.write_text("\n".join(known) + "\n")
     paths.ssh_config.write_text(ssh_config(plan, paths))
     for h in plan.hosts:

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.unit
 
 PATHS = RunPaths(Path("/runs/R1"), "R1")
 INVOCATION = Invocation(python="/venv/bin/python", cwd="/work/proj", overrides=(), config_dir=None)
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite

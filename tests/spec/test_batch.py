@@ -28,7 +28,7 @@ def test_the_issue_s_example_and_the_dry_run_s_words() -> None:
     assert BatchSplit(64, 4, 16).describe().endswith("; at most 16 through the model at once: no accumulation")
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(splits)
 def test_every_sample_is_taken_once_and_the_shares_differ_by_at_most_one(case) -> None:
     g, w, m = case
@@ -41,7 +41,7 @@ def test_every_sample_is_taken_once_and_the_shares_differ_by_at_most_one(case) -
     assert [len(range(r, g, w)) for r in range(w)] == list(counts)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(splits)
 def test_micro_batches_cover_each_share_within_the_cap_and_weigh_the_global_mean(case) -> None:
     g, w, m = case

@@ -36,7 +36,7 @@ def _loaders(n: int, g: int, w: int, *, drop_last: bool = True, shuffle: bool = 
     return out
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.integers(1, 9).flatmap(lambda w: st.tuples(st.integers(w, 40), st.just(w))), st.integers(0, 200),
        st.integers(0, 3))
 def test_global_batch_b_is_the_same_samples_at_every_world_size(gw, extra, epoch) -> None:
