@@ -49,14 +49,20 @@ def launcher_argv(launcher: str, args: list[str], run_id: str) -> list[str]:
     return [RUN, "topology=1x2", f"run_id={run_id}", "--", *args]
 
 
+def launcher_env(launcher: str, cwd: Path) -> dict[str, str] | None:
+    """The user's environment (None), but torchrun's temporary folder in ``cwd``: its agent leaves its folder
+    (torchelastic_*) behind, and the test's folder is removed with it."""
+    if launcher != "torchrun":
+        return None
+    (cwd / "torchrun-tmp").mkdir(exist_ok=True)
+    return user_env({"TMPDIR": str(cwd / "torchrun-tmp")})
+
+
 def launch(launcher: str, args: list[str], cwd: Path, prefix: tuple[str, ...] = (), timeout: float = 120) -> Finished:
     """Run the script ``args`` on 2 processes of this machine by ``launcher`` (:func:`launcher_argv`)."""
     run_id = f"p{uuid.uuid4().hex[:8]}"
-    env = None
-    if launcher == "torchrun":  # its agent's folder (torchelastic_*), which it leaves, in the test's folder
-        (cwd / "torchrun-tmp").mkdir(exist_ok=True)
-        env = user_env({"TMPDIR": str(cwd / "torchrun-tmp")})
-    with started([*prefix, *launcher_argv(launcher, args, run_id)], cwd=cwd, env=env, run_id=run_id) as proc:
+    with started([*prefix, *launcher_argv(launcher, args, run_id)], cwd=cwd, env=launcher_env(launcher, cwd),
+                 run_id=run_id) as proc:
         done = proc.wait(timeout)
     nothing_left(run_id)  # nothing of a `run` is left behind, whatever the script did
     return done
@@ -187,7 +193,7 @@ def _time_to_stop(launcher: str, folder: Path) -> tuple[float, int, str]:
     marks = folder / f"trap-{launcher}"
     marks.mkdir()
     with started(launcher_argv(launcher, ["parity_trap.py", str(marks)], f"p{uuid.uuid4().hex[:8]}"), cwd=folder,
-                 merged=True) as proc:
+                 env=launcher_env(launcher, folder), merged=True) as proc:
         wait_until(lambda: all((marks / f"ready{r}").exists() for r in (0, 1)), 60, "every rank ready", alive=[proc])
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
