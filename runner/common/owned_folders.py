@@ -62,7 +62,8 @@ def remove_abandoned(root: Path | None = None) -> list[Path]:
     root = Path(tempfile.gettempdir()) if root is None else root
     removed = []
     try:
-        entries = [e for e in os.scandir(root) if e.name.startswith(PREFIX)]
+        with os.scandir(root) as found:
+            entries = [e for e in found if e.name.startswith(PREFIX)]
     except OSError:
         return removed
     for entry in entries:
@@ -75,7 +76,7 @@ def remove_abandoned(root: Path | None = None) -> list[Path]:
         except OSError:  # its owner lives
             os.close(fd)
             continue
-        shutil.rmtree(entry.path, ignore_errors=True)  # (the lock held meanwhile: a second sweep waits out this one)
+        shutil.rmtree(entry.path, ignore_errors=True)  # (the lock held meanwhile: a second sweep passes it by)
         os.close(fd)
         removed.append(Path(entry.path))
     return removed

@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
-from runner.common.owned_folders import OwnedFolder, remove_abandoned
+from runner.common.owned_folders import OwnedFolder
 from runner.worker.agent_reports import AgentReport
 from runner.worker.attempt_state import AttemptState, Directive, Event, Phase, Started
 from runner.worker.diagnostics import Diagnostics
@@ -41,7 +41,6 @@ def run_attempt(prepared: Prepared, role: AgentRole, zygote: Zygote, inbox: Agen
     ended: ``.ending``). ``answered``: the last request for dumps this agent answered already (in an earlier
     attempt). Raises ZygoteGone."""
     paths = prepared.paths
-    remove_abandoned()  # the scratch folders of agents killed outright on this machine (they could not)
     scratches = [OwnedFolder.make(paths.scratch(s.place.global_rank)) for s in prepared.setups]  # removed after
     relay = OutputRelay(sys.stdout.fileno(), sys.stderr.fileno(), bar_ok=is_tty(sys.stdout))
     relay.start()

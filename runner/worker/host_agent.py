@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.common import exits
+from runner.common.owned_folders import remove_abandoned
 from runner.common.signals import StopRequest, passing_on
 from runner.worker.agent_reports import AgentReport
 from runner.worker.attempt import is_tty, run_attempt
@@ -108,6 +109,7 @@ class HostAgent:
         owned = self._zygote is None
         with passing_on(stop, self._on_signal), self.inbox.waking():
             zygote = self._zygote if self._zygote is not None else Zygote.start()  # it imports torch meanwhile
+            remove_abandoned()  # scratch folders of agents killed outright on this machine (they could not)
             try:
                 self._finished = self._attempts(zygote)
             finally:

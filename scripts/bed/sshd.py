@@ -109,6 +109,9 @@ def start_sshd(plan: Plan, paths: Paths) -> None:
     bashrc = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".bashrc"  # the logins' user is this one
     empty = paths.ssh / "empty_bashrc"
     empty.write_text("")
+    # each host's own mount namespace (private: nothing mounted there shows elsewhere), with its home over DIR/home
+    # and an empty ~/.bashrc (where there is one)
+    mounts = 'mount --bind "$1" "$2" && { [ ! -f "$5" ] || mount --bind "$6" "$5"; }'
     for h in plan.hosts:
         folder = host_dir(paths, h)
         (folder / "home").mkdir(parents=True, exist_ok=True)
@@ -116,9 +119,6 @@ def start_sshd(plan: Plan, paths: Paths) -> None:
         known.append(f"{h.name},{h.addr} {' '.join(key.split()[:2])}")
         (folder / "authorized_keys").write_text(client + "\n")
         (folder / "sshd_config").write_text(sshd_config(plan, paths, h))
-        # its own mount namespace (private: nothing mounted there shows elsewhere), with its home over DIR/home
-        # and an empty ~/.bashrc (where there is one)
-        mounts = 'mount --bind "$1" "$2" && { [ ! -f "$5" ] || mount --bind "$6" "$5"; }'
         spawn(paths, daemon_name(h), [
             "nsenter", f"--net={h.netns_path}", "--", "unshare", "--mount", "--propagation", "private", "--",
             "/bin/sh", "-c", f'{mounts} && exec "$3" -D -e -f "$4"', "sshd",
