@@ -31,11 +31,11 @@ from runner.app.argv_checks import input_problems
 from runner.app.help import options_help
 from runner.app.launch import run_job
 from runner.app.script_shorthand import ScriptArgsError, script_overrides
+from runner.app.start import not_a_job
 from runner.app.sweep_launchers import LAUNCHER
 from runner.app.sweep_outcome import SweepOutcome
 from runner.app.topology_shapes import register_named_shapes
 from runner.common import exits
-from runner.environments import versions
 from runner.environments.process import ProcessEnvironment
 from runner.launchers.base import Invocation
 from runner.launchers.slurm.array import ArrayMember
@@ -180,11 +180,8 @@ def typed_spec(cfg: DictConfig) -> JobConfig:
 
 def main(agent: LaunchAgent | None = None) -> None:
     """Console entry point (after runner.app.start, which may have started the launch ``agent``). Three forms are not
-    jobs (:func:`_not_a_job`); the rest is a job, or a sweep of jobs, composed by Hydra."""
-    if agent is not None and (sys.argv[1:] == ["--version"] or sys.argv[1:2] in (["--ssh-host"], ["--reach"])):
-        agent.dismiss()
-        agent = None
-    _not_a_job(sys.argv[1:])
+    jobs (:func:`runner.app.start.not_a_job`); the rest is a job, or a sweep of jobs, composed by Hydra."""
+    not_a_job(sys.argv[1:])  # (runner.app.start has answered these before it started an agent)
     sys.argv[1:] = _checked_argv(sys.argv[1:], agent)
     register(sys.argv[1:])
     task = JobTask(ProcessEnvironment.read(), agent)
@@ -196,24 +193,6 @@ def main(agent: LaunchAgent | None = None) -> None:
         task.agent.cancel()
     task.close()
     _leave(code)
-
-
-def _not_a_job(argv: list[str]) -> None:
-    """``run --version`` (this runner's and torch's versions: the ssh launch asks every host), ``run --reach <address>
-    <port> <node rank>`` (whether this host reaches host 0's rendezvous: runner.worker.reach) and ``run --ssh-host
-    <node rank> <run folder>`` (one host's share of a launcher=ssh job, started over ssh: runner.app.ssh_host): each
-    ends the process; any other command line returns."""
-    if argv == ["--version"]:
-        print(versions.installed().line(), flush=True)
-        os._exit(exits.OK)
-    if argv[:1] == ["--reach"]:
-        from runner.worker.reach import main as reach_check
-
-        os._exit(reach_check(argv[1:]))
-    if argv[:1] == ["--ssh-host"]:
-        from runner.app.ssh_host import main as ssh_host
-
-        ssh_host(argv[1:])
 
 
 def _checked_argv(argv: list[str], agent: LaunchAgent | None) -> list[str]:

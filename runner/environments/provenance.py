@@ -69,10 +69,26 @@ def installed_packages() -> list[str]:
     """``name==version`` of every distribution this interpreter sees, sorted (what `pip freeze` lists)."""
     found = {}
     for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            found[name.lower()] = f"{name}=={dist.version}"
+        named = _name_and_version(dist)
+        if named is not None:
+            found[named[0].lower()] = f"{named[0]}=={named[1]}"
     return [found[k] for k in sorted(found)]
+
+
+def _name_and_version(dist: importlib.metadata.Distribution) -> tuple[str, str] | None:
+    """A distribution's Name and Version, read from its metadata's header lines: ``dist.metadata`` parses the whole
+    file as an e-mail, and ``dist.version`` again (a tenth of a CPU-second of every `run` for 150 packages)."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the headers end at the first blank line; the description follows
+        key, _, value = line.partition(":")
+        if key in ("Name", "Version"):
+            fields.setdefault(key, value.strip())
+    if not fields.get("Name") or "Version" not in fields:
+        return None
+    return fields["Name"], fields["Version"]
 
 
 def torch_build() -> dict[str, str | None]:

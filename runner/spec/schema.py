@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from typing import Any, Optional
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 
@@ -523,7 +522,10 @@ def unknown_keys(cfg: Any, prefix: str = "") -> list[tuple[str, list[str]]]:
 def register_schemas() -> None:
     """Store the schemas where the YAML options under conf/ find them (`/schema/<group>@_here_`); once a process (the
     ConfigStore keeps them, and each store builds its schema's structured config anew: a sweep's every job, and every
-    composition of the tests, registers)."""
+    composition of the tests, registers). Hydra is imported here, not with the schemas: a rank, a host's share and
+    a Slurm task read a spec without it (a tenth of a CPU-second in every zygote)."""
+    from hydra.core.config_store import ConfigStore
+
     cs = ConfigStore.instance()
     cs.store(name="job_schema", node=JobConfig)
     for group, schema in (

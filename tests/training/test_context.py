@@ -8,18 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from omegaconf import OmegaConf
-from torch import nn
 from torch.utils.data import TensorDataset
 
 from runner.api import Recipe, RunContext, single_process_context
 from runner.common.signals import StopRequest
-from runner.records.paths import RunPaths
 from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.training.context import ContextSettings
 
-pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("optimizers_imported")]
+pytestmark = pytest.mark.unit  # (ctx.setup with an optimizer: test_context_setup.py)
 
 
 def _context(tmp_path: Path, *, rank: int = 3, world_size: int = 4, **kw) -> RunContext:
@@ -137,51 +134,7 @@ def test_the_checkpoint_to_resume_from(tmp_path) -> None:
     assert ctx.load_checkpoint("missing") is None
 
 
-# ---------------------------------------------------------------------------------------------- the optimizer
-
-
-def _groups(model: nn.Module) -> list[dict]:
-    """AdamW's usual groups: weight decay on matrices, none on biases and norms."""
-    matrices = [p for p in model.parameters() if p.ndim >= 2]
-    others = [p for p in model.parameters() if p.ndim < 2]
-    return [{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}]
-
-
-def test_make_optimizer_builds_parameter_groups(tmp_path) -> None:
-    ctx = _context(tmp_path, rank=0, world_size=1, sharding=ShardingConfig())
-    model, optimizer = ctx.setup(nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)),
-                                 make_optimizer=lambda m: torch.optim.AdamW(_groups(m), lr=0.01))
-    assert type(optimizer) is torch.optim.AdamW
-    assert [(len(g["params"]), g["weight_decay"]) for g in optimizer.param_groups] == [(1, 0.1), (3, 0.0)]
-
-
-def test_setup_says_how_it_is_called(tmp_path) -> None:
-    ctx = _context(tmp_path, rank=0, world_size=1)
-    with pytest.raises(TypeError, match="not neither"):
-        ctx.setup(nn.Linear(2, 2))
-    with pytest.raises(TypeError, match="not both"):
-        ctx.setup(nn.Linear(2, 2), torch.optim.SGD, make_optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=1))
-    with pytest.raises(TypeError, match=r"takes no optimizer arguments \(got lr\)"):
-        ctx.setup(nn.Linear(2, 2), make_optimizer=lambda m: torch.optim.SGD(m.parameters()), lr=1)
-    with pytest.raises(TypeError, match="make_optimizer returned list, not a torch.optim.Optimizer"):
-        ctx.setup(nn.Linear(2, 2), make_optimizer=lambda m: list(m.parameters()))
-
-
 # ---------------------------------------------------------------------------------------------- one process
-
-
-def test_a_single_process_context_is_rank_0_of_1_in_a_run_folder(tmp_path) -> None:
-    cfg = OmegaConf.create({"global_batch_size": 12, "seed": 3})
-    with single_process_context(cfg, tmp_path / "run") as ctx:
-        assert (ctx.rank, ctx.world_size, ctx.is_main, ctx.per_process_batch_size, ctx.seed) == (0, 1, True, 12, 3)
-        assert ctx.device == torch.device("cpu") and ctx.sharding_mode == "none" and ctx.attempt == 0
-        paths = RunPaths(tmp_path / "run", "x")
-        assert (ctx.output_dir, ctx.checkpoint_dir) == (paths.root, paths.checkpoints)  # where a run puts them
-        assert torch.initial_seed() == 3  # seeded as the worker seeds a rank
-        ctx.log(1, echo=False, loss=0.5)
-        model, optimizer = ctx.setup(nn.Linear(2, 2), torch.optim.SGD, lr=0.1)
-        assert type(model) is nn.Linear and not dist.is_initialized()
-    assert '"loss": 0.5' in paths.metrics.read_text()
 
 
 def test_a_single_process_context_without_a_folder_makes_and_removes_one() -> None:

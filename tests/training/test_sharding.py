@@ -23,7 +23,9 @@ from runner.training.sharding import _by_index, _by_name, default_shard_units, s
 from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ParallelMode, ShardingConfig, ShardingMode
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("optimizers_imported")]
+pytestmark = pytest.mark.timeout(300)
+# the tests that build an optimizer in this process (its first import of torch._dynamo, 0.9 CPU-s, not in pytest -m unit)
+builds_optimizers = pytest.mark.usefixtures("optimizers_imported")
 
 STEPS = 12
 # 8 hidden 48x48 layers: ~20k parameters in tensors of equal size, so per-tensor partitions balance
@@ -157,6 +159,7 @@ def test_parameter_groups_from_make_optimizer_under_every_mode(train, mode):
 # ------------------------------------------------------------------------------ checkpoints across modes
 
 
+@builds_optimizers
 @pytest.mark.parametrize("saver, resumer", [
     (("zero", "1x4"), ("none", "1x2")),
     (("none", "1x1"), ("fsdp", "1x2")),
@@ -215,12 +218,14 @@ def context(tmp_path: Path, mode: str, world: int = 1, parallel: ParallelMode = 
                                       metrics_file=tmp_path / "metrics.jsonl", checkpoint_dir=tmp_path / "checkpoints"))
 
 
+@builds_optimizers
 @pytest.mark.parametrize("mode", SHARDED)
 def test_wrap_refuses_to_shard_and_points_to_setup(tmp_path, mode):
     with pytest.raises(ValueError, match=r"ctx\.setup\(model, torch\.optim\.Adam"):
         context(tmp_path, mode, world=2).wrap(nn.Linear(2, 2))
 
 
+@builds_optimizers
 @pytest.mark.parametrize("mode", ["none", *SHARDED])
 def test_world_size_1_is_plain_training_with_a_notice(tmp_path, mode, capsys):
     ctx = context(tmp_path, mode)
@@ -242,6 +247,7 @@ def test_world_size_1_is_plain_training_with_a_notice(tmp_path, mode, capsys):
     assert ctx.load_checkpoint(model=model, optimizer=optimizer) == {"step": 3}
 
 
+@builds_optimizers
 def test_dp_with_sharding_runs_plain(tmp_path):
     # validation refuses it; should a context still get there, it trains unsharded rather than failing later
     model, optimizer = context(tmp_path, "zero", parallel=ParallelMode.dp).setup(nn.Linear(2, 2), torch.optim.SGD, lr=1)
