@@ -23,6 +23,18 @@ from slurm_fakes import Clock, Slurm, ok
 
 pytestmark = pytest.mark.timeout(300)
 
+# The signal tests' jobs (tests/workloads/elastic.py): a step every 0.1 s, a checkpoint and a look for a stop request
+# every EVERY steps, until the signal (a training that burns the CPU while a test waits costs every other test)
+EVERY = 5
+SAVED = "outputs/multirun/*/*/*/checkpoints/last.pt"  # a job's first checkpoint: it is training
+
+
+def _paced(tmp_path: Path) -> list[str]:
+    out = tmp_path / "steps"
+    out.mkdir(exist_ok=True)
+    return ["recipe=custom", "recipe.target=workloads.elastic:main", f"+recipe.out_dir={out}", "+recipe.steps=100000",
+            f"+recipe.every={EVERY}", "+recipe.step_s=0.1", "recipe.global_batch_size=2"]
+
 
 def _member(folder: Path, directives: tuple[str, ...], parallelism: int | None = None) -> ArrayMember:
     return ArrayMember(paths=RunPaths(folder, folder.name), ranks=(0,), directives=directives, cwd="/work",
@@ -221,8 +233,8 @@ def test_a_dry_run_sweep_submits_nothing(testbed, tmp_path):
 
 def test_ctrl_c_cancels_every_array_and_leaves_nothing_running(testbed, tmp_path):
     run_id = f"sweepint-{uuid.uuid4().hex[:8]}"
-    done = signal_when_ready(["-m", "topology=1x1,2x1", "recipe.epochs=400", "launcher=slurm", f"run_id={run_id}"],
-                             tmp_path, signal.SIGINT, "outputs/multirun/*/*/*/metrics.jsonl", count=2, timeout=120,
+    done = signal_when_ready(["-m", "topology=1x1,2x1", *_paced(tmp_path), "launcher=slurm", f"run_id={run_id}"],
+                             tmp_path, signal.SIGINT, SAVED, count=2, timeout=120,
                              env=testbed.env())  # both jobs are training
     out = done.output
     assert done.code == 130, out
@@ -243,10 +255,9 @@ def test_the_stop_signal_checkpoints_every_running_job_and_cancels_those_not_sta
     running job of each array checkpoints and returns (not requeued), the job waiting behind it is cancelled before
     it starts; `run` says the sweep was stopped by the signal."""
     run_id = f"sweepusr-{uuid.uuid4().hex[:8]}"
-    done = signal_when_ready(["-m", "topology=1x1,2x1", "recipe.seed=1,2", "recipe.epochs=1000",
-                              "recipe.stop_check_every=1", "launcher=slurm", "launcher.slurm.requeue=true",
-                              "launcher.slurm.array_parallelism=1", f"run_id={run_id}"],
-                             tmp_path, signal.SIGUSR1, "outputs/multirun/*/*/*/metrics.jsonl", count=2, timeout=120,
+    done = signal_when_ready(["-m", "topology=1x1,2x1", "recipe.seed=1,2", *_paced(tmp_path), "launcher=slurm",
+                              "launcher.slurm.requeue=true", "launcher.slurm.array_parallelism=1", f"run_id={run_id}"],
+                             tmp_path, signal.SIGUSR1, SAVED, count=2, timeout=120,
                              env=testbed.env())  # the first job of each array is training
     out = done.output
     assert done.code == 128 + signal.SIGUSR1, out
@@ -261,7 +272,7 @@ def test_the_stop_signal_checkpoints_every_running_job_and_cancels_those_not_sta
         output = (folder / f"slurm-{ids[n]}.out").read_text()
         assert "stop requested: checkpoint at step" in output
         assert "run: stopped at the user's request (user_stop)" in output and "requeueing" not in output
-        assert "batch" in torch.load(folder / "checkpoints" / "last.pt", weights_only=True)
+        assert torch.load(folder / "checkpoints" / "last.pt", weights_only=True)["step"] % EVERY == 0
     for n in (1, 3):  # waited behind it: never started
         assert not list((sweep / str(n) / "logs").glob("rank*.log"))
     queue = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(arrays)], env=testbed.env(),
