@@ -77,7 +77,7 @@ def installed_packages() -> list[str]:
 
 def _name_and_version(dist: importlib.metadata.Distribution) -> tuple[str, str] | None:
     """A distribution's Name and Version, read from its metadata's header lines: ``dist.metadata`` parses the whole
-    file as an e-mail, and ``dist.version`` again (a tenth of a CPU-second of every `run` for 150 packages)."""
+    file as an e-mail, and ``dist.version`` again (25 ms of every `run` for this venv's 74 packages; 3 ms so)."""
     text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
     fields: dict[str, str] = {}
     for line in text.splitlines():

@@ -3,6 +3,7 @@ apart, the diff's cap), the summary's line, the installed packages and torch's b
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 from dataclasses import asdict
@@ -88,3 +89,12 @@ def test_rank_0_adds_the_runtime(tmp_path) -> None:
     assert list(tmp_path.iterdir()) == [path]  # replaced in place, no temporary file left
     provenance.add_runtime(tmp_path / "missing.json", {}, "node0", 0)  # a task started by hand: no record
     assert not (tmp_path / "missing.json").exists()
+
+
+def test_the_packages_are_what_the_metadata_parser_reads() -> None:
+    """The header lines read for each package's name and version (25 ms of every `run` less) give
+    what importlib.metadata's own parser gives, for every package this interpreter sees."""
+    parsed = {d.metadata["Name"].lower(): f"{d.metadata['Name']}=={d.version}"
+              for d in importlib.metadata.distributions() if d.metadata["Name"]}
+    assert provenance.installed_packages() == [parsed[k] for k in sorted(parsed)]
+    assert any(p.startswith("torch==") for p in provenance.installed_packages())
