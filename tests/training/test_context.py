@@ -19,7 +19,7 @@ from runner.training.context import ContextSettings
 pytestmark = pytest.mark.unit  # (ctx.setup with an optimizer: test_context_setup.py)
 
 
-def _context(tmp_path: Path, *, rank: int = 3, world_size: int = 4, **kw) -> RunContext:
+def rank_context(tmp_path: Path, *, rank: int = 3, world_size: int = 4, **kw) -> RunContext:
     place = RankPlace(global_rank=rank, local_rank=1, node_rank=1, world_size=world_size, local_world_size=2, host="b",
                       device="cpu", device_ids=())
     settings = dict(place=place, parallel=ParallelConfig(),
@@ -30,7 +30,7 @@ def _context(tmp_path: Path, *, rank: int = 3, world_size: int = 4, **kw) -> Run
 
 
 def test_where_the_process_is(tmp_path) -> None:
-    ctx = _context(tmp_path)
+    ctx = rank_context(tmp_path)
     assert (ctx.rank, ctx.local_rank, ctx.node_rank, ctx.world_size, ctx.local_world_size, ctx.host) == (3, 1, 1, 4, 2, "b")
     assert ctx.device == torch.device("cpu") and isinstance(ctx.device, torch.device)
     assert not ctx.is_main and ctx.sharding_mode == "zero" and ctx.per_process_batch_size == 2
@@ -39,7 +39,7 @@ def test_where_the_process_is(tmp_path) -> None:
 
 
 def test_metrics_go_to_the_file_the_worker_names(tmp_path) -> None:
-    ctx = _context(tmp_path, rank=0)
+    ctx = rank_context(tmp_path, rank=0)
     ctx.log(5, echo=False, loss=0.25)
     ctx._close()  # what the worker does when the recipe returns
     assert '"loss": 0.25' in (tmp_path / "m.jsonl").read_text()
@@ -64,7 +64,7 @@ def test_a_recipe_is_called_with_the_context_and_the_config_and_the_bundled_one_
                                   "per_process_batch_size", "sharding_mode", "checkpoint_dir", "stop_requested"])
 def test_what_the_context_says_of_the_job_is_read_only(tmp_path, name) -> None:
     with pytest.raises(AttributeError):
-        setattr(_context(tmp_path), name, getattr(_context(tmp_path), name))
+        setattr(rank_context(tmp_path), name, getattr(rank_context(tmp_path), name))
 
 
 # ---------------------------------------------------------------------------------------------- the global batch
@@ -72,12 +72,12 @@ def test_what_the_context_says_of_the_job_is_read_only(tmp_path, name) -> None:
 
 @pytest.mark.parametrize("world, batch, each", [(1, 64, 64), (2, 64, 32), (4, 64, 16), (3, 63, 21)])
 def test_the_per_process_batch_is_the_global_batch_over_the_world_size(tmp_path, world, batch, each) -> None:
-    assert _context(tmp_path, rank=0, world_size=world, global_batch_size=batch).per_process_batch_size == each
+    assert rank_context(tmp_path, rank=0, world_size=world, global_batch_size=batch).per_process_batch_size == each
 
 
 def test_a_context_without_a_global_batch_says_which_key_to_set(tmp_path) -> None:
     with pytest.raises(ValueError, match="recipe.global_batch_size is not set"):
-        _ = _context(tmp_path, global_batch_size=None).per_process_batch_size
+        _ = rank_context(tmp_path, global_batch_size=None).per_process_batch_size
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -86,7 +86,7 @@ def test_the_ranks_batches_together_are_the_global_batch_of_one_process(tmp_path
     data = TensorDataset(torch.arange(48))
 
     def batches(rank: int, size: int) -> list[list[int]]:
-        loader = _context(tmp_path, rank=rank, world_size=size, global_batch_size=8, seed=5).loader(data)
+        loader = rank_context(tmp_path, rank=rank, world_size=size, global_batch_size=8, seed=5).loader(data)
         loader.sampler.set_epoch(1)
         return [batch.tolist() for (batch,) in loader]
 
@@ -106,13 +106,13 @@ def test_the_ranks_batches_together_are_the_global_batch_of_one_process(tmp_path
 def test_should_stop_agrees_on_every_nth_call_only(tmp_path, every, answers) -> None:
     asked = StopRequest()
     asked.requested = True
-    ctx = _context(tmp_path, rank=0, world_size=1, stop=asked)
+    ctx = rank_context(tmp_path, rank=0, world_size=1, stop=asked)
     assert [ctx.should_stop(every=every) for _ in answers] == answers
     assert ctx.stop_requested
 
 
 def test_should_stop_is_false_without_a_request(tmp_path) -> None:
-    ctx = _context(tmp_path, rank=0, world_size=1)
+    ctx = rank_context(tmp_path, rank=0, world_size=1)
     assert not any(ctx.should_stop() for _ in range(3)) and not ctx.stop_requested
 
 
@@ -121,7 +121,7 @@ def test_should_stop_is_false_without_a_request(tmp_path) -> None:
 
 def test_the_checkpoint_to_resume_from(tmp_path) -> None:
     """The run's own checkpoint wins over the fallback (recipe.resume); a missing fallback is an error; else None."""
-    ctx = _context(tmp_path, rank=0, world_size=1)
+    ctx = rank_context(tmp_path, rank=0, world_size=1)
     other = tmp_path / "other.pt"
     assert ctx.checkpoint_to_resume() is None and ctx.checkpoint_to_resume(fallback=None) is None
     with pytest.raises(FileNotFoundError, match="no checkpoint at .*other.pt .*the fallback to resume from"):

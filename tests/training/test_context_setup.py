@@ -12,7 +12,7 @@ from torch import nn
 from runner.api import single_process_context
 from runner.records.paths import RunPaths
 from runner.spec.schema import ShardingConfig
-from test_context import _context
+from test_context import rank_context
 
 pytestmark = pytest.mark.usefixtures("optimizers_imported")
 
@@ -28,7 +28,7 @@ def _groups(model: nn.Module) -> list[dict]:
 
 
 def test_make_optimizer_builds_parameter_groups(tmp_path) -> None:
-    ctx = _context(tmp_path, rank=0, world_size=1, sharding=ShardingConfig())
+    ctx = rank_context(tmp_path, rank=0, world_size=1, sharding=ShardingConfig())
     model, optimizer = ctx.setup(nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)),
                                  make_optimizer=lambda m: torch.optim.AdamW(_groups(m), lr=0.01))
     assert type(optimizer) is torch.optim.AdamW
@@ -36,7 +36,7 @@ def test_make_optimizer_builds_parameter_groups(tmp_path) -> None:
 
 
 def test_setup_says_how_it_is_called(tmp_path) -> None:
-    ctx = _context(tmp_path, rank=0, world_size=1)
+    ctx = rank_context(tmp_path, rank=0, world_size=1)
     with pytest.raises(TypeError, match="not neither"):
         ctx.setup(nn.Linear(2, 2))
     with pytest.raises(TypeError, match="not both"):

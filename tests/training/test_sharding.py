@@ -218,7 +218,6 @@ def context(tmp_path: Path, mode: str, world: int = 1, parallel: ParallelMode = 
                                       metrics_file=tmp_path / "metrics.jsonl", checkpoint_dir=tmp_path / "checkpoints"))
 
 
-@builds_optimizers
 @pytest.mark.parametrize("mode", SHARDED)
 def test_wrap_refuses_to_shard_and_points_to_setup(tmp_path, mode):
     with pytest.raises(ValueError, match=r"ctx\.setup\(model, torch\.optim\.Adam"):
