@@ -27,8 +27,9 @@ The faults, once rank 0 did step 15: **kill** (every process of host 2's job kil
 **back** (a job of 200 steps: host 2 lost at step 15, and back once the two others did step 30; under torchrun its
 processes killed, its agent started again at its return, as a machine that comes back would start it; under `run`
 over ssh its link down and its processes killed, its link up at its return, nothing started: `run` tries the lost
-host every ``launcher.ssh.rejoin_s=1``): the seconds from the return to the first step of the grown world, and the
-steps lost (since the checkpoint it resumed from); launcher=manual takes no host back and is not tried.
+host every ``launcher.ssh.rejoin_s=1``; under `run` by hand the same, and its `run` typed again at its return, as
+torchrun's agent is): the seconds from the return to the first step of the grown world, and the steps lost (since
+the checkpoint it resumed from).
 Per trial: whether the job finished (every launcher still running exited 0 and rank 0 did the last step), the seconds
 from the fault to the next attempt's first step (rank 0's first line with another TORCHELASTIC_RESTART_COUNT or world
 size), the world size it finished at, and how many processes of the job were still in the namespaces 30 s after the
@@ -63,7 +64,7 @@ MANUAL = "run launcher=manual topology.min_nodes=2"
 LAUNCHERS = (TORCHRUN, RUN, MANUAL)
 PER_HOST = (TORCHRUN, MANUAL)  # a launcher process in each host's namespace (the lost host's is not counted)
 FAULTS = ("kill", "link", "host 0", "back")
-GROWS = (TORCHRUN, RUN)  # the launchers that take a host back (launcher=manual does not yet: validation says so)
+GROWS = (TORCHRUN, RUN, MANUAL)  # the launchers that take a host back
 STEPS, EVERY, STEP_S, FAULT_AT = 60, 5, 0.1, 15
 BACK_STEPS, BACK_AT = 200, 30  # "back": a longer job, host 2 back once rank 0 of the two did step 30
 START_S, TRIAL_S = 120.0, 180.0  # deadlines: the fault point, and the whole trial after the fault
@@ -133,7 +134,7 @@ def _start(bed: Bed, launcher: str, folder: Path, out: Path, ckpt: Path, steps: 
         return [agent(i) for i in range(len(bed.hosts))]
     hosts = ", ".join(f"{{name: '{h['name']}', devices: 1}}" for h in bed.hosts)
     if launcher == MANUAL:
-        return _start_by_hand(bed, folder, hosts, script, env, log)
+        return _start_by_hand(bed, folder, hosts, script, env, log, again)
     job = Path(bed.ssh["home"]) / folder.name  # the job's folder: the same path in every host's view
     for view in (Path(bed.ssh["home"]), *(Path(v["home"]) for v in bed.ssh["hosts"].values())):
         (view / folder.name).mkdir(exist_ok=True)
@@ -148,19 +149,25 @@ def _start(bed: Bed, launcher: str, folder: Path, out: Path, ckpt: Path, steps: 
 
 
 def _start_by_hand(bed: Bed, folder: Path, hosts: str, script: list[str], env: dict[str, str],
-                   log: IO[str]) -> list[subprocess.Popen]:
-    """launcher=manual: each host's `run` in its namespace, in a folder of its own (``folder/host<i>``)."""
-    run_id, procs = f"lm{uuid.uuid4().hex[:10]}", []
+                   log: IO[str], again: list | None = None) -> list[subprocess.Popen]:
+    """launcher=manual: each host's `run` in its namespace, in a folder of its own (``folder/host<i>``). ``again``:
+    given a list, it gets a function that types host i's command again (a host that comes back)."""
+    run_id = f"lm{uuid.uuid4().hex[:10]}"
     for i in range(len(bed.hosts)):
         own = folder / f"host{i}"
         own.mkdir()
         (own / SCRIPT.name).write_text(SCRIPT.read_text())
+
+    def typed(i: int) -> subprocess.Popen:
         argv = [str(BIN / "run"), "launcher=manual", "init=tcp", "topology=custom", f"topology.hosts=[{hosts}]",
                 "topology.min_nodes=2", "launcher.max_restarts=3", "launcher.grace_s=2", f"launcher.manual.host={i}",
                 f"run_id={run_id}", "--", SCRIPT.name, *script]
-        procs.append(subprocess.Popen(bed.exec_argv(i, argv), cwd=own, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True))
-    return procs
+        return subprocess.Popen(bed.exec_argv(i, argv), cwd=folder / f"host{i}", env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    if again is not None:
+        again.append(typed)
+    return [typed(i) for i in range(len(bed.hosts))]
 
 
 def trial(bed: Bed, launcher: str, fault: str, folder: Path) -> dict:
@@ -222,8 +229,9 @@ def _back(bed: Bed, launcher: str, procs: list[subprocess.Popen], again: list, o
     """Host 2 lost once rank 0 did step FAULT_AT, back once the two others did step BACK_AT: under torchrun its job's
     processes killed (the survivors see their connections close: torchrun survives no silent host), its agent
     started again at its return, as a machine that comes back would start it; under `run` its link down and its
-    processes killed, its link up at its return (nothing started: the launching `run` tries it). The seconds from
-    its return to the first step of the grown world, and the steps lost (since the checkpoint that resumed)."""
+    processes killed, its link up at its return (nothing started: the launching `run` tries it; by hand, its `run`
+    typed again). The seconds from its return to the first step of the grown world, and the steps lost (since the
+    checkpoint that resumed)."""
     try:
         _wait_for_step(out, procs, FAULT_AT)
         if launcher != TORCHRUN:
@@ -232,7 +240,7 @@ def _back(bed: Bed, launcher: str, procs: list[subprocess.Popen], again: list, o
         _wait_for_step(out, procs, BACK_AT, world=2)
         back = time.time()
         bed.link(2, up=True)
-        if launcher == TORCHRUN:
+        if launcher in PER_HOST:
             procs[2] = again[0](2)
         running = [p for i, p in enumerate(procs) if not (launcher in PER_HOST and i == 2 and p.poll() is not None)]
         end = time.monotonic() + TRIAL_S

@@ -172,6 +172,13 @@ class HostAgent:
         channel names the cause unless a failure came first, and nothing restarts. Callable from any thread."""
         self.inbox.end(failure)
 
+    def stop_ranks(self) -> None:
+        """Ask every rank of the job to stop at its next checkpoint, as the stop signal to `run` does (a recipe's ranks
+        save and return; a script's get SIGTERM): launcher=manual's host 0, for hosts that join there. Callable from
+        any thread."""
+        self.inbox.signalled(self.plan.rules.stop_signal)
+        self.inbox.wake()
+
     def ask_where(self) -> None:
         """Say where every rank of every host is, in one paragraph, asked and gathered through the job's channel
         (Ctrl-\\ to the launching `run` under launcher=ssh, which passes it to host 0's): at the attempt's next tick.

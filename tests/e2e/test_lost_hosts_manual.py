@@ -63,6 +63,13 @@ SAID = {
     "spare": r"manual: restarting on 3 host\(s\) \({host0}, {host1}, {host3}\) from the last checkpoint: attempt 2 of 4 "
              r"\(launcher\.max_restarts=3\), spare\(s\) {host3} in the lost host's place",
     "taken in": r"manual: spare {host3} taken in: attempt 2 on 3 host\(s\) \({host0}, {host1}, {host3}\)",
+    "etcd again": r"manual: this host's member of the job's etcd \({host2}, 3 members\) on port \d+, joining the "
+                  r"running cluster again: its earlier member removed, this one added",
+    "back": r"manual: host {host2} back: waiting in the job's etcd to be taken in at the next checkpoint",
+    "ready": r"manual: {host2} ready: the job takes it in at the next checkpoint \(every rank is asked to stop there\)",
+    "host taken in": r"manual: host {host2} taken in: attempt 3 on 3 host\(s\) \({host0}, {host1}, {host2}\)",
+    "grown": r"manual: restarting on 3 host\(s\) \({host0}, {host1}, {host2}\) from the last checkpoint: attempt 3 of "
+             r"4 \(launcher\.max_restarts=3\), {host2} taken in",
 }
 
 
@@ -83,19 +90,21 @@ def by_hand(bed: Bed, tmp_path: Path, count: int, args: list[str], run_id: str, 
     """`run ... launcher=manual launcher.manual.host=i run_id=...` in the namespaces of the bed's first ``count``
     hosts (and the ``spares`` after them, which ``args`` name), each in its own folder ``tmp_path/host<i>`` (the tests'
     workloads staged, as a user's checkout there); rank 0's steps go to ``tmp_path/out/steps.jsonl``."""
-    listed = "topology.hosts=[" + ",".join(f"{{name: {n}, devices: 1}}" for n in bed.names[:count]) + "]"
     (tmp_path / "out").mkdir(exist_ok=True)
     with ExitStack() as stack:
-        procs = []
-        for i, name in enumerate(bed.names[:count + spares]):
-            folder = stage_workloads(tmp_path / f"host{i}")
-            argv = [RUN, "launcher=manual", "init=tcp", "topology=custom", listed,
-                    *elastic_recipe(tmp_path / "out", steps), "launcher.max_restarts=3",
-                    "launcher.grace_s=2", "launcher.manual.keepalive_s=1", *args, f"launcher.manual.host={i}",
-                    f"run_id={run_id}"]
-            procs.append(stack.enter_context(started(bed.exec_argv(name, argv), cwd=folder, env=bed.env(),
-                                                     run_id=run_id, merged=True)))
-        yield procs
+        yield [stack.enter_context(typed_on(bed, tmp_path, count, args, run_id, i, steps))
+               for i in range(count + spares)]
+
+
+def typed_on(bed: Bed, tmp_path: Path, count: int, args: list[str], run_id: str, i: int,
+             steps: int = STEPS) -> Started:
+    """:func:`by_hand`'s command on the bed's host ``i``, in its folder (started again there: the same command)."""
+    listed = "topology.hosts=[" + ",".join(f"{{name: {n}, devices: 1}}" for n in bed.names[:count]) + "]"
+    argv = [RUN, "launcher=manual", "init=tcp", "topology=custom", listed, *elastic_recipe(tmp_path / "out", steps),
+            "launcher.max_restarts=3", "launcher.grace_s=2", "launcher.manual.keepalive_s=1", *args,
+            f"launcher.manual.host={i}", f"run_id={run_id}"]
+    return started(bed.exec_argv(bed.names[i], argv), cwd=stage_workloads(tmp_path / f"host{i}"), env=bed.env(),
+                   run_id=run_id, merged=True)
 
 
 def run_folder(tmp_path: Path, host: int, run_id: str) -> Path:
@@ -439,6 +448,41 @@ def test_a_spare_standing_by_takes_the_lost_hosts_place_and_the_world_size_stays
     assert re.search(seen("taken in", bed), said3), said3
     assert f"spare {d} in its place" in found["membership"][0], found
     one_lineage([tmp_path / 'out' / 'steps.jsonl'])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
+
+
+def test_a_lost_hosts_run_typed_again_joins_at_the_next_checkpoint_and_the_world_size_returns(bed, tmp_path):
+    """Host 2's every process killed; hosts 0 and 1 go on; the same command typed again on host 2: its member of the
+    job's etcd joins the cluster again (removed and added: its data went with its machine), its `run` stands by as a
+    host back, and host 0 asks every rank to stop at the next checkpoint: attempt 3 runs on the three hosts from the
+    checkpoint that stop saved (no step lost), and the job finishes at world size 3; membership.jsonl holds the loss,
+    then the join."""
+    a, b, c, _ = bed.names
+    run_id = f"r{uuid.uuid4().hex[:8]}"
+    steps = 3 * STEPS  # (long enough for host 2's `run` to start again and be taken in)
+    with by_hand(bed, tmp_path, 3, ["topology.min_nodes=2"], run_id, steps=steps) as procs:
+        copied(tmp_path, run_id, range(3), procs)
+        assert kill(procs[2]) >= 4
+        wait_until(lambda: re.search(rf"manual: restarting on 2 host\(s\) \({a}, {b}\)", procs[0].stdout), 120,
+                   "host 0 restarting without host 2", alive=procs[:2])
+        with typed_on(bed, tmp_path, 3, ["topology.min_nodes=2"], run_id, 2, steps) as again:
+            (code0, said0), (code1, said1), (code2, said2) = finish([procs[0], procs[1], again], timeout=240)
+    found = done_on(run_folder(tmp_path, 0, run_id), said0, code0, world_size=3, steps=steps)
+    assert code1 == code2 == 0, (said1, said2)
+    for key in ("etcd again", "back", "host taken in"):
+        assert re.search(seen(key, bed), said2), (key, said2)
+    for key in ("ready", "grown"):
+        assert re.search(seen(key, bed), said0), (key, said0)
+    lost, joined = membership(run_folder(tmp_path, 0, run_id))
+    assert (lost["lost"], lost["after"], joined["joined"], joined["before"], joined["after"]) == (
+        [c], [a, b], [c], [a, b], [a, b, c]), (lost, joined)
+    assert (joined["attempt"], joined["next_attempt"], joined["world_size_before"], joined["world_size_after"]) == (
+        1, 2, 2, 3), joined
+    assert joined["cause"] == f"{c}: its `run` started again (it stood by in the job's etcd)", joined
+    stopped_at = int(re.findall(r"stop requested: checkpoint at step (\d+)", said0)[-1])
+    assert joined["resumed_from"] == stopped_at and joined["steps_lost"] == 0 and joined["to_first_step_s"] > 0, joined
+    assert f"{c} taken in after attempt 2" in found["membership"][1], found
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'], steps=steps)
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 

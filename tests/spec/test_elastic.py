@@ -172,15 +172,21 @@ def test_max_nodes_outside_the_hosts_and_spares_is_refused_with_the_arithmetic(m
     assert problem is not None and f"got {max_nodes}" in problem.message and "spares" in problem.hint, got.rendered()
 
 
-@pytest.mark.parametrize("launcher", ["manual", "slurm"])
-def test_max_nodes_is_refused_where_the_launcher_takes_no_host_back_with_its_reason(launcher: str) -> None:
+def test_max_nodes_is_refused_where_the_launcher_takes_no_host_back_with_its_reason() -> None:
     from runner.launchers import LAUNCHERS
 
-    got = validate(with_max_nodes(ssh_job([2, 2, 2], min_nodes=2, launcher=launcher), 3))
-    problem = got.find("topology.max_nodes", f"launcher={launcher}: ")
+    got = validate(with_max_nodes(ssh_job([2, 2, 2], min_nodes=2, launcher="slurm"), 3))
+    problem = got.find("topology.max_nodes", "launcher=slurm: ")
     assert problem is not None, got.rendered()
-    assert problem.message == f"launcher={launcher}: {LAUNCHERS[launcher].capabilities.hosts_back_reason}"
+    assert problem.message == f"launcher=slurm: {LAUNCHERS['slurm'].capabilities.hosts_back_reason}"
     assert problem.hint.startswith("launcher=ssh")
+
+
+@pytest.mark.parametrize("launcher", ["ssh", "manual"])
+def test_max_nodes_is_taken_where_the_launcher_takes_hosts_back(launcher: str) -> None:
+    """ssh tries lost hosts again; under manual a lost host's `run` started again, or a spare, joins."""
+    got = validate(with_max_nodes(ssh_job([2, 2, 2], min_nodes=2, launcher=launcher), 3))
+    assert got.find("topology.max_nodes", "") is None, got.rendered()
 
 
 def test_max_nodes_without_a_way_to_lose_a_host_is_refused() -> None:

@@ -96,7 +96,9 @@ def test_an_unreachable_master_is_a_clear_error_within_the_timeout(tmp_path):
     assert done.code == 1, done.output
     assert "the master 127.0.0.1:" in done.stderr and "cannot be reached from this host" in done.stderr
     assert "refused the connection for 3 s" in done.stderr
-    assert time.monotonic() - started < 3 + 15
+    # init.timeout_s is honoured (the line above), not the default 300 s: the margin is for `run`'s start on a loaded
+    # machine (18 s was once exceeded by 1 s with the suite and more on 2 cores), not a speed target
+    assert time.monotonic() - started < 3 + 60
     assert not list(tmp_path.glob("outputs/*/*/logs/rank*.log"))  # no rank was started
 
 

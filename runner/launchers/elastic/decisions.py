@@ -11,13 +11,19 @@ decision, and ends. Under the prefix of the run id and the launch (:class:`Keys`
   member that led etcd and was paused, a frozen machine, revokes every lease by its own clock when it wakes:
   etcd-io/etcd#15247; 3.5.13's fix skips its check where the member ticks again at once), and such a host puts its
   key back, with a new lease, at its next keepalive;
-* ``ended/<k>/<host>`` — the host's share of attempt k ended (``failed``, or ``leaving``: SIGTERM to its `run`);
+* ``ended/<k>/<host>`` — the host's share of attempt k ended (``failed``; ``leaving``: SIGTERM to its `run`;
+  ``joining``: stopped at a checkpoint for a join);
+* ``began/<k>/<host>`` — the host's ranks of attempt k started (the rendezvous of every host of it done): a host whose
+  `run` starts again in a launch where its own ``began`` key is (it was in the job, and lost) comes back as
+  ``returning`` (its member key says so: it is no host of the attempt that runs, and is not watched as one);
+* ``joining/<k>`` — hosts coming back (``returning``) or spares, taken in at attempt k's next checkpoint: made once,
+  by the host 0 of attempt k (the one that asks every rank to stop there), and never where the job is ``over``;
 * ``attempt/<k+1>`` — **the decision** for the next attempt, made once: every host of attempt k that ended it tries to
   create it (one transaction: create only where absent) with what it sees, once every host of attempt k ended it,
   is gone, or did not end it within the come window; the first wins, and every host follows the decision that
   exists, never its own. The decision is the one model of rounds' (runner.launchers.elastic.membership): the hosts
-  that came, in order, then the spares alive in the lost hosts' places; the job ends where fewer than
-  topology.min_nodes remain;
+  that came, in order, then the spares alive in the lost hosts' places, then those ``joining`` names that are up;
+  the job ends where fewer than topology.min_nodes remain;
 * ``over`` — the job ended on a host (done, stopped): a spare standing by stops, no peer counts as lost any more.
 
 A launch of the run id is a number of its own (``launch/<n>``, made with its first host's member key in one
@@ -44,6 +50,10 @@ LOOK_S = 0.25  # how often a decider looks at etcd again while it waits
 BACK_WITHIN_BEATS = 2  # keepalive intervals a host whose kept lease etcd revoked takes, at most, to put its key back
 
 
+class AlreadyRunning(Exception):
+    """A `run` of this host is in the job already (the message says so)."""
+
+
 class Keys:
     """The keys of one launch of run ``run_id``."""
 
@@ -61,6 +71,12 @@ class Keys:
     def attempt(self, attempt: int) -> str:
         return f"{self.root}attempt/{attempt}"
 
+    def began(self, attempt: int | None = None, label: str = "") -> str:
+        return f"{self.root}began/" if attempt is None else f"{self.root}began/{attempt}/{label}"
+
+    def joining(self, attempt: int) -> str:
+        return f"{self.root}joining/{attempt}"
+
     @property
     def over(self) -> str:
         return f"{self.root}over"
@@ -69,7 +85,8 @@ class Keys:
 @dataclass(frozen=True)
 class Decision:
     """The hosts of ``attempt`` (in node order), the spares still kept, those that took lost hosts' places, the lost
-    hosts and why, the spares passed over (found gone), or why the job ends (``ended``); ``by``: the host that wrote
+    hosts and why, the spares passed over (found gone), the hosts taken in at a checkpoint (``joined``, asked at
+    ``joined_at``: time.time() of the host that asked), or why the job ends (``ended``); ``by``: the host that wrote
     it."""
 
     attempt: int
@@ -80,35 +97,58 @@ class Decision:
     spares_gone: tuple[str, ...] = ()
     ended: str | None = None
     by: str = ""
+    joined: tuple[str, ...] = ()
+    joined_at: float | None = None
 
     def document(self) -> str:
         return json.dumps({**asdict(self), "hosts": list(self.hosts), "spares": list(self.spares),
-                           "taken": list(self.taken), "spares_gone": list(self.spares_gone)}, sort_keys=True)
+                           "taken": list(self.taken), "spares_gone": list(self.spares_gone),
+                           "joined": list(self.joined)}, sort_keys=True)
 
     @classmethod
     def of(cls, text: str) -> Decision:
         doc = json.loads(text)
         return cls(attempt=int(doc["attempt"]), hosts=tuple(doc["hosts"]), spares=tuple(doc.get("spares", ())),
                    taken=tuple(doc.get("taken", ())), lost=dict(doc.get("lost", {})),
-                   spares_gone=tuple(doc.get("spares_gone", ())), ended=doc.get("ended"), by=doc.get("by", ""))
+                   spares_gone=tuple(doc.get("spares_gone", ())), ended=doc.get("ended"), by=doc.get("by", ""),
+                   joined=tuple(doc.get("joined", ())), joined_at=doc.get("joined_at"))
+
+
+@dataclass(frozen=True)
+class Joining:
+    """Hosts taken in at an attempt's next checkpoint (``names``, in order), asked at ``at`` (time.time())."""
+
+    names: tuple[str, ...]
+    at: float
+
+    def document(self) -> str:
+        return json.dumps({"names": list(self.names), "at": self.at})
+
+    @classmethod
+    def of(cls, text: str) -> Joining:
+        doc = json.loads(text)
+        return cls(tuple(doc["names"]), float(doc["at"]))
 
 
 def decide(membership: Membership, attempt: int, came: list[str], why_lost: dict[str, str], alive: set[str],
-           by: str) -> Decision:
+           by: str, joining: Joining | None = None) -> Decision:
     """The decision for the attempt after ``attempt`` of ``membership``'s hosts, where ``came`` ended it and are alive,
-    the others are lost (``why_lost``), and ``alive`` says which spares are up: the one model of rounds'
-    (:meth:`Membership.after_loss`), with the spares that are not up passed over."""
+    the others are lost (``why_lost``), ``alive`` says which spares and hosts coming back are up, and ``joining``
+    names those taken in at the checkpoint the attempt stopped at: the one model of rounds'
+    (:meth:`Membership.after_loss`, then the hosts joining after the others, as :meth:`Membership.after_return`
+    puts them), with the spares that are not up passed over."""
     names = membership.names
     lost = {names.index(h): why for h, why in why_lost.items()}
-    if not lost:
-        return Decision(attempt=attempt + 1, hosts=names, spares=_labels(membership.spares), by=by)
-    gone = tuple(s for s in _labels(membership.spares) if s not in alive)
+    gone = tuple(s for s in _labels(membership.spares) if s not in alive) if lost else ()
     chosen = membership.without_spares(gone).after_loss(lost)
     if isinstance(chosen, CannotGoOn):
         return Decision(attempt=attempt + 1, hosts=(), lost=why_lost, spares_gone=gone, ended=chosen.why, by=by)
     after = chosen.membership
-    return Decision(attempt=attempt + 1, hosts=after.names, spares=_labels(after.spares), taken=_labels(chosen.taken),
-                    lost=why_lost, spares_gone=gone, by=by)
+    joined = tuple(n for n in (joining.names if joining else ()) if n in alive and n not in after.names)
+    return Decision(attempt=attempt + 1, hosts=(*after.names, *joined),
+                    spares=tuple(s for s in _labels(after.spares) if s not in joined), taken=_labels(chosen.taken),
+                    lost=why_lost, spares_gone=gone, by=by, joined=joined,
+                    joined_at=joining.at if joined and joining else None)
 
 
 def _labels(hosts: tuple[HostConfig, ...]) -> tuple[str, ...]:
@@ -117,8 +157,8 @@ def _labels(hosts: tuple[HostConfig, ...]) -> tuple[str, ...]:
 
 class Decider:
     """This host's part in the job's decisions: its member key and lease, its word that an attempt ended, the
-    decision it follows. ``label``: this host's; ``role``: ``host`` or ``spare``; ``every_s``: the keepalive
-    interval."""
+    decision it follows. ``label``: this host's; ``role``: ``host``, ``spare`` or ``returning`` (a host of the job
+    whose `run` was started again: :meth:`has_begun`); ``every_s``: the keepalive interval."""
 
     def __init__(self, etcd: Etcd, run_id: str, label: str, role: str, every_s: float) -> None:
         self.etcd, self.run_id, self.label, self.role, self.every_s = etcd, run_id, label, role, every_s
@@ -138,23 +178,60 @@ class Decider:
         asked = time.monotonic()
         self.lease = self.etcd.grant(self.ttl_s)
         self.kept_until = asked + self.ttl_s
-        me = self._member_value
+        me = self._member_value()
         while True:
             launch = self._running_launch()
             keys = Keys(self.run_id, launch)
             created, _ = self.etcd.create(f"{keys.run}launch/{launch}", self.label,  # the launch and its first host
                                           also=[(keys.member(self.label), me, self.lease)])
             if created or self._live(keys):
-                self.etcd.put(keys.member(self.label), me, self.lease)
+                if not created:
+                    self._claim(keys.member(self.label), me)
                 self.keys = keys
                 self._beating = threading.Thread(target=self._beat, name="runner-etcd-keepalive", daemon=True)
                 self._beating.start()
                 return keys
 
-    @property
-    def _member_value(self) -> str:
-        """What this host's member key holds (its role: host or spare), as joined and as put back."""
-        return json.dumps({"role": self.role})
+    def _claim(self, key: str, value: str) -> None:
+        """This host's member key, put only where none is there: a key of an earlier `run` of this host (killed, its
+        machine gone) goes within its lease's time, and is waited for; one kept alive that long is a `run` of this
+        host in the job now, and a second is refused (AlreadyRunning), never let take its place."""
+        deadline = time.monotonic() + self.ttl_s + self.back_within_s + self.every_s
+        while True:
+            made, _ = self.etcd.create(key, value, self.lease)
+            if made:
+                return
+            if time.monotonic() > deadline:
+                raise AlreadyRunning(f"a `run` of host {self.label} is in this job already (its key in the job's etcd "
+                                     f"was kept alive for {self.ttl_s + self.back_within_s:g} s): a second `run` of "
+                                     f"one host is refused")
+            time.sleep(min(self.every_s, LOOK_S * 4))
+            assert self.lease is not None
+            self.etcd.keepalive(self.lease)  # (its own lease, while it waits: the keepalives start once it joined)
+
+    def _member_value(self, lease: int | None = None) -> str:
+        """What this host's member key holds, as joined and as put back: its role, and its lease (``lease``, else
+        the one it holds: the decision that takes a host back in makes its key a host's, with the host's lease)."""
+        return json.dumps({"role": self.role, "lease": str(self.lease if lease is None else lease)})
+
+    def become(self, role: str) -> None:
+        """This host's member key says ``role`` from now on (a host coming back, or a spare, taken in: a host)."""
+        assert self.keys is not None and self.lease is not None
+        self.role = role
+        self.etcd.put(self.keys.member(self.label), self._member_value(), self.lease)
+
+    def has_begun(self) -> bool:
+        """This host's ranks began an attempt of the launch it joined: it was in the job, was lost, and its `run` is
+        started again (a host starting late at the job's start finds no such key: no attempt begins without it)."""
+        assert self.keys is not None
+        if any(k.endswith(f"/{self.label}") for k in self.etcd.prefix(self.keys.began())):
+            return True
+        made = self.decisions()  # (or the hosts went on without it before its ranks could say they began)
+        return bool(made) and self.label not in made[-1].hosts
+
+    def say_began(self, attempt: int) -> None:
+        assert self.keys is not None
+        self.etcd.put(self.keys.began(attempt, self.label), "")
 
     def _running_launch(self) -> int:
         """The newest launch of the run id if it runs (not over, a host alive in it), else the one after."""
@@ -226,7 +303,7 @@ class Decider:
         asked = time.monotonic()
         try:
             lease = self.etcd.grant(self.ttl_s)
-            self.etcd.put(self.keys.member(self.label), self._member_value, lease)
+            self.etcd.put(self.keys.member(self.label), self._member_value(lease), lease)
         except EtcdError:
             return self.out
         self.lease, self.kept_until = lease, asked + self.ttl_s
@@ -236,10 +313,31 @@ class Decider:
         return None
 
     def alive(self) -> set[str]:
-        """The hosts and spares whose member key is there."""
+        """The hosts and spares whose member key is there (hosts coming back are not among them until taken in:
+        :meth:`returning`)."""
+        return {label for label, role in self._members().items() if role != "returning"}
+
+    def returning(self) -> set[str]:
+        """The hosts coming back (their `run` started again) whose member key is there."""
+        return {label for label, role in self._members().items() if role == "returning"}
+
+    def _members(self) -> dict[str, str]:
+        """Each member key's label and role."""
+        return {label: str(doc.get("role", "host")) for label, doc in self._member_docs().items()}
+
+    def _member_docs(self) -> dict[str, dict[str, Any]]:
         assert self.keys is not None
         prefix = self.keys.member()
-        return {k[len(prefix):] for k in self.etcd.prefix(prefix)}
+        return {k[len(prefix):]: _document(v) for k, v in self.etcd.prefix(prefix).items()}
+
+    def _as_hosts(self, names: tuple[str, ...]) -> list[tuple[str, str, int | None]]:
+        """The member keys of ``names`` (hosts back, spares: taken in by the decision written with these) as hosts',
+        each with its own lease: the other hosts watch them as hosts from the first look at the next attempt (a
+        lease that ended meanwhile fails the decision's transaction: it is made again without that host)."""
+        assert self.keys is not None
+        docs = self._member_docs()
+        return [(self.keys.member(n), json.dumps({**docs[n], "role": "host"}), int(docs[n]["lease"]))
+                for n in names if str(docs.get(n, {}).get("lease", "")).isdigit()]
 
     def decision(self, attempt: int) -> Decision | None:
         assert self.keys is not None
@@ -258,13 +356,29 @@ class Decider:
         return json.loads(found) if found is not None else None
 
     # -- after an attempt ---------------------------------------------------------------------------------------------
-    def say_over(self, how: str) -> None:
-        """The job ended on this host (done, stopped): said before its member key goes."""
+    def say_over(self, how: str, attempt: int | None = None) -> bool:
+        """The job ended on this host (done, stopped): said before its member key goes. False: a join at ``attempt``'s
+        checkpoint was asked first (:meth:`say_joining`), and the job goes on."""
         assert self.keys is not None
         try:
-            self.etcd.create(self.keys.over, json.dumps({"how": how, "by": self.label}))
+            created, _ = self.etcd.create(self.keys.over, json.dumps({"how": how, "by": self.label}),
+                                          unless=[self.keys.joining(attempt)] if attempt is not None else [])
+            return created or self.etcd.get(self.keys.over) is not None
         except EtcdError:
-            pass
+            return True
+
+    def say_joining(self, attempt: int, joining: Joining) -> Joining | None:
+        """Ask for ``joining`` at ``attempt``'s next checkpoint, once: the join asked (this one, or one asked first),
+        or None where the job is over already."""
+        assert self.keys is not None
+        _, text = self.etcd.create(self.keys.joining(attempt), joining.document(), unless=[self.keys.over])
+        return Joining.of(text) if text is not None else None
+
+    def joining(self, attempt: int) -> Joining | None:
+        """The join asked at ``attempt``'s checkpoint, if one was."""
+        assert self.keys is not None
+        found = self.etcd.get(self.keys.joining(attempt))
+        return Joining.of(found) if found is not None else None
 
     def say_ended(self, attempt: int, how: str, why: str = "") -> None:
         assert self.keys is not None
@@ -312,7 +426,9 @@ class Decider:
                     return found
                 made = self._decide(membership, attempt, waited_s=time.monotonic() - started, come_s=come_s)
                 if made is not None:
-                    _, text = self.etcd.create(self.keys.attempt(attempt + 1), made.document())
+                    _, text = self.etcd.create(self.keys.attempt(attempt + 1), made.document(),
+                                               also=self._as_hosts(made.joined))
+                    assert text is not None
                     return Decision.of(text)
                 self.reached = time.monotonic()
             except EtcdError:
@@ -325,7 +441,8 @@ class Decider:
         """This host's decision, where it may make one now; None: a host that is up has not ended the attempt yet,
         and the come window is not over."""
         assert self.keys is not None
-        alive = self.alive()
+        members = self._members()
+        alive = {label for label, role in members.items() if role != "returning"}
         if time.monotonic() < self.kept_until:
             alive.add(self.label)  # (its key may be gone for a keepalive's time: etcd revoked its kept lease)
         prefix = self.keys.ended(attempt)
@@ -345,4 +462,15 @@ class Decider:
                 why_lost[h] = f"it did not end attempt {attempt + 1} within {come_s:g} s of this host"
             else:
                 came.append(h)
-        return decide(membership, attempt, came, why_lost, alive, self.label)
+        joining = self.joining(attempt)
+        up = alive | {h for h in members if joining is not None and h in joining.names}
+        return decide(membership, attempt, came, why_lost, up, self.label, joining)
+
+
+def _document(value: str) -> dict[str, Any]:
+    """What a member key holds (its ``role``: ``host``, ``spare``, ``returning``; its ``lease``)."""
+    try:
+        found = json.loads(value)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}

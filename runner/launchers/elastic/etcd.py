@@ -95,20 +95,23 @@ class Etcd:
         self._call("/v3/kv/put", _put(key, value, lease))
 
     def create(self, key: str, value: str, lease: int | None = None,
-               also: Sequence[tuple[str, str, int | None]] = ()) -> tuple[bool, str]:
-        """Put ``key`` only where it does not exist (one transaction: its create revision is 0), and with it the keys
-        of ``also`` (key, value, lease); whether this call created it, and the value it holds now (this one, or the
-        one that was there)."""
+               also: Sequence[tuple[str, str, int | None]] = (), unless: Sequence[str] = ()) -> tuple[bool, str | None]:
+        """Put ``key`` only where it does not exist, nor any key of ``unless`` (one transaction: their create
+        revisions are 0), and with it the keys of ``also`` (key, value, lease); whether this call created it, and the
+        value ``key`` holds now (this one, the one that was there, or None: it is absent, and a key of ``unless`` is
+        there)."""
+        absent = [{"key": _b64(k), "result": "EQUAL", "target": "CREATE", "create_revision": "0"}
+                  for k in (key, *unless)]
         done = self._call("/v3/kv/txn", {
-            "compare": [{"key": _b64(key), "result": "EQUAL", "target": "CREATE", "create_revision": "0"}],
+            "compare": absent,
             "success": [{"request_put": _put(k, v, l)} for k, v, l in ((key, value, lease), *also)],
             "failure": [{"request_range": {"key": _b64(key)}}]})
         if done.get("succeeded"):
             return True, value
         kvs = done.get("responses", [{}])[0].get("response_range", {}).get("kvs", [])
-        if not kvs:  # (deleted between the compare and now: cannot be, in one transaction)
+        if not kvs and not unless:  # (deleted between the compare and now: cannot be, in one transaction)
             raise EtcdError(f"etcd: {key} neither created nor found")
-        return False, _text(kvs[0].get("value", ""))
+        return False, _text(kvs[0].get("value", "")) if kvs else None
 
     def delete(self, key: str) -> None:
         self._call("/v3/kv/deleterange", {"key": _b64(key)})
@@ -128,3 +131,16 @@ class Etcd:
     def revoke(self, lease: int) -> None:
         """End the lease now: its keys go at once."""
         self._call("/v3/lease/revoke", {"ID": str(lease)})
+
+    # -- members (the job's own etcd: a member whose machine comes back joins again) ----------------------------------
+    def members(self) -> list[dict[str, Any]]:
+        """The cluster's members as the member asked knows them (``ID``, ``name``: empty for one that never started,
+        ``peerURLs``); no majority needed."""
+        return list(self._call("/v3/cluster/member/list", {}).get("members", []))
+
+    def remove_member(self, member_id: str) -> None:
+        self._call("/v3/cluster/member/remove", {"ID": member_id})
+
+    def add_member(self, peer_url: str) -> None:
+        """A member of ``peer_url``, to be started with ``--initial-cluster-state existing``."""
+        self._call("/v3/cluster/member/add", {"peerURLs": [peer_url]})

@@ -7,6 +7,13 @@ knows the others from the spec: ``--initial-cluster``), on two ports every host 
 peers), with a data folder of this launch's own (a temporary one, removed at the end: a relaunch starts a fresh
 cluster). etcd decides while a majority of its members is up: ``floor`` members of ``size``. The member dies with
 its `run` (PR_SET_PDEATHSIG), whatever ends it.
+
+A machine whose `run` is started again while the others run on (a lost host that comes back: its member's data went
+with the `run` that held it) cannot start its member as at the bootstrap: a member that comes back without its data
+is one etcd's leader would send entries past its empty log (raft's "tocommit out of range" panic), so etcd's own
+procedure is followed (:func:`member_start`): the old member removed from the cluster, a new one added with the same
+name and address, and started to join the cluster as it is (``--initial-cluster-state existing``), from a snapshot
+of the others.
 """
 
 from __future__ import annotations
@@ -65,8 +72,12 @@ class OwnCluster:
         every = self.endpoints
         return [every[index], *every[:index], *every[index + 1:]]
 
-    def argv(self, index: int, data_dir: Path) -> list[str]:
-        """The command of member ``index`` (etcd binds IP addresses only: names are resolved here)."""
+    def peer_url(self, index: int) -> str:
+        return f"http://{_url_host(_ip(self.addrs[index]))}:{self.peer_port}"
+
+    def argv(self, index: int, data_dir: Path, state: str = "new") -> list[str]:
+        """The command of member ``index`` (etcd binds IP addresses only: names are resolved here); ``state``: ``new``
+        at the bootstrap, ``existing`` for a member added to the running cluster (:func:`member_start`)."""
         addr = _url_host(_ip(self.addrs[index]))
         cluster = ",".join(f"{n}=http://{_url_host(_ip(a))}:{self.peer_port}" for n, a in zip(self.names, self.addrs))
         return [ETCD, "--name", self.names[index], "--data-dir", str(data_dir), "--logger", "zap",
@@ -74,7 +85,7 @@ class OwnCluster:
                 "--advertise-client-urls", f"http://{addr}:{self.client_port}",
                 "--listen-peer-urls", f"http://{addr}:{self.peer_port}",
                 "--initial-advertise-peer-urls", f"http://{addr}:{self.peer_port}",
-                "--initial-cluster", cluster, "--initial-cluster-state", "new", "--initial-cluster-token", self.token,
+                "--initial-cluster", cluster, "--initial-cluster-state", state, "--initial-cluster-token", self.token,
                 "--pre-vote"]  # a member cut off and back does not call an election (etcd 3.5's default): the
         # others' leader stays, and no host loses etcd for an election's time because one flapped
 
@@ -91,18 +102,68 @@ def _ip(addr: str) -> str:
         return addr  # (etcd says it cannot bind a name; the spec check named unresolvable hosts already)
 
 
-class OwnMember:
-    """This machine's member of the job's own etcd, from :meth:`start` to :meth:`stop`."""
+class MemberRefused(Exception):
+    """This machine's member cannot join the job's etcd again (the message says why)."""
 
-    def __init__(self, cluster: OwnCluster, index: int, log: Path) -> None:
+
+def member_start(cluster: OwnCluster, index: int, within_s: float) -> str:
+    """How member ``index`` starts: ``new`` (the bootstrap: the cluster is not up, or it is and this member of the
+    bootstrap never started), or ``existing`` once its earlier self (started, then gone with its machine's `run`)
+    was removed from the cluster and a member of its name and address added, which is etcd's way for a member that
+    lost its data. Asks the other members; retries the changes (etcd refuses one until its members have been
+    connected a while) for ``within_s``. Raises MemberRefused where this member still runs here, or the changes are
+    not taken in time."""
+    others = [e for i, e in enumerate(cluster.endpoints) if i != index]
+    if not others:
+        return "new"
+    etcd = Etcd(others, ask_s=1.0)
+    try:
+        members = etcd.members()
+    except EtcdError:
+        return "new"  # (no member up to ask: the bootstrap)
+    url = cluster.peer_url(index)
+    mine = [m for m in members if url in m.get("peerURLs", ())]
+    if mine and not mine[0].get("clientURLs"):  # never started (a member says its client URLs once it runs)
+        # listed from the bootstrap (named there): it starts as the others did; else added by an earlier try
+        return "new" if mine[0].get("name") else "existing"
+    if _serving(cluster.addrs[index], cluster.client_port):
+        raise MemberRefused(f"this host's member of the job's etcd still runs here (port {cluster.client_port}): "
+                            f"another `run` of this host holds it")
+    deadline = time.monotonic() + within_s
+    for change in ([lambda: etcd.remove_member(str(mine[0]["ID"]))] if mine else []) + [lambda: etcd.add_member(url)]:
+        while True:
+            try:
+                change()
+                break
+            except EtcdError as e:
+                if time.monotonic() > deadline:
+                    raise MemberRefused(f"the job's etcd did not take this host's member back within {within_s:g} s "
+                                        f"(init.timeout_s): {e}") from None
+                time.sleep(READY_S)
+    return "existing"
+
+
+def _serving(addr: str, port: int) -> bool:
+    try:
+        with socket.create_connection((_ip(addr), port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+class OwnMember:
+    """This machine's member of the job's own etcd, from :meth:`start` to :meth:`stop`; ``state``: how it starts
+    (:func:`member_start`)."""
+
+    def __init__(self, cluster: OwnCluster, index: int, log: Path, state: str = "new") -> None:
         self.cluster, self.index = cluster, index
         remove_abandoned()  # the data of members whose `run` was killed outright on this machine (they could not)
         self._data = OwnedFolder.make_unique(f"etcd-{cluster.names[index]}")
         self.data_dir = self._data.path
         self.log = log
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(cluster.argv(index, self.data_dir), stdin=subprocess.DEVNULL, stdout=out,
-                                            stderr=subprocess.STDOUT, start_new_session=True,
+            self.process = subprocess.Popen(cluster.argv(index, self.data_dir, state), stdin=subprocess.DEVNULL,
+                                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                             preexec_fn=lambda: die_with_parent(signal.SIGKILL))
 
     def serving(self, timeout_s: float) -> str | None:

@@ -133,19 +133,27 @@ def _with_leavers(ended: Ended, heard: _RoundReports, plan: Plan) -> Ended:
                    lost_at=ended.lost_at or min(r.at for r in heard.leaving.values()))
 
 
+# how a host taken in came back, and what found it, by launcher
+_BACK = {"ssh": ("answered again", "launcher.ssh.rejoin_s"),
+         "manual": ("its `run` started again", "it stood by in the job's etcd")}
+
+
 class AttemptsOnHosts:
     """The rounds of a job that outlives its hosts, from ``first`` (the launch as `run` made it: its spec's
     hosts), as the module docstring says."""
 
-    def __init__(self, first: Round, unready: Sequence[str] = ()) -> None:
+    def __init__(self, first: Round, unready: Sequence[str] = (), membership: Membership | None = None) -> None:
         self.first = first
         self.unready = tuple(unready)  # spares that failed the check of the start: tried while the rounds run
         self.spec = first.plan.job.spec
+        # the hosts of its first round: its spec's, or those a decision named (a host taken in while the job runs,
+        # which also knows the lost hosts that may come back)
+        self.membership = membership or Membership.of(self.spec)
         self.said_as = self.spec.launcher.kind  # what its lines begin with: "ssh", "slurm"
         self.pending: MembershipChange | None = None  # a change whose next attempt's first step is not seen yet
 
     def run(self) -> LaunchOutcome:
-        launcher, membership, attempt = self.first, Membership.of(self.spec).with_unready(self.unready), 0
+        launcher, membership, attempt = self.first, self.membership.with_unready(self.unready), self.first.paths.attempt
         limit = self.spec.launcher.max_restarts
         records: list[str] = []  # what the last round took back from the hosts: the next round's replace them
         while True:
@@ -242,10 +250,10 @@ class AttemptsOnHosts:
         make: to ``following``'s hosts (None: the job ends)."""
         why_in = why_in or {}
         lost = tuple(before.names[i] for i in sorted(ended.lost))
+        back, how = _BACK.get(launcher.plan.job.spec.launcher.kind, _BACK["ssh"])
         cause = "; ".join([*(f"{before.names[i]}: {ended.why_lost[i]}" for i in sorted(ended.lost)
                              if i in ended.why_lost),
-                           *(f"{name}: {why_in.get(name, 'answered again')} (launcher.ssh.rejoin_s)"
-                             for name in joined)])
+                           *(f"{name}: {why_in.get(name, back)} ({how})" for name in joined)])
         return MembershipChange(
             time=ended.lost_at or ended.joining_at or time.time(), attempt=heard.attempt, joined=joined,
             next_attempt=following.paths.attempt if following is not None else None, before=before.names,

@@ -20,12 +20,13 @@ from runner.common import exits
 from runner.common.signals import handling
 from runner.launchers.base import AgentRuns, HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
 from runner.launchers.capabilities import Capabilities
-from runner.launchers.elastic.decisions import BACK_WITHIN_BEATS, Decider
+from runner.launchers.elastic.decisions import BACK_WITHIN_BEATS, AlreadyRunning, Decider
 from runner.launchers.elastic.liveness import BEATS_MISSED
 from runner.launchers.elastic.etcd import Etcd, EtcdError
-from runner.launchers.elastic.etcd_member import ETCD, OwnCluster, OwnMember
-from runner.launchers.elastic.membership import Candidate, Membership, job_on
+from runner.launchers.elastic.etcd_member import ETCD, READY_S, MemberRefused, OwnCluster, OwnMember, member_start
+from runner.launchers.elastic.membership import Candidate, Membership, host_key, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended, Returns
+from runner.launchers.manual.joins import EtcdReturns
 from runner.launchers.manual.rounds import HostRound, NotCalled, run_round, stand_by
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
@@ -73,8 +74,7 @@ class ManualLauncher(Launcher):
         supports_restarts=True,  # the hosts restart together, agreeing through host 0's store (runner.worker.channel)
         shares_run_folder=False,  # each host's `run` makes its own run folder
         survives_lost_hosts=True,  # the hosts' `run`s decide who goes on in etcd (runner.launchers.manual.rounds)
-        hosts_back_reason="the hosts decide in etcd who goes on after a loss, and a lost host's `run` started again is "
-                          "not admitted to a running job yet (launcher=ssh takes a lost host back)",
+        takes_hosts_back=True,  # a lost host's `run` started again, or a spare, joins at a checkpoint (manual.joins)
         forks_here=True,
         hosts_start_apart=True,
         pins_master_port=True)  # the hosts cannot learn a port chosen on one of them at launch
@@ -212,7 +212,11 @@ class ManualLauncher(Launcher):
         stopped: list[int] = []
         try:
             with handling((signal.SIGINT, signal.SIGTERM), lambda signum, _frame: stopped.append(signum)):
-                endpoints, member = self._etcd(node)
+                try:
+                    endpoints, member = self._etcd(node)
+                except MemberRefused as e:
+                    print(f"error: launcher=manual: {e}", file=sys.stderr)
+                    return LaunchOutcome(code=exits.FAILED, cause=str(e))
                 decider = Decider(Etcd(endpoints), self.paths.run_id, machines[node].label,
                                   "host" if node < len(job.hosts) else "spare", spec.launcher.manual.keepalive_s)
                 refused = self._join(decider, member, stopped)
@@ -220,9 +224,12 @@ class ManualLauncher(Launcher):
                     return refused
                 zygote = self.zygote() if self.zygote is not None else Zygote.start()
                 self._round = HostRound(plan=self.plan, paths=self.paths, environment=self.environment,
-                                        decider=decider, zygote=zygote, node=node, stopped=stopped)
+                                        decider=decider, zygote=zygote, node=node,
+                                        max_nodes=Membership.of(spec).max_nodes, stopped=stopped)
                 try:
-                    return self._stand_by() if node >= len(job.hosts) else AttemptsOnHosts(self).run()
+                    if node < len(job.hosts) and self._returning(decider):
+                        decider.become("returning")
+                    return self._stand_by() if decider.role != "host" else AttemptsOnHosts(self).run()
                 finally:
                     if self.zygote is None:  # its own (one given is its giver's to close)
                         zygote.close()
@@ -233,15 +240,30 @@ class ManualLauncher(Launcher):
             if member is not None:
                 member.stop()
 
+    def _returning(self, decider: Decider) -> bool:
+        """This host's `run` was started again while the job runs (its ranks began an attempt of this launch), as
+        etcd says within init.timeout_s (else it starts as at the start: a rendezvous without it fails, and says so)."""
+        deadline = time.monotonic() + self.plan.job.spec.init.timeout_s
+        while True:
+            try:
+                return decider.has_begun()
+            except EtcdError:
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(READY_S)
+
     def _etcd(self, node: int) -> tuple[list[str], OwnMember | None]:
         """Where this host's decisions are made: the user's etcd, or the job's own, whose member here it starts."""
         job = self.plan.job
         if job.spec.launcher.manual.etcd:
             return list(job.spec.launcher.manual.etcd), None
         cluster = OwnCluster.of(job)
-        member = OwnMember(cluster, node, self.paths.root / "etcd.log")
+        state = member_start(cluster, node, job.spec.init.timeout_s)  # (raises MemberRefused)
+        member = OwnMember(cluster, node, self.paths.root / "etcd.log", state)
+        again = ", joining the running cluster again: its earlier member removed, this one added" \
+            if state == "existing" else ""
         print(f"manual: this host's member of the job's etcd ({cluster.names[node]}, {cluster.size} members) on port "
-              f"{cluster.client_port}", file=sys.stderr, flush=True)
+              f"{cluster.client_port}{again}", file=sys.stderr, flush=True)
         return cluster.endpoints_from(node), member
 
     def _join(self, decider: Decider, member: OwnMember | None, stopped: list[int]) -> LaunchOutcome | None:
@@ -258,6 +280,9 @@ class ManualLauncher(Launcher):
             try:
                 decider.join()
                 return None
+            except AlreadyRunning as e:
+                print(f"error: launcher=manual: {e}", file=sys.stderr)
+                return LaunchOutcome(code=exits.FAILED, cause=str(e))
             except EtcdError as e:
                 if stopped or time.monotonic() > deadline:
                     why = f"the job's etcd ({', '.join(decider.etcd.endpoints)}) did not answer: {e}"
@@ -266,33 +291,50 @@ class ManualLauncher(Launcher):
                 time.sleep(1.0)
 
     def _stand_by(self) -> LaunchOutcome:
-        """A spare's `run`: ready until a decision takes it in (then its rounds, from that attempt), or until the job
-        ends without it."""
+        """A spare's `run`, or a lost host's started again: ready until a decision takes it in (then its rounds, from
+        that attempt, as a host), or until the job ends without it."""
         assert self._round is not None
         this, spec = self._round, self.plan.job.spec
-        called = stand_by(this.decider, this.stopped, spec.init.timeout_s)
+        try:
+            passed = frozenset(d.attempt for d in this.decider.decisions())
+        except EtcdError:
+            passed = frozenset()
+        called = stand_by(this.decider, this.stopped, spec.init.timeout_s, passed)
+        said = "spare" if this.decider.role == "spare" else "host"
         if isinstance(called, NotCalled):
-            print(f"manual: spare {this.decider.label}: {called.why}", file=sys.stderr, flush=True)
+            print(f"manual: {said} {this.decider.label}: {called.why}", file=sys.stderr, flush=True)
             if this.stopped:
                 return LaunchOutcome(code=exits.from_signal(this.stopped[0]), signalled=this.stopped[0])
             return LaunchOutcome(code=exits.OK if called.job_done else exits.FAILED,
                                  cause=None if called.job_done else called.why)
-        listed = {h.name or h.addr: h for h in (*(spec.topology.hosts or ()), *(spec.topology.spares or ()))}
+        first = Membership.of(spec)
+        listed = {host_key(h): h for h in (*first.hosts, *first.spares)}
         membership = Membership(tuple(listed[label] for label in called.hosts),
-                                tuple(listed[label] for label in called.spares), Membership.of(spec).min_nodes)
-        print(f"manual: spare {this.decider.label} taken in: attempt {called.attempt + 1} on {len(called.hosts)} "
+                                tuple(listed[label] for label in called.spares), first.min_nodes, first.max_nodes,
+                                absent=tuple(h for h in first.hosts if host_key(h) not in called.hosts))
+        print(f"manual: {said} {this.decider.label} taken in: attempt {called.attempt + 1} on {len(called.hosts)} "
               f"host(s) ({', '.join(called.hosts)})", file=sys.stderr, flush=True)
-        return AttemptsOnHosts(self.on(membership.spec(spec, called.attempt), called.attempt)).run()
+        try:
+            this.decider.become("host")
+        except EtcdError:
+            pass  # (its key says what it was; a keepalive keeps it, and the decisions name it a host)
+        following = self.on(membership.spec(spec, called.attempt), called.attempt)
+        return AttemptsOnHosts(following, membership=membership).run()
 
-    def returns(self, candidates: Sequence[Candidate]) -> Returns | None:
-        """None: no lost host is taken back (a lost host's `run` started again is not admitted to a running job yet; validation refuses topology.max_nodes)."""
-        return None
+    def returns(self, candidates: Sequence[Candidate]) -> EtcdReturns | None:
+        """The lost hosts whose `run` is started again, and the spares standing by, taken in at a checkpoint while
+        there is room (runner.launchers.manual.joins); host 0 of the round asks for them. None: none to wait for."""
+        assert self._round is not None
+        room = self._round.max_nodes - len(self.plan.job.hosts)
+        if not candidates or room < 1 or self._round.node != 0:
+            return None
+        return EtcdReturns(self._round.decider, candidates, room)
 
     def sessions(self, on_report: Callable[[int, AgentReport], None] | None = None,
                  replacing: Sequence[str] = (), returns: Returns | None = None) -> tuple[Ended, list[str]]:
         """This host's round (runner.launchers.manual.rounds); no records to take back (each host keeps its own)."""
         assert self._round is not None
-        return run_round(self._round, on_report), []
+        return run_round(self._round, on_report, returns if isinstance(returns, EtcdReturns) else None), []
 
     def on(self, spec: JobConfig, attempt: int) -> ManualLauncher:
         """This host's next round: on ``spec``'s hosts (those that went on after a loss), from ``attempt``."""

@@ -9,8 +9,10 @@ rank's failure), the attempt starts again on the same hosts (launcher.max_restar
 round ends with them lost and the next starts on the hosts the decision names (runner.launchers.elastic.membership
 numbers them, the same on every host); where the decision leaves this host out, or etcd cannot be reached, the job
 ends here. A share that ends otherwise (done, or stopped by a signal) ends the round and the job; its host says the
-job is over in etcd first. A spare's `run` stands by (:func:`stand_by`) until a decision takes it in, then runs its
-rounds as the hosts' do.
+job is over in etcd first, unless a join was asked at the attempt's checkpoint (runner.launchers.manual.joins: the
+stop every rank took was for it): then the hosts decide the next attempt, with those joining after them, and the
+round ends with them joining. A spare's `run`, and the `run` of a lost host started again, stand by
+(:func:`stand_by`) until a decision takes them in, then run their rounds as the hosts' do.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from runner.launchers.elastic.decisions import Decider, Decision
 from runner.launchers.elastic.etcd import EtcdError
 from runner.launchers.elastic.membership import Membership
 from runner.launchers.elastic.rounds import Ended
+from runner.launchers.manual.joins import EtcdReturns, JoinAsk
 from runner.launchers.manual.watch import LeaseWatch
 from runner.plan.processes import Plan
 from runner.records.paths import RunPaths
@@ -37,6 +40,7 @@ from runner.worker.host_agent import HostAgent
 from runner.worker.share import HostShare, hard_stop_s
 from runner.worker.zygote import Zygote
 from runner.environments.process import ProcessEnvironment
+from runner.spec.schema import is_script
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class HostRound:
     decider: Decider
     zygote: Zygote  # where every round's ranks are forked from (started once: runner.worker.zygote)
     node: int
+    max_nodes: int  # the most hosts the job grows back to (topology.max_nodes, of the pinned spec)
     stopped: list[int] = field(default_factory=list)  # SIGINT/SIGTERM that reached `run` between shares (one list
     # for all of this host's rounds: ManualLauncher records them while no agent handles them)
 
@@ -66,22 +71,25 @@ class HostRound:
         return hard_stop_s(self.plan.job.spec.launcher) + ENDINGS_WAIT_S + 30.0
 
 
-def run_round(this: HostRound, on_report: Callable[[int, AgentReport], None] | None) -> Ended:
-    """This host's round (the module docstring) to its end."""
+def run_round(this: HostRound, on_report: Callable[[int, AgentReport], None] | None,
+              returns: EtcdReturns | None = None) -> Ended:
+    """This host's round (the module docstring) to its end; ``returns``: those host 0 may take in meanwhile."""
     paths, limit = this.paths, this.plan.job.spec.launcher.max_restarts
     while True:
         if this.stopped:  # between two shares: this host's share ends here, as the agent would have ended it
             return _stopped(this, paths.attempt, this.stopped[0])
-        code, signalled, found, following = _share(this, paths, on_report)
+        code, signalled, found, following = _share(this, paths, on_report, returns)
         leaving = _leaving(this, paths.attempt)
         if this.decider.label in leaving:  # this host left: the others go on without it
             signum = signalled or signal.SIGTERM
             print(f"manual: this host left the job ({signal.Signals(signum).name}: its ranks saved their "
                   f"checkpoint); the others go on without it", file=sys.stderr, flush=True)
             return Ended(code=exits.from_signal(signum), signalled=signum, cause=None, lost=frozenset())
-        if (code != exits.FAILED or signalled is not None) and not leaving:  # done, stopped, refused: nothing to decide
-            this.decider.say_over("done" if code == exits.OK else "stopped" if signalled is not None else "failed")
-            return Ended(code=code, signalled=signalled, cause=None, lost=frozenset())
+        if (code != exits.FAILED or signalled is not None) and not leaving \
+                and this.decider.say_over("done" if code == exits.OK else "stopped" if signalled is not None else
+                                          "failed", None if signalled is not None else paths.attempt):
+            return Ended(code=code, signalled=signalled, cause=None, lost=frozenset())  # nothing to decide
+        # (else a failure, hosts that left, or the stop every rank took was for a join: the hosts decide)
         if leaving:
             print(f"manual: {', '.join(sorted(leaving))} left the job (SIGTERM to its `run`: a preempted machine); the "
                   f"ranks saved their checkpoint", file=sys.stderr, flush=True)
@@ -127,12 +135,20 @@ def _leaving(this: HostRound, attempt: int) -> set[str]:
 
 
 def _share(this: HostRound, paths: RunPaths, on_report: Callable[[int, AgentReport], None] | None,
-           ) -> tuple[int, int | None, list[JobFailure], Decision | None]:
-    """One attempt of this host's share, its lease kept alive and its peers watched: its exit status, the signal
-    that ended it, the peers found lost (in the order found), and the decision for the next attempt where the watch
-    saw the others go on without this host."""
+           returns: EtcdReturns | None) -> tuple[int, int | None, list[JobFailure], Decision | None]:
+    """One attempt of this host's share, its lease kept alive and its peers watched (and, on host 0, those that may
+    join looked for: runner.launchers.manual.joins): its exit status, the signal that ended it, the peers found lost
+    (in the order found), and the decision for the next attempt where the watch saw the others go on without this
+    host."""
     share = HostShare(plan=this.plan, node_rank=this.node, paths=paths, environment=this.environment, restarts=0)
-    reporter = (lambda report: on_report(this.node, report)) if on_report else None
+    joins = JoinAsk(this.decider, paths.attempt, returns if this.node == 0 else None, lambda: agent.stop_ranks(),
+                    is_script(this.plan.job.spec.recipe))
+
+    def reporter(report: AgentReport) -> None:
+        joins.heard(report)
+        if on_report is not None:
+            on_report(this.node, report)
+
     agent = HostAgent(share, zygote=this.zygote, reporter=reporter,
                       on_signal=lambda signum: _say_leaving(this, paths.attempt, signum))
     found: list[JobFailure] = []
@@ -146,7 +162,7 @@ def _share(this: HostRound, paths: RunPaths, on_report: Callable[[int, AgentRepo
         print(f"manual: this host is out of the job: {why}; ending this attempt", file=sys.stderr, flush=True)
         agent.end_job(JobFailure(rank=None, host=this.decider.label, text=f"out: {why}"))
 
-    watch = LeaseWatch(this.decider, this.hosts, paths.attempt, lost, out).start()
+    watch = LeaseWatch(this.decider, this.hosts, paths.attempt, lost, out, also=joins.look).start()
     try:
         code = agent.run()
     finally:
@@ -181,8 +197,9 @@ def _next(this: HostRound, attempt: int, found: list[JobFailure]) -> Decision | 
 
 
 def _ended_by(this: HostRound, decision: Decision, lost_at: float | None) -> Ended | None:
-    """What the decision ends: the job here (this host left out), or this round with hosts lost (the next round
-    starts on those the decision names; where it ends the job, the rounds say so); None: the same hosts again."""
+    """What the decision ends: the job here (this host left out), or this round with hosts lost or joining (the next
+    round starts on those the decision names; where it ends the job, the rounds say so); None: the same hosts
+    again."""
     me, hosts = this.decider.label, this.hosts
     lost = {i: decision.lost[h] for i, h in enumerate(hosts) if h in decision.lost}
     if decision.ended is None and me not in decision.hosts:
@@ -190,13 +207,15 @@ def _ended_by(this: HostRound, decision: Decision, lost_at: float | None) -> End
                f"{decision.attempt + 1}): {decision.lost.get(me, 'it was not among them')}")
         print(f"manual: the job ends on this host: {why}", file=sys.stderr, flush=True)
         return Ended(code=exits.FAILED, signalled=None, cause=why, lost=frozenset())
-    if not lost:
+    if not lost and not decision.joined:
         return None
     for i, why in lost.items():
         print(f"manual: host {i} ({hosts[i]}) lost: {why}", file=sys.stderr, flush=True)
     cause = "; ".join(f"host {i} ({hosts[i]}) lost: {why}" for i, why in lost.items())
-    return Ended(code=exits.FAILED, signalled=None, cause=cause, lost=frozenset(lost), lost_at=lost_at or time.time(),
-                 why_lost=lost, next_attempt=decision.attempt, spares_gone=frozenset(decision.spares_gone))
+    return Ended(code=exits.FAILED if lost else exits.OK, signalled=None, cause=cause or None, lost=frozenset(lost),
+                 lost_at=(lost_at or time.time()) if lost else None, why_lost=lost, next_attempt=decision.attempt,
+                 spares_gone=frozenset(decision.spares_gone), joining=decision.joined,
+                 joining_at=decision.joined_at)
 
 
 @dataclass(frozen=True)
@@ -207,28 +226,35 @@ class NotCalled:
     job_done: bool
 
 
-def stand_by(decider: Decider, stopped: list[int], start_s: float) -> Decision | NotCalled:
-    """A spare's `run`, its lease kept alive, until a decision takes it in (that decision), or why the job went on
-    without it: a host said the job was over, this spare is out of the job (its lease, or etcd silent), or a signal
-    reached `run` (``stopped``). ``start_s``: how long it waits for the job's first host."""
-    print(f"manual: spare {decider.label} ready: waiting in the job's etcd to be taken in", file=sys.stderr,
-          flush=True)
+def stand_by(decider: Decider, stopped: list[int], start_s: float, passed: frozenset[int] = frozenset(),
+             ) -> Decision | NotCalled:
+    """A spare's `run` (or a lost host's, started again: ``decider.role`` is ``returning``), its lease kept alive,
+    until a decision takes it in (that decision: one of an attempt not in ``passed``, those made before it stood by),
+    or why the job went on without it: a host said the job was over, it is out of the job (its lease, or etcd
+    silent), or a signal reached `run` (``stopped``). ``start_s``: how long it waits for the job's first host."""
+    if decider.role == "returning":
+        print(f"manual: host {decider.label} back: waiting in the job's etcd to be taken in at the next checkpoint",
+              file=sys.stderr, flush=True)
+    else:
+        print(f"manual: spare {decider.label} ready: waiting in the job's etcd to be taken in", file=sys.stderr,
+              flush=True)
     started = time.monotonic()
+    this = "this spare" if decider.role == "spare" else "this host"
     while True:
         if stopped:
-            return NotCalled(f"{signal.Signals(stopped[0]).name}: this spare stops standing by", job_done=False)
+            return NotCalled(f"{signal.Signals(stopped[0]).name}: {this} stops standing by", job_done=False)
         if decider.out is not None:
             return NotCalled(decider.out, job_done=False)
         try:
             over = decider.is_over()
             if over is not None:
-                return NotCalled(f"the job ended without calling this spare ({over.get('by')} said it was "
+                return NotCalled(f"the job ended without calling {this} ({over.get('by')} said it was "
                                  f"{over.get('how')})", job_done=over.get("how") == "done")
-            taken = [d for d in decider.decisions() if decider.label in d.hosts]
+            taken = [d for d in decider.decisions() if decider.label in d.hosts and d.attempt not in passed]
             if taken:
                 return taken[-1]
             if len(decider.alive()) <= 1 and time.monotonic() - started >= start_s:
-                return NotCalled(f"no host of the job came within {start_s:g} s of this spare's start "
+                return NotCalled(f"no host of the job came within {start_s:g} s of {this}'s start "
                                  f"(init.timeout_s)", job_done=False)
         except EtcdError:
             pass

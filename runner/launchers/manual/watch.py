@@ -2,14 +2,15 @@
 in the job's etcd (runner.launchers.elastic.decisions; its own is kept alive by the Decider from start to end), so
 that a lost host ends the attempt on every other host within seconds, and not only once a collective times out.
 
-Every ``launcher.manual.keepalive_s`` the watch reads the hosts' member keys: a
-peer of the attempt whose key is gone (its lease expired: its `run`, its machine or its network gone) and stays gone
-for :data:`~runner.launchers.elastic.decisions.BACK_WITHIN_BEATS` intervals (a host whose kept lease etcd revoked
-puts its key back within them) is lost, once (``lost`` gets its label and why: the host's agent ends its share at
-once: HostAgent.end_job). This host is out of
-the job where its own lease expired, where etcd has not answered it for the lease's time, or where a decision for
-the next attempt exists already (the others went on without it): its share ends then too (``out``). Once the job is
-over (a host said it was done or stopped), nobody is lost any more.
+Every ``launcher.manual.keepalive_s`` the watch reads the hosts' member keys: a peer of the attempt whose key is gone
+(its lease expired: its `run`, its machine or its network gone; or it says ``returning``: its `run` was started
+again) and stays gone for :data:`~runner.launchers.elastic.decisions.BACK_WITHIN_BEATS` intervals (a host whose kept
+lease etcd revoked puts its key back within them) is lost, once (``lost`` gets its label and why: the host's agent
+ends its share at once: HostAgent.end_job); after each look, ``also`` (the joins' part:
+runner.launchers.manual.joins). This host is out of the job where its own lease expired, where etcd has not answered
+it for the lease's time, or where a decision for the next attempt exists already (the others went on without it):
+its share ends then too (``out``). Once the job is over (a host said it was done or stopped), nobody is lost any
+more.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ class LeaseWatch:
     :meth:`stop`, every ``decider.every_s``."""
 
     def __init__(self, decider: Decider, hosts: list[str], attempt: int, lost: Callable[[str, str], None],
-                 out: Callable[[str], None]) -> None:
-        self.decider, self.attempt, self.lost, self.out = decider, attempt, lost, out
+                 out: Callable[[str], None], also: Callable[[], None] | None = None) -> None:
+        self.decider, self.attempt, self.lost, self.out, self.also = decider, attempt, lost, out, also
         self.peers = [h for h in hosts if h != decider.label]
         self.gone: set[str] = set()
         self.missing: dict[str, float] = {}  # peer -> when its key was first seen gone (it may come back)
@@ -50,6 +51,8 @@ class LeaseWatch:
             if why is not None:
                 self.out(why)
                 return
+            if self.also is not None:
+                self.also()
 
     def look(self) -> str | None:
         """One look: lost peers said; why this host is out, if it is."""

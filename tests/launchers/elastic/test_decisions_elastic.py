@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from etcd_fixtures import local_etcd
-from runner.launchers.elastic.decisions import Decider, Decision, Keys, decide
+from runner.launchers.elastic.decisions import AlreadyRunning, Decider, Decision, Joining, Keys, decide
 from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.membership import Membership
 from runner.spec.schema import HostConfig
@@ -34,6 +34,22 @@ def test_the_decision_is_the_rounds_model_with_the_spares_that_are_up() -> None:
     ended = decide(membership("abc"), 0, ["a"], {"b": "gone", "c": "gone"}, {"a"}, "a")
     assert ended.hosts == () and ended.ended.startswith("1 host(s) left of 3, fewer than topology.min_nodes=2")
     assert Decision.of(took.document()) == took
+
+
+@pytest.mark.unit
+def test_hosts_joining_come_after_the_others_and_those_that_are_not_up_are_passed_over() -> None:
+    """c came back and spare s stands by, both asked at the checkpoint: after a and b, in the order asked (as
+    Membership.after_return puts them on every host); d, asked but gone meanwhile, is not taken; with b lost at the
+    same time, t takes its place first."""
+    m = membership("ab", "st")
+    asked = Joining(("c", "s", "d"), 100.0)
+    got = decide(m, 3, ["a", "b"], {}, set("abcst"), "a", asked)
+    assert (got.attempt, got.hosts, got.spares, got.joined, got.joined_at) == (4, ("a", "b", "c", "s"), ("t",),
+                                                                              ("c", "s"), 100.0)
+    assert Decision.of(got.document()) == got and Joining.of(asked.document()) == asked
+    both = decide(m, 3, ["a"], {"b": "gone"}, set("act"), "a", Joining(("c",), 100.0))  # s is down: t takes b's place
+    assert (both.hosts, both.taken, both.joined, both.spares_gone) == (("a", "t", "c"), ("t",), ("c",), ("s",))
+    assert decide(m, 3, ["a", "b"], {}, set("ab"), "a", Joining(("c",), 1.0)).joined == ()  # c gone again
 
 
 class _Silent:
@@ -213,3 +229,41 @@ def test_a_relaunch_after_the_job_ended_or_every_host_left_is_a_launch_of_its_ow
     assert third["a"].keys.launch == 2
     third["a"].leave()
 
+
+def test_a_join_is_asked_once_and_never_after_the_job_is_over_and_a_host_back_is_not_alive_as_a_host(endpoint) -> None:
+    """Host 0 asks for c's join at attempt 1's checkpoint (once: a second ask gets the first); b's share that ended
+    done meanwhile cannot say the job is over (the join came first), and the decision takes c in; c, standing by as
+    ``returning``, is no host of the attempt (the lease watch finds it lost); a job over refuses a join."""
+    run_id = f"j{uuid.uuid4().hex[:6]}"
+    d = hosts(endpoint, run_id, "abc")
+    for h in "abc":
+        d[h].say_began(0)
+    assert d["c"].has_begun()
+    d["c"].become("returning")
+    assert (d["a"].alive(), d["a"].returning()) == ({"a", "b"}, {"c"})
+    first = d["a"].say_joining(1, Joining(("c",), 5.0))
+    assert first == Joining(("c",), 5.0) and d["b"].say_joining(1, Joining(("x",), 6.0)) == first
+    assert d["b"].say_over("done", 1) is False and d["b"].is_over() is None
+    for h in "ab":
+        d[h].say_ended(1, "joining")
+    made = d["a"].next_attempt(membership("ab"), 1, 30, lambda: False)
+    assert (made.hosts, made.joined, made.joined_at) == (("a", "b", "c"), ("c",), 5.0)
+    assert (d["a"].alive(), d["a"].returning()) == ({"a", "b", "c"}, set())  # a host from the decision on
+    assert d["a"].say_over("done", 2) is True and d["a"].say_joining(2, Joining(("c",), 7.0)) is None
+    leave(d)
+
+
+def test_a_second_run_of_a_host_in_the_job_is_refused_and_one_after_a_killed_run_waits_for_its_key(endpoint) -> None:
+    """a's key kept alive: a second `run` of a is refused (it would take a's place in the job); a's keepalives stopped
+    (its `run` killed: no revoke): the next `run` of a joins once the old lease expired."""
+    run_id = f"x{uuid.uuid4().hex[:6]}"
+    d = hosts(endpoint, run_id, "ab")
+    second = Decider(Etcd([endpoint]), run_id, "a", "host", every_s=0.5)
+    with pytest.raises(AlreadyRunning, match="a `run` of host a is in this job already"):
+        second.join()
+    d["a"]._stop.set()  # killed outright: its lease is left to expire
+    d["a"]._beating.join()
+    again = Decider(Etcd([endpoint]), run_id, "a", "host", every_s=0.5)
+    assert again.join().root == d["b"].keys.root and "a" in d["b"].alive()
+    d["a"] = again
+    leave(d)

@@ -50,7 +50,7 @@ def round_of_b(endpoint) -> Iterator[HostRound]:
     job = pinned(got.job, ManualLauncher.pins(got.job, paths))
     b = decider(endpoint, f"r{uuid.uuid4().hex[:6]}", "b")
     yield HostRound(plan=plan_for(job, paths), paths=paths, environment=environment(), decider=b,
-                    zygote=None, node=1)  # type: ignore[arg-type]  (no share runs here)
+                    zygote=None, node=1, max_nodes=3)  # type: ignore[arg-type]  (no share runs here)
     b.leave()
 
 
@@ -70,6 +70,14 @@ def test_a_host_lost_ends_the_round_with_its_index_why_and_the_decided_attempt(r
     assert (ended.code, ended.signalled, ended.lost, ended.why_lost, ended.next_attempt, ended.lost_at) == (
         exits.FAILED, None, frozenset({0}), {0: "its lease expired"}, 2, 1234.5)
     assert ended.cause == "host 0 (a) lost: its lease expired"
+
+
+def test_a_join_ends_the_round_with_the_hosts_joining_and_when_it_was_asked(round_of_b) -> None:
+    decision = Decision(attempt=2, hosts=("a", "b", "c", "d"), joined=("d",), joined_at=99.5, by="a")
+    ended = _ended_by(round_of_b, decision, None)
+    assert ended is not None
+    assert (ended.code, ended.lost, ended.cause, ended.joining, ended.joining_at, ended.next_attempt) == (
+        exits.OK, frozenset(), None, ("d",), 99.5, 2)
 
 
 def test_the_job_ends_here_when_too_few_go_on_or_this_host_was_left_out(round_of_b, capsys) -> None:
@@ -107,6 +115,22 @@ def test_a_spare_stands_by_until_a_decision_takes_it_in(endpoint) -> None:
     host.etcd.create(host.keys.attempt(1), taken.document())
     assert stand_by(spare, [], 5.0) == taken
     for d in (host, spare):
+        d.leave()
+
+
+def test_a_host_back_stands_by_until_a_later_decision_takes_it_in(endpoint, capsys) -> None:
+    """c's `run` typed again: a decision of an attempt it stood by after (not the first, which named it) takes it in."""
+    run_id = f"b{uuid.uuid4().hex[:6]}"
+    host, back = decider(endpoint, run_id, "a"), decider(endpoint, run_id, "c")
+    back.become("returning")
+    host.etcd.create(host.keys.attempt(1), Decision(attempt=1, hosts=("a", "c"), by="a").document())
+    host.etcd.create(host.keys.attempt(2), Decision(attempt=2, hosts=("a",), lost={"c": "gone"}, by="a").document())
+    taken = Decision(attempt=3, hosts=("a", "c"), joined=("c",), joined_at=1.0, by="a")
+    host.etcd.create(host.keys.attempt(3), taken.document())
+    assert stand_by(back, [], 5.0, passed=frozenset({1, 2})) == taken
+    assert "manual: host c back: waiting in the job's etcd to be taken in at the next checkpoint" in \
+        capsys.readouterr().err
+    for d in (host, back):
         d.leave()
 
 
