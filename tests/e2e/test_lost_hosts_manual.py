@@ -11,9 +11,10 @@ copy), host 0 killed while it sends a copy (its link slowed: the newest complete
 relaunch after host 0 was lost (the newest copy on any host, not host 0's stale one), a host's `run` paused longer than
 every window (the others go on; it ends once it wakes), one host's packets to another dropped one way, an etcd member
 lost, a preempted host (SIGTERM to its `run`: it leaves, the others go on from the checkpoint its stop saved), a spare
-taken in, too few hosts left, and two hosts with topology.min_nodes=1 under an etcd of the user's. Each asserts how
-every host ended, membership.jsonl, the exact step resumed (that of the newest complete copy the hosts that remain
-held), that one group trained at a time (the ranks' steps.jsonl: one lineage), and that nothing is left on any host."""
+taken in, a lost host's `run` typed again (it joins at the next checkpoint: the world size returns), too few hosts
+left, and two hosts with topology.min_nodes=1 under an etcd of the user's. Each asserts how every host ended,
+membership.jsonl, the exact step resumed (that of the newest complete copy the hosts that remain held), that one group
+trained at a time (the ranks' steps.jsonl: one lineage), and that nothing is left on any host."""
 
 from __future__ import annotations
 
