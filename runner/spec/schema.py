@@ -104,7 +104,8 @@ class TopologyConfig:
     """The most hosts the job grows back to (torchrun's --nnodes=MIN:MAX); null: the spec's hosts.
 
     launcher=ssh: a lost host that answers again joins at the next checkpoint while the job has fewer hosts than this
-    (launcher.ssh.rejoin_s, launcher.rejoin_after_s)."""
+    (launcher.ssh.rejoin_s, launcher.rejoin_after_s); launcher=manual: a lost host whose `run` is typed again, or a
+    spare standing by, joins the same way."""
 
 
 @dataclass
@@ -256,7 +257,7 @@ class LauncherConfig:
     snapshot_max_mb: float = 200.0
     """A code snapshot larger than this is refused, naming its largest files."""
     rejoin_after_s: float = 60.0
-    """Seconds after a lost host was taken back before it may be taken back again (launcher=ssh).
+    """Seconds after a lost host was taken back before it may be taken back again (launcher=ssh, launcher=manual).
 
     Each join is a restart: a host that flaps costs at most one restart per this many seconds."""
     max_restarts: int = 0

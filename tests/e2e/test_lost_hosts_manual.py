@@ -460,13 +460,21 @@ def test_a_lost_hosts_run_typed_again_joins_at_the_next_checkpoint_and_the_world
     then the join."""
     a, b, c, _ = bed.names
     run_id = f"r{uuid.uuid4().hex[:8]}"
-    steps = 3 * STEPS  # (long enough for host 2's `run` to start again and be taken in)
-    with by_hand(bed, tmp_path, 3, ["topology.min_nodes=2"], run_id, steps=steps) as procs:
+    steps = 3 * STEPS
+    # the two hosts' rank 0 holds once it trained on (world size 2) until host 2 stands by: the job cannot end before
+    # host 2's `run` is back, however long its start takes on a loaded machine
+    gate = tmp_path / "host-2-back"
+    hold = ["topology.min_nodes=2", f"+recipe.hold_after={2 * EVERY}", "+recipe.hold_world=2", f"+recipe.gate={gate}",
+            "+recipe.hold_s=240"]
+    with by_hand(bed, tmp_path, 3, hold, run_id, steps=steps) as procs:
         copied(tmp_path, run_id, range(3), procs)
         assert kill(procs[2]) >= 4
         wait_until(lambda: re.search(rf"manual: restarting on 2 host\(s\) \({a}, {b}\)", procs[0].stdout), 120,
                    "host 0 restarting without host 2", alive=procs[:2])
-        with typed_on(bed, tmp_path, 3, ["topology.min_nodes=2"], run_id, 2, steps) as again:
+        with typed_on(bed, tmp_path, 3, hold, run_id, 2, steps) as again:
+            wait_until(lambda: re.search(seen("back", bed), again.stdout), 240, "host 2 standing by",
+                       alive=[*procs[:2], again])
+            gate.touch()
             (code0, said0), (code1, said1), (code2, said2) = finish([procs[0], procs[1], again], timeout=240)
     found = done_on(run_folder(tmp_path, 0, run_id), said0, code0, world_size=3, steps=steps)
     assert code1 == code2 == 0, (said1, said2)

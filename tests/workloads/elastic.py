@@ -7,8 +7,10 @@ honoured at the next checkpoint step (ctx.should_stop, asked at those steps only
 Rank 0 says "resumed from <path>: step N" where it resumes, and appends a line to ``out_dir/steps.jsonl`` after each
 step (``time.time()``; the bed's hosts share the clock): the step, the world size, the attempt and the step the
 attempt resumed from, so that a test sees which group trained when, without sleeping. With ``hold_after`` and
-``gate``, rank 0 holds after that step (its checkpoint saved) until the file ``gate`` exists (the others wait in the
-next all-reduce): a test changes the hosts' network between two saves, and then lets the job go on.
+``gate``, rank 0 holds after the first step it takes at or past that one (its checkpoint saved where it is a checkpoint
+step), for at most ``hold_s`` (120), until the file ``gate`` exists (the others wait in the next all-reduce); with
+``hold_world`` too, only in an attempt of that world size: a test changes the hosts' network between two saves, or
+starts a host again, and then lets the job go on.
 
 No DDP and no torch.optim: each imports torch._dynamo in every rank (the DDP constructor, the first optimizer step:
 about 0.9 CPU-s a rank, most of what this job costs), and a lost host shows the same with a plain all-reduce.
@@ -36,6 +38,8 @@ def main(ctx, cfg):
     pad = torch.zeros(int(cfg.get("pad_mb", 0)) * 2**18)  # float32: 4 bytes each
     bar = ctx.progress(cfg.steps, "train", initial=step)  # the runner hears the attempt's first step from it
     out = Path(cfg.out_dir)
+    hold_after = cfg.get("hold_after")
+    holds = hold_after is not None and cfg.get("hold_world", ctx.world_size) == ctx.world_size and ctx.is_main
     while step < cfg.steps:
         grad = torch.randn(16, 4)
         dist.all_reduce(grad)  # the step's one all-reduce, as a DDP model's would be
@@ -48,8 +52,9 @@ def main(ctx, cfg):
                                     "resumed": resumed, "host": ctx.host}) + "\n")
         if step % cfg.every == 0 or step == cfg.steps:
             ctx.save_checkpoint({"step": step, "pad": pad, "weight": weight})
-        if step == cfg.get("hold_after") and ctx.is_main:
-            held_until(Path(cfg.gate))
+        if holds and step >= hold_after:
+            held_until(Path(cfg.gate), float(cfg.get("hold_s", 120.0)))
+            holds = False
         if step % cfg.every == 0 and ctx.should_stop():  # (the same step on every rank: the agreement matches)
             ctx.save_checkpoint({"step": step, "pad": pad, "weight": weight})
             if ctx.is_main:

@@ -321,6 +321,11 @@ class Decider:
         """The hosts coming back (their `run` started again) whose member key is there."""
         return {label for label, role in self._members().items() if role == "returning"}
 
+    def standing_by(self) -> set[str]:
+        """Those whose `run` waits to be taken in: hosts coming back, and spares (not a host left out whose `run`
+        is still ending: its key says ``host`` until it goes)."""
+        return {label for label, role in self._members().items() if role in ("returning", "spare")}
+
     def _members(self) -> dict[str, str]:
         """Each member key's label and role."""
         return {label: str(doc.get("role", "host")) for label, doc in self._member_docs().items()}

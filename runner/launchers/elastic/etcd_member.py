@@ -129,18 +129,22 @@ def member_start(cluster: OwnCluster, index: int, within_s: float) -> str:
     if _serving(cluster.addrs[index], cluster.client_port):
         raise MemberRefused(f"this host's member of the job's etcd still runs here (port {cluster.client_port}): "
                             f"another `run` of this host holds it")
+    changes = Etcd(others, ask_s=5.0)  # (a change is committed by a majority: slower than a read)
     deadline = time.monotonic() + within_s
-    for change in ([lambda: etcd.remove_member(str(mine[0]["ID"]))] if mine else []) + [lambda: etcd.add_member(url)]:
-        while True:
-            try:
-                change()
-                break
-            except EtcdError as e:
-                if time.monotonic() > deadline:
-                    raise MemberRefused(f"the job's etcd did not take this host's member back within {within_s:g} s "
-                                        f"(init.timeout_s): {e}") from None
-                time.sleep(READY_S)
-    return "existing"
+    while True:  # each pass reads where the changes stand: one whose answer was lost is not made twice
+        try:
+            mine = [m for m in changes.members() if url in m.get("peerURLs", ())]
+            if mine and not mine[0].get("clientURLs") and not mine[0].get("name"):
+                return "existing"  # added, not started yet
+            if mine:
+                changes.remove_member(str(mine[0]["ID"]))
+            else:
+                changes.add_member(url)
+        except EtcdError as e:
+            if time.monotonic() > deadline:
+                raise MemberRefused(f"the job's etcd did not take this host's member back within {within_s:g} s "
+                                    f"(init.timeout_s): {e}") from None
+            time.sleep(READY_S)
 
 
 def _serving(addr: str, port: int) -> bool:

@@ -37,7 +37,7 @@ class EtcdReturns:
         if not due or self.room < 1:
             return ()
         try:
-            up = self.decider.returning() | self.decider.alive()
+            up = self.decider.standing_by()
         except EtcdError:
             return ()
         return tuple(name for name in due if name in up)[:self.room]

@@ -240,7 +240,7 @@ def test_a_join_is_asked_once_and_never_after_the_job_is_over_and_a_host_back_is
         d[h].say_began(0)
     assert d["c"].has_begun()
     d["c"].become("returning")
-    assert (d["a"].alive(), d["a"].returning()) == ({"a", "b"}, {"c"})
+    assert (d["a"].alive(), d["a"].returning(), d["a"].standing_by()) == ({"a", "b"}, {"c"}, {"c"})
     first = d["a"].say_joining(1, Joining(("c",), 5.0))
     assert first == Joining(("c",), 5.0) and d["b"].say_joining(1, Joining(("x",), 6.0)) == first
     assert d["b"].say_over("done", 1) is False and d["b"].is_over() is None

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.unit
 class FakeDecider:
     """What joins asks of runner.launchers.elastic.decisions.Decider, kept in memory; ``fails``: etcd silent."""
 
-    def __init__(self, returning: set[str] = frozenset(), alive: set[str] = frozenset(), over: bool = False) -> None:
-        self._returning, self._alive, self.over, self.fails = set(returning), set(alive), over, False
+    def __init__(self, returning: set[str] = frozenset(), spares: set[str] = frozenset(), over: bool = False) -> None:
+        self._returning, self._spares, self.over, self.fails = set(returning), set(spares), over, False
         self.asked: list[Joining] = []
         self.began: list[int] = []
 
@@ -31,13 +31,9 @@ class FakeDecider:
         if self.fails:
             raise EtcdError("timed out")
 
-    def returning(self) -> set[str]:
+    def standing_by(self) -> set[str]:
         self._etcd()
-        return self._returning
-
-    def alive(self) -> set[str]:
-        self._etcd()
-        return self._alive
+        return self._returning | self._spares
 
     def say_joining(self, attempt: int, joining: Joining) -> Joining | None:
         self._etcd()
@@ -56,11 +52,11 @@ def candidate(name: str, due: float = 0.0, joins: bool = True) -> Candidate:
 
 
 def test_those_due_and_standing_by_are_ready_up_to_the_room() -> None:
-    decider = FakeDecider(returning={"c", "d"}, alive={"a", "b", "s"})
+    decider = FakeDecider(returning={"c", "d"}, spares={"s"})
     later = time.time() + 3600
     returns = EtcdReturns(decider, [candidate("c"), candidate("e"), candidate("d", due=later), candidate("s"),
                                     candidate("t", joins=False)], room=2)
-    assert returns.ready() == ("c", "s")  # e is not up, d not due (launcher.rejoin_after_s), t only kept ready
+    assert returns.ready() == ("c", "s")  # e does not stand by, d not due (launcher.rejoin_after_s), t only kept ready
     assert EtcdReturns(decider, [candidate("c"), candidate("s")], room=1).ready() == ("c",)
     assert EtcdReturns(decider, [candidate("c")], room=0).ready() == ()
     decider.fails = True
