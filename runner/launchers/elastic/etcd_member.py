@@ -24,6 +24,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from runner.common.owned_folders import OwnedFolder, remove_abandoned
 from runner.launchers.elastic.etcd import Etcd, EtcdError
@@ -116,30 +117,34 @@ def member_start(cluster: OwnCluster, index: int, within_s: float) -> str:
     others = [e for i, e in enumerate(cluster.endpoints) if i != index]
     if not others:
         return "new"
+    url = cluster.peer_url(index)
     etcd = Etcd(others, ask_s=1.0)
+
+    def listed() -> dict[str, Any] | None:
+        """This member as the others list it (None: not listed)."""
+        return next((m for m in etcd.members() if url in m.get("peerURLs", ())), None)
+
     try:
-        members = etcd.members()
+        mine = listed()
     except EtcdError:
         return "new"  # (no member up to ask: the bootstrap)
-    url = cluster.peer_url(index)
-    mine = [m for m in members if url in m.get("peerURLs", ())]
-    if mine and not mine[0].get("clientURLs"):  # never started (a member says its client URLs once it runs)
+    if mine is not None and not mine.get("clientURLs"):  # never started (a member says its client URLs once it runs)
         # listed from the bootstrap (named there): it starts as the others did; else added by an earlier try
-        return "new" if mine[0].get("name") else "existing"
+        return "new" if mine.get("name") else "existing"
     if _serving(cluster.addrs[index], cluster.client_port):
         raise MemberRefused(f"this host's member of the job's etcd still runs here (port {cluster.client_port}): "
                             f"another `run` of this host holds it")
-    changes = Etcd(others, ask_s=5.0)  # (a change is committed by a majority: slower than a read)
+    etcd.ask_s = 5.0  # (a change is committed by a majority: slower than a read)
     deadline = time.monotonic() + within_s
     while True:  # each pass reads where the changes stand: one whose answer was lost is not made twice
         try:
-            mine = [m for m in changes.members() if url in m.get("peerURLs", ())]
-            if mine and not mine[0].get("clientURLs") and not mine[0].get("name"):
+            mine = listed()
+            if mine is not None and not mine.get("clientURLs") and not mine.get("name"):
                 return "existing"  # added, not started yet
-            if mine:
-                changes.remove_member(str(mine[0]["ID"]))
+            if mine is not None:
+                etcd.remove_member(str(mine["ID"]))
             else:
-                changes.add_member(url)
+                etcd.add_member(url)
         except EtcdError as e:
             if time.monotonic() > deadline:
                 raise MemberRefused(f"the job's etcd did not take this host's member back within {within_s:g} s "
