@@ -104,8 +104,8 @@ class TopologyConfig:
     """The most hosts the job grows back to (torchrun's --nnodes=MIN:MAX); null: the spec's hosts.
 
     launcher=ssh: a lost host that answers again joins at the next checkpoint while the job has fewer hosts than this
-    (launcher.ssh.rejoin_s, launcher.rejoin_after_s); launcher=manual: a lost host whose `run` is typed again, or a
-    spare standing by, joins the same way."""
+    (launcher.ssh.rejoin_s, launcher.rejoin_after_s); launcher=manual: a lost host whose `run` is typed again, or
+    still runs (its link back up, its machine woken), or a spare standing by, joins the same way."""
 
 
 @dataclass

@@ -188,8 +188,7 @@ class Decider:
                 if not created:
                     self._claim(keys.member(self.label), me)
                 self.keys = keys
-                self._beating = threading.Thread(target=self._beat, name="runner-etcd-keepalive", daemon=True)
-                self._beating.start()
+                self._keep_alive()
                 return keys
 
     def _claim(self, key: str, value: str) -> None:
@@ -219,6 +218,24 @@ class Decider:
         assert self.keys is not None and self.lease is not None
         self.role = role
         self.etcd.put(self.keys.member(self.label), self._member_value(), self.lease)
+
+    def come_back(self) -> None:
+        """This host, left out by the others while its `run` lived on (its link down, its machine paused), stands by
+        to be taken back: its old lease revoked where it is not gone yet, its member key put again, only where none
+        is there, with a lease of its own, as ``returning``, and kept alive as from :meth:`join`. Raises EtcdError
+        (etcd out of reach) or AlreadyRunning."""
+        assert self.keys is not None
+        self.leave()  # (its lease expired, the usual case: nothing to revoke)
+        self._stop, self._beating, self.role = threading.Event(), None, "returning"
+        asked = time.monotonic()
+        self.lease = self.etcd.grant(self.ttl_s)
+        self.kept_until, self.reached, self.out = asked + self.ttl_s, time.monotonic(), None
+        self._claim(self.keys.member(self.label), self._member_value())
+        self._keep_alive()
+
+    def _keep_alive(self) -> None:
+        self._beating = threading.Thread(target=self._beat, name="runner-etcd-keepalive", daemon=True)
+        self._beating.start()
 
     def has_begun(self) -> bool:
         """This host's ranks began an attempt of the launch it joined: it was in the job, was lost, and its `run` is

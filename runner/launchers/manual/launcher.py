@@ -229,7 +229,13 @@ class ManualLauncher(Launcher):
                 try:
                     if node < len(job.hosts) and self._returning(decider):
                         decider.become("returning")
-                    return self._stand_by() if decider.role != "host" else AttemptsOnHosts(self).run()
+                    outcome = self._stand_by() if decider.role != "host" else AttemptsOnHosts(self).run()
+                    while self._round.left_out and not stopped:  # the others went on without it: it comes back
+                        self._round.left_out.clear()
+                        if not self._come_back(decider):
+                            return outcome
+                        outcome = self._stand_by()
+                    return outcome
                 finally:
                     if self.zygote is None:  # its own (one given is its giver's to close)
                         zygote.close()
@@ -251,6 +257,17 @@ class ManualLauncher(Launcher):
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(READY_S)
+
+    @staticmethod
+    def _come_back(decider: Decider) -> bool:
+        """This host, left out while its `run` lived on, in the job's etcd again as a host coming back; False: etcd
+        refused it (out of reach, or a `run` of this host typed again meanwhile holds its place), said why."""
+        try:
+            decider.come_back()
+            return True
+        except (EtcdError, AlreadyRunning) as e:
+            print(f"manual: this host cannot stand by to be taken back: {e}", file=sys.stderr, flush=True)
+            return False
 
     def _etcd(self, node: int) -> tuple[list[str], OwnMember | None]:
         """Where this host's decisions are made: the user's etcd, or the job's own, whose member here it starts."""
@@ -291,8 +308,8 @@ class ManualLauncher(Launcher):
                 time.sleep(1.0)
 
     def _stand_by(self) -> LaunchOutcome:
-        """A spare's `run`, or a lost host's started again: ready until a decision takes it in (then its rounds, from
-        that attempt, as a host), or until the job ends without it."""
+        """A spare's `run`, a lost host's started again, or a host's left out while its `run` lived on: ready until a
+        decision takes it in (then its rounds, from that attempt, as a host), or until the job ends without it."""
         assert self._round is not None
         this, spec = self._round, self.plan.job.spec
         try:

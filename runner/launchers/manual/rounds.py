@@ -7,12 +7,14 @@ A round is this host's share of the job on one set of hosts, attempt after attem
 host says so in etcd and follows the decision for the next attempt, the one that exists. When every host came (a
 rank's failure), the attempt starts again on the same hosts (launcher.max_restarts counts it); when some did not, the
 round ends with them lost and the next starts on the hosts the decision names (runner.launchers.elastic.membership
-numbers them, the same on every host); where the decision leaves this host out, or etcd cannot be reached, the job
-ends here. A share that ends otherwise (done, or stopped by a signal) ends the round and the job; its host says the
-job is over in etcd first, unless a join was asked at the attempt's checkpoint (runner.launchers.manual.joins: the
-stop every rank took was for it): then the hosts decide the next attempt, with those joining after them, and the
-round ends with them joining. A spare's `run`, and the `run` of a lost host started again, stand by
-(:func:`stand_by`) until a decision takes them in, then run their rounds as the hosts' do.
+numbers them, the same on every host); where the decision leaves this host out (its link was down, its machine
+paused), its round ends and its `run` stands by to be taken back (``HostRound.left_out``); where etcd cannot be
+reached, the job ends here. A share that ends otherwise (done, or stopped by a signal) ends the round and the job;
+its host says the job is over in etcd first, unless a join was asked at the attempt's checkpoint
+(runner.launchers.manual.joins: the stop every rank took was for it): then the hosts decide the next attempt, with
+those joining after them, and the round ends with them joining. A spare's `run`, the `run` of a lost host started
+again, and a host left out, stand by (:func:`stand_by`) until a decision takes them in, then run their rounds as the
+hosts' do.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class HostRound:
     max_nodes: int  # the most hosts the job grows back to (topology.max_nodes, of the pinned spec)
     stopped: list[int] = field(default_factory=list)  # SIGINT/SIGTERM that reached `run` between shares (one list
     # for all of this host's rounds: ManualLauncher records them while no agent handles them)
+    left_out: list[str] = field(default_factory=list)  # why the others went on without this host while its `run`
+    # lived on (one list for all of its rounds: ManualLauncher has it stand by to be taken back)
 
     @property
     def hosts(self) -> list[str]:
@@ -182,7 +186,8 @@ def _next(this: HostRound, attempt: int, found: list[JobFailure]) -> Decision | 
                                         how="failed", why="; ".join(f.text for f in found),
                                         patience_s=decider.lost_after_s + hard_stop_s(this.plan.job.spec.launcher))
     except EtcdError as e:
-        why = f"the job's etcd cannot be reached, so this host cannot learn who goes on: {e}"
+        why = (f"the job's etcd cannot be reached, so this host cannot learn who goes on: {e} (its `run` typed again "
+               f"joins the job at a checkpoint)")
         print(f"manual: the job ends on this host: {why}", file=sys.stderr, flush=True)
         return Ended(code=exits.FAILED, signalled=None, cause=why, lost=frozenset())
     if decision is None:
@@ -197,15 +202,17 @@ def _next(this: HostRound, attempt: int, found: list[JobFailure]) -> Decision | 
 
 
 def _ended_by(this: HostRound, decision: Decision, lost_at: float | None) -> Ended | None:
-    """What the decision ends: the job here (this host left out), or this round with hosts lost or joining (the next
-    round starts on those the decision names; where it ends the job, the rounds say so); None: the same hosts
-    again."""
+    """What the decision ends: this host's round where it is left out (it stands by then: ``this.left_out``), or
+    this round with hosts lost or joining (the next round starts on those the decision names; where it ends the job,
+    the rounds say so); None: the same hosts again."""
     me, hosts = this.decider.label, this.hosts
     lost = {i: decision.lost[h] for i, h in enumerate(hosts) if h in decision.lost}
     if decision.ended is None and me not in decision.hosts:
         why = (f"the other hosts went on without this one ({', '.join(decision.hosts)}, from attempt "
                f"{decision.attempt + 1}): {decision.lost.get(me, 'it was not among them')}")
-        print(f"manual: the job ends on this host: {why}", file=sys.stderr, flush=True)
+        print(f"manual: {why}; this host stands by to be taken back at their next checkpoint", file=sys.stderr,
+              flush=True)
+        this.left_out.append(why)
         return Ended(code=exits.FAILED, signalled=None, cause=why, lost=frozenset())
     if not lost and not decision.joined:
         return None

@@ -195,6 +195,35 @@ def test_a_host_whose_lease_expired_learns_it_is_out(endpoint) -> None:
     leave(d)
 
 
+def test_a_host_left_out_comes_back_as_returning_with_a_lease_of_its_own_kept_alive(endpoint) -> None:
+    """b's keepalives stopped until its lease expired (a host cut off, left out by the others): it comes back as a
+    host returning, its key put again with a new lease that its keepalives renew, and stands by: not alive as a host
+    of the attempt that runs. Where a second `run` of b holds b's key meanwhile, b cannot come back."""
+    run_id = f"c{uuid.uuid4().hex[:6]}"
+    d = hosts(endpoint, run_id, "ab")
+    a, b = d["a"], d["b"]
+    b._stop.set()
+    b._beating.join()
+    wait_until(lambda: a.alive() == {"a"}, 10, "b's key gone with its lease")
+    old = b.lease
+    b.come_back()
+    assert (b.role, b.out) == ("returning", None) and b.lease != old
+    assert a.alive() == {"a"} and a.standing_by() == {"b"}
+    first = b.kept_until
+    wait_until(lambda: b.kept_until > first, 10, "a keepalive of b's new lease")
+    assert a.standing_by() == {"b"} and b.out is None
+    b._stop.set()
+    b._beating.join()
+    b.etcd.revoke(b.lease)
+    again = Decider(Etcd([endpoint]), run_id, "b", "host", every_s=0.5)  # a `run` of b typed again meanwhile
+    again.keys, again.lease = b.keys, again.etcd.grant(again.ttl_s)
+    again._claim(b.keys.member("b"), again._member_value())
+    again._keep_alive()
+    with pytest.raises(AlreadyRunning):
+        b.come_back()
+    leave({**d, "again": again})
+
+
 def test_a_lease_etcd_revoked_though_its_host_kept_it_alive_is_put_back(endpoint, capfd) -> None:
     """etcd-io/etcd#15247: a member that led etcd and was paused revokes every lease when it wakes (by its own clock
     they all expired). b's lease revoked so, b kept it alive: at its next keepalive its key is back, with a new lease,

@@ -80,16 +80,18 @@ def test_a_join_ends_the_round_with_the_hosts_joining_and_when_it_was_asked(roun
         exits.OK, frozenset(), None, ("d",), 99.5, 2)
 
 
-def test_the_job_ends_here_when_too_few_go_on_or_this_host_was_left_out(round_of_b, capsys) -> None:
+def test_the_job_ends_when_too_few_go_on_and_a_host_left_out_stands_by(round_of_b, capsys) -> None:
     """Too few: the round ends with its hosts lost, and the rounds (the one model: Membership) say the job ends; left
-    out: the job ends here."""
+    out (its link was down, its machine paused): its round ends, and it stands by to be taken back."""
     small = Decision(attempt=1, hosts=(), lost={"a": "gone", "c": "gone"}, ended="1 host(s) left of 3", by="b")
     ended = _ended_by(round_of_b, small, None)
     assert ended is not None and (ended.code, ended.lost) == (exits.FAILED, frozenset({0, 2}))
     out = _ended_by(round_of_b, Decision(attempt=1, hosts=("a", "c"), lost={"b": "its lease expired"}, by="a"), None)
     assert out is not None and out.lost == frozenset() and out.cause == (
         "the other hosts went on without this one (a, c, from attempt 2): its lease expired")
-    assert "manual: the job ends on this host: the other hosts went on without this one" in capsys.readouterr().err
+    assert round_of_b.left_out == [out.cause] and out.code == exits.FAILED
+    assert ("manual: the other hosts went on without this one (a, c, from attempt 2): its lease expired; this host "
+            "stands by to be taken back at their next checkpoint") in capsys.readouterr().err
 
 
 def test_a_signal_between_two_shares_ends_the_round_before_the_next_share(round_of_b) -> None:
