@@ -486,6 +486,35 @@ def test_a_spare_standing_by_takes_the_lost_hosts_place_and_the_world_size_stays
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
+def test_a_spare_started_late_joins_up_to_max_nodes_at_the_next_checkpoint(bed, tmp_path):
+    """Spare d's `run` typed once the job trains on a, b and c (topology.max_nodes=4): its member of the job's etcd
+    starts as the bootstrap's (it never ran), it stands by, and host 0 takes it in at the next checkpoint: the job
+    finishes at world size 4, no step lost. The three hosts' rank 0 holds once it trained at world size 3 until d
+    stands by (the gate), so the job cannot end first."""
+    a, b, c, d = bed.names
+    run_id, steps = f"t{uuid.uuid4().hex[:8]}", 3 * STEPS
+    gate = tmp_path / "spare-ready"
+    args = [f"topology.spares=[{{name: {d}, devices: 1}}]", "topology.max_nodes=4", f"+recipe.hold_after={2 * EVERY}",
+            "+recipe.hold_world=3", f"+recipe.gate={gate}", "+recipe.hold_s=240"]
+    with by_hand(bed, tmp_path, 3, args, run_id, steps=steps) as procs:
+        copied(tmp_path, run_id, range(3), procs)
+        with typed_on(bed, tmp_path, 3, args, run_id, 3, steps) as spare:
+            wait_until(lambda: f"manual: spare {d} ready" in spare.stdout, 240, "spare d standing by",
+                       alive=[*procs, spare])
+            gate.touch()
+            done = finish([*procs, spare], timeout=240)
+    assert [code for code, _ in done] == [0, 0, 0, 0], [said[-3000:] for _, said in done]
+    found = done_on(run_folder(tmp_path, 0, run_id), done[0][1], done[0][0], world_size=4, steps=steps)
+    (joined,) = membership(run_folder(tmp_path, 0, run_id))
+    assert (joined["before"], joined["after"], joined["lost"], joined["joined"]) == ([a, b, c], [a, b, c, d], [], [d])
+    assert (joined["world_size_before"], joined["world_size_after"], joined["steps_lost"]) == (3, 4, 0), joined
+    assert joined["cause"] == f"{d}: a spare, topology.max_nodes leaving room (it stood by in the job's etcd)", joined
+    assert f"manual: spare {d} taken in: attempt 2 on 4 host(s) ({a}, {b}, {c}, {d})" in done[3][1], done[3][1]
+    assert f"{d} taken in after attempt 1" in found["membership"][0], found
+    one_lineage([tmp_path / 'out' / 'steps.jsonl'], steps=steps)
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
+
+
 def test_a_lost_hosts_run_typed_again_joins_at_the_next_checkpoint_and_the_world_size_returns(bed, tmp_path):
     """Host 2's every process killed; hosts 0 and 1 go on; the same command typed again on host 2: its member of the
     job's etcd joins the cluster again (removed and added: its data went with its machine), its `run` stands by as a
@@ -521,8 +550,8 @@ def test_a_lost_hosts_run_typed_again_joins_at_the_next_checkpoint_and_the_world
         [c], [a, b], [c], [a, b], [a, b, c]), (lost, joined)
     assert (joined["attempt"], joined["next_attempt"], joined["world_size_before"], joined["world_size_after"]) == (
         1, 2, 2, 3), joined
-    assert joined["cause"] == (f"{c}: back (it stood by in the job's etcd: its `run` started again, or left out while "
-                               f"it lived on)"), joined
+    assert joined["cause"] == (f"{c}: back: its `run` started again, or left out while it lived on (it stood by in "
+                               f"the job's etcd)"), joined
     stopped_at = int(re.findall(r"stop requested: checkpoint at step (\d+)", said0)[-1])
     assert joined["resumed_from"] == stopped_at and joined["steps_lost"] == 0 and joined["to_first_step_s"] > 0, joined
     assert f"{c} taken in after attempt 2" in found["membership"][1], found

@@ -225,11 +225,10 @@ def test_a_torchrun_script_runs_unchanged_with_every_ranks_output_prefixed(testb
 
 
 def refused(testbed, job: Job, run_id: str, key: str, ssh_config: str | None = None) -> str:
-    started = time.monotonic()
     with start(testbed, job, [*bed_hosts(testbed, [1, 1])], run_id, ssh_config=ssh_config) as proc:
         ((code, said),) = finish([proc], timeout=60)
     assert code == 2, said
-    assert time.monotonic() - started < 30
+    assert "no answer within" not in said, said  # refused by the check's answer, not by waiting out its timeout
     assert re.search(seen(key, testbed), said), said
     port = yaml.safe_load((job.run_folder(None, run_id) / "spec.yaml").read_text())["init"]["master_port"]
     assert f"    try by hand: {check_argv(testbed, job, testbed.names[1], port, ssh_config)}\n" in said, said

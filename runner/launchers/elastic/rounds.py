@@ -135,7 +135,7 @@ def _with_leavers(ended: Ended, heard: _RoundReports, plan: Plan) -> Ended:
 
 # how a host taken in came back, and what found it, by launcher
 _BACK = {"ssh": ("answered again", "launcher.ssh.rejoin_s"),
-         "manual": ("back", "it stood by in the job's etcd: its `run` started again, or left out while it lived on")}
+         "manual": ("back: its `run` started again, or left out while it lived on", "it stood by in the job's etcd")}
 
 
 class AttemptsOnHosts:

@@ -234,7 +234,7 @@ def test_a_dry_run_sweep_submits_nothing(testbed, tmp_path):
 def test_ctrl_c_cancels_every_array_and_leaves_nothing_running(testbed, tmp_path):
     run_id = f"sweepint-{uuid.uuid4().hex[:8]}"
     done = signal_when_ready(["-m", "topology=1x1,2x1", *_paced(tmp_path), "launcher=slurm", f"run_id={run_id}"],
-                             tmp_path, signal.SIGINT, SAVED, count=2, timeout=120,
+                             tmp_path, signal.SIGINT, SAVED, count=2, timeout=300,
                              env=testbed.env())  # both jobs are training
     out = done.output
     assert done.code == 130, out
@@ -257,7 +257,7 @@ def test_the_stop_signal_checkpoints_every_running_job_and_cancels_those_not_sta
     run_id = f"sweepusr-{uuid.uuid4().hex[:8]}"
     done = signal_when_ready(["-m", "topology=1x1,2x1", "recipe.seed=1,2", *_paced(tmp_path), "launcher=slurm",
                               "launcher.slurm.requeue=true", "launcher.slurm.array_parallelism=1", f"run_id={run_id}"],
-                             tmp_path, signal.SIGUSR1, SAVED, count=2, timeout=120,
+                             tmp_path, signal.SIGUSR1, SAVED, count=2, timeout=300,
                              env=testbed.env())  # the first job of each array is training
     out = done.output
     assert done.code == 128 + signal.SIGUSR1, out
