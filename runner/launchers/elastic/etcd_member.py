@@ -98,7 +98,7 @@ def _url_host(addr: str) -> str:
 def _ip(addr: str) -> str:
     """``addr``'s IP address (itself, for an address), as this machine resolves it."""
     try:
-        return socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)[0][4][0]
+        return str(socket.getaddrinfo(addr, None, type=socket.SOCK_STREAM)[0][4][0])
     except OSError:
         return addr  # (etcd says it cannot bind a name; the spec check named unresolvable hosts already)
 

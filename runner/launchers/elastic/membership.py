@@ -103,10 +103,12 @@ class Membership:
         back = [h for name in names for h in waiting if host_key(h) == name][:self.room]
         back_names = {host_key(h) for h in back}
         joined = {**dict(self.joined_at), **{name: now for name in back_names}}
-        kept = {name: tuple(h for h in hosts if host_key(h) not in back_names)
-                for name, hosts in (("absent", self.absent), ("spares", self.spares), ("unready", self.unready))}
-        return GoesOn(dataclasses.replace(self, hosts=(*self.hosts, *back), **kept, joined_at=tuple(joined.items())),
-                      (), tuple(back))
+        def kept(hosts: tuple[HostConfig, ...]) -> tuple[HostConfig, ...]:
+            return tuple(h for h in hosts if host_key(h) not in back_names)
+
+        return GoesOn(dataclasses.replace(self, hosts=(*self.hosts, *back), absent=kept(self.absent),
+                                          spares=kept(self.spares), unready=kept(self.unready),
+                                          joined_at=tuple(joined.items())), (), tuple(back))
 
     def spec(self, spec: JobConfig, attempt: int) -> JobConfig:
         """``spec`` (the run's pinned one) for an attempt on these hosts: its topology these hosts and spares, and a

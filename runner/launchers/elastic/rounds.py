@@ -268,8 +268,9 @@ class AttemptsOnHosts:
         change, self.pending = self.pending, None
         if change is None:
             return
-        first = heard.first_step_at.get(change.next_attempt)
-        host, save = heard.copies.get(change.next_attempt, (None, None))
+        attempt = -1 if change.next_attempt is None else change.next_attempt  # (None: the job ended; no attempt's)
+        first = heard.first_step_at.get(attempt)
+        host, save = heard.copies.get(attempt, (None, None))
         append_change(self.first.paths, replace(
-            change, resumed_from=heard.resumed.get(change.next_attempt), resumed_from_host=host, resumed_from_save=save,
+            change, resumed_from=heard.resumed.get(attempt), resumed_from_host=host, resumed_from_save=save,
             to_first_step_s=round(first - change.time, 3) if first is not None else None))

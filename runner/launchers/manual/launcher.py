@@ -27,7 +27,7 @@ from runner.launchers.elastic.etcd_member import ETCD, READY_S, MemberRefused, O
 from runner.launchers.elastic.membership import Candidate, Membership, host_key, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended, Returns
 from runner.launchers.manual.joins import EtcdReturns
-from runner.launchers.manual.rounds import HostRound, NotCalled, run_round, stand_by
+from runner.launchers.manual.rounds import HostRound, NotCalled, come_back, run_round, stand_by
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
@@ -37,6 +37,7 @@ from runner.spec.problems import Problem
 from runner.spec.schema import InitMethod, JobConfig
 from runner.spec.topology import is_loopback, is_valid_host
 from runner.worker.agent_reports import AgentReport
+from runner.worker.share import hard_stop_s
 from runner.worker.zygote import Zygote
 
 _PINNED = ("launcher.manual.host=", "run_id=", "init.master_port=", "dry_run=")
@@ -232,7 +233,7 @@ class ManualLauncher(Launcher):
                     outcome = self._stand_by() if decider.role != "host" else AttemptsOnHosts(self).run()
                     while self._round.left_out and not stopped:  # the others went on without it: it comes back
                         self._round.left_out.clear()
-                        if not self._come_back(decider):
+                        if not come_back(decider, stopped, decider.lost_after_s + hard_stop_s(spec.launcher)):
                             return outcome
                         outcome = self._stand_by()
                     return outcome
@@ -257,17 +258,6 @@ class ManualLauncher(Launcher):
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(READY_S)
-
-    @staticmethod
-    def _come_back(decider: Decider) -> bool:
-        """This host, left out while its `run` lived on, in the job's etcd again as a host coming back; False: etcd
-        refused it (out of reach, or a `run` of this host typed again meanwhile holds its place), said why."""
-        try:
-            decider.come_back()
-            return True
-        except (EtcdError, AlreadyRunning) as e:
-            print(f"manual: this host cannot stand by to be taken back: {e}", file=sys.stderr, flush=True)
-            return False
 
     def _etcd(self, node: int) -> tuple[list[str], OwnMember | None]:
         """Where this host's decisions are made: the user's etcd, or the job's own, whose member here it starts."""
@@ -320,6 +310,8 @@ class ManualLauncher(Launcher):
         said = "spare" if this.decider.role == "spare" else "host"
         if isinstance(called, NotCalled):
             print(f"manual: {said} {this.decider.label}: {called.why}", file=sys.stderr, flush=True)
+            if this.decider.out is not None and this.decider.role == "returning" and not this.stopped:
+                this.left_out.append(called.why)  # (etcd silent while it stood by: it comes back once it answers)
             if this.stopped:
                 return LaunchOutcome(code=exits.from_signal(this.stopped[0]), signalled=this.stopped[0])
             return LaunchOutcome(code=exits.OK if called.job_done else exits.FAILED,

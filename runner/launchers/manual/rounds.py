@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner.common import exits
-from runner.launchers.elastic.decisions import Decider, Decision
+from runner.launchers.elastic.decisions import AlreadyRunning, Decider, Decision
 from runner.launchers.elastic.etcd import EtcdError
 from runner.launchers.elastic.membership import Membership
 from runner.launchers.elastic.rounds import Ended
@@ -266,3 +266,25 @@ def stand_by(decider: Decider, stopped: list[int], start_s: float, passed: froze
         except EtcdError:
             pass
         time.sleep(decider.every_s)
+
+
+def come_back(decider: Decider, stopped: list[int], patience_s: float) -> bool:
+    """This host, left out while its `run` lived on, in the job's etcd again as a host coming back
+    (:meth:`Decider.come_back`), etcd tried for ``patience_s`` (as long as the others take to find a host lost and end
+    their shares); False: a signal meanwhile (``stopped``), or etcd refused it (out of reach that long, or a `run` of
+    this host typed again holds its place), said why."""
+    deadline = time.monotonic() + patience_s
+    while not stopped:
+        try:
+            decider.come_back()
+            return True
+        except EtcdError as e:
+            if time.monotonic() > deadline:
+                print(f"manual: this host cannot stand by to be taken back: the job's etcd did not answer: {e}",
+                      file=sys.stderr, flush=True)
+                return False
+        except AlreadyRunning as e:
+            print(f"manual: this host cannot stand by to be taken back: {e}", file=sys.stderr, flush=True)
+            return False
+        time.sleep(decider.every_s)
+    return False

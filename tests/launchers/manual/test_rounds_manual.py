@@ -16,10 +16,10 @@ from conftest import environment, hosts_override, validate
 from etcd_fixtures import local_etcd
 from runner.common import exits
 from runner.launchers import plan_for
-from runner.launchers.elastic.decisions import Decider, Decision
-from runner.launchers.elastic.etcd import Etcd
+from runner.launchers.elastic.decisions import AlreadyRunning, Decider, Decision
+from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.manual import ManualLauncher
-from runner.launchers.manual.rounds import HostRound, NotCalled, _ended_by, run_round, stand_by
+from runner.launchers.manual.rounds import HostRound, NotCalled, _ended_by, come_back, run_round, stand_by
 from runner.records.paths import RunPaths
 from runner.spec.pins import pinned
 from runner.worker.attempt_state import FAILURE_STOP_S, HARD_STOP_MARGIN_S
@@ -149,3 +149,32 @@ def test_a_spare_not_taken_in_ends_when_the_job_is_over_or_no_host_came_or_a_sig
                                                  "(init.timeout_s)", job_done=False)
     assert stand_by(alone, [signal.SIGTERM], 60) == NotCalled("SIGTERM: this spare stops standing by", job_done=False)
     alone.leave()
+
+
+class _Refusing:
+    """A decider whose come_back raises each of ``answers`` in turn (None: it comes back)."""
+
+    every_s = 0.0
+
+    def __init__(self, *answers: Exception | None) -> None:
+        self.answers, self.tries = list(answers), 0
+
+    def come_back(self) -> None:
+        self.tries += 1
+        answer = self.answers.pop(0)
+        if answer is not None:
+            raise answer
+
+
+def test_a_host_left_out_comes_back_once_etcd_answers_within_its_patience(capsys) -> None:
+    """etcd silent twice, then it answers: back; silent past the patience, or a second `run` of the host in its
+    place, or a signal: not back, said why."""
+    silent = EtcdError("timed out")
+    back = _Refusing(silent, silent, None)
+    assert come_back(back, [], patience_s=60) and back.tries == 3  # type: ignore[arg-type]
+    assert not come_back(_Refusing(silent), [], patience_s=-1)  # type: ignore[arg-type]
+    assert "cannot stand by to be taken back: the job's etcd did not answer: timed out" in capsys.readouterr().err
+    in_its_place = _Refusing(AlreadyRunning("a `run` of host b is in this job already"))
+    assert not come_back(in_its_place, [], 60)  # type: ignore[arg-type]
+    assert "cannot stand by to be taken back: a `run` of host b is in this job already" in capsys.readouterr().err
+    assert not come_back(_Refusing(None), [signal.SIGINT], 60)  # type: ignore[arg-type]
