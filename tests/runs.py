@@ -51,7 +51,8 @@ class Finished:
 # What a user's shell does not have when they type `run`: another job's scheduler and launcher variables (Slurm's,
 # Open MPI's, PMI's, Hydra's, torchrun's), and a PYTHONPATH to this checkout (the runner must find a user's modules
 # from the folder `run` starts in, as it does for them).
-FOREIGN_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "HYDRA_", "TORCHELASTIC_")
+FOREIGN_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "HYDRA_", "TORCHELASTIC_", "PYTEST_")  # (PYTEST_ADDOPTS:
+# the suite's own options, which a user's pytest, run by a test, does not know)
 FOREIGN_NAMES = frozenset({"PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                            "MASTER_ADDR", "MASTER_PORT"})
 
