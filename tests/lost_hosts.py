@@ -12,8 +12,10 @@ import re
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from runner.training.copies import CopyRecord, complete_copy
+if TYPE_CHECKING:  # imported where used: runner.training imports torch, seconds that the link helpers do not need
+    from runner.training.copies import CopyRecord
 
 STEPS, EVERY, STEP_S = 150, 10, 0.05  # a checkpoint every 10 steps, 20 steps a second at most
 LEFT_ON_HOSTS_S = 60  # runs.nothing_left's wait: a host cut off from the others ends its share by itself
@@ -30,6 +32,25 @@ def link(bed, host: str, up: bool) -> None:
     """``host``'s link to the others up or down (down: its packets are dropped, no connection is closed)."""
     h = bed.host(host)
     subprocess.run(bed.exec_argv(h, ["ip", "link", "set", h.ifname, "up" if up else "down"]), check=True)
+
+
+def data_link(bed, host: str, up: bool) -> None:
+    """``host``'s data link (``up --data-network``) up or down, its lan untouched: the host still answers there."""
+    h = bed.host(host)
+    assert h.data_ifname is not None, f"{host} has no data network: bring the bed up with --data-network"
+    subprocess.run(bed.exec_argv(h, ["ip", "link", "set", h.data_ifname, "up" if up else "down"]), check=True)
+
+
+def data_cut_between(bed, one: str, other: str, cut: bool) -> None:
+    """The data addresses of ``one`` and ``other`` unreachable from each other (a blackhole route to the other's in
+    each namespace), or reachable again (cut=False; routes already gone are fine). Every other pair, and the lan
+    between these two, keep working: a fault between two hosts, not of either."""
+    for here, there in ((one, other), (other, one)):
+        addr = bed.host(there).data_addr
+        assert addr is not None, f"{there} has no data network: bring the bed up with --data-network"
+        route = ["ip", "route", "replace" if cut else "del", "blackhole", f"{addr}/32"]
+        done = subprocess.run(bed.exec_argv(here, route), capture_output=True, text=True)
+        assert done.returncode == 0 or (not cut and "No such process" in done.stderr), (route, here, done.stderr)
 
 
 def membership(run_folder: Path) -> list[dict]:
@@ -57,6 +78,7 @@ def done_on(run_folder: Path, said: str, code: int, world_size: int, steps: int 
 
 def newest(checkpoints: Iterable[Path]) -> CopyRecord:
     """The newest complete copy among ``checkpoints`` (each host's last.pt): the one a restart must resume from."""
+    from runner.training.copies import complete_copy
     copies = [c for c in (complete_copy(path) for path in checkpoints) if c is not None]
     assert copies, f"no complete copy among {list(checkpoints)}"
     return max(copies)

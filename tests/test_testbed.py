@@ -1,9 +1,12 @@
 """The namespace test bed itself (scripts/testbed.py, fixture ``testbed``): Slurm runs tasks on every host with
 its own address, hosts reach each other over the bridge and never over their decoys, mpirun reaches both
-namespaces through the rsh agent, and `down` leaves nothing behind."""
+namespaces through the rsh agent, the data network (``--data-network``) is cut between two hosts or at one while
+the lan answers, and `down` leaves nothing behind."""
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import ipaddress
 import json
 import shutil
@@ -11,11 +14,14 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from testbed_fixtures import (Bed, bed_cmd, bed_down, bed_up, leftovers, missing_requirements, namespace_inodes,
-                              unavailable)
+from lost_hosts import data_cut_between, data_link
+from runs import wait_until
+from testbed_fixtures import (TESTBED, Bed, bed_cmd, bed_down, bed_of_its_own, bed_up, leftovers,
+                              missing_requirements, namespace_inodes, unavailable)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -252,6 +258,82 @@ def test_a_host_without_the_key_refuses_the_login(testbed: Bed, tmp_path):
     assert done.returncode == 255 and "Permission denied (publickey)" in done.stderr, done.stderr
     assert run([*login, testbed.addrs[testbed.names[1]], "--", "true"]).returncode == 255  # by address too
     assert ok(run([*login, testbed.names[0], "--", "echo in"])) == "in\n"  # the other host takes the same config
+
+
+# --------------------------------------------------------------------------- the data network
+
+
+def bed_layout(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """scripts/bed/layout.py, imported as testbed.py imports it (its folder first on sys.path)."""
+    monkeypatch.syspath_prepend(str(TESTBED.parent))
+    return importlib.import_module("bed.layout")
+
+
+@pytest.mark.unit
+def test_a_data_network_gets_a_subnet_of_its_own_and_interface_names_that_fit(monkeypatch):
+    """Its subnet overlaps neither the lan's, the decoys' nor the machine's networks; each host's data address is
+    numbered as its lan address; every interface name fits at the longest prefix and the most hosts allowed; and a
+    plan.json from before the data network still loads (`down` must undo it)."""
+    layout = bed_layout(monkeypatch)
+    taken = ipaddress.ip_network("10.0.0.0/9")  # half of 10/8: the picks must go around it
+    monkeypatch.setattr(layout, "used_networks", lambda: [taken])
+    monkeypatch.setattr(layout, "nameservers", lambda: [])
+    monkeypatch.setattr(layout, "name_taken", lambda tag: False)
+    prefix = "t" * (layout.IFNAMSIZ - layout.ID_HEX - len(f"d{layout.MAX_HOSTS}"))
+    layout.check_prefix(prefix, layout.MAX_HOSTS)
+    with pytest.raises(layout.TestbedError, match="too long"):
+        layout.check_prefix(prefix + "t", layout.MAX_HOSTS)
+    args = argparse.Namespace(prefix=prefix, hosts=layout.MAX_HOSTS, cpus=1, slurm=False, slurmd_timeout=30,
+                              sshd=False, decoy=True, data_network=True)
+    plan = layout.make_plan(args, Path("/nonexistent"))
+    lan, decoy, data = (ipaddress.ip_network(n) for n in (plan.subnet, plan.decoy_subnet, plan.data_subnet))
+    for one, other in ((data, lan), (data, decoy), (data, taken), (lan, decoy), (lan, taken), (decoy, taken)):
+        assert not one.overlaps(other), (one, other)
+    assert plan.data_bridge_addr == str(data[1])
+    assert all((h.addr, h.data_addr) == (str(lan[10 + h.index]), str(data[10 + h.index])) for h in plan.hosts)
+    names = [plan.bridge, plan.data_bridge, *(name for h in plan.hosts for name in (h.veth, h.data_veth))]
+    assert len(set(names)) == len(names) and max(map(len, names)) == layout.IFNAMSIZ, names
+    assert layout.Plan.from_json(plan.to_json()) == plan
+    written_before = plan.to_json()
+    del written_before["data_subnet"]
+    for h in written_before["hosts"]:
+        del h["data_addr"], h["data_veth"]
+    older = layout.Plan.from_json(written_before)
+    assert older.data_subnet is None and {(h.data_addr, h.data_veth) for h in older.hosts} == {(None, None)}
+
+
+def reaches(bed: Bed, source: str, addr: str, within: float = 2) -> bool:
+    """One ping from ``source``'s namespace to ``addr`` answered within ``within`` seconds (the answer ends it)."""
+    return run(bed.exec_argv(source, ["ping", "-c1", f"-W{within:g}", addr])).returncode == 0
+
+
+def test_the_data_network_is_cut_between_two_hosts_or_at_one_while_the_lan_answers(tmp_path):
+    with bed_of_its_own(tmp_path / "bed", "--hosts", "3", "--data-network", "--prefix", "tbdn") as bed:
+        h1, h2, h3 = bed.names
+        data = bed.data_addrs
+        assert ipaddress.ip_address(data[h1]) in ipaddress.ip_network(bed.data_subnet)
+        assert not ipaddress.ip_network(bed.data_subnet).overlaps(ipaddress.ip_network(bed.subnet))
+        assert route_dev(bed, h1, data[h2]) == bed.host(h1).data_ifname == "data0"
+        defaults = json.loads(ok(run(bed.exec_argv(h1, ["ip", "-j", "route", "show", "default"]))))
+        assert [r["dev"] for r in defaults] == [bed.host(h1).ifname], defaults  # none through the data network
+        assert reaches(bed, h1, data[h2]) and reaches(bed, h1, data[h3])
+
+        data_cut_between(bed, h2, h3, cut=True)
+        try:
+            assert not reaches(bed, h2, data[h3], within=1) and not reaches(bed, h3, data[h2], within=1)
+            assert reaches(bed, h2, bed.addrs[h3]) and reaches(bed, h2, data[h1]) and reaches(bed, h1, data[h3])
+        finally:
+            data_cut_between(bed, h2, h3, cut=False)
+        assert reaches(bed, h2, data[h3])
+        data_cut_between(bed, h2, h3, cut=False)  # undoing it twice is fine
+
+        data_link(bed, h1, up=False)
+        try:
+            assert not reaches(bed, h2, data[h1], within=1)
+            assert reaches(bed, h2, bed.addrs[h1])
+        finally:
+            data_link(bed, h1, up=True)
+        wait_until(lambda: reaches(bed, h2, data[h1], within=1), 10, f"{h1}'s data address answering again")
 
 
 # --------------------------------------------------------------------------- down

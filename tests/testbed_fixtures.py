@@ -49,6 +49,8 @@ class BedHost:
     ifname: str
     decoy_ifname: str | None
     decoy_addr: str | None
+    data_ifname: str | None = None  # the data network's interface (``up --data-network``), None without one
+    data_addr: str | None = None  # on ``data_ifname``, the data subnet
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class Bed:
     mpirun_args: tuple[str, ...]
     description: Mapping[str, object]
     ssh: Mapping[str, object] | None = None  # the sshds (scripts/bed/sshd.py): config, home, each host's folders
+    data_subnet: str | None = None  # the data network's (``up --data-network``), None without one
 
     @property
     def ssh_config(self) -> str:
@@ -102,11 +105,14 @@ class Bed:
 
     @classmethod
     def from_description(cls, d: Mapping) -> Bed:
+        """The bed ``d`` (testbed.json) describes; a description from before the data network has none."""
         hosts = tuple(BedHost(name=h["name"], addr=h["addr"], netns_path=h["netns_path"], ifname=h["ifname"],
-                              decoy_ifname=h["decoy_ifname"], decoy_addr=h["decoy_addr"]) for h in d["hosts"])
+                              decoy_ifname=h["decoy_ifname"], decoy_addr=h["decoy_addr"],
+                              data_ifname=h.get("data_ifname"), data_addr=h.get("data_addr")) for h in d["hosts"])
         return cls(state=Path(d["state"]), hosts=hosts, subnet=d["subnet"], bridge_addr=d["bridge"]["addr"],
                    partition=d["slurm"]["partition"] if d["slurm"] else None, slurm_env=dict(d["env"]),
-                   rsh_agent=d["rsh_agent"], mpirun_args=tuple(d["mpirun_args"]), description=d, ssh=d.get("ssh"))
+                   rsh_agent=d["rsh_agent"], mpirun_args=tuple(d["mpirun_args"]), description=d, ssh=d.get("ssh"),
+                   data_subnet=d.get("data_subnet"))
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -116,6 +122,11 @@ class Bed:
     def addrs(self) -> dict[str, str]:
         """Host name -> lan address."""
         return {h.name: h.addr for h in self.hosts}
+
+    @property
+    def data_addrs(self) -> dict[str, str]:
+        """Host name -> data address, for the hosts that have one (``up --data-network``)."""
+        return {h.name: h.data_addr for h in self.hosts if h.data_addr is not None}
 
     def host(self, name: str) -> BedHost:
         return next(h for h in self.hosts if h.name == name)
@@ -188,10 +199,18 @@ def _processes() -> dict[int, tuple[str, str]]:
     return found
 
 
+def root_links(description: Mapping) -> list[str]:
+    """The interfaces a bed made in the root namespace: its bridges and the root ends of its veth pairs."""
+    bridges = [description["bridge"], description.get("data_bridge")]
+    veths = [h.get(key) for h in description["hosts"] for key in ("veth", "data_veth")]
+    return [name for name in [b["name"] for b in bridges if b] + veths if name]
+
+
 def leftovers(description: Mapping, inodes: Mapping[int, str]) -> list[str]:
     """What of a bed still exists after `down`: namespaces, processes in them or naming its state directory,
-    /etc/hosts lines with its marker. Empty: nothing."""
+    interfaces in the root namespace, /etc/hosts lines with its marker. Empty: nothing."""
     found = [f"namespace {h['name']}" for h in description["hosts"] if (NETNS_DIR / h["name"]).exists()]
+    found += [f"interface {name}" for name in root_links(description) if (Path("/sys/class/net") / name).exists()]
     nets = {f"net:[{ino}]": name for ino, name in inodes.items()}
     state = str(description["state"])
     for pid, (net, cmdline) in _processes().items():
@@ -294,8 +313,8 @@ _SHARED_KEY = pytest.StashKey[Path]()
 @contextmanager
 def bed_of_its_own(state: Path, *options: str, slurm: bool = False, sshd: bool = False) -> Iterator[Bed]:
     """A bed a test module makes for itself (``testbed.py up --state STATE OPTIONS...``), for the faults it injects
-    where the shared bed carries other tests: yielded, then every host's link brought up again (one a test took down
-    and could not), taken down, and checked to leave nothing behind."""
+    where the shared bed carries other tests: yielded, then every host's links (lan, and data where it has one)
+    brought up again (one a test took down and could not), taken down, and checked to leave nothing behind."""
     reason = missing_requirements(slurm=slurm, sshd=sshd)
     if reason:
         unavailable(reason)
@@ -305,8 +324,10 @@ def bed_of_its_own(state: Path, *options: str, slurm: bool = False, sshd: bool =
         yield Bed.from_description(description)
     finally:
         for h in description["hosts"]:
-            subprocess.run(["nsenter", f"--net={h['netns_path']}", "--", "ip", "link", "set", h["ifname"], "up"],
-                           capture_output=True)
+            for ifname in (h["ifname"], h.get("data_ifname")):
+                if ifname:
+                    subprocess.run(["nsenter", f"--net={h['netns_path']}", "--", "ip", "link", "set", ifname, "up"],
+                                   capture_output=True)
         done = bed_down(state)
         left = leftovers(description, inodes)
         assert done.returncode == 0 and not left, (left, done.stderr)

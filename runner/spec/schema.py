@@ -286,6 +286,11 @@ class BackendConfig:
     """On several hosts, each uses the interface of its route to the master (runner/worker/network.py).
 
     false leaves the choice to gloo and NCCL, as plain torchrun does."""
+    pair_check_s: float = 5.0
+    """Seconds each host waits for every other's answer on that interface before each attempt; 0: no check.
+
+    On several hosts, before the ranks start, every pair of hosts dials each other there (a connection each way); a
+    host that fails is named and left out (runner/worker/pair_check.py)."""
     env: dict[str, str] = field(default_factory=dict)
     """More variables for every process, e.g. +backend.env.NCCL_DEBUG=INFO."""
 

@@ -47,12 +47,15 @@ class Alive:
 
 @dataclass(frozen=True, kw_only=True)
 class Leaving:
-    """The host's `run` got SIGTERM of its own (a preempted machine, not one the launching `run` passed on): in a job
-    that outlives its hosts it leaves, its ranks stopping with a checkpoint, and the others go on without it."""
+    """The host leaves the job: its `run` got SIGTERM of its own (a preempted machine, not one the launching `run`
+    passed on), its ranks stopping with a checkpoint; or (``preempted`` false) the data-network check before an attempt
+    named it (runner.worker.pair_check), before its ranks started. In a job that outlives its hosts the others go on
+    without it."""
 
     at: float
     why: str = "SIGTERM to its `run`"
     host: int | None = None
+    preempted: bool = True
 
 
 AgentReport = AttemptBegan | StepReached | Alive | Leaving

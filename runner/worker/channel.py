@@ -16,6 +16,8 @@ host sees by the rule of file:// init). Keys, each under ``runner/``:
   (runner.records.dumps.RankDump): a hang's paragraph names every rank of every host;
 * ``ended/<attempt>/<rank>`` — how a rank ended (its outcome record, as its host agent saw it), which host 0 writes
   into its run folder: the run's summary covers every rank of every host;
+* ``pairs/<attempt>/...`` — each host's part of the data-network check before the attempt's ranks start, and host
+  0's verdict (runner.worker.pair_check);
 * ``reported/<attempt>``, ``left/<attempt>/<agent>`` — host 0 has written every rank's record of the attempt and
   said how it ended; another host's agent has heard it and asks nothing more of the store. Under a scheduler that
   kills every task once one ends (mpirun), the other tasks wait for the first before they end theirs, and host 0's
@@ -250,6 +252,14 @@ class JobChannel:
 
     def stop_told(self) -> bool:
         return isinstance(self._read("stop/told"), dict)
+
+    # -- the data-network check (runner.worker.pair_check) ------------------------------------------------------
+    def say_pairs(self, key: str, value: Any) -> None:
+        self._put(f"pairs/{key}", value)
+
+    def pairs(self, key: str) -> Any:
+        """What was said under ``pairs/<key>`` (None: nothing yet, or the store is gone)."""
+        return self._read(f"pairs/{key}")
 
     # -- ranks -------------------------------------------------------------------------------------------------
     def say_joined(self, attempt: int, rank: int) -> None:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from runner.common import exits
 from runner.common.owned_folders import remove_abandoned
 from runner.common.signals import StopRequest, passing_on
-from runner.worker.agent_reports import AgentReport
+from runner.worker.agent_reports import AgentReport, Leaving
 from runner.worker.attempt import is_tty, run_attempt
 from runner.worker.attempt_report import Ended, end_together, report
 from runner.worker.attempt_state import AttemptState
@@ -129,6 +129,9 @@ class HostAgent:
                 prepared = preparation.prepare(plan, paths)
                 if isinstance(prepared, Refused):
                     say_refused(prepared)
+                    if prepared.leaving is not None and self.reporter is not None:  # named by the data-network check
+                        self.reporter(Leaving(at=time.time(), why=prepared.leaving, host=self.node_rank,
+                                              preempted=False))
                     return Finished(prepared.code)
                 state, code = self._attempt(prepared, zygote, answered)
                 plan, paths, answered, signum = prepared.plan, prepared.paths, state.answered, state.ending.signum

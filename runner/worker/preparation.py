@@ -27,6 +27,7 @@ from runner.spec.validation import console_ranks
 from runner.worker.channel import JobChannel
 from runner.worker.channel_proxy import ProxyKeyValue
 from runner.worker.network import NetworkError, network_choice
+from runner.worker.pair_check import PairBoard, check_pairs, data_address
 from runner.worker.preflight import host as preflight_host
 from runner.worker.preflight.checks import Check, HostChecks
 from runner.worker.relay import Echo
@@ -58,6 +59,7 @@ class Refused:
     code: int
     line: str
     stdout: bool = False
+    leaving: str | None = None  # this host is the one the data-network check named: why it leaves the job
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +105,12 @@ class Preparation:
             paths = dataclasses.replace(paths, attempt=attempt)
             setups = [dataclasses.replace(s, paths=paths, env={**s.env, "TORCHELASTIC_RESTART_COUNT": str(attempt)})
                       for s in setups]
+        named = self._check_pairs(plan, channel, paths, setups)
+        if named is not None:
+            if channel is not None:
+                channel.close()
+            rdzv.close()
+            return named
         for s in setups:
             s.outcome.clear()
         if self.role.serves:
@@ -126,6 +134,31 @@ class Preparation:
             except RendezvousError as e:
                 report = report.add(Check.failed(e.message, e.hint))
         return Refused(code=exits.FAILED, line=report.line(), stdout=True)
+
+    def _check_pairs(self, plan: Plan, channel: JobChannel | None, paths: RunPaths,
+                     setups: list[RankSetup]) -> Refused | None:
+        """The data-network check of every pair of hosts (runner.worker.pair_check), where the job has several hosts
+        that meet through host 0's store: the attempt refused where it names a host (``leaving`` on that host), else
+        None."""
+        spec, hosts = plan.job.spec, plan.job.hosts
+        if channel is None or len(hosts) < 2 or self.role.only is not None or spec.backend.pair_check_s <= 0 \
+                or spec.init.method is InitMethod.file or isinstance(plan.master_addr, Deferred):
+            return None
+        try:
+            addr = data_address(setups[0].env if setups else {}, plan.master_addr)
+        except NetworkError:
+            return None  # (the rendezvous says what is wrong with this host's network)
+        board = PairBoard(put=channel.say_pairs, get=channel.pairs, stopping=self.stopping)
+        found = check_pairs(board, paths.attempt, self.role.node_rank, len(hosts), addr,
+                            token=f"{paths.run_id}/{paths.attempt}", timeout_s=spec.backend.pair_check_s,
+                            gather_s=spec.init.timeout_s)
+        if found is None or found.named is None:
+            return None
+        why = found.why([h.label for h in hosts], paths.attempt)
+        return Refused(code=exits.FAILED, line=f"error: network: {why}; hint: check that host's data interface and "
+                                               f"routes (ip -br addr; ip route get <a peer's address>), and any "
+                                               f"firewall between the hosts (the backend dials ephemeral ports)",
+                       leaving=why if found.named == self.role.node_rank else None)
 
     def _rendezvous(self, plan: Plan, paths: RunPaths) -> Rendezvous:
         """This agent's part of the rendezvous: host 0's agent (a task per process: global rank 0's) serves the store

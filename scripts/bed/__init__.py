@@ -2,7 +2,8 @@
 
 Run as root. Subcommands::
 
-    testbed.py up   --state DIR [--hosts N] [--cpus C] [--slurm] [--sshd] [--decoy] [--prefix P]
+    testbed.py up   --state DIR [--hosts N] [--cpus C] [--slurm] [--sshd] [--decoy] [--data-network]
+                    [--prefix P]
     testbed.py down --state DIR
     testbed.py env  --state DIR
     testbed.py exec --state DIR HOST -- CMD...
@@ -19,6 +20,10 @@ What ``up`` builds (``<p>`` is the prefix, ``<id>`` a random 4-hex-digit id, so 
 * with ``--decoy``: in every namespace, before ``lan0`` (so it is listed first), an UP interface ``decoy0`` with
   an address on another subnet that reaches nothing: a ``dummy`` link, or an ``ifb`` link where the kernel has
   no dummy driver (both drop what is sent to them);
+* with ``--data-network``: a second bridge ``<p><id>db`` (x.y.z.1/24 on a second free 10.x.y.0/24 subnet) and in
+  every namespace, after ``lan0``, an interface ``data0`` joined to it by a veth pair (``<p><id>d<i>`` in the root
+  namespace) with address x.y.z.(10+i)/24 and no route but the subnet's own: a host's data link can be cut (link
+  down, blackhole routes) while its ``lan0`` still answers;
 * lines ``ADDR NAME  # testbed:<p><id>`` in /etc/hosts for every host and for ``<p><id>ctl`` (the bridge
   address), so the names resolve everywhere, namespaces included (they share the mount namespace);
 * ``DIR/rsh-agent``: an ssh look-alike for Open MPI's ``plm_rsh_agent`` that runs the command in the host's

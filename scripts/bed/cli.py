@@ -15,7 +15,7 @@ from pathlib import Path
 import bed
 from bed import common
 from bed.common import TestbedError, machine_lock, say
-from bed.layout import DECOY_IF, MAX_HOSTS, SAFE_PATH_RE, Paths, check_prefix, find_host, load_plan, make_plan
+from bed.layout import DATA_IF, DECOY_IF, MAX_HOSTS, SAFE_PATH_RE, Paths, check_prefix, find_host, load_plan, make_plan
 from bed.lifecycle import build, teardown
 from bed.network import create_bridge, delete_network
 
@@ -51,7 +51,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         plan = make_plan(args, paths.root)
         paths.plan.write_text(json.dumps(plan.to_json(), indent=2) + "\n")
         try:
-            create_bridge(plan)  # claims the subnet: the next bed's used_networks() sees it
+            create_bridge(plan)  # claims the subnets: the next bed's used_networks() sees them
         except BaseException:
             delete_network(plan)
             paths.plan.unlink(missing_ok=True)
@@ -132,6 +132,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                     help="Slurm's SlurmdTimeout: seconds before a silent node is marked down (default 30)")
     up.add_argument("--sshd", action="store_true", help="an sshd in every host, keys and an ssh_config (bed.sshd)")
     up.add_argument("--decoy", action="store_true", help=f"give each host a {DECOY_IF} that routes nowhere")
+    up.add_argument("--data-network", action="store_true",
+                    help=f"a second network: a bridge of its own and a {DATA_IF} in every host, for cutting a host's "
+                         f"data link while its lan still answers")
     up.add_argument("--prefix", default="tb", help="start of every name (default tb)")
     up.set_defaults(func=cmd_up)
 

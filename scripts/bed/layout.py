@@ -1,5 +1,6 @@
 """The plan of a bed, decided before anything is made (so that `down` can undo a partial `up`): its id, names,
-subnets, addresses and ports (:class:`Plan`), and every file it uses under its state directory (:class:`Paths`)."""
+subnets (the lan's, the decoys', the data network's), addresses and ports (:class:`Plan`), and every file it uses
+under its state directory (:class:`Paths`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ NETNS_DIR = Path("/var/run/netns")
 HOSTS_FILE = Path("/etc/hosts")
 LAN_IF = "lan0"
 DECOY_IF = "decoy0"
+DATA_IF = "data0"  # the second network's interface (--data-network)
 IFNAMSIZ = 15  # the longest Linux interface name
 ID_HEX = 4
 MAX_HOSTS = 200  # addresses .11 .. .210 of the /24
@@ -45,6 +47,8 @@ class Host:
     addr: str
     veth: str  # the root-namespace end of the veth pair; the namespace end is LAN_IF
     decoy_addr: str | None
+    data_addr: str | None = None  # on DATA_IF, the data subnet (--data-network)
+    data_veth: str | None = None  # the root-namespace end of DATA_IF's veth pair, on the data bridge
 
     @property
     def netns_path(self) -> str:
@@ -67,6 +71,7 @@ class Plan:
     hosts: tuple[Host, ...]
     sshd: bool = False  # an sshd in every host (bed.sshd)
     slurmd_timeout: int = 30  # Slurm's SlurmdTimeout: a node whose slurmd is silent this long is marked down
+    data_subnet: str | None = None  # the second network (--data-network): a bridge of its own, DATA_IF in every host
 
     @property
     def tag(self) -> str:
@@ -80,6 +85,15 @@ class Plan:
     @property
     def bridge_addr(self) -> str:
         return str(ipaddress.ip_network(self.subnet)[1])
+
+    @property
+    def data_bridge(self) -> str:
+        """The second network's bridge (it exists only where ``data_subnet`` is set)."""
+        return f"{self.tag}db"
+
+    @property
+    def data_bridge_addr(self) -> str | None:
+        return str(ipaddress.ip_network(self.data_subnet)[1]) if self.data_subnet else None
 
     @property
     def ctl_name(self) -> str:
@@ -137,11 +151,17 @@ class Paths:
                 self.description]
 
 
+def interface_names(tag: str, n_hosts: int) -> list[str]:
+    """The root-namespace interfaces a bed of ``n_hosts`` hosts may make: both bridges and both veths of each host
+    (Plan.bridge, Plan.data_bridge, Host.veth, Host.data_veth)."""
+    return [f"{tag}br", f"{tag}db"] + [f"{tag}{kind}{i}" for i in range(1, n_hosts + 1) for kind in ("v", "d")]
+
+
 def check_prefix(prefix: str, n_hosts: int) -> None:
     """Names must be DNS labels and Slurm node names, and the interface names must fit in IFNAMSIZ."""
     if not PREFIX_RE.fullmatch(prefix):
         raise TestbedError(f"--prefix {prefix!r}: use lowercase letters and digits, starting with a letter")
-    longest = max(len(f"{prefix}{'0' * ID_HEX}br"), len(f"{prefix}{'0' * ID_HEX}v{n_hosts}"))
+    longest = max(len(name) for name in interface_names(f"{prefix}{'0' * ID_HEX}", n_hosts))
     if longest > IFNAMSIZ:
         room = IFNAMSIZ - (longest - len(prefix))
         raise TestbedError(f"--prefix {prefix!r} is too long: interface names would be {longest} characters "
@@ -201,10 +221,12 @@ def make_plan(args: argparse.Namespace, state: Path) -> Plan:
     used = used_networks() + [ipaddress.ip_network(a) for a in nameservers()]
     subnet = pick_subnet(used)
     decoy = pick_subnet([*used, subnet]) if args.decoy else None
+    data = pick_subnet([*used, subnet, *([decoy] if decoy else [])]) if args.data_network else None
     tag = f"{args.prefix}{bed_id}"
     hosts = tuple(
         Host(index=i, name=f"{tag}h{i}", addr=str(subnet[10 + i]), veth=f"{tag}v{i}",
-             decoy_addr=str(decoy[10 + i]) if decoy else None)
+             decoy_addr=str(decoy[10 + i]) if decoy else None,
+             data_addr=str(data[10 + i]) if data else None, data_veth=f"{tag}d{i}" if data else None)
         for i in range(1, args.hosts + 1)
     )
     ctl_port = free_port() if args.slurm else None
@@ -214,7 +236,7 @@ def make_plan(args: argparse.Namespace, state: Path) -> Plan:
     return Plan(id=bed_id, prefix=args.prefix, state=str(state), subnet=str(subnet),
                 decoy_subnet=str(decoy) if decoy else None, cpus=args.cpus, slurm=args.slurm,
                 ctl_port=ctl_port, slurmd_port=slurmd_port, hosts=hosts, sshd=args.sshd,
-                slurmd_timeout=args.slurmd_timeout)
+                slurmd_timeout=args.slurmd_timeout, data_subnet=str(data) if data else None)
 
 
 def load_plan(paths: Paths) -> Plan | None:

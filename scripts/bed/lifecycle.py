@@ -8,7 +8,7 @@ import shutil
 from collections.abc import Callable
 
 from bed.common import TestbedError, say
-from bed.layout import DECOY_IF, LAN_IF, Paths, Plan
+from bed.layout import DATA_IF, DECOY_IF, LAN_IF, Paths, Plan
 from bed.mpi import mpirun_args, rsh_agent_script
 from bed.munge import start_munge
 from bed.network import create_host, delete_network, edit_hosts_file, hosts_lines
@@ -27,11 +27,15 @@ def describe(plan: Plan, paths: Paths, decoy_kinds: dict[str, str | None]) -> di
         "bridge": {"name": plan.bridge, "addr": plan.bridge_addr},
         "subnet": plan.subnet,
         "decoy_subnet": plan.decoy_subnet,
+        "data_subnet": plan.data_subnet,
+        "data_bridge": {"name": plan.data_bridge, "addr": plan.data_bridge_addr} if plan.data_subnet else None,
         "ctl": {"name": plan.ctl_name, "addr": plan.bridge_addr},
         "hosts": [{"name": h.name, "netns": h.name, "netns_path": h.netns_path, "addr": h.addr, "ifname": LAN_IF,
                    "veth": h.veth,
                    "decoy_ifname": DECOY_IF if h.decoy_addr else None, "decoy_addr": h.decoy_addr,
-                   "decoy_kind": decoy_kinds.get(h.name)} for h in plan.hosts],
+                   "decoy_kind": decoy_kinds.get(h.name),
+                   "data_ifname": DATA_IF if h.data_addr else None, "data_addr": h.data_addr,
+                   "data_veth": h.data_veth} for h in plan.hosts],
         "slurm": {"conf": str(paths.slurm_conf), "partition": PARTITION, "nodes": [h.name for h in plan.hosts],
                   "cluster": f"tb{plan.id}", "ctl_host": plan.ctl_name, "ctl_addr": plan.bridge_addr,
                   "ctl_port": plan.ctl_port, "slurmd_port": plan.slurmd_port, "cpus_per_node": plan.cpus,
@@ -52,7 +56,8 @@ def build(plan: Plan, paths: Paths) -> dict:
     for h in plan.hosts:
         decoy_kinds[h.name] = create_host(plan, paths, h)
     decoys = f", decoys ({decoy_kinds[plan.hosts[0].name]}) on {plan.decoy_subnet}" if plan.decoy_subnet else ""
-    say(f"{len(plan.hosts)} hosts on {plan.subnet}{decoys}")
+    data = f", data network on {plan.data_subnet}" if plan.data_subnet else ""
+    say(f"{len(plan.hosts)} hosts on {plan.subnet}{decoys}{data}")
     marker = plan.marker
     edit_hosts_file(lambda line: not line.endswith(marker), hosts_lines(plan))
     paths.rsh_agent.write_text(rsh_agent_script(plan))

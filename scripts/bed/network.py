@@ -1,5 +1,6 @@
 """The bed's network: a bridge, one namespace per host joined to it by a veth pair (and a decoy interface that
-routes nowhere), the hosts' names in /etc/hosts, and taking all of it down again."""
+routes nowhere, and a second veth pair on a second bridge: the data network), the hosts' names in /etc/hosts, and
+taking all of it down again."""
 
 from __future__ import annotations
 
@@ -8,15 +9,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bed.common import TestbedError, machine_lock, sh
-from bed.layout import DECOY_IF, HOSTS_FILE, LAN_IF, Host, Paths, Plan, nameservers
+from bed.layout import DATA_IF, DECOY_IF, HOSTS_FILE, LAN_IF, Host, Paths, Plan, nameservers
 from bed.processes import record_netns
 
 
 def create_bridge(plan: Plan) -> None:
-    prefixlen = ipaddress.ip_network(plan.subnet).prefixlen
-    sh("ip", "link", "add", plan.bridge, "type", "bridge")
-    sh("ip", "addr", "add", f"{plan.bridge_addr}/{prefixlen}", "dev", plan.bridge)
-    sh("ip", "link", "set", plan.bridge, "up")
+    """The lan's bridge and, with a data network, the data bridge: their addresses claim the subnets (the next
+    bed's used_networks() sees them)."""
+    add_bridge(plan.bridge, plan.bridge_addr, plan.subnet)
+    if plan.data_subnet:
+        add_bridge(plan.data_bridge, plan.data_bridge_addr, plan.data_subnet)
+
+
+def add_bridge(name: str, addr: str, subnet: str) -> None:
+    """A bridge in the root namespace with the subnet's first address, up."""
+    prefixlen = ipaddress.ip_network(subnet).prefixlen
+    sh("ip", "link", "add", name, "type", "bridge")
+    sh("ip", "addr", "add", f"{addr}/{prefixlen}", "dev", name)
+    sh("ip", "link", "set", name, "up")
 
 
 def add_decoy(host: Host, decoy_subnet: str) -> str:
@@ -34,8 +44,20 @@ def add_decoy(host: Host, decoy_subnet: str) -> str:
     return kind
 
 
+def add_data_link(plan: Plan, host: Host) -> None:
+    """``data0``: a veth on the data bridge with the host's data address. Only the on-link route its address gives:
+    the default route stays the lan's, so that cutting the data network leaves the lan as it was."""
+    ns = ("ip", "-n", host.name)
+    sh("ip", "link", "add", host.data_veth, "type", "veth", "peer", "name", DATA_IF, "netns", host.name)
+    sh("ip", "link", "set", host.data_veth, "master", plan.data_bridge, "up")
+    prefixlen = ipaddress.ip_network(plan.data_subnet).prefixlen
+    sh(*ns, "addr", "add", f"{host.data_addr}/{prefixlen}", "dev", DATA_IF)
+    sh(*ns, "link", "set", DATA_IF, "up")
+
+
 def create_host(plan: Plan, paths: Paths, host: Host) -> str | None:
-    """Namespace, decoy (first, so it sorts first), veth on the bridge, addresses, routes. Returns the decoy kind."""
+    """Namespace, decoy (first, so it sorts first), veth on the bridge, addresses, routes, then the data network's
+    veth (after lan0, so that the lan stays the first real interface). Returns the decoy kind."""
     ns = ("ip", "-n", host.name)
     sh("ip", "netns", "add", host.name)
     record_netns(paths, host)
@@ -52,6 +74,8 @@ def create_host(plan: Plan, paths: Paths, host: Host) -> str | None:
             # unreachable from here (nothing forwards beyond the bridge): make a lookup that gets past
             # /etc/hosts fail at once instead of after the resolver's timeouts (5 s per try)
             sh(*ns, "route", "add", "unreachable", f"{server}/32")
+    if plan.data_subnet:
+        add_data_link(plan, host)
     return decoy_kind
 
 
@@ -70,10 +94,11 @@ def edit_hosts_file(keep: Callable[[str], bool], add: Sequence[str] = ()) -> Non
 
 
 def delete_network(plan: Plan) -> None:
-    """Namespaces (their veth ends go with them), leftover veths, the bridge. Missing pieces are fine."""
+    """Namespaces (their veth ends go with them), leftover veths, the bridges. Missing pieces are fine."""
     for h in plan.hosts:
         if Path(h.netns_path).exists():
             sh("ip", "netns", "del", h.name, check=False)
-    for name in [h.veth for h in plan.hosts] + [plan.bridge]:
+    veths = [h.veth for h in plan.hosts] + [h.data_veth for h in plan.hosts if h.data_veth]
+    for name in veths + [plan.bridge] + ([plan.data_bridge] if plan.data_subnet else []):
         if Path("/sys/class/net", name).exists():
             sh("ip", "link", "del", name, check=False)

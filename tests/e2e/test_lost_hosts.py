@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lost_hosts import (LEFT_ON_HOSTS_S, STEPS, done_on, elastic_recipe, link, membership, newest, one_lineage,
-                        resumed_as_it_must, the_change)
+from lost_hosts import (LEFT_ON_HOSTS_S, STEPS, data_link, done_on, elastic_recipe, link, membership, newest,
+                        one_lineage, resumed_as_it_must, the_change)
 from runner.training.copies import complete_copy
 from runs import RUN, Started, check_readme_quotes, finish, nothing_left, seen_in, started, wait_until
 from test_ssh import Job, job_in, job_processes, kill_host, kill_hosts
@@ -65,7 +65,7 @@ def seen(key: str, bed: Bed | None = None) -> str:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory) -> Iterator[Bed]:
-    with bed_of_its_own(tmp_path_factory.mktemp("lost-hosts-bed"), "--hosts", "4", "--sshd", "--prefix",
+    with bed_of_its_own(tmp_path_factory.mktemp("lost-hosts-bed"), "--hosts", "4", "--sshd", "--data-network", "--prefix",
                         f"lh{uuid.uuid4().hex[:2]}", sshd=True) as made:
         yield made
 
@@ -335,6 +335,30 @@ def test_a_preempted_host_leaves_and_the_others_go_on_from_the_checkpoint_its_st
     assert re.search(rf"ssh: host 2 \({c}\) left the job \(SIGTERM to its `run`: a preempted machine\)", said), said
     assert found["membership"][0].startswith(f"{c} lost in attempt 1 ({c}: it left: SIGTERM to its `run`)"), found
     lineage(job, bed)
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
+
+
+def test_a_host_whose_data_network_is_down_is_named_before_the_first_step_and_the_job_goes_on(bed, job):
+    """Host 1's data interface (the one gloo is given: backend.socket_ifname=data0) down from the start, its ssh and
+    its `run` answering on the lan: the data-network check before attempt 1 names it (its pairs with host 0 and host 2
+    failed), it tells the launching `run` that it leaves, and hosts 0 and 2 train from step 0 at world size 2 to the
+    end; membership.jsonl says why, and no attempt waits in a collective."""
+    a, b, c, _ = bed.names
+    run_id = f"n{uuid.uuid4().hex[:8]}"
+    data_link(bed, b, up=False)
+    try:
+        with start(bed, job, [hosts([a, b, c]), "topology.min_nodes=2", "backend.socket_ifname=data0"],
+                   run_id) as proc:
+            ((code, said),) = finish([proc], timeout=240)
+    finally:
+        data_link(bed, b, up=True)
+    done_on(job.run_folder(None, run_id), said, code, world_size=2)
+    named = f"host 1 ({b}) failed the data-network check before attempt 1 (2 of the failed pair(s): host 0 ({a}) and"
+    assert f"ssh: host 1 ({b}) is left out: {named}" in said, said[-3000:]
+    change = the_change(job.run_folder(None, run_id), [a, b, c], [a, c], [b])
+    assert change["cause"].startswith(f"{b}: left out: {named}"), change
+    assert [(line["attempt"], line["world"]) for line in lineage(job, bed)][:1] == [(1, 2)]
+    assert "Traceback" not in said and "stall" not in said, said[-3000:]
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 

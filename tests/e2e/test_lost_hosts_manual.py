@@ -35,8 +35,8 @@ import pytest
 from runner.launchers.elastic.etcd_member import ETCD
 from runner.training.copies import complete_copy
 from etcd_fixtures import local_etcd
-from lost_hosts import (EVERY, LEFT_ON_HOSTS_S, STEPS, done_on, elastic_recipe, link, membership, one_lineage,
-                        resumed_steps, the_change)
+from lost_hosts import (EVERY, LEFT_ON_HOSTS_S, STEPS, data_cut_between, data_link, done_on, elastic_recipe, link,
+                        membership, one_lineage, resumed_steps, the_change)
 from runs import (RUN, Started, check_readme_quotes, finish, nothing_left, seen_in, stage_workloads, started,
                   wait_until)
 from testbed_fixtures import Bed, bed_of_its_own
@@ -65,6 +65,10 @@ SAID = {
     "left": r"manual: this host left the job \(SIGTERM: its ranks saved their checkpoint\); the others go on without it",
     "spare": r"manual: restarting on 3 host\(s\) \({host0}, {host1}, {host3}\) from the last checkpoint: attempt 2 of 4 "
              r"\(launcher\.max_restarts=3\), spare\(s\) {host3} in the lost host's place",
+    "named": r"manual: this host is left out of the job: host 1 \({host1}\) failed the data-network check before "
+             r"attempt 2 \(2 of the failed pair\(s\): host 0 \({host0}\) and host 1 \({host1}\): .+; host 1 \({host1}\) "
+             r"and host 2 \({host2}\): .+\); the others go on without it; its `run` typed again \(its data network "
+             r"mended\) joins at a checkpoint, checked again",
     "taken in": r"manual: spare {host3} taken in: attempt 2 on 3 host\(s\) \({host0}, {host1}, {host3}\)",
     "etcd again": r"manual: this host's member of the job's etcd \({host2}, 3 members\) on port \d+, joining the "
                   r"running cluster again: its earlier member removed, this one added",
@@ -82,7 +86,7 @@ def seen(key: str, bed: Bed) -> str:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory) -> Iterator[Bed]:
-    with bed_of_its_own(tmp_path_factory.mktemp("lost-hosts-manual-bed"), "--hosts", "4", "--prefix",
+    with bed_of_its_own(tmp_path_factory.mktemp("lost-hosts-manual-bed"), "--hosts", "4", "--data-network", "--prefix",
                         f"lm{uuid.uuid4().hex[:2]}") as made:
         yield made
 
@@ -285,6 +289,74 @@ def test_a_host_whose_link_comes_back_is_taken_back_and_a_second_time_not_within
     trained = one_lineage([trained_at], steps=steps)
     worlds = sorted({(line["attempt"], line["world"]) for line in trained})
     assert [w for _, w in worlds] == [3, 2, 3, 2], worlds  # the world size over time
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
+
+
+# --------------------------------------------------------------------------- faults the watch cannot see
+
+# gloo's connections on the data network (the bed's second: data0); etcd, host 0's store and every watch on the lan
+DATA = ["topology.min_nodes=2", "backend.socket_ifname=data0"]
+
+
+def worlds(trained: list[dict]) -> list[tuple[int, int]]:
+    """(attempt, world size) of rank 0's steps, in the order trained."""
+    return sorted({(line["attempt"], line["world"]) for line in trained})
+
+
+def test_a_host_whose_data_network_is_cut_while_its_lan_answers_is_named_and_left_out(bed, tmp_path):
+    """Host 1's data interface down once every host holds a save: its `run`, its etcd member and its lease live on over
+    the lan, so no watch finds it lost. The ranks wait in their all-reduce until the stall watch
+    (launcher.stall_timeout_s=10) ends the attempt on every host: the same hosts again. The data-network check before
+    that attempt names host 1 (its pairs with host 0 and host 2 failed): it leaves, saying why, and hosts 0 and 2
+    finish at world size 2, from the last save; membership.jsonl says why."""
+    a, b, c, _ = bed.names
+    run_id = f"d{uuid.uuid4().hex[:8]}"
+    try:
+        with by_hand(bed, tmp_path, 3, [*DATA, "launcher.stall_timeout_s=10"], run_id) as procs:
+            copied(tmp_path, run_id, range(3), procs)
+            data_link(bed, b, up=False)
+            (code0, said0), (code1, said1), (code2, said2) = finish(procs, timeout=280)
+    finally:
+        data_link(bed, b, up=True)
+    done_on(run_folder(tmp_path, 0, run_id), said0, code0, world_size=2)
+    assert code2 == 0, said2[-3000:]
+    assert code1 == 1 and re.search(seen("named", bed), said1) and "Traceback" not in said1, said1[-3000:]
+    assert f"manual: {b} is left out: host 1 ({b}) failed the data-network check before attempt 2" in said0, said0
+    (change,) = membership(run_folder(tmp_path, 0, run_id))  # (attempt: the last whose ranks began)
+    assert (change["attempt"], change["next_attempt"], change["before"], change["after"], change["lost"]) == (
+        0, 2, [a, b, c], [a, c], [b]), change
+    assert change["cause"].startswith(f"{b}: left out: host 1 ({b}) failed the data-network check before attempt 2"), \
+        change
+    trained = one_lineage([tmp_path / "out" / "steps.jsonl"])
+    assert [w for _, w in worlds(trained)] == [3, 2] and resumed_steps(said0), (worlds(trained), said0[-2000:])
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
+
+
+def test_two_hosts_that_cannot_reach_each_other_on_the_data_network_leave_one_out_not_the_job(bed, tmp_path):
+    """Hosts 1 and 2 cannot reach each other on the data network from the start (each reaches host 0 there, and the
+    lan between them answers): the check before attempt 1 names host 2 (one failed pair each: the tie goes to the
+    higher node rank), in seconds, before any rank starts; it leaves, and hosts 0 and 1 train from step 0 at world
+    size 2 to the end. No attempt waits in a collective."""
+    a, b, c, _ = bed.names
+    run_id = f"p{uuid.uuid4().hex[:8]}"
+    data_cut_between(bed, b, c, cut=True)
+    try:
+        with by_hand(bed, tmp_path, 3, DATA, run_id) as procs:
+            (code0, said0), (code1, said1), (code2, said2) = finish(procs, timeout=240)
+    finally:
+        data_cut_between(bed, b, c, cut=False)
+    done_on(run_folder(tmp_path, 0, run_id), said0, code0, world_size=2)
+    assert code1 == 0, said1[-3000:]
+    named = (f"host 2 ({c}) failed the data-network check before attempt 1 (1 of the failed pair(s): host 1 ({b}) and "
+             f"host 2 ({c}): 1 -> 2: ")
+    assert code2 == 1 and f"manual: this host is left out of the job: {named}" in said2, said2[-3000:]
+    assert "Traceback" not in said2 and "is left out" not in said2.split("of the job: ", 1)[1], said2[-3000:]
+    assert f"error: network: {named}" in said0, said0[-3000:]
+    change = the_change(run_folder(tmp_path, 0, run_id), [a, b, c], [a, b], [c])
+    assert change["cause"].startswith(f"{c}: left out: {named}"), change
+    trained = one_lineage([tmp_path / "out" / "steps.jsonl"])
+    assert worlds(trained) == [(1, 2)] and not resumed_steps(said0), worlds(trained)
+    assert "stall" not in said0 and "timed out" not in said0, said0[-3000:]
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 

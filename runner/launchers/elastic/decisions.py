@@ -12,7 +12,8 @@ decision, and ends. Under the prefix of the run id and the launch (:class:`Keys`
   etcd-io/etcd#15247; 3.5.13's fix skips its check where the member ticks again at once), and such a host puts its
   key back, with a new lease, at its next keepalive;
 * ``ended/<k>/<host>`` — the host's share of attempt k ended (``failed``; ``leaving``: SIGTERM to its `run`;
-  ``joining``: stopped at a checkpoint for a join);
+  ``left out``: the data-network check before the attempt named it, runner.worker.pair_check; ``joining``: stopped
+  at a checkpoint for a join);
 * ``began/<k>/<host>`` — the host's ranks of attempt k started (the rendezvous of every host of it done): a host whose
   `run` starts again in a launch where its own ``began`` key is (it was in the job, and lost) comes back as
   ``returning`` (its member key says so: it is no host of the attempt that runs, and is not watched as one);
@@ -47,6 +48,7 @@ from runner.launchers.elastic.membership import CannotGoOn, Membership, host_key
 from runner.spec.schema import HostConfig
 
 LOOK_S = 0.25  # how often a decider looks at etcd again while it waits
+LEFT = ("leaving", "left out")  # how a host that leaves the job ends an attempt: the others go on without it
 BACK_WITHIN_BEATS = 2  # keepalive intervals a host whose kept lease etcd revoked takes, at most, to put its key back
 
 
@@ -407,10 +409,17 @@ class Decider:
         self.etcd.put(self.keys.ended(attempt, self.label), json.dumps({"how": how, "why": why}))
 
     def leaving(self, attempt: int) -> set[str]:
-        """The hosts that left during ``attempt`` (SIGTERM to their `run`: a preempted machine)."""
+        """The hosts that left during ``attempt`` (SIGTERM to their `run`: a preempted machine; or named by the
+        data-network check before it: ``left out``)."""
+        return set(self.leavers(attempt))
+
+    def leavers(self, attempt: int) -> dict[str, tuple[str, str]]:
+        """Those of :meth:`leaving`, each with how (``leaving``, ``left out``) and why."""
         assert self.keys is not None
         prefix = self.keys.ended(attempt)
-        return {k[len(prefix):] for k, v in self.etcd.prefix(prefix).items() if json.loads(v).get("how") == "leaving"}
+        found = {k[len(prefix):]: json.loads(v) for k, v in self.etcd.prefix(prefix).items()}
+        return {label: (doc["how"], str(doc.get("why", ""))) for label, doc in found.items()
+                if isinstance(doc, dict) and doc.get("how") in LEFT}
 
     @property
     def back_within_s(self) -> float:
@@ -477,6 +486,8 @@ class Decider:
             how = ended.get(h, {}).get("how")
             if how == "leaving":
                 why_lost[h] = f"it left: {ended[h].get('why') or 'SIGTERM to its run'}"
+            elif how == "left out":
+                why_lost[h] = f"left out: {ended[h].get('why')}"
             elif h not in alive:
                 why_lost[h] = (f"its lease in the job's etcd expired ({self.ttl_s} s without a keepalive): its `run`, "
                                f"its machine or its network is gone")

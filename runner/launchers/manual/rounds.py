@@ -35,7 +35,7 @@ from runner.launchers.manual.joins import EtcdReturns, JoinAsk
 from runner.launchers.manual.watch import LeaseWatch
 from runner.plan.processes import Plan
 from runner.records.paths import RunPaths
-from runner.worker.agent_reports import AgentReport
+from runner.worker.agent_reports import AgentReport, Leaving
 from runner.worker.channel_records import JobFailure
 from runner.worker.attempt_report import ENDINGS_WAIT_S
 from runner.worker.host_agent import HostAgent
@@ -84,7 +84,12 @@ def run_round(this: HostRound, on_report: Callable[[int, AgentReport], None] | N
             return _stopped(this, paths.attempt, this.stopped[0])
         code, signalled, found, following = _share(this, paths, on_report, returns)
         leaving = _leaving(this, paths.attempt)
-        if this.decider.label in leaving:  # this host left: the others go on without it
+        how, why = leaving.get(this.decider.label, ("", ""))
+        if how == "left out":  # the data-network check named it: the others go on without it
+            print(f"manual: this host is left out of the job: {why}; the others go on without it; its `run` typed "
+                  f"again (its data network mended) joins at a checkpoint, checked again", file=sys.stderr, flush=True)
+            return Ended(code=exits.FAILED, signalled=None, cause=why, lost=frozenset())
+        if how:  # this host left: the others go on without it
             signum = signalled or signal.SIGTERM
             print(f"manual: this host left the job ({signal.Signals(signum).name}: its ranks saved their "
                   f"checkpoint); the others go on without it", file=sys.stderr, flush=True)
@@ -94,9 +99,10 @@ def run_round(this: HostRound, on_report: Callable[[int, AgentReport], None] | N
                                           "failed", None if signalled is not None else paths.attempt):
             return Ended(code=code, signalled=signalled, cause=None, lost=frozenset())  # nothing to decide
         # (else a failure, hosts that left, or the stop every rank took was for a join: the hosts decide)
-        if leaving:
-            print(f"manual: {', '.join(sorted(leaving))} left the job (SIGTERM to its `run`: a preempted machine); the "
-                  f"ranks saved their checkpoint", file=sys.stderr, flush=True)
+        for label, (how, why) in sorted(leaving.items()):
+            print(f"manual: {label} left the job (SIGTERM to its `run`: a preempted machine); the ranks saved their "
+                  f"checkpoint" if how == "leaving" else f"manual: {label} is left out: {why}", file=sys.stderr,
+                  flush=True)
         decision = following or _next(this, paths.attempt, found)  # (the watch saw it: the others went on)
         if isinstance(decision, Ended):
             return decision
@@ -131,11 +137,12 @@ def _say_leaving(this: HostRound, attempt: int, signum: int) -> None:
         pass  # (the others find it lost once its lease expires)
 
 
-def _leaving(this: HostRound, attempt: int) -> set[str]:
+def _leaving(this: HostRound, attempt: int) -> dict[str, tuple[str, str]]:
+    """The hosts that left ``attempt``, each with how and why (runner.launchers.elastic.decisions.Decider.leavers)."""
     try:
-        return this.decider.leaving(attempt)
+        return this.decider.leavers(attempt)
     except EtcdError:
-        return set()
+        return {}
 
 
 def _share(this: HostRound, paths: RunPaths, on_report: Callable[[int, AgentReport], None] | None,
@@ -149,6 +156,12 @@ def _share(this: HostRound, paths: RunPaths, on_report: Callable[[int, AgentRepo
                     is_script(this.plan.job.spec.recipe))
 
     def reporter(report: AgentReport) -> None:
+        if isinstance(report, Leaving) and not report.preempted:  # the data-network check named this host: said in
+            try:  # etcd, where the hosts decide (its round ends on it: run_round)
+                this.decider.say_ended(paths.attempt, "left out", report.why)
+            except EtcdError:
+                pass  # (the others find it lost once its lease expires)
+            return
         joins.heard(report)
         if on_report is not None:
             on_report(this.node, report)
