@@ -23,6 +23,7 @@ class Capabilities:
     lost_host_reason: str = "a lost host ends the job under this launcher"  # why not, where it does not
     takes_hosts_back: bool = False  # a lost host that answers again joins at the next checkpoint (topology.max_nodes)
     hosts_back_reason: str = "a lost host is not taken back under this launcher"  # why not, where it does not
+    takes_arrivals: bool = False  # a host the spec does not list may arrive and join, up to topology.max_nodes
     forks_here: bool = False  # `run` forks this host's processes itself (through its launch agent)
     sets_visible_devices: bool = True  # CUDA_VISIBLE_DEVICES from topology.hosts[].gpus (Slurm sets its own)
     hosts_start_apart: bool = False  # each host's share is started by its own `run`

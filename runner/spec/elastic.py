@@ -30,6 +30,8 @@ class ElasticFacts(Protocol):
     def takes_hosts_back(self) -> bool: ...  # a lost host that answers again joins (topology.max_nodes)
     @property
     def hosts_back_reason(self) -> str: ...  # why not, when not
+    @property
+    def takes_arrivals(self) -> bool: ...  # a host the spec does not list may arrive (topology.max_nodes beyond)
 
 
 @dataclass(frozen=True)
@@ -160,12 +162,13 @@ def elastic_problems(job: Job, can: ElasticFacts) -> Iterator[Problem]:
 
 def _max_nodes_problems(job: Job, can: ElasticFacts) -> Iterator[Problem]:
     """``topology.max_nodes``: the hosts the job grows back to are the spec's and its spares (the machines the launch
-    knows), under a launcher that takes hosts back."""
+    knows; under a launcher that takes hosts that arrive, any number more), under a launcher that takes hosts
+    back."""
     topology, n = job.spec.topology, len(job.hosts)
     if topology.max_nodes is None:
         return
     most = n + len(job.spares)
-    if not n <= topology.max_nodes <= most:
+    if not n <= topology.max_nodes <= (topology.max_nodes if can.takes_arrivals else most):
         spares = f" + {len(job.spares)} spare(s)" if job.spares else ""
         yield Problem("topology.max_nodes", f"must be {n}..{most} (the topology has {n} host(s){spares}), got "
                                             f"{topology.max_nodes}",

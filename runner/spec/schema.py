@@ -179,7 +179,12 @@ class ManualOptions:
     """launcher=manual: which host this `run` is, and, for a job that outlives its hosts, where its hosts agree."""
 
     host: Optional[str] = None
-    """Which spec host this machine is: an index, a name or an address; null: found by matching this machine."""
+    """Which spec host this machine is: an index, a name or an address; null: found by matching this machine.
+
+    A name the spec does not list is a host that arrives: it joins a running job at a checkpoint, up to
+    topology.max_nodes (a job that outlives its hosts), as a spare started late does."""
+    addr: Optional[str] = None
+    """Where the other hosts reach a host that arrives (one launcher.manual.host names, the spec not); null: its name."""
     keepalive_s: int = 2
     """Seconds between a host's keepalives in the job's etcd, in a job that outlives its hosts; four missed: lost.
 

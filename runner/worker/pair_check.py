@@ -79,8 +79,8 @@ def verdict(hosts: int, heard: Mapping[int, Mapping[int, str]]) -> Verdict:
     """The rule of the module docstring, over what each host's dials found (``heard[i][j]``: host i's dial of host j;
     "" where it was answered). A host that said nothing counts for nothing: its dials are unknown, not failed."""
     failed: dict[tuple[int, int], list[str]] = {}
-    for i, dials in heard.items():
-        for j, why in dials.items():
+    for i, dials in sorted(heard.items()):  # (in node order: every verdict of the same dials reads the same)
+        for j, why in sorted(dials.items()):
             if why and i != j and 0 <= i < hosts and 0 <= j < hosts:
                 failed.setdefault((min(i, j), max(i, j)), []).append(f"{i} -> {j}: {why}")
     if not failed:

@@ -69,6 +69,8 @@ SAID = {
              r"attempt 2 \(2 of the failed pair\(s\): host 0 \({host0}\) and host 1 \({host1}\): .+; host 1 \({host1}\) "
              r"and host 2 \({host2}\): .+\); the others go on without it; its `run` typed again \(its data network "
              r"mended\) joins at a checkpoint, checked again",
+    "arrives": r"manual: host {host3} arrives \(the spec does not list it\): a client of the job's etcd \(3 members\) "
+               r"on port \d+",
     "taken in": r"manual: spare {host3} taken in: attempt 2 on 3 host\(s\) \({host0}, {host1}, {host3}\)",
     "etcd again": r"manual: this host's member of the job's etcd \({host2}, 3 members\) on port \d+, joining the "
                   r"running cluster again: its earlier member removed, this one added",
@@ -104,12 +106,13 @@ def by_hand(bed: Bed, tmp_path: Path, count: int, args: list[str], run_id: str, 
 
 
 def typed_on(bed: Bed, tmp_path: Path, count: int, args: list[str], run_id: str, i: int,
-             steps: int = STEPS) -> Started:
-    """:func:`by_hand`'s command on the bed's host ``i``, in its folder (started again there: the same command)."""
+             steps: int = STEPS, as_host: str | None = None) -> Started:
+    """:func:`by_hand`'s command on the bed's host ``i``, in its folder (started again there: the same command);
+    ``as_host``: its launcher.manual.host (default: ``i``)."""
     listed = "topology.hosts=[" + ",".join(f"{{name: {n}, devices: 1}}" for n in bed.names[:count]) + "]"
     argv = [RUN, "launcher=manual", "init=tcp", "topology=custom", listed, *elastic_recipe(tmp_path / "out", steps),
             "launcher.max_restarts=3", "launcher.grace_s=2", "launcher.manual.keepalive_s=1", *args,
-            f"launcher.manual.host={i}", f"run_id={run_id}"]
+            f"launcher.manual.host={i if as_host is None else as_host}", f"run_id={run_id}"]
     return started(bed.exec_argv(bed.names[i], argv), cwd=stage_workloads(tmp_path / f"host{i}"), env=bed.env(),
                    run_id=run_id, merged=True)
 
@@ -584,6 +587,41 @@ def test_a_spare_started_late_joins_up_to_max_nodes_at_the_next_checkpoint(bed, 
     assert f"manual: spare {d} taken in: attempt 2 on 4 host(s) ({a}, {b}, {c}, {d})" in done[3][1], done[3][1]
     assert f"{d} taken in after attempt 1" in found["membership"][0], found
     one_lineage([tmp_path / 'out' / 'steps.jsonl'], steps=steps)
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
+
+
+def test_a_host_the_spec_does_not_list_arrives_and_joins_up_to_max_nodes_at_the_next_checkpoint(bed, tmp_path):
+    """The job lists a, b and c (topology.max_nodes=4); once they train, `run` is typed on d with the same command and
+    launcher.manual.host=<d's name> launcher.manual.addr=<d's address>: d arrives as a client of the job's etcd (its
+    members are the listed machines'), stands by with its name, address and devices in its member key, and host 0
+    takes it in at the next checkpoint: the job finishes at world size 4, no step lost; membership.jsonl says d
+    arrived. The three hosts' rank 0 holds once it trained at world size 3 until d stands by (the gate)."""
+    a, b, c, d = bed.names
+    run_id, steps = f"a{uuid.uuid4().hex[:8]}", 3 * STEPS
+    gate = tmp_path / "arrived"
+    args = ["topology.min_nodes=2", "topology.max_nodes=4", f"+recipe.hold_after={2 * EVERY}", "+recipe.hold_world=3",
+            f"+recipe.gate={gate}", "+recipe.hold_s=240"]
+    with by_hand(bed, tmp_path, 3, args, run_id, steps=steps) as procs:
+        copied(tmp_path, run_id, range(3), procs)
+        with typed_on(bed, tmp_path, 3, [*args, f"launcher.manual.addr={bed.host(d).addr}"], run_id, 3, steps,
+                      as_host=d) as arriving:
+            wait_until(lambda: f"manual: spare {d} ready" in arriving.stdout, 240, "host d standing by",
+                       alive=[*procs, arriving])
+            gate.touch()
+            done = finish([*procs, arriving], timeout=240)
+    assert [code for code, _ in done] == [0, 0, 0, 0], [said[-3000:] for _, said in done]
+    said_d = done[3][1]
+    assert re.search(seen("arrives", bed), said_d) and "Traceback" not in said_d, said_d[-3000:]
+    found = done_on(run_folder(tmp_path, 0, run_id), done[0][1], done[0][0], world_size=4, steps=steps)
+    (joined,) = membership(run_folder(tmp_path, 0, run_id))
+    assert (joined["before"], joined["after"], joined["lost"], joined["joined"]) == ([a, b, c], [a, b, c, d], [], [d])
+    assert (joined["world_size_before"], joined["world_size_after"], joined["steps_lost"]) == (3, 4, 0), joined
+    assert joined["cause"] == (f"{d}: arrived, a host the spec does not list, topology.max_nodes leaving room (it "
+                               f"stood by in the job's etcd)"), joined
+    assert f"manual: spare {d} taken in: attempt 2 on 4 host(s) ({a}, {b}, {c}, {d})" in said_d, said_d[-3000:]
+    assert f"{d} taken in after attempt 1" in found["membership"][0], found
+    trained = one_lineage([tmp_path / 'out' / 'steps.jsonl'], steps=steps)
+    assert [w for _, w in worlds(trained)] == [3, 4], worlds(trained)
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 

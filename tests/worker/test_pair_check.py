@@ -32,6 +32,8 @@ def test_the_host_in_most_failed_pairs_is_named():
     assert found.named == 1
     assert set(found.failed) == {(0, 1), (1, 2)}
     assert found.failed[(1, 2)] == "1 -> 2: no answer, 2 -> 1: refused"
+    backwards = {2: {1: "refused", 0: ""}, 1: {2: "no answer", 0: "no answer"}, 0: {2: "", 1: "no answer"}}
+    assert verdict(3, backwards) == found  # whichever host said it first
 
 
 def test_a_tie_goes_to_the_higher_node_rank_and_never_to_host_0_between_two():

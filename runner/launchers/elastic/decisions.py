@@ -160,10 +160,13 @@ def _labels(hosts: tuple[HostConfig, ...]) -> tuple[str, ...]:
 class Decider:
     """This host's part in the job's decisions: its member key and lease, its word that an attempt ended, the
     decision it follows. ``label``: this host's; ``role``: ``host``, ``spare`` or ``returning`` (a host of the job
-    whose `run` was started again: :meth:`has_begun`); ``every_s``: the keepalive interval."""
+    whose `run` was started again: :meth:`has_begun`); ``every_s``: the keepalive interval; ``arrives``: this host,
+    where the spec does not list it (its member key carries it, so that the others can take it in)."""
 
-    def __init__(self, etcd: Etcd, run_id: str, label: str, role: str, every_s: float) -> None:
+    def __init__(self, etcd: Etcd, run_id: str, label: str, role: str, every_s: float,
+                 arrives: HostConfig | None = None) -> None:
         self.etcd, self.run_id, self.label, self.role, self.every_s = etcd, run_id, label, role, every_s
+        self.arrives = arrives
         self.ttl_s = max(2, round(silent_after_s(every_s)))  # the lease outlives the last keepalive by as long
         self.lease: int | None = None
         self.keys: Keys | None = None
@@ -213,7 +216,10 @@ class Decider:
     def _member_value(self, lease: int | None = None) -> str:
         """What this host's member key holds, as joined and as put back: its role, and its lease (``lease``, else
         the one it holds: the decision that takes a host back in makes its key a host's, with the host's lease)."""
-        return json.dumps({"role": self.role, "lease": str(self.lease if lease is None else lease)})
+        value: dict[str, Any] = {"role": self.role, "lease": str(self.lease if lease is None else lease)}
+        if self.arrives is not None:
+            value["host"] = {"name": self.arrives.name, "addr": self.arrives.addr, "devices": self.arrives.devices}
+        return json.dumps(value)
 
     def become(self, role: str) -> None:
         """This host's member key says ``role`` from now on (a host coming back, or a spare, taken in: a host)."""
@@ -344,6 +350,16 @@ class Decider:
         """Those whose `run` waits to be taken in: hosts coming back, and spares (not a host left out whose `run`
         is still ending: its key says ``host`` until it goes)."""
         return {label for label, role in self._members().items() if role in ("returning", "spare")}
+
+    def arrivals(self) -> dict[str, HostConfig]:
+        """The hosts that arrived (the spec does not list them: launcher.manual.host=<name>) whose member key is
+        there, each as its key says it is."""
+        found = {}
+        for label, doc in self._member_docs().items():
+            host = doc.get("host")
+            if isinstance(host, dict) and host.get("name") == label:
+                found[label] = HostConfig(name=label, addr=host.get("addr"), devices=host.get("devices"))
+        return found
 
     def _members(self) -> dict[str, str]:
         """Each member key's label and role."""

@@ -96,6 +96,12 @@ class Membership:
         return dataclasses.replace(self, spares=(*self.spares, *(h for h in self.unready if host_key(h) in ready)),
                                    unready=tuple(h for h in self.unready if host_key(h) not in ready))
 
+    def with_arrivals(self, hosts: Iterable[HostConfig]) -> Membership:
+        """These hosts, with ``hosts`` that arrived (launcher=manual: the spec does not list them) waiting to be
+        taken in as a spare not ready at the start is: by :meth:`after_return`, never in a lost host's place."""
+        known = {host_key(h) for h in (*self.hosts, *self.spares, *self.absent, *self.unready)}
+        return dataclasses.replace(self, unready=(*self.unready, *(h for h in hosts if host_key(h) not in known)))
+
     def after_return(self, names: Iterable[str], now: float) -> GoesOn:
         """The hosts with those named ``names`` taken in (lost hosts back, spares), after the others, up to
         topology.max_nodes, in the order given: host 0 stays host 0, and holds the checkpoint."""

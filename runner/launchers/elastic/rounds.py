@@ -34,7 +34,7 @@ from runner.launchers.elastic.membership import CannotGoOn, Candidate, Membershi
 from runner.plan.processes import Plan
 from runner.records.membership import MembershipChange, append_change
 from runner.records.paths import RunPaths
-from runner.spec.schema import JobConfig
+from runner.spec.schema import HostConfig, JobConfig
 from runner.worker.agent_reports import AgentReport, AttemptBegan, Leaving, StepReached
 
 
@@ -53,6 +53,7 @@ class Ended:
     spares_gone: frozenset[str] = frozenset()  # spares found gone meanwhile (launcher=manual's decision): not taken
     joining: tuple[str, ...] = ()  # lost hosts that answered again: the round stopped at a checkpoint to take them
     joining_at: float | None = None  # when they were found to answer (time.time())
+    arrivals: tuple[HostConfig, ...] = ()  # of those joining, hosts the spec does not list (launcher=manual)
 
 
 class Round(Protocol):
@@ -177,6 +178,7 @@ class AttemptsOnHosts:
             if not (ended.lost or ended.joining) or ended.signalled is not None:
                 return LaunchOutcome(code=ended.code, signalled=ended.signalled, cause=ended.cause, plan=launcher.plan)
             attempt = ended.next_attempt if ended.next_attempt is not None else heard.attempt + 1
+            membership = membership.with_arrivals(ended.arrivals)
             chosen = membership.without_spares(ended.spares_gone).after_loss(ended.lost)
             if isinstance(chosen, CannotGoOn) or attempt > limit:
                 why = chosen.why if isinstance(chosen, CannotGoOn) else f"launcher.max_restarts={limit} used"
@@ -185,7 +187,9 @@ class AttemptsOnHosts:
                 return LaunchOutcome(code=exits.FAILED, cause=f"{ended.cause}; {why}", plan=launcher.plan)
             kept = chosen.membership  # why each may be taken in (else: a lost host that answered again)
             why_in = {**{host_key(h): "a spare, topology.max_nodes leaving room" for h in kept.spares},
-                      **{host_key(h): "ready, a spare not ready at the start" for h in kept.unready}}
+                      **{host_key(h): "ready, a spare not ready at the start" for h in kept.unready},
+                      **{host_key(h): "arrived, a host the spec does not list, topology.max_nodes leaving room"
+                         for h in ended.arrivals}}
             if ended.joining:
                 chosen = replace(chosen.membership.after_return(ended.joining, ended.joining_at or time.time()),
                                  taken=chosen.taken)

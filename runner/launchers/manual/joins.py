@@ -1,5 +1,6 @@
 """launcher=manual: hosts that join a running job at its next checkpoint. A lost host whose `run` is started again by
-hand comes back (runner.launchers.elastic.decisions: its member key says ``returning``), and a spare stands by;
+hand comes back (runner.launchers.elastic.decisions: its member key says ``returning``), and a spare stands by, as
+does a host that arrives (one the spec does not list: its member key carries its name, address and devices);
 while an attempt runs, its host 0 — the one host that asks — looks for those it may take in (:class:`EtcdReturns`:
 the candidates the rounds name, runner.launchers.elastic.membership.Membership.returning, each from when it may be,
 up to topology.max_nodes), and once rank 0 has taken a step of the attempt (a recipe's stop handler is in place)
@@ -32,15 +33,20 @@ class EtcdReturns:
         return self
 
     def ready(self) -> tuple[str, ...]:
+        """Those standing by now: the candidates due, then hosts that arrived (the spec does not list them), at most
+        ``room``."""
         now = time.time()
         due = [host_key(c.host) for c in self.candidates if c.due <= now]
-        if not due or self.room < 1:
+        if self.room < 1:
             return ()
         try:
             up = self.decider.standing_by()
+            arrived = self.decider.arrivals() if up else {}
         except EtcdError:
             return ()
-        return tuple(name for name in due if name in up)[:self.room]
+        named = {host_key(c.host) for c in self.candidates}
+        return tuple([name for name in due if name in up]
+                     + sorted(name for name in arrived if name in up and name not in named))[:self.room]
 
     def spares(self) -> tuple[str, ...]:
         return ()  # (a spare's `run` stands by in etcd from its start: none is "not ready at the start" here)

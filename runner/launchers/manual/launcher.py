@@ -27,14 +27,14 @@ from runner.launchers.elastic.etcd_member import ETCD, READY_S, MemberRefused, O
 from runner.launchers.elastic.membership import Candidate, Membership, host_key, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended, Returns
 from runner.launchers.manual.joins import EtcdReturns
-from runner.launchers.manual.rounds import HostRound, NotCalled, come_back, run_round, stand_by
+from runner.launchers.manual.rounds import HostRound, NotCalled, arrivals_of, come_back, run_round, stand_by
 from runner.plan.processes import Deferred, port_for
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
 from runner.spec.elastic import elasticity
 from runner.spec.probe import LocalProbe, MachineProbe
 from runner.spec.problems import Problem
-from runner.spec.schema import InitMethod, JobConfig
+from runner.spec.schema import HostConfig, InitMethod, JobConfig
 from runner.spec.topology import is_loopback, is_valid_host
 from runner.worker.agent_reports import AgentReport
 from runner.worker.share import hard_stop_s
@@ -76,6 +76,7 @@ class ManualLauncher(Launcher):
         shares_run_folder=False,  # each host's `run` makes its own run folder
         survives_lost_hosts=True,  # the hosts' `run`s decide who goes on in etcd (runner.launchers.manual.rounds)
         takes_hosts_back=True,  # a lost host's `run` started again, or a spare, joins at a checkpoint (manual.joins)
+        takes_arrivals=True,  # a host the spec does not list (launcher.manual.host=<its name>) joins the same way
         forks_here=True,
         hosts_start_apart=True,
         pins_master_port=True)  # the hosts cannot learn a port chosen on one of them at launch
@@ -83,6 +84,8 @@ class ManualLauncher(Launcher):
     def __init__(self, **launch: Any) -> None:
         super().__init__(**launch)
         self._round: HostRound | None = None  # this host's round, once it runs rounds (a job that outlives its hosts)
+        self._listed: Job | None = None  # a host that arrives: the job as the spec lists it (its machines run the
+        # job's own etcd, of which this host is a client)
 
     @classmethod
     def job_problems(cls, job: Job, probe: MachineProbe) -> Iterator[Problem]:
@@ -100,9 +103,13 @@ class ManualLauncher(Launcher):
                                                       f"{len(hosts)}{spares}: 0..{len(every) - 1})",
                               "an index from 0, or this host's name or address")
         elif not any(chosen in (h.name, h.addr) for h in every):
-            names = [h.reach or h.label for h in every]
-            yield Problem("launcher.manual.host", f"{chosen!r} is none of the hosts {names}",
-                          "an index from 0, or one of the names/addresses above")
+            yield from _arrival_problems(job, chosen)
+            return
+        if spec.launcher.manual.addr is not None:
+            yield Problem("launcher.manual.addr", f"{spec.launcher.manual.addr!r} for {chosen!r}, a machine the spec "
+                                                  f"lists: its address is the spec's",
+                          "leave launcher.manual.addr unset (it is for a host that arrives, one the spec does not "
+                          "list), or set the address in topology.hosts")
 
     @classmethod
     def spec_problems(cls, spec: JobConfig) -> Iterator[Problem]:
@@ -196,6 +203,10 @@ class ManualLauncher(Launcher):
                          f"hint: add launcher.manual.host=<index> (the dry run prints each host's command)")
 
     def launch(self, request: LaunchRequest) -> LaunchOutcome:
+        arriving = self._arriving()
+        if arriving is not None:  # a host the spec does not list: the job's last spare, as far as this host goes
+            job = arriving.plan.job
+            return arriving._rounds(len(job.hosts) + len(job.spares) - 1)
         try:
             node = self.this_host(LocalProbe().host_names())
         except NotOneHost as e:
@@ -204,6 +215,23 @@ class ManualLauncher(Launcher):
         if elasticity(self.plan.job).enabled:
             return self._rounds(node)
         return LaunchOutcome(code=self.run_host(node))
+
+    def _arriving(self) -> ManualLauncher | None:
+        """Where launcher.manual.host names a host the spec does not list (it arrives: validation let it, the job
+        having room up to topology.max_nodes), this launch with that host as the job's last spare (its devices the
+        hosts'); None: this machine is one the spec lists."""
+        job, manual = self.plan.job, self.plan.job.spec.launcher.manual
+        chosen = manual.host
+        if chosen is None or (chosen.isascii() and chosen.isdigit()) or \
+                any(chosen in (h.name, h.addr) for h in (*job.hosts, *job.spares)):
+            return None
+        host = HostConfig(name=chosen, addr=manual.addr, devices=max(h.devices for h in job.hosts))
+        spec = dataclasses.replace(job.spec, topology=dataclasses.replace(
+            job.spec.topology, spares=[*job.spec.topology.spares, host]))
+        arriving = ManualLauncher(plan=self.plan_for(job_on(job, spec), self.paths), paths=self.paths,
+                                  invocation=self.invocation, environment=self.environment, zygote=self.zygote)
+        arriving._listed = job
+        return arriving
 
     # -- a job that outlives its hosts: this host's rounds (runner.launchers.elastic.rounds) ----------------------
     def _rounds(self, node: int) -> LaunchOutcome:
@@ -218,8 +246,11 @@ class ManualLauncher(Launcher):
                 except MemberRefused as e:
                     print(f"error: launcher=manual: {e}", file=sys.stderr)
                     return LaunchOutcome(code=exits.FAILED, cause=str(e))
-                decider = Decider(Etcd(endpoints), self.paths.run_id, machines[node].label,
-                                  "host" if node < len(job.hosts) else "spare", spec.launcher.manual.keepalive_s)
+                me = machines[node]
+                decider = Decider(Etcd(endpoints), self.paths.run_id, me.label,
+                                  "host" if node < len(job.hosts) else "spare", spec.launcher.manual.keepalive_s,
+                                  arrives=None if self._listed is None else HostConfig(
+                                      name=me.name, addr=me.addr, devices=me.devices))
                 refused = self._join(decider, member, stopped)
                 if refused is not None:
                     return refused
@@ -264,6 +295,11 @@ class ManualLauncher(Launcher):
         job = self.plan.job
         if job.spec.launcher.manual.etcd:
             return list(job.spec.launcher.manual.etcd), None
+        if self._listed is not None:  # a host that arrives: a client of the members the spec's machines run
+            cluster = OwnCluster.of(self._listed)
+            print(f"manual: host {job.spares[-1].label} arrives (the spec does not list it): a client of the job's "
+                  f"etcd ({cluster.size} members) on port {cluster.client_port}", file=sys.stderr, flush=True)
+            return cluster.endpoints, None
         cluster = OwnCluster.of(job)
         state = member_start(cluster, node, job.spec.init.timeout_s)  # (raises MemberRefused)
         member = OwnMember(cluster, node, self.paths.root / "etcd.log", state)
@@ -317,7 +353,7 @@ class ManualLauncher(Launcher):
             return LaunchOutcome(code=exits.OK if called.job_done else exits.FAILED,
                                  cause=None if called.job_done else called.why)
         first = Membership.of(spec)
-        listed = {host_key(h): h for h in (*first.hosts, *first.spares)}
+        listed = {**arrivals_of(this.decider), **{host_key(h): h for h in (*first.hosts, *first.spares)}}
         membership = Membership(tuple(listed[label] for label in called.hosts),
                                 tuple(listed[label] for label in called.spares), first.min_nodes, first.max_nodes,
                                 absent=tuple(h for h in first.hosts if host_key(h) not in called.hosts))
@@ -335,7 +371,7 @@ class ManualLauncher(Launcher):
         there is room (runner.launchers.manual.joins); host 0 of the round asks for them. None: none to wait for."""
         assert self._round is not None
         room = self._round.max_nodes - len(self.plan.job.hosts)
-        if not candidates or room < 1 or self._round.node != 0:
+        if room < 1 or self._round.node != 0:  # (none listed may come: a host the spec does not list may arrive)
             return None
         return EtcdReturns(self._round.decider, candidates, room)
 
@@ -362,6 +398,23 @@ class ManualLauncher(Launcher):
     def left_out(self) -> dict[int, str] | LaunchOutcome:
         """Nothing to check before a round: the hosts that go on ended the last one alive."""
         return {}
+
+
+def _arrival_problems(job: Job, chosen: str) -> Iterator[Problem]:
+    """launcher.manual.host names a machine the spec does not list: a host that arrives, where the job outlives its
+    hosts and topology.max_nodes leaves room above them; its name (and launcher.manual.addr) a host's."""
+    names = [h.reach or h.label for h in (*job.hosts, *job.spares)]
+    room = (job.spec.topology.max_nodes or len(job.hosts)) - len(job.hosts)
+    if not elasticity(job).enabled or room < 1:
+        yield Problem("launcher.manual.host", f"{job.spec.launcher.manual.host!r} is none of the hosts {names}",
+                      "an index from 0, or one of the names/addresses above; a host the spec does not list may "
+                      "arrive only in a job that outlives its hosts, with room above them (topology.min_nodes and "
+                      f"topology.max_nodes={len(job.hosts) + 1}, say)")
+        return
+    for key, value in (("launcher.manual.host", chosen), ("launcher.manual.addr", job.spec.launcher.manual.addr)):
+        if value is not None and not is_valid_host(value):
+            yield Problem(key, f"{value!r} is not a host name or IP address (this host arrives: the spec does not "
+                               f"list it)", "letters, digits, '-', '_' and '.', or an IPv4/IPv6 literal")
 
 
 def _linger(decider: Decider, most_s: float) -> None:

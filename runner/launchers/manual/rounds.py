@@ -42,7 +42,7 @@ from runner.worker.host_agent import HostAgent
 from runner.worker.share import HostShare, hard_stop_s
 from runner.worker.zygote import Zygote
 from runner.environments.process import ProcessEnvironment
-from runner.spec.schema import is_script
+from runner.spec.schema import HostConfig, is_script
 
 
 @dataclass(frozen=True)
@@ -232,10 +232,19 @@ def _ended_by(this: HostRound, decision: Decision, lost_at: float | None) -> End
     for i, why in lost.items():
         print(f"manual: host {i} ({hosts[i]}) lost: {why}", file=sys.stderr, flush=True)
     cause = "; ".join(f"host {i} ({hosts[i]}) lost: {why}" for i, why in lost.items())
+    arrived = arrivals_of(this.decider) if decision.joined else {}
     return Ended(code=exits.FAILED if lost else exits.OK, signalled=None, cause=cause or None, lost=frozenset(lost),
                  lost_at=(lost_at or time.time()) if lost else None, why_lost=lost, next_attempt=decision.attempt,
                  spares_gone=frozenset(decision.spares_gone), joining=decision.joined,
-                 joining_at=decision.joined_at)
+                 joining_at=decision.joined_at, arrivals=tuple(arrived[n] for n in decision.joined if n in arrived))
+
+
+def arrivals_of(decider: Decider) -> dict[str, HostConfig]:
+    """The hosts that arrived (the spec does not list them) whose member key is in the job's etcd, by name."""
+    try:
+        return decider.arrivals()
+    except EtcdError:
+        return {}
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,27 @@ def test_a_host_that_is_up_but_has_not_ended_its_share_is_waited_for_then_lost(e
     leave(d)
 
 
+def test_a_host_that_arrives_is_found_in_etcd_as_its_key_says_and_taken_in_as_a_host(endpoint) -> None:
+    """x, which the spec does not list, stands by with its name, address and devices in its member key: every host
+    finds it there (Decider.arrivals), and the decision that takes it in keeps them in its key, now a host's; the
+    listed hosts' keys carry none; a host left out of the check is 'left out' of leaving(), with why."""
+    run_id = f"x{uuid.uuid4().hex[:6]}"
+    d = hosts(endpoint, run_id, "ab")
+    x = Decider(Etcd([endpoint]), run_id, "x", "spare", every_s=0.5,
+                arrives=HostConfig(name="x", addr="10.0.0.9", devices=2))
+    x.join()
+    assert d["a"].arrivals() == {"x": HostConfig(name="x", addr="10.0.0.9", devices=2)} and "x" in d["a"].standing_by()
+    d["a"].say_joining(0, Joining(("x",), 5.0))
+    d["b"].say_ended(0, "left out", "host 1 (b) failed the data-network check before attempt 1 (...)")
+    made = d["a"].next_attempt(membership("ab", min_nodes=1), 0, 30, lambda: False, how="joining")
+    assert (made.hosts, made.joined) == (("a", "x"), ("x",)), made
+    assert made.lost == {"b": "left out: host 1 (b) failed the data-network check before attempt 1 (...)"}
+    assert d["a"].leavers(0) == {"b": ("left out", "host 1 (b) failed the data-network check before attempt 1 (...)")}
+    assert d["a"].arrivals() == {"x": HostConfig(name="x", addr="10.0.0.9", devices=2)}  # (its key a host's now)
+    assert "x" in d["a"].alive() and "x" not in d["a"].standing_by()
+    leave({**d, "x": x})
+
+
 def test_a_stop_while_waiting_ends_the_wait_and_every_host_that_ended_it_restarts_together(endpoint) -> None:
     run_id = f"s{uuid.uuid4().hex[:6]}"
     d = hosts(endpoint, run_id, "ab")

@@ -114,3 +114,19 @@ def test_a_spare_kept_ready_grows_the_job_where_max_nodes_leaves_room() -> None:
     grown = roomy.after_return(["s"], now=6.0).membership
     assert ([h.name for h in grown.hosts], grown.spares, grown.room) == (["a", "b", "s"], (), 0)
     assert Membership.of(spec).returning(now=5.0, rejoin_after_s=60) == ()  # no room: a spare waits for a loss
+
+
+def test_a_host_that_arrived_is_taken_in_after_the_others_and_never_in_a_lost_hosts_place() -> None:
+    """launcher=manual: a host the spec does not list, standing by in etcd, is known to the rounds only once a decision
+    takes it in (Ended.arrivals): it waits as a spare not ready at the start does, so that a loss in the same decision
+    takes a listed spare, not it, and the join puts it after the others."""
+    x = HostConfig(name="x", addr="10.0.0.9", devices=2)
+    spec = spec_of([A, B, C], [S], 1)
+    roomy = Membership.of(dataclasses.replace(spec, topology=dataclasses.replace(spec.topology, max_nodes=5)))
+    arrived = roomy.with_arrivals([x, A])  # (a host it knows is not added again)
+    assert (arrived.unready, arrived.with_arrivals([x]).unready) == ((x,), (x,))
+    lost = arrived.after_loss({1})
+    assert isinstance(lost, GoesOn) and [h.name for h in lost.membership.hosts] == ["a", "c", "s"]
+    grown = lost.membership.after_return(["x"], now=9.0)
+    assert ([h.name for h in grown.membership.hosts], grown.back, grown.membership.unready) == (
+        ["a", "c", "s", "x"], (x,), ())

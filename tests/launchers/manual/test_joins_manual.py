@@ -22,8 +22,10 @@ pytestmark = pytest.mark.unit
 class FakeDecider:
     """What joins asks of runner.launchers.elastic.decisions.Decider, kept in memory; ``fails``: etcd silent."""
 
-    def __init__(self, returning: set[str] = frozenset(), spares: set[str] = frozenset(), over: bool = False) -> None:
+    def __init__(self, returning: set[str] = frozenset(), spares: set[str] = frozenset(), over: bool = False,
+                 arrived: set[str] = frozenset()) -> None:
         self._returning, self._spares, self.over, self.fails = set(returning), set(spares), over, False
+        self._arrived = set(arrived)  # spares the spec does not list (their member key carries them)
         self.asked: list[Joining] = []
         self.began: list[int] = []
 
@@ -33,7 +35,12 @@ class FakeDecider:
 
     def standing_by(self) -> set[str]:
         self._etcd()
-        return self._returning | self._spares
+        return self._returning | self._spares | self._arrived
+
+    def arrivals(self) -> dict[str, HostConfig]:
+        self._etcd()
+        return {name: HostConfig(name=name, addr=f"10.0.0.{i + 9}", devices=1)
+                for i, name in enumerate(sorted(self._arrived))}
 
     def say_joining(self, attempt: int, joining: Joining) -> Joining | None:
         self._etcd()
@@ -69,6 +76,16 @@ def asker(decider: FakeDecider, ready: tuple[str, ...] = ("c",), scripts: bool =
     stops: list[int] = []
     returns = EtcdReturns(decider, [candidate(n) for n in ready], room=len(ready)) if host0 else None
     return JoinAsk(decider, 1, returns, lambda: stops.append(1), scripts), stops
+
+
+def test_a_host_that_arrives_standing_by_is_ready_after_the_candidates_and_within_the_room() -> None:
+    """A host the spec does not list (launcher.manual.host=<its name>) is no candidate of the rounds: host 0 finds it
+    in etcd, standing by, and takes it in after the candidates due, while there is room."""
+    decider = FakeDecider(returning={"c"}, arrived={"x", "w"})
+    assert EtcdReturns(decider, [candidate("c")], room=3).ready() == ("c", "w", "x")
+    assert EtcdReturns(decider, [candidate("c")], room=2).ready() == ("c", "w")
+    assert EtcdReturns(decider, [], room=1).ready() == ("w",)
+    assert EtcdReturns(decider, [], room=0).ready() == ()
 
 
 def test_host_0_asks_once_rank_0_has_stepped_and_only_once() -> None:

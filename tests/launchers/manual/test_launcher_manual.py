@@ -21,6 +21,10 @@ pytestmark = pytest.mark.unit
 PATHS = RunPaths(Path("/runs/R1"), "R1")
 NAMED = hosts_override({"name": "gpu-a", "addr": "10.0.0.1", "devices": 2}, {"name": "gpu-b", "addr": "10.0.0.2",
                                                                              "devices": 1})
+NAMED_ALIKE = hosts_override({"name": "gpu-a", "addr": "10.0.0.1", "devices": 2},
+                             {"name": "gpu-b", "addr": "10.0.0.2", "devices": 2})  # (hosts of one size: spares fit)
+ON_ONE = ("topology.min_nodes=1", "launcher.max_restarts=3", "launcher.manual.etcd=[10.0.0.5:2379]")  # (an etcd of
+# the user's: the job goes on with one host)
 
 
 def launcher(*overrides: str, invocation: Invocation | None = None) -> ManualLauncher:
@@ -93,6 +97,26 @@ def test_a_chosen_host_that_is_no_host_is_refused() -> None:
     assert past.find("launcher.manual.host", "index 2 is past the last host (the topology has 2: 0..1)")
     unknown = validate(("launcher=manual", *NAMED, "launcher.manual.host=gpu-c", "recipe.global_batch_size=6"))
     assert unknown.find("launcher.manual.host", "'gpu-c' is none of the hosts ['10.0.0.1', '10.0.0.2']")
+
+
+def test_a_host_the_spec_does_not_list_may_arrive_only_where_the_job_has_room_above_its_hosts() -> None:
+    """launcher.manual.host=<a name the spec does not list>: a host that arrives, in a job that outlives its hosts with
+    topology.max_nodes above them; its launch is the job's with it as the last spare, its devices the hosts'."""
+    elastic = ("launcher=manual", *NAMED_ALIKE, *ON_ONE)
+    no_room = validate((*elastic, "launcher.manual.host=gpu-c"))
+    assert no_room.find("launcher.manual.host", "'gpu-c' is none of the hosts ['10.0.0.1', '10.0.0.2']"), \
+        no_room.rendered()
+    assert "topology.max_nodes=3" in no_room.rendered()
+    bad = validate((*elastic, "topology.max_nodes=3", "launcher.manual.host=gpu-c", "launcher.manual.addr='a b'"))
+    assert bad.find("launcher.manual.addr", "'a b' is not a host name or IP address"), bad.rendered()
+    listed = validate((*elastic, "launcher.manual.host=gpu-a", "launcher.manual.addr=10.0.0.7"))
+    assert listed.find("launcher.manual.addr", "'10.0.0.7' for 'gpu-a', a machine the spec lists"), listed.rendered()
+    arriving = launcher(*NAMED_ALIKE, *ON_ONE, "topology.max_nodes=3", "launcher.manual.host=gpu-c",
+                        "launcher.manual.addr=10.0.0.3")._arriving()
+    assert arriving is not None and arriving._listed is not None
+    assert [(h.name, h.addr, h.devices) for h in arriving.plan.job.spares] == [("gpu-c", "10.0.0.3", 2)]
+    assert [h.label for h in arriving._listed.spares] == []  # (the job's own etcd: the spec's machines' members)
+    assert launcher(*NAMED_ALIKE, *ON_ONE, "topology.max_nodes=3", "launcher.manual.host=gpu-a")._arriving() is None
 
 
 def test_a_non_ascii_digit_as_the_host_is_a_problem_not_a_crash() -> None:
