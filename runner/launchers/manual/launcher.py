@@ -40,7 +40,7 @@ from runner.worker.agent_reports import AgentReport
 from runner.worker.share import hard_stop_s
 from runner.worker.zygote import Zygote
 
-_PINNED = ("launcher.manual.host=", "run_id=", "init.master_port=", "dry_run=")
+_PINNED = ("launcher.manual.host=", "launcher.manual.addr=", "run_id=", "init.master_port=", "dry_run=")
 
 
 def hosts_apart_problems(job: Job, launcher: str) -> Iterator[Problem]:
@@ -156,6 +156,13 @@ class ManualLauncher(Launcher):
             commands.append(HostCommand(host=f"spare {spare.label}",
                                         argv=(*base, f"launcher.manual.host={spare.label}"),
                                         note="waits, ready to take a lost host's place", cwd=inv.cwd))
+        job = self.plan.job
+        most = spec.topology.max_nodes or len(job.hosts)
+        if elasticity(job).enabled and most > len(job.hosts) + len(job.spares):
+            commands.append(HostCommand(host=f"a host that arrives (the spec does not list it; up to "
+                                             f"topology.max_nodes={most})",
+                                        argv=(*base, "launcher.manual.host=NAME", "launcher.manual.addr=ADDRESS"),
+                                        note="joins at a checkpoint", cwd=inv.cwd))
         return LaunchRequest(launcher=self.name, commands=(*commands, *self._rounds_said()))
 
     def _rounds_said(self) -> tuple[HostCommand, ...]:
