@@ -1,8 +1,9 @@
 """Before each attempt of a job on several hosts, every pair of hosts checks the data network its backend will use:
 each host listens on the address of the interface gloo and NCCL are given (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME;
 else the address of its route to the master), on a port the kernel picks from the ephemeral range the backend's own
-connections use, says where in the job's channel, and dials every other host there, waiting up to
-backend.pair_check_s for its answer. A connection each way: seconds, not a collective's timeout.
+connections use, says where in the job's channel, and dials every other host there with 256 KiB (full-size
+segments: a path that passes a handshake but drops large packets fails too), waiting up to backend.pair_check_s for
+its answer. A connection each way: seconds, not a collective's timeout.
 
 The liveness watch cannot see such faults: a host whose data interface is down while its `run` answers on another,
 two hosts that cannot reach each other while both reach host 0. Without the check, each attempt waits in its first
@@ -36,6 +37,7 @@ from runner.common.polling import poll
 from runner.worker.network import interface_of, resolve, route_source
 
 HELLO = b"runner-pair "  # what a dial says first: then the job's token and the dialling host's node rank
+PAYLOAD = 1 << 18  # the bytes each dial sends (256 KiB: full-size segments, as a collective's buckets send)
 LOOK_S = 0.1  # how often the channel is asked for what the other hosts said
 SAID_WITHIN_S = 30.0  # how long host 0 waits, beyond a dial's time, for every host to say what its dials found
 READ_WAIT_S = 10.0  # how long host 0 keeps its store for the others to read a verdict that ends the attempt
@@ -105,16 +107,15 @@ def data_address(env: Mapping[str, str], master_addr: str) -> str:
 
 
 class Listener:
-    """A socket on this host's data address that answers each dial of the job (its token) with this host's node
-    rank, from a thread of its own, until closed."""
+    """A socket on this host's data address that answers each dial of the job (its token), once the dial's payload
+    has come whole, with this host's node rank and the bytes it got: a thread per dial, until closed."""
 
-    def __init__(self, addr: str, token: str, node: int) -> None:
+    def __init__(self, addr: str, token: str, node: int, wait_s: float = 5.0) -> None:
         self.sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
         self.sock.bind((addr, 0))
         self.sock.listen(64)
         self.addr, self.port = addr, self.sock.getsockname()[1]
-        self._hello = HELLO + token.encode()
-        self._answer = f"ok {node}\n".encode()
+        self._hello, self._node, self._wait_s = HELLO + token.encode() + b" ", node, wait_s
         self._thread = threading.Thread(target=self._serve, name="pair-check", daemon=True)
         self._thread.start()
 
@@ -124,13 +125,32 @@ class Listener:
                 conn, _ = self.sock.accept()
             except OSError:
                 return  # closed
-            with conn:
-                conn.settimeout(2.0)
-                try:
-                    if conn.recv(256).startswith(self._hello):
-                        conn.sendall(self._answer)
-                except OSError:
-                    continue
+            threading.Thread(target=self._answer, args=(conn,), name="pair-check-dial", daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        """The dial's first line (the token, the dialling host, the payload's length), then its payload, answered."""
+        with conn:
+            conn.settimeout(self._wait_s)
+            try:
+                got = b""
+                while b"\n" not in got and len(got) < 512:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    got += chunk
+                line, _, rest = got.partition(b"\n")
+                words = line[len(self._hello):].split()
+                if not line.startswith(self._hello) or len(words) != 2 or not words[1].isdigit():
+                    return
+                left = int(words[1]) - len(rest)
+                while left > 0:
+                    chunk = conn.recv(min(left, 1 << 16))
+                    if not chunk:
+                        return
+                    left -= len(chunk)
+                conn.sendall(f"ok {self._node} {words[1].decode()}\n".encode())
+            except OSError:
+                return
 
     def close(self) -> None:
         try:
@@ -141,20 +161,21 @@ class Listener:
         self._thread.join(timeout=5.0)
 
 
-def dial(addr: str, port: int, token: str, node: int, peer: int, timeout_s: float) -> str:
-    """Host ``node``'s dial of host ``peer`` at ``addr``:``port``: "" where it answered as that host, else what
-    happened instead."""
+def dial(addr: str, port: int, token: str, node: int, peer: int, timeout_s: float, payload: int = PAYLOAD) -> str:
+    """Host ``node``'s dial of host ``peer`` at ``addr``:``port``, with ``payload`` bytes (full-size segments: a path
+    that passes a handshake but drops large packets, an MTU set wrong on one side, fails it as it fails a collective):
+    "" where it answered as that host, having got them all, else what happened instead."""
     where = f"{addr}:{port}"
     try:
         with socket.create_connection((addr, port), timeout=timeout_s) as s:
             s.settimeout(timeout_s)
-            s.sendall(HELLO + f"{token} {node}\n".encode())
+            s.sendall(HELLO + f"{token} {node} {payload}\n".encode() + bytes(payload))
             answer = s.recv(64)
     except (TimeoutError, socket.timeout):
         return f"no answer from {where} within {timeout_s:g} s"
     except OSError as e:
         return f"{where}: {e.strerror or e}"
-    return "" if answer == f"ok {peer}\n".encode() else f"{where} answered, but not as host {peer}"
+    return "" if answer == f"ok {peer} {payload}\n".encode() else f"{where} answered, but not as host {peer}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,7 +208,7 @@ def check_pairs(board: PairBoard, attempt: int, node: int, hosts: int, addr: str
     makes it), or None where the check could not be made (a host said nothing within ``gather_s``, host 0 made no
     verdict, or this share is stopping): the attempt goes on as it would have without it."""
     base = f"{attempt}/"
-    listener = Listener(addr, token, node)
+    listener = Listener(addr, token, node, wait_s=timeout_s)
     try:
         board.put(f"{base}at/{node}", [listener.addr, listener.port])
         where = board.gather({h: f"{base}at/{h}" for h in range(hosts)}, gather_s)
