@@ -238,3 +238,49 @@ def test_the_port_preflight_tested_is_the_prepared_plans_and_the_plan_given_stay
     assert prepared.plan.master_port == "29877" and served == [prepared.plan]
     assert plan.master_port != "29877"  # a value: the agent's plan is not changed
     assert {s.env["MASTER_PORT"] for s in prepared.setups} == {"29877"}
+
+
+# -------------------------------------------------------------------------- the data-network check of every pair
+
+
+def test_the_pair_check_runs_between_the_hosts_of_a_job_on_several_and_a_passing_one_refuses_nothing(paths,
+                                                                                                       tmp_path) -> None:
+    """Hosts a and b, each a thread here, over one channel (a folder): each listens and dials the other, host 0 makes
+    the verdict, nobody is named. One host, a task per process, init=file, or backend.pair_check_s=0: no check."""
+    import threading
+
+    from runner.worker.channel import JobChannel
+
+    plan = plan_of(two_hosts(), paths)
+    channel = JobChannel.in_folder(tmp_path / "channel")
+    setups = {n: rank_setups(plan, n, RDZV, paths, EIGHT_CPUS) for n in (0, 1)}
+    got: dict[int, Refused | None] = {}
+    both = [threading.Thread(target=lambda n=n: got.update({n: preparation_of(n)._check_pairs(
+        plan, channel, paths, setups[n])})) for n in (0, 1)]
+    for t in both:
+        t.start()
+    for t in both:
+        t.join(60)
+    assert got == {0: None, 1: None}
+    assert channel.pairs("0/verdict") == {"named": None, "failed": []} and channel.pairs("0/heard/1") == {"0": ""}
+    off = dataclasses.replace(plan.job.spec, backend=dataclasses.replace(plan.job.spec.backend, pair_check_s=0))
+    for quiet, prep in ((plan_of(off, paths), preparation_of(0)), (plan, preparation_of(0, only=0)),
+                        (one_host_file_init(paths), preparation_of(0))):
+        assert prep._check_pairs(quiet, JobChannel.in_folder(tmp_path / "quiet"), paths, setups[0]) is None
+    assert not (tmp_path / "quiet").exists() or not any((tmp_path / "quiet").iterdir())
+
+
+def test_a_host_the_check_names_is_refused_as_leaving_and_the_others_refused_naming_it(paths, monkeypatch) -> None:
+    from runner.worker.channel import JobChannel
+    from runner.worker.pair_check import Verdict
+
+    named = Verdict(failed={(0, 1): "0 -> 1: no answer from 10.0.0.2:4000 within 5 s"}, named=1)
+    monkeypatch.setattr(preparation, "check_pairs", lambda *_a, **_k: named)
+    plan = plan_of(two_hosts(), paths)
+    why = ("host 1 (b) failed the data-network check before attempt 1 (1 of the failed pair(s): host 0 (a) and host 1 "
+           "(b): 0 -> 1: no answer from 10.0.0.2:4000 within 5 s)")
+    for node, leaving in ((0, None), (1, why)):
+        refused = preparation_of(node)._check_pairs(plan, JobChannel.in_folder(paths.root / "c"), paths,
+                                                    rank_setups(plan, node, RDZV, paths, EIGHT_CPUS))
+        assert isinstance(refused, Refused) and refused.code == exits.FAILED and refused.leaving == leaving
+        assert refused.line.startswith(f"error: network: {why}; hint: check that host's data interface")
