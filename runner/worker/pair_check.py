@@ -202,23 +202,26 @@ class PairBoard:
         return found
 
 
-def check_pairs(board: PairBoard, attempt: int, node: int, hosts: int, addr: str, token: str, timeout_s: float,
-                gather_s: float) -> Verdict | None:
+def check_pairs(board: PairBoard, attempt: int, node: int, hosts: int, addr: str | None, token: str,
+                timeout_s: float, gather_s: float, no_addr: str = "") -> Verdict | None:
     """This host's part of the check of ``attempt`` (the module docstring): the verdict every host reads (host 0
     makes it), or None where the check could not be made (a host said nothing within ``gather_s``, host 0 made no
-    verdict, or this share is stopping): the attempt goes on as it would have without it."""
+    verdict, or this share is stopping): the attempt goes on as it would have without it. ``addr`` None: this host
+    has no address on the data network (``no_addr`` says why): it says so, as every pair of its failing, and dials
+    nobody."""
     base = f"{attempt}/"
-    listener = Listener(addr, token, node, wait_s=timeout_s)
+    listener = Listener(addr, token, node, wait_s=timeout_s) if addr is not None else None
     try:
-        board.put(f"{base}at/{node}", [listener.addr, listener.port])
+        board.put(f"{base}at/{node}", [listener.addr, listener.port] if listener else ["", 0])
         where = board.gather({h: f"{base}at/{h}" for h in range(hosts)}, gather_s)
         if len(where) < hosts or board.stopping():
             return None
         peers = {h: _where(at) for h, at in where.items() if h != node}
         with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
-            dials = {h: pool.submit(dial, at[0], at[1], token, node, h, timeout_s) if at else None
+            dials = {h: pool.submit(dial, at[0], at[1], token, node, h, timeout_s) if at and listener else None
                      for h, at in peers.items()}
-            heard = {h: d.result() if d is not None else "said no address" for h, d in dials.items()}
+            heard = {h: d.result() if d is not None else f"no address on the data network: {no_addr}"
+                     if listener is None else f"host {h} has no address on the data network" for h, d in dials.items()}
         board.put(f"{base}heard/{node}", {str(h): why for h, why in heard.items()})
         if node == 0:
             said = board.gather({h: f"{base}heard/{h}" for h in range(hosts)}, timeout_s + SAID_WITHIN_S)
@@ -232,12 +235,12 @@ def check_pairs(board: PairBoard, attempt: int, node: int, hosts: int, addr: str
         board.put(f"{base}read/{node}", True)
         return Verdict.of(made)
     finally:
-        listener.close()
-
+        if listener is not None:
+            listener.close()
 
 
 def _where(at: object) -> tuple[str, int] | None:
     """A host's ``at`` value (its address and port), or None where it is not one."""
-    if isinstance(at, list) and len(at) == 2 and isinstance(at[0], str) and isinstance(at[1], int):
+    if isinstance(at, list) and len(at) == 2 and isinstance(at[0], str) and at[0] and isinstance(at[1], int):
         return at[0], at[1]
     return None

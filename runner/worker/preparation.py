@@ -144,14 +144,15 @@ class Preparation:
         if channel is None or len(hosts) < 2 or self.role.only is not None or spec.backend.pair_check_s <= 0 \
                 or spec.init.method is InitMethod.file or isinstance(plan.master_addr, Deferred):
             return None
+        addr, no_addr = None, ""
         try:
             addr = data_address(setups[0].env if setups else {}, plan.master_addr)
-        except NetworkError:
-            return None  # (the rendezvous says what is wrong with this host's network)
+        except NetworkError as e:
+            no_addr = e.message
         board = PairBoard(put=channel.say_pairs, get=channel.pairs, stopping=self.stopping)
         found = check_pairs(board, paths.attempt, self.role.node_rank, len(hosts), addr,
                             token=f"{paths.run_id}/{paths.attempt}", timeout_s=spec.backend.pair_check_s,
-                            gather_s=spec.init.timeout_s)
+                            gather_s=spec.init.timeout_s, no_addr=no_addr)
         if found is None or found.named is None:
             return None
         why = found.why([h.label for h in hosts], paths.attempt)

@@ -133,6 +133,20 @@ def test_a_host_unreachable_from_every_other_is_named():
     assert [v.named if v else None for v in found] == [1, 1, 1], found
 
 
+def test_a_host_with_no_address_on_the_data_network_says_so_and_is_named_without_a_wait():
+    """Host 1 found no address of its own (no route: NetworkError in its preparation): it says so instead of
+    listening, dials nobody, and the others do not wait for it: it is in every failed pair."""
+    board = Board()
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        parts = [pool.submit(check_pairs, board.of(h, set()), 0, h, 3, None if h == 1 else "127.0.0.1", "job/0",
+                             timeout_s=0.3, gather_s=10.0, no_addr="no route from this host to the master 10.9.9.9")
+                 for h in range(3)]
+        found = [p.result(timeout=30) for p in parts]
+    assert [v.named if v else None for v in found] == [1, 1, 1], found
+    assert found[0].failed[(0, 1)] == ("0 -> 1: host 1 has no address on the data network, 1 -> 0: no address on "
+                                       "the data network: no route from this host to the master 10.9.9.9")
+
+
 def test_a_host_that_never_says_where_it_listens_leaves_no_verdict_after_the_wait():
     """Host 2 never comes: the others give up after ``gather_s`` and the attempt goes on as without the check."""
     board = Board()
