@@ -77,6 +77,14 @@ class Verdict:
                 f"failed pair(s): {pairs})")
 
 
+@dataclass(frozen=True)
+class Absent:
+    """Hosts that never said where they listen within the wait (init.timeout_s): they did not come. The ranks'
+    rendezvous would wait as long again for them, in vain."""
+
+    nodes: tuple[int, ...]
+
+
 def verdict(hosts: int, heard: Mapping[int, Mapping[int, str]]) -> Verdict:
     """The rule of the module docstring, over what each host's dials found (``heard[i][j]``: host i's dial of host j;
     "" where it was answered). A host that said nothing counts for nothing: its dials are unknown, not failed."""
@@ -203,10 +211,11 @@ class PairBoard:
 
 
 def check_pairs(board: PairBoard, attempt: int, node: int, hosts: int, addr: str | None, token: str,
-                timeout_s: float, gather_s: float, no_addr: str = "") -> Verdict | None:
+                timeout_s: float, gather_s: float, no_addr: str = "") -> Verdict | Absent | None:
     """This host's part of the check of ``attempt`` (the module docstring): the verdict every host reads (host 0
-    makes it), or None where the check could not be made (a host said nothing within ``gather_s``, host 0 made no
-    verdict, or this share is stopping): the attempt goes on as it would have without it. ``addr`` None: this host
+    makes it); the hosts that did not say where they listen within ``gather_s`` (:class:`Absent`); or None where the
+    check could not be made (host 0 made no verdict, or this share is stopping): the attempt goes on as it would have
+    without it. ``addr`` None: this host
     has no address on the data network (``no_addr`` says why): it says so, as every pair of its failing, and dials
     nobody."""
     base = f"{attempt}/"
@@ -214,8 +223,10 @@ def check_pairs(board: PairBoard, attempt: int, node: int, hosts: int, addr: str
     try:
         board.put(f"{base}at/{node}", [listener.addr, listener.port] if listener else ["", 0])
         where = board.gather({h: f"{base}at/{h}" for h in range(hosts)}, gather_s)
-        if len(where) < hosts or board.stopping():
+        if board.stopping():
             return None
+        if len(where) < hosts:
+            return Absent(tuple(h for h in range(hosts) if h not in where))
         peers = {h: _where(at) for h, at in where.items() if h != node}
         with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
             dials = {h: pool.submit(dial, at[0], at[1], token, node, h, timeout_s) if at and listener else None

@@ -27,7 +27,7 @@ from runner.spec.validation import console_ranks
 from runner.worker.channel import JobChannel
 from runner.worker.channel_proxy import ProxyKeyValue
 from runner.worker.network import NetworkError, network_choice
-from runner.worker.pair_check import PairBoard, check_pairs, data_address
+from runner.worker.pair_check import Absent, PairBoard, check_pairs, data_address
 from runner.worker.preflight import host as preflight_host
 from runner.worker.preflight.checks import Check, HostChecks
 from runner.worker.relay import Echo
@@ -153,6 +153,8 @@ class Preparation:
         found = check_pairs(board, paths.attempt, self.role.node_rank, len(hosts), addr,
                             token=f"{paths.run_id}/{paths.attempt}", timeout_s=spec.backend.pair_check_s,
                             gather_s=spec.init.timeout_s, no_addr=no_addr)
+        if isinstance(found, Absent):
+            return Refused(code=exits.FAILED, line=absent_line(plan, found, paths.attempt))
         if found is None or found.named is None:
             return None
         why = found.why([h.label for h in hosts], paths.attempt)
@@ -194,6 +196,17 @@ class Preparation:
         """An end of the job's channel on host 0's store, through a child of the zygote (runner.worker.channel_proxy):
         the agent imports no torch. Given up (ChannelInterrupted) once this host's share is asked to stop."""
         return JobChannel(ProxyKeyValue.reach(self.zygote, addr, port, timeout_s, interrupted=self.stopping))
+
+
+def absent_line(plan: Plan, absent: Absent, attempt: int) -> str:
+    """Why an attempt is refused where hosts never came to the data-network check (within init.timeout_s): which,
+    with their ranks, and what to look at."""
+    hosts = ", ".join(f"{n} ({plan.job.hosts[n].label})" for n in absent.nodes)
+    ranks = [r.global_rank for n in absent.nodes for r in plan.host_records(n)]
+    return (f"error: init: host(s) {hosts} did not come within init.timeout_s={plan.job.spec.init.timeout_s:g} s: "
+            f"rank(s) {', '.join(map(str, ranks))} never started (before attempt {attempt + 1}, host 0's store heard "
+            f"nothing of their agent)\n    hint: were their hosts started, and can they reach the master? "
+            f"`run ... preflight=true` checks every host's route, port and interface")
 
 
 def say_refused(refused: Refused) -> None:

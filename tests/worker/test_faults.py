@@ -52,15 +52,17 @@ def test_restarts_run_out(tmp_path):
     nothing_left(done.run_id)
 
 
-def test_a_rendezvous_that_never_completes_names_the_ranks_that_did_not_arrive(tmp_path):
-    """Host 1 of a manual launch is never started: host 0's ranks give up at init.timeout_s."""
+def test_a_host_that_never_comes_is_named_with_its_ranks_at_init_timeout_s_before_any_rank_starts(tmp_path):
+    """Host 1 of a manual launch is never started: host 0's agent waits init.timeout_s for it (in the data-network
+    check, the first place the hosts meet) and names it with its ranks; no rank starts, to wait as long again."""
     done = run("launcher=manual", "topology=custom", "launcher.manual.host=0", "init.timeout_s=5",
                "topology.hosts=[{name: 127.0.0.1, devices: 2}, {name: 127.0.0.2, devices: 1}]",
                "recipe.global_batch_size=30", cwd=tmp_path)
     assert done.code == 1, done.output
-    assert ("timeout: the process group did not form within init.timeout_s=5 s: rank(s) 0, 1 waited, rank(s) 2 "
-            "did not arrive (as seen from this host)") in done.stderr
+    assert ("error: init: host(s) 1 (127.0.0.2) did not come within init.timeout_s=5 s: rank(s) 2 never started "
+            "(before attempt 1, host 0's store heard nothing of their agent)") in done.stderr, done.stderr
     assert "preflight=true" in done.stderr
+    assert not list(tmp_path.glob("outputs/*/*/logs/rank*.log"))  # no rank was started
     nothing_left(done.run_id)
 
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from runner.worker.pair_check import Listener, PairBoard, Verdict, check_pairs, dial, verdict
+from runner.worker.pair_check import Absent, Listener, PairBoard, Verdict, check_pairs, dial, verdict
 
 pytestmark = pytest.mark.unit
 
@@ -147,13 +147,14 @@ def test_a_host_with_no_address_on_the_data_network_says_so_and_is_named_without
                                        "the data network: no route from this host to the master 10.9.9.9")
 
 
-def test_a_host_that_never_says_where_it_listens_leaves_no_verdict_after_the_wait():
-    """Host 2 never comes: the others give up after ``gather_s`` and the attempt goes on as without the check."""
+def test_a_host_that_never_says_where_it_listens_is_absent_after_the_wait():
+    """Host 2 never comes: the others give up after ``gather_s`` and say which host did not come (the ranks'
+    rendezvous would wait as long again for it)."""
     board = Board()
     with ThreadPoolExecutor(max_workers=2) as pool:
         parts = [pool.submit(check_pairs, board.of(h, set()), 0, h, 3, "127.0.0.1", "job/0", timeout_s=1.0,
                              gather_s=0.5) for h in range(2)]
-        assert [p.result(timeout=30) for p in parts] == [None, None]
+        assert [p.result(timeout=30) for p in parts] == [Absent((2,)), Absent((2,))]
 
 
 def test_a_share_asked_to_stop_gives_up_the_wait_at_once():

@@ -149,10 +149,11 @@ def test_preflight_catches_a_master_name_that_resolves_to_loopback(testbed, tmp_
 
 def test_an_interface_that_reaches_nothing_fails_the_all_reduce_by_its_deadline(testbed, tmp_path):
     """Every host check passes with the decoy interface named (it exists), but gloo's connections over it
-    hang: the kernel's SYN retries outlast the group's timeout, so the preflight gives up at its deadline."""
+    hang: the kernel's SYN retries outlast the group's timeout, so the preflight gives up at its deadline. (With the
+    data-network check off: the check names such a host first, below.)"""
     started = time.monotonic()
     done = run("topology=2x2", "launcher=slurm", "backend.socket_ifname=decoy0", "init.timeout_s=10", "preflight=true",
-               cwd=tmp_path, env=testbed.env())
+               "backend.pair_check_s=0", cwd=tmp_path, env=testbed.env())
     elapsed = time.monotonic() - started
     assert done.code not in (0, 2), done.output
     failed = [line for line in host_lines(done.output) if "FAILED" in line]
@@ -161,3 +162,17 @@ def test_an_interface_that_reaches_nothing_fails_the_all_reduce_by_its_deadline(
     assert "gloo all-reduce over 4 process(es): not done after 15 s" in failed[0], failed
     assert "hint: firewall or interface" in failed[0]
     assert elapsed < 60, elapsed
+
+
+def test_an_interface_that_reaches_nothing_is_named_by_the_data_network_check_before_any_rank_starts(testbed, tmp_path):
+    """The same decoy interface with the data-network check on (its default), under Slurm: each host's dial of the
+    other over it gets no answer within backend.pair_check_s, host 1 is named (the tie rule) on both hosts, and the job
+    ends before any rank starts, in seconds, not at the group's timeout."""
+    done = run("topology=2x2", "launcher=slurm", "backend.socket_ifname=decoy0", "init.timeout_s=60", cwd=tmp_path,
+               env=testbed.env())
+    assert done.code == 1, done.output
+    named = re.findall(r"error: network: host 1 \(node1\) failed the data-network check before attempt 1 \(1 of the "
+                       r"failed pair\(s\): host 0 \(node0\) and host 1 \(node1\): 0 -> 1: no answer from \S+ within 5 s, "
+                       r"1 -> 0: no answer from \S+ within 5 s\); hint: check that host's data interface", done.output)
+    assert len(named) == 2, done.output  # (each host says it: the job does not outlive its hosts)
+    assert "no rank started" in done.output and "process group did not form" not in done.output, done.output
