@@ -41,15 +41,6 @@ def data_link(bed, host: str, up: bool) -> None:
     subprocess.run(bed.exec_argv(h, ["ip", "link", "set", h.data_ifname, "up" if up else "down"]), check=True)
 
 
-def data_port_mtu(bed, host: str, mtu: int) -> None:
-    """The MTU of ``host``'s port on the data network's bridge (the root end of its veth; 1500: the network's): 1000
-    is a switch port set wrong, a path on which connections open and small packets pass but full-size ones from the
-    others to ``host`` are dropped (each end's MTU, hence the segments TCP sends, stays 1500)."""
-    (port,) = [h["data_veth"] for h in bed.description["hosts"] if h["name"] == bed.host(host).name]
-    assert port, f"{host} has no data network: bring the bed up with --data-network"
-    subprocess.run(["ip", "link", "set", port, "mtu", str(mtu)], check=True)
-
-
 def data_cut_between(bed, one: str, other: str, cut: bool) -> None:
     """The data addresses of ``one`` and ``other`` unreachable from each other (a blackhole route to the other's in
     each namespace), or reachable again (cut=False; routes already gone are fine). Every other pair, and the lan

@@ -2,8 +2,8 @@
 each host listens on the address of the interface gloo and NCCL are given (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME;
 else the address of its route to the master), on a port the kernel picks from the ephemeral range the backend's own
 connections use, says where in the job's channel, and dials every other host there with 256 KiB (full-size
-segments: a path that passes a handshake but drops large packets fails too), waiting up to backend.pair_check_s for
-its answer. A connection each way: seconds, not a collective's timeout.
+segments: where a path passes a handshake but drops large frames, a switch port's MTU set wrong, the dial fails as a
+collective would), waiting up to backend.pair_check_s for its answer. A connection each way: seconds, not a collective's timeout.
 
 The liveness watch cannot see such faults: a host whose data interface is down while its `run` answers on another,
 two hosts that cannot reach each other while both reach host 0. Without the check, each attempt waits in its first

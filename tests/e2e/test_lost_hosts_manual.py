@@ -35,8 +35,8 @@ import pytest
 from runner.launchers.elastic.etcd_member import ETCD
 from runner.training.copies import complete_copy
 from etcd_fixtures import local_etcd
-from lost_hosts import (EVERY, LEFT_ON_HOSTS_S, STEPS, data_cut_between, data_link, data_port_mtu, done_on,
-                        elastic_recipe, link, membership, one_lineage, resumed_steps, the_change)
+from lost_hosts import (EVERY, LEFT_ON_HOSTS_S, STEPS, data_cut_between, data_link, done_on, elastic_recipe, link,
+                        membership, one_lineage, resumed_steps, the_change)
 from runs import (RUN, Started, check_readme_quotes, finish, nothing_left, seen_in, stage_workloads, started,
                   wait_until)
 from testbed_fixtures import Bed, bed_of_its_own
@@ -332,30 +332,6 @@ def test_a_host_whose_data_network_is_cut_while_its_lan_answers_is_named_and_lef
         change
     trained = one_lineage([tmp_path / "out" / "steps.jsonl"])
     assert [w for _, w in worlds(trained)] == [3, 2] and resumed_steps(said0), (worlds(trained), said0[-2000:])
-    nothing_left(run_id, LEFT_ON_HOSTS_S)
-
-
-def test_a_host_whose_data_port_mtu_is_set_wrong_passes_a_handshake_but_not_the_check_and_is_named(bed, tmp_path):
-    """Host 1's port on the data network's bridge at MTU 1000 on a network of 1500 (a switch port set wrong):
-    connections open and small packets pass, full-size segments to host 1 are dropped, as a collective's would be.
-    The check's 256 KiB each way names host 1 before the first step (the dials of hosts 0 and 2 get no answer from
-    it), it leaves, and hosts 0 and 2 train from step 0 at world size 2 to the end."""
-    a, b, c, _ = bed.names
-    run_id = f"m{uuid.uuid4().hex[:8]}"
-    data_port_mtu(bed, b, 1000)
-    try:
-        with by_hand(bed, tmp_path, 3, DATA, run_id) as procs:
-            (code0, said0), (code1, said1), (code2, said2) = finish(procs, timeout=240)
-    finally:
-        data_port_mtu(bed, b, 1500)
-    done_on(run_folder(tmp_path, 0, run_id), said0, code0, world_size=2)
-    assert code2 == 0, said2[-3000:]
-    named = f"host 1 ({b}) failed the data-network check before attempt 1 (2 of the failed pair(s): host 0 ({a}) and"
-    assert code1 == 1 and f"manual: this host is left out of the job: {named}" in said1, said1[-3000:]
-    assert re.search(r"0 -> 1: no answer from \S+ within 5 s.*2 -> 1: no answer from \S+ within 5 s", said1), said1
-    change = the_change(run_folder(tmp_path, 0, run_id), [a, b, c], [a, c], [b])
-    assert change["cause"].startswith(f"{b}: left out: {named}"), change
-    assert worlds(one_lineage([tmp_path / "out" / "steps.jsonl"])) == [(1, 2)]
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
