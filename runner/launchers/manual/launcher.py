@@ -18,14 +18,14 @@ from typing import Any
 
 from runner.common import exits
 from runner.common.signals import handling
-from runner.launchers.base import AgentRuns, HostCommand, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
+from runner.launchers.base import AgentRuns, Launcher, LaunchOutcome, LaunchRequest, named_hosts_problems
 from runner.launchers.capabilities import Capabilities
-from runner.launchers.elastic.decisions import BACK_WITHIN_BEATS, AlreadyRunning, Decider
-from runner.launchers.elastic.liveness import BEATS_MISSED
+from runner.launchers.elastic.decisions import AlreadyRunning, Decider
 from runner.launchers.elastic.etcd import Etcd, EtcdError
 from runner.launchers.elastic.etcd_member import ETCD, READY_S, MemberRefused, OwnCluster, OwnMember, member_start
 from runner.launchers.elastic.membership import Candidate, Membership, host_key, job_on
 from runner.launchers.elastic.rounds import AttemptsOnHosts, Ended, Returns
+from runner.launchers.manual.commands import host_commands, rounds_said
 from runner.launchers.manual.joins import EtcdReturns
 from runner.launchers.manual.rounds import HostRound, NotCalled, arrivals_of, come_back, run_round, stand_by
 from runner.plan.processes import Deferred, port_for
@@ -39,9 +39,6 @@ from runner.spec.topology import is_loopback, is_valid_host
 from runner.worker.agent_reports import AgentReport
 from runner.worker.share import hard_stop_s
 from runner.worker.zygote import Zygote
-
-_PINNED = ("launcher.manual.host=", "launcher.manual.addr=", "run_id=", "init.master_port=", "dry_run=")
-
 
 def hosts_apart_problems(job: Job, launcher: str) -> Iterator[Problem]:
     """The rules of a job whose every host's share is run by a `run` of its own (manual, ssh): each host named, host
@@ -135,63 +132,8 @@ class ManualLauncher(Launcher):
         return agreed_port(job, paths) if len(job.hosts) > 1 else super().master_port(job, paths)
 
     def request(self) -> LaunchRequest:
-        inv, spec = self.invocation, self.plan.job.spec
-        base = [inv.run_command]
-        if inv.config_dir:
-            base += ["--config-dir", inv.config_dir]
-        if inv.config_name:
-            base += ["--config-name", inv.config_name]
-        base += [o for o in inv.overrides if not o.startswith(_PINNED)]
-        base.append(f"run_id={spec.run_id}")
-        if spec.init.master_port:
-            base.append(f"init.master_port={spec.init.master_port}")
-        commands = []
-        for host in self.plan.job.hosts:
-            n = self.plan.processes_per_host[host.index]
-            argv = (*base, f"launcher.manual.host={host.index}")
-            where = host.reach or host.label
-            commands.append(HostCommand(host=f"host {host.index} ({where})", argv=argv, note=f"starts {n} process(es)",
-                                        cwd=inv.cwd))
-        for spare in self.plan.job.spares:
-            commands.append(HostCommand(host=f"spare {spare.label}",
-                                        argv=(*base, f"launcher.manual.host={spare.label}"),
-                                        note="waits, ready to take a lost host's place", cwd=inv.cwd))
-        job = self.plan.job
-        most = spec.topology.max_nodes or len(job.hosts)
-        if elasticity(job).enabled and most > len(job.hosts) + len(job.spares):
-            commands.append(HostCommand(host=f"a host that arrives (the spec does not list it; up to "
-                                             f"topology.max_nodes={most})",
-                                        argv=(*base, "launcher.manual.host=NAME", "launcher.manual.addr=ADDRESS"),
-                                        note="joins at a checkpoint", cwd=inv.cwd))
-        return LaunchRequest(launcher=self.name, commands=(*commands, *self._rounds_said()))
-
-    def _rounds_said(self) -> tuple[HostCommand, ...]:
-        """What the dry run says of a job that outlives its hosts: how it goes on, where the hosts decide it, and how
-        a lost host is found."""
-        job = self.plan.job
-        if not elasticity(job).enabled:
-            return ()
-        manual = job.spec.launcher.manual
-        every = manual.keepalive_s
-        if manual.etcd:
-            where = (f"who goes on after a loss is decided in your etcd ({', '.join(manual.etcd)}): one decision "
-                     f"per attempt, made once (a compare-and-swap), which every host follows; it decides while a "
-                     f"majority of its own members is up")
-        else:
-            own = OwnCluster.of(job)
-            where = (f"who goes on after a loss is decided in the job's own etcd: a member started by each host's and "
-                     f"spare's `run` ({own.size}: {', '.join(own.names)}; clients on port {own.client_port}, peers on "
-                     f"{own.peer_port}, derived from the run id), one decision per attempt, made once (a "
-                     f"compare-and-swap), which every host follows; it decides while {own.floor} of its {own.size} "
-                     f"members are up, so the job goes on down to {max(own.floor, elasticity(job).min_nodes)} "
-                     f"host(s)")
-        return (HostCommand(host=elasticity(job).line(), argv=None),
-                HostCommand(host=where, argv=None),
-                HostCommand(host=f"each host's `run` keeps a lease in etcd alive every {every} s "
-                                 f"(launcher.manual.keepalive_s): a host whose lease expires ({BEATS_MISSED * every} s "
-                                 f"without a keepalive: its `run`, machine or network gone) and whose key stays gone "
-                                 f"{BACK_WITHIN_BEATS * every} s more is lost, and its peers end the attempt",
-                            argv=None))
+        return LaunchRequest(launcher=self.name, commands=(*host_commands(self.plan, self.invocation),
+                                                           *rounds_said(self.plan.job)))
 
     def this_host(self, names: frozenset[str]) -> int:
         """This machine's node rank (a spare's index follows the hosts'): launcher.manual.host, else the one host
