@@ -287,6 +287,10 @@ def _last_stack(log_file: str, frames: int = 8) -> list[str]:
     return block[:frames]
 
 
+NOT_ARRIVED_HINT = ("    hint: were their hosts started, and can they reach the master? `run ... preflight=true` "
+                    "checks every host's route, port and interface")  # where ranks (or whole hosts) never came
+
+
 def _hang_summary(errors: list[ErrorRecord], setups: list[RankSetup], paths: RunPaths,
                   channel: JobChannel | None = None) -> list[str]:
     """When ranks failed by timing out: which ranks never joined the process group, or the collective each
@@ -308,8 +312,7 @@ def _hang_summary(errors: list[ErrorRecord], setups: list[RankSetup], paths: Run
         return ["", f"timeout: the process group did not form within init.timeout_s={timeout:g} s: rank(s) "
                     f"{rank_list(waited, 12)} waited, rank(s) {rank_list(missing, 12) or 'none'} did not arrive"
                     + (" (as seen from this host)" if len(setups) < world else ""),
-                "    hint: were their hosts started, and can they reach the master? `run ... preflight=true` "
-                "checks every host's route, port and interface"]
+                NOT_ARRIVED_HINT]
     asked = last_request(paths)
     if asked is not None:  # the ranks were asked where they are: the collective each one is in
         found = diagnose(gather_dumps(paths, channel, range(world), asked - LOST_PEER_SLACK_S, DUMP_WAIT_TIMEOUT_S),

@@ -215,9 +215,8 @@ def check_pairs(board: PairBoard, attempt: int, node: int, hosts: int, addr: str
     """This host's part of the check of ``attempt`` (the module docstring): the verdict every host reads (host 0
     makes it); the hosts that did not say where they listen within ``gather_s`` (:class:`Absent`); or None where the
     check could not be made (host 0 made no verdict, or this share is stopping): the attempt goes on as it would have
-    without it. ``addr`` None: this host
-    has no address on the data network (``no_addr`` says why): it says so, as every pair of its failing, and dials
-    nobody."""
+    without it. ``addr`` None: this host has no address on the data network (``no_addr`` says why): it says so, as
+    every pair of its failing, and dials nobody."""
     base = f"{attempt}/"
     listener = Listener(addr, token, node, wait_s=timeout_s) if addr is not None else None
     try:
@@ -227,12 +226,10 @@ def check_pairs(board: PairBoard, attempt: int, node: int, hosts: int, addr: str
             return None
         if len(where) < hosts:
             return Absent(tuple(h for h in range(hosts) if h not in where))
-        peers = {h: _where(at) for h, at in where.items() if h != node}
-        with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
-            dials = {h: pool.submit(dial, at[0], at[1], token, node, h, timeout_s) if at and listener else None
-                     for h, at in peers.items()}
-            heard = {h: d.result() if d is not None else f"no address on the data network: {no_addr}"
-                     if listener is None else f"host {h} has no address on the data network" for h, d in dials.items()}
+        if listener is None:
+            heard = {h: f"no address on the data network: {no_addr}" for h in where if h != node}
+        else:
+            heard = _dial_every(where, node, token, timeout_s)
         board.put(f"{base}heard/{node}", {str(h): why for h, why in heard.items()})
         if node == 0:
             said = board.gather({h: f"{base}heard/{h}" for h in range(hosts)}, timeout_s + SAID_WITHIN_S)
@@ -248,6 +245,15 @@ def check_pairs(board: PairBoard, attempt: int, node: int, hosts: int, addr: str
     finally:
         if listener is not None:
             listener.close()
+
+
+def _dial_every(where: dict[int, object], node: int, token: str, timeout_s: float) -> dict[int, str]:
+    """Host ``node``'s dials of every other host where it says it listens, at once: what each found."""
+    peers = {h: _where(at) for h, at in where.items() if h != node}
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(peers)))) as pool:
+        dials = {h: pool.submit(dial, at[0], at[1], token, node, h, timeout_s) for h, at in peers.items() if at}
+        return {h: dials[h].result() if h in dials else f"host {h} has no address on the data network"
+                for h in peers}
 
 
 def _where(at: object) -> tuple[str, int] | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from runner.common import exits
+from runner.common.formatting import rank_list
 from runner.environments.child import child_environment
 from runner.environments.process import ProcessEnvironment
 from runner.plan.processes import Deferred, Plan
@@ -26,6 +27,7 @@ from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
 from runner.worker.channel import JobChannel
 from runner.worker.channel_proxy import ProxyKeyValue
+from runner.worker.failures import NOT_ARRIVED_HINT
 from runner.worker.network import NetworkError, network_choice
 from runner.worker.pair_check import Absent, PairBoard, check_pairs, data_address
 from runner.worker.preflight import host as preflight_host
@@ -204,9 +206,8 @@ def absent_line(plan: Plan, absent: Absent, attempt: int) -> str:
     hosts = ", ".join(f"{n} ({plan.job.hosts[n].label})" for n in absent.nodes)
     ranks = [r.global_rank for n in absent.nodes for r in plan.host_records(n)]
     return (f"error: init: host(s) {hosts} did not come within init.timeout_s={plan.job.spec.init.timeout_s:g} s: "
-            f"rank(s) {', '.join(map(str, ranks))} never started (before attempt {attempt + 1}, host 0's store heard "
-            f"nothing of their agent)\n    hint: were their hosts started, and can they reach the master? "
-            f"`run ... preflight=true` checks every host's route, port and interface")
+            f"rank(s) {rank_list(ranks, 12)} never started (before attempt {attempt + 1}, host 0's store heard "
+            f"nothing of their agent)\n{NOT_ARRIVED_HINT}")
 
 
 def say_refused(refused: Refused) -> None:

@@ -124,15 +124,14 @@ def _with_leavers(ended: Ended, heard: _RoundReports, plan: Plan) -> Ended:
     if not heard.leaving or ended.signalled is not None:
         return ended
     names = [h.label for h in plan.job.hosts]
-    left = {i: f"it left: {r.why}" if r.preempted else f"left out: {r.why}" for i, r in heard.leaving.items()
-            if 0 <= i < len(names)}
-    for i in left:
-        r = heard.leaving[i]
+    leavers = {i: r for i, r in heard.leaving.items() if 0 <= i < len(names)}
+    left = {i: f"it left: {r.why}" if r.preempted else f"left out: {r.why}" for i, r in leavers.items()}
+    for i, r in leavers.items():
         print(f"{plan.job.spec.launcher.kind}: host {i} ({names[i]}) " + (
               f"left the job ({r.why}: a preempted machine)" if r.preempted else f"is left out: {r.why}")
               + "; the others go on without it", file=sys.stderr, flush=True)
-    cause = "; ".join(f"host {i} ({names[i]}) {'left' if heard.leaving[i].preempted else 'left out'}: "
-                      f"{heard.leaving[i].why}" for i in left)
+    cause = "; ".join(f"host {i} ({names[i]}) {'left' if r.preempted else 'left out'}: {r.why}"
+                      for i, r in leavers.items())
     return replace(ended, code=exits.FAILED, lost=ended.lost | frozenset(left), cause=ended.cause or cause,
                    why_lost={**left, **ended.why_lost},
                    lost_at=ended.lost_at or min(r.at for r in heard.leaving.values()))
