@@ -3,7 +3,7 @@
 No `run` holds such a job: each host's `run` runs its own share, and they must agree, after an attempt ends, on who
 goes on. They agree through etcd (runner.launchers.elastic.etcd: the job's own members, or the user's), whose writes
 need a majority of its members: a side of a partition without that majority can neither decide nor learn a
-decision, and ends. Under the prefix of the run id and the launch (:class:`Keys`):
+decision, and ends. Under the prefix of the run id and the launch (runner.launchers.elastic.launch_keys.Keys):
 
 * ``member/<host>`` — put with the host's lease, which its `run` keeps alive every ``launcher.manual.keepalive_s``;
   the lease lasts :data:`BEATS_MISSED` intervals. A host whose key is gone is lost (its `run`, machine or network)
@@ -43,45 +43,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runner.launchers.elastic.etcd import Etcd, EtcdError
+from runner.launchers.elastic.launch_keys import Keys, Members
 from runner.launchers.elastic.liveness import BEATS_MISSED, silent_after_s
 from runner.launchers.elastic.membership import CannotGoOn, Membership, host_key
 from runner.spec.schema import HostConfig
 
 LOOK_S = 0.25  # how often a decider looks at etcd again while it waits
-LEFT = ("leaving", "left out")  # how a host that leaves the job ends an attempt: the others go on without it
 BACK_WITHIN_BEATS = 2  # keepalive intervals a host whose kept lease etcd revoked takes, at most, to put its key back
 
 
 class AlreadyRunning(Exception):
     """A `run` of this host is in the job already (the message says so)."""
-
-
-class Keys:
-    """The keys of one launch of run ``run_id``."""
-
-    def __init__(self, run_id: str, launch: int) -> None:
-        self.run = f"/runner/{run_id}/"
-        self.launch = launch
-        self.root = f"{self.run}launch/{launch}/"
-
-    def member(self, label: str = "") -> str:
-        return f"{self.root}member/{label}"
-
-    def ended(self, attempt: int, label: str = "") -> str:
-        return f"{self.root}ended/{attempt}/{label}"
-
-    def attempt(self, attempt: int) -> str:
-        return f"{self.root}attempt/{attempt}"
-
-    def began(self, attempt: int | None = None, label: str = "") -> str:
-        return f"{self.root}began/" if attempt is None else f"{self.root}began/{attempt}/{label}"
-
-    def joining(self, attempt: int) -> str:
-        return f"{self.root}joining/{attempt}"
-
-    @property
-    def over(self) -> str:
-        return f"{self.root}over"
 
 
 @dataclass(frozen=True)
@@ -155,6 +127,28 @@ def decide(membership: Membership, attempt: int, came: list[str], why_lost: dict
 
 def _labels(hosts: tuple[HostConfig, ...]) -> tuple[str, ...]:
     return tuple(host_key(h) for h in hosts)
+
+
+def came_or_lost(hosts: tuple[str, ...], ended: dict[str, dict[str, Any]], alive: set[str], attempt: int,
+                 ttl_s: int, come_s: float) -> tuple[list[str], dict[str, str]]:
+    """Of ``hosts`` (of ``attempt``), those that came (ended it, ``failed`` or ``joining``: what each said is
+    ``ended``, and are ``alive``), in order, and each of the others with why it is lost: it left, it was left out,
+    its lease expired, or it did not end the attempt within ``come_s``."""
+    came, why_lost = [], {}
+    for h in hosts:
+        how = ended.get(h, {}).get("how")
+        if how == "leaving":
+            why_lost[h] = f"it left: {ended[h].get('why') or 'SIGTERM to its run'}"
+        elif how == "left out":
+            why_lost[h] = f"left out: {ended[h].get('why')}"
+        elif h not in alive:
+            why_lost[h] = (f"its lease in the job's etcd expired ({ttl_s} s without a keepalive): its `run`, "
+                           f"its machine or its network is gone")
+        elif how is None:
+            why_lost[h] = f"it did not end attempt {attempt + 1} within {come_s:g} s of this host"
+        else:
+            came.append(h)
+    return came, why_lost
 
 
 class Decider:
@@ -337,47 +331,11 @@ class Decider:
               file=sys.stderr, flush=True)
         return None
 
-    def alive(self) -> set[str]:
-        """The hosts and spares whose member key is there (hosts coming back are not among them until taken in:
-        :meth:`returning`)."""
-        return {label for label, role in self._members().items() if role != "returning"}
-
-    def returning(self) -> set[str]:
-        """The hosts coming back (their `run` started again) whose member key is there."""
-        return {label for label, role in self._members().items() if role == "returning"}
-
-    def standing_by(self) -> set[str]:
-        """Those whose `run` waits to be taken in: hosts coming back, and spares (not a host left out whose `run`
-        is still ending: its key says ``host`` until it goes)."""
-        return {label for label, role in self._members().items() if role in ("returning", "spare")}
-
-    def arrivals(self) -> dict[str, HostConfig]:
-        """The hosts that arrived (the spec does not list them: launcher.manual.host=<name>) whose member key is
-        there, each as its key says it is."""
-        found = {}
-        for label, doc in self._member_docs().items():
-            host = doc.get("host")
-            if isinstance(host, dict) and host.get("name") == label:
-                found[label] = HostConfig(name=label, addr=host.get("addr"), devices=host.get("devices"))
-        return found
-
-    def _members(self) -> dict[str, str]:
-        """Each member key's label and role."""
-        return {label: str(doc.get("role", "host")) for label, doc in self._member_docs().items()}
-
-    def _member_docs(self) -> dict[str, dict[str, Any]]:
+    @property
+    def members(self) -> Members:
+        """The member keys of the launch this host joined, as they are now."""
         assert self.keys is not None
-        prefix = self.keys.member()
-        return {k[len(prefix):]: _document(v) for k, v in self.etcd.prefix(prefix).items()}
-
-    def _as_hosts(self, names: tuple[str, ...]) -> list[tuple[str, str, int | None]]:
-        """The member keys of ``names`` (hosts back, spares: taken in by the decision written with these) as hosts',
-        each with its own lease: the other hosts watch them as hosts from the first look at the next attempt (a
-        lease that ended meanwhile fails the decision's transaction: it is made again without that host)."""
-        assert self.keys is not None
-        docs = self._member_docs()
-        return [(self.keys.member(n), json.dumps({**docs[n], "role": "host"}), int(docs[n]["lease"]))
-                for n in names if str(docs.get(n, {}).get("lease", "")).isdigit()]
+        return Members(self.etcd, self.keys)
 
     def decision(self, attempt: int) -> Decision | None:
         assert self.keys is not None
@@ -424,19 +382,6 @@ class Decider:
         assert self.keys is not None
         self.etcd.put(self.keys.ended(attempt, self.label), json.dumps({"how": how, "why": why}))
 
-    def leaving(self, attempt: int) -> set[str]:
-        """The hosts that left during ``attempt`` (SIGTERM to their `run`: a preempted machine; or named by the
-        data-network check before it: ``left out``)."""
-        return set(self.leavers(attempt))
-
-    def leavers(self, attempt: int) -> dict[str, tuple[str, str]]:
-        """Those of :meth:`leaving`, each with how (``leaving``, ``left out``) and why."""
-        assert self.keys is not None
-        prefix = self.keys.ended(attempt)
-        found = {k[len(prefix):]: json.loads(v) for k, v in self.etcd.prefix(prefix).items()}
-        return {label: (doc["how"], str(doc.get("why", ""))) for label, doc in found.items()
-                if isinstance(doc, dict) and doc.get("how") in LEFT}
-
     @property
     def back_within_s(self) -> float:
         """How long a peer's key may stay gone before the peer is lost (:data:`BACK_WITHIN_BEATS` intervals)."""
@@ -474,7 +419,7 @@ class Decider:
                 made = self._decide(membership, attempt, waited_s=time.monotonic() - started, come_s=come_s)
                 if made is not None:
                     _, text = self.etcd.create(self.keys.attempt(attempt + 1), made.document(),
-                                               also=self._as_hosts(made.joined))
+                                               also=self.members.as_hosts(made.joined))
                     assert text is not None
                     return Decision.of(text)
                 self.reached = time.monotonic()
@@ -487,39 +432,15 @@ class Decider:
     def _decide(self, membership: Membership, attempt: int, waited_s: float, come_s: float) -> Decision | None:
         """This host's decision, where it may make one now; None: a host that is up has not ended the attempt yet,
         and the come window is not over."""
-        assert self.keys is not None
-        members = self._members()
-        alive = {label for label, role in members.items() if role != "returning"}
+        roles = self.members.roles()
+        alive = {label for label, role in roles.items() if role != "returning"}
         if time.monotonic() < self.kept_until:
             alive.add(self.label)  # (its key may be gone for a keepalive's time: etcd revoked its kept lease)
-        prefix = self.keys.ended(attempt)
-        ended = {k[len(prefix):]: json.loads(v) for k, v in self.etcd.prefix(prefix).items()}
-        hosts = membership.names
-        if waited_s < come_s and any(h in alive and h not in ended for h in hosts):
+        ended = self.members.ended(attempt)
+        if waited_s < come_s and any(h in alive and h not in ended for h in membership.names):
             return None
-        came, why_lost = [], {}
-        for h in hosts:
-            how = ended.get(h, {}).get("how")
-            if how == "leaving":
-                why_lost[h] = f"it left: {ended[h].get('why') or 'SIGTERM to its run'}"
-            elif how == "left out":
-                why_lost[h] = f"left out: {ended[h].get('why')}"
-            elif h not in alive:
-                why_lost[h] = (f"its lease in the job's etcd expired ({self.ttl_s} s without a keepalive): its `run`, "
-                               f"its machine or its network is gone")
-            elif how is None:
-                why_lost[h] = f"it did not end attempt {attempt + 1} within {come_s:g} s of this host"
-            else:
-                came.append(h)
+        came, why_lost = came_or_lost(membership.names, ended, alive, attempt, self.ttl_s, come_s)
         joining = self.joining(attempt)
-        up = alive | {h for h in members if joining is not None and h in joining.names}
+        up = alive | {h for h in roles if joining is not None and h in joining.names}
         return decide(membership, attempt, came, why_lost, up, self.label, joining)
 
-
-def _document(value: str) -> dict[str, Any]:
-    """What a member key holds (its ``role``: ``host``, ``spare``, ``returning``; its ``lease``)."""
-    try:
-        found = json.loads(value)
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}

@@ -40,8 +40,8 @@ class EtcdReturns:
         if self.room < 1:
             return ()
         try:
-            up = self.decider.standing_by()
-            arrived = self.decider.arrivals() if up else {}
+            up = self.decider.members.standing_by()
+            arrived = self.decider.members.arrivals() if up else {}
         except EtcdError:
             return ()
         named = {host_key(c.host) for c in self.candidates}

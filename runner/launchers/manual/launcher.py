@@ -372,7 +372,7 @@ def _linger(decider: Decider, most_s: float) -> None:
     deadline = time.monotonic() + most_s
     while time.monotonic() < deadline:
         try:
-            if not decider.alive():
+            if not decider.members.alive():
                 return
         except EtcdError:
             return

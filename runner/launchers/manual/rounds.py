@@ -140,7 +140,7 @@ def _say_leaving(this: HostRound, attempt: int, signum: int) -> None:
 def _leaving(this: HostRound, attempt: int) -> dict[str, tuple[str, str]]:
     """The hosts that left ``attempt``, each with how and why (runner.launchers.elastic.decisions.Decider.leavers)."""
     try:
-        return this.decider.leavers(attempt)
+        return this.decider.members.leavers(attempt)
     except EtcdError:
         return {}
 
@@ -242,7 +242,7 @@ def _ended_by(this: HostRound, decision: Decision, lost_at: float | None) -> End
 def arrivals_of(decider: Decider) -> dict[str, HostConfig]:
     """The hosts that arrived (the spec does not list them) whose member key is in the job's etcd, by name."""
     try:
-        return decider.arrivals()
+        return decider.members.arrivals()
     except EtcdError:
         return {}
 
@@ -282,7 +282,7 @@ def stand_by(decider: Decider, stopped: list[int], start_s: float, passed: froze
             taken = [d for d in decider.decisions() if decider.label in d.hosts and d.attempt not in passed]
             if taken:
                 return taken[-1]
-            if len(decider.alive()) <= 1 and time.monotonic() - started >= start_s:
+            if len(decider.members.alive()) <= 1 and time.monotonic() - started >= start_s:
                 return NotCalled(f"no host of the job came within {start_s:g} s of {this}'s start "
                                  f"(init.timeout_s)", job_done=False)
         except EtcdError:

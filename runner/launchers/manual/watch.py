@@ -62,7 +62,7 @@ class LeaseWatch:
         try:
             if decider.is_over() is not None:
                 return None
-            alive = decider.alive() | decider.leaving(self.attempt)  # (a host that leaves is not lost)
+            alive = decider.members.alive() | decider.members.leaving(self.attempt)  # (a host that leaves is not lost)
             following = decider.decision(self.attempt + 1)
         except EtcdError:
             return None  # (beat says when etcd has been silent too long)

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from etcd_fixtures import local_etcd
-from runner.launchers.elastic.decisions import AlreadyRunning, Decider, Decision, Joining, Keys, decide
+from runner.launchers.elastic.decisions import AlreadyRunning, Decider, Decision, Joining, came_or_lost, decide
 from runner.launchers.elastic.etcd import Etcd, EtcdError
+from runner.launchers.elastic.launch_keys import Keys
 from runner.launchers.elastic.membership import Membership
 from runner.spec.schema import HostConfig
 from runs import wait_until
@@ -119,6 +120,18 @@ def test_a_host_cut_off_when_its_attempt_ended_learns_the_decision_if_etcd_answe
     assert never.etcd.asked >= 2  # (asked again within the window)
 
 
+
+@pytest.mark.unit
+def test_the_hosts_that_came_and_why_each_other_host_is_lost() -> None:
+    ended = {"a": {"how": "failed"}, "b": {"how": "leaving", "why": ""}, "c": {"how": "left out", "why": "the check"},
+             "f": {"how": "joining"}}
+    came, lost = came_or_lost(("a", "b", "c", "d", "e", "f"), ended, {"a", "b", "c", "e", "f"}, 2, 3, 30)
+    assert came == ["a", "f"]
+    assert lost == {"b": "it left: SIGTERM to its run", "c": "left out: the check",
+                    "d": "its lease in the job's etcd expired (3 s without a keepalive): its `run`, its machine or its "
+                         "network is gone",
+                    "e": "it did not end attempt 3 within 30 s of this host"}
+
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
     with local_etcd() as found:
@@ -168,7 +181,7 @@ def test_a_host_that_is_up_but_has_not_ended_its_share_is_waited_for_then_lost(e
     made = d["a"].next_attempt(membership("abc"), 0, 1.0, lambda: False)  # b stays up, silent: lost after 1 s
     assert made.hosts == () and made.ended is not None  # 1 of 3 left: the job ends
     assert made.lost == {"b": "it did not end attempt 1 within 1 s of this host", "c": "it left: SIGTERM to its run"}
-    assert d["b"].leaving(0) == {"c"}
+    assert d["b"].members.leaving(0) == {"c"}
     leave(d)
 
 
@@ -181,15 +194,15 @@ def test_a_host_that_arrives_is_found_in_etcd_as_its_key_says_and_taken_in_as_a_
     x = Decider(Etcd([endpoint]), run_id, "x", "spare", every_s=0.5,
                 arrives=HostConfig(name="x", addr="10.0.0.9", devices=2))
     x.join()
-    assert d["a"].arrivals() == {"x": HostConfig(name="x", addr="10.0.0.9", devices=2)} and "x" in d["a"].standing_by()
+    assert d["a"].members.arrivals() == {"x": HostConfig(name="x", addr="10.0.0.9", devices=2)} and "x" in d["a"].members.standing_by()
     d["a"].say_joining(0, Joining(("x",), 5.0))
     d["b"].say_ended(0, "left out", "host 1 (b) failed the data-network check before attempt 1 (...)")
     made = d["a"].next_attempt(membership("ab", min_nodes=1), 0, 30, lambda: False, how="joining")
     assert (made.hosts, made.joined) == (("a", "x"), ("x",)), made
     assert made.lost == {"b": "left out: host 1 (b) failed the data-network check before attempt 1 (...)"}
-    assert d["a"].leavers(0) == {"b": ("left out", "host 1 (b) failed the data-network check before attempt 1 (...)")}
-    assert d["a"].arrivals() == {"x": HostConfig(name="x", addr="10.0.0.9", devices=2)}  # (its key a host's now)
-    assert "x" in d["a"].alive() and "x" not in d["a"].standing_by()
+    assert d["a"].members.leavers(0) == {"b": ("left out", "host 1 (b) failed the data-network check before attempt 1 (...)")}
+    assert d["a"].members.arrivals() == {"x": HostConfig(name="x", addr="10.0.0.9", devices=2)}  # (its key a host's now)
+    assert "x" in d["a"].members.alive() and "x" not in d["a"].members.standing_by()
     leave({**d, "x": x})
 
 
@@ -210,7 +223,7 @@ def test_a_host_whose_lease_expired_learns_it_is_out(endpoint) -> None:
     b = d["b"]
     b._stop.set()
     b._beating.join()
-    wait_until(lambda: d["a"].alive() == {"a"}, 10, "b's key gone with its lease")
+    wait_until(lambda: d["a"].members.alive() == {"a"}, 10, "b's key gone with its lease")
     why, final = b.beat()
     assert why == f"this host's lease in the job's etcd expired ({b.ttl_s} s without a keepalive)" and final
     leave(d)
@@ -225,14 +238,14 @@ def test_a_host_left_out_comes_back_as_returning_with_a_lease_of_its_own_kept_al
     a, b = d["a"], d["b"]
     b._stop.set()
     b._beating.join()
-    wait_until(lambda: a.alive() == {"a"}, 10, "b's key gone with its lease")
+    wait_until(lambda: a.members.alive() == {"a"}, 10, "b's key gone with its lease")
     old = b.lease
     b.come_back()
     assert (b.role, b.out) == ("returning", None) and b.lease != old
-    assert a.alive() == {"a"} and a.standing_by() == {"b"}
+    assert a.members.alive() == {"a"} and a.members.standing_by() == {"b"}
     first = b.kept_until
     wait_until(lambda: b.kept_until > first, 10, "a keepalive of b's new lease")
-    assert a.standing_by() == {"b"} and b.out is None
+    assert a.members.standing_by() == {"b"} and b.out is None
     b._stop.set()
     b._beating.join()
     b.etcd.revoke(b.lease)
@@ -254,13 +267,13 @@ def test_a_lease_etcd_revoked_though_its_host_kept_it_alive_is_put_back(endpoint
     b = d["b"]
     old = b.lease
     d["a"].etcd.revoke(old)
-    assert d["a"].alive() == {"a"}
+    assert d["a"].members.alive() == {"a"}
     said = ("manual: etcd revoked this host's lease though it was kept alive (a member that led etcd and was paused "
             "revokes every lease when it wakes: etcd-io/etcd#15247); its key is back with a new lease")
     err: list[str] = []
     # (b puts its key, then takes the new lease as its own, then says so: the saying is the event to wait for)
     wait_until(lambda: err.append(capfd.readouterr().err) or said in "".join(err), 10, "b says its key is back")
-    assert d["a"].alive() == {"a", "b"} and b.lease != old and b.out is None
+    assert d["a"].members.alive() == {"a", "b"} and b.lease != old and b.out is None
     leave(d)
 
 
@@ -290,7 +303,7 @@ def test_a_join_is_asked_once_and_never_after_the_job_is_over_and_a_host_back_is
         d[h].say_began(0)
     assert d["c"].has_begun()
     d["c"].become("returning")
-    assert (d["a"].alive(), d["a"].returning(), d["a"].standing_by()) == ({"a", "b"}, {"c"}, {"c"})
+    assert (d["a"].members.alive(), d["a"].members.returning(), d["a"].members.standing_by()) == ({"a", "b"}, {"c"}, {"c"})
     first = d["a"].say_joining(1, Joining(("c",), 5.0))
     assert first == Joining(("c",), 5.0) and d["b"].say_joining(1, Joining(("x",), 6.0)) == first
     assert d["b"].say_over("done", 1) is False and d["b"].is_over() is None
@@ -298,7 +311,7 @@ def test_a_join_is_asked_once_and_never_after_the_job_is_over_and_a_host_back_is
         d[h].say_ended(1, "joining")
     made = d["a"].next_attempt(membership("ab"), 1, 30, lambda: False)
     assert (made.hosts, made.joined, made.joined_at) == (("a", "b", "c"), ("c",), 5.0)
-    assert (d["a"].alive(), d["a"].returning()) == ({"a", "b", "c"}, set())  # a host from the decision on
+    assert (d["a"].members.alive(), d["a"].members.returning()) == ({"a", "b", "c"}, set())  # a host from the decision on
     assert d["a"].say_over("done", 2) is True and d["a"].say_joining(2, Joining(("c",), 7.0)) is None
     leave(d)
 
@@ -314,6 +327,6 @@ def test_a_second_run_of_a_host_in_the_job_is_refused_and_one_after_a_killed_run
     d["a"]._stop.set()  # killed outright: its lease is left to expire
     d["a"]._beating.join()
     again = Decider(Etcd([endpoint]), run_id, "a", "host", every_s=0.5)
-    assert again.join().root == d["b"].keys.root and "a" in d["b"].alive()
+    assert again.join().root == d["b"].keys.root and "a" in d["b"].members.alive()
     d["a"] = again
     leave(d)

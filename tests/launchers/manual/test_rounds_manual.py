@@ -107,7 +107,7 @@ def test_sigterm_between_two_shares_is_this_hosts_leaving(round_of_b) -> None:
     round_of_b.stopped.append(signal.SIGTERM)
     ended = run_round(round_of_b, None)
     assert ended.signalled == signal.SIGTERM and round_of_b.decider.is_over() is None
-    assert round_of_b.decider.leaving(0) == {"b"}
+    assert round_of_b.decider.members.leaving(0) == {"b"}
 
 
 def test_a_spare_stands_by_until_a_decision_takes_it_in(endpoint) -> None:

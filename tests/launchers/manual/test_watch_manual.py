@@ -70,7 +70,7 @@ def test_a_peer_whose_kept_lease_etcd_revoked_is_not_lost(three_each_second) -> 
     c = three["c"]
     old = c.lease
     c.etcd.revoke(old)
-    wait_until(lambda: watch.look() is None and c.lease != old and "c" in c.alive(), 10, "c's key back")
+    wait_until(lambda: watch.look() is None and c.lease != old and "c" in c.members.alive(), 10, "c's key back")
     assert watch.look() is None and lost == [] and watch.missing == {}  # (a look after it came back)
 
 
@@ -86,7 +86,7 @@ def test_this_hosts_lease_expired_puts_it_out(three) -> None:
     a = three["a"]
     a._stop.set()
     a._beating.join()
-    wait_until(lambda: "a" not in three["b"].alive(), 10, "a's key gone with its lease")
+    wait_until(lambda: "a" not in three["b"].members.alive(), 10, "a's key gone with its lease")
     a.out, final = a.beat()
     assert final and watch_of(three, []).look() == "this host's lease in the job's etcd expired (2 s without a keepalive)"
 
