@@ -252,6 +252,11 @@ class RunPaths:
         return self.logs / "diagnosis.json"
 
     @_file
+    def hangs(self) -> Path:
+        """Host 0's record of each attempt that hung, one JSON object per line: the hosts of the ranks behind."""
+        return self.logs / "hangs.jsonl"
+
+    @_file
     def metrics(self) -> Path:
         """Metrics logged by the recipe (``ctx.log``, rank 0), one JSON object per line."""
         return self.root / "metrics.jsonl"

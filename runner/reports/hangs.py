@@ -51,11 +51,14 @@ class Diagnosis:
     absent: tuple[int, ...] = ()  # never entered it
     mismatched: dict[str, tuple[int, ...]] = field(default_factory=dict)  # op -> ranks, when they differ
     silent: tuple[int, ...] = ()  # wrote no dump (gone, or a host whose run folder is not shared)
+    behind_hosts: tuple[str, ...] = ()  # the hosts of the ranks that never entered it or cannot answer
+    waiting_hosts: tuple[str, ...] = ()  # the hosts of the ranks in it
 
     def document(self) -> dict[str, Any]:
         return {"text": self.text, "process_group": self.group, "collective": self.seq, "op": self.op,
                 "waiting": list(self.waiting), "absent": list(self.absent),
-                "mismatched": {k: list(v) for k, v in self.mismatched.items()}, "silent": list(self.silent)}
+                "mismatched": {k: list(v) for k, v in self.mismatched.items()}, "silent": list(self.silent),
+                "behind_hosts": list(self.behind_hosts), "waiting_hosts": list(self.waiting_hosts)}
 
 
 def stuck_ranks(dumps: Mapping[int, RankDump]) -> str:
@@ -87,6 +90,7 @@ def diagnose(dumps: Mapping[int, RankDump], world_size: int) -> Diagnosis | None
     """The paragraph for a hang from the ranks' dumps; None when no rank recorded a collective."""
     silent = tuple(r for r in range(world_size) if r not in dumps)
     stuck = stuck_ranks(dumps)
+    stuck_hosts = {d.host for d in dumps.values() if d.stuck}
     dumps = {r: d for r, d in dumps.items() if not d.stuck}
     # the process group the hang is in: the one whose collectives the ranks are furthest apart in, else the default
     groups = sorted({g.group for d in dumps.values() for g in d.groups}, key=lambda g: (g != "0", g))
@@ -132,7 +136,9 @@ def diagnose(dumps: Mapping[int, RankDump], world_size: int) -> Diagnosis | None
     if silent:
         parts.append(f"{_plural(list(silent))} said nothing (gone, or on a host whose run folder is not this one)")
     mismatched = {op: tuple(sorted(rs)) for op, rs in ops.items()} if len(ops) > 1 else {}
-    return Diagnosis("; ".join(parts), group, last, main_op, waiting, absent, mismatched, silent)
+    behind = tuple(sorted({dumps[r].host for r in absent} | stuck_hosts))
+    return Diagnosis("; ".join(parts), group, last, main_op, waiting, absent, mismatched, silent, behind,
+                     tuple(sorted({dumps[r].host for r in waiting})))
 
 
 # ----------------------------------------------------------------------------------------- the straggler

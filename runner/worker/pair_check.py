@@ -12,8 +12,9 @@ collective until init.timeout_s, and the same hosts are sent again until launche
 One rule names the host, applied once, by host 0's agent (the agent that serves the store every host reads; no
 protocol of our own decides anything beyond it): a pair fails when either of its two dials failed; the host in the
 most failed pairs is named, ties going to the higher node rank (two hosts that cannot reach each other: host 1 of the
-two, never host 0 for a tie). One host per attempt: the next attempt's check names the next, if any. The named host
-leaves the job as a preempted host does (runner.worker.agent_reports.Leaving; under launcher=manual its word in the
+two, never host 0 for a tie); where every pair answered, host 0 names instead a host whose ranks hung the two
+attempts before (runner.worker.hung_hosts). One host per attempt: the next attempt's check names the next, if any.
+The named host leaves the job as a preempted host does (runner.worker.agent_reports.Leaving; under launcher=manual its word in the
 job's etcd): a job that outlives its hosts (topology.min_nodes) goes on without it, a spare in its place where one is
 kept, and takes it back only through a check of the same kind (the attempt it joins begins with one). A job that does
 not outlive its hosts ends, naming it.
@@ -46,13 +47,16 @@ READ_WAIT_S = 10.0  # how long host 0 keeps its store for the others to read a v
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
     """What the check found: ``failed`` maps each failed pair (lower node, higher node) to what its dials said;
-    ``named`` is the host the rule names (None: every pair answered)."""
+    ``named`` is the host the rule names (None: every pair answered); ``hung``: where every pair answered, why
+    host 0 names a host that hung the job in the two attempts before (runner.worker.hung_hosts) instead."""
 
     failed: Mapping[tuple[int, int], str]
     named: int | None
+    hung: str = ""
 
     def document(self) -> dict:
-        return {"named": self.named, "failed": [[a, b, why] for (a, b), why in sorted(self.failed.items())]}
+        return {"named": self.named, "failed": [[a, b, why] for (a, b), why in sorted(self.failed.items())],
+                "hung": self.hung}
 
     @classmethod
     def of(cls, document: object) -> Verdict | None:
@@ -61,7 +65,7 @@ class Verdict:
         try:
             failed = {(int(a), int(b)): str(why) for a, b, why in document.get("failed", [])}
             named = document["named"]
-            return cls(failed=failed, named=None if named is None else int(named))
+            return cls(failed=failed, named=None if named is None else int(named), hung=str(document.get("hung", "")))
         except (TypeError, ValueError):
             return None
 
@@ -71,6 +75,8 @@ class Verdict:
             return f"host {i} ({labels[i]})" if 0 <= i < len(labels) else f"host {i}"
 
         assert self.named is not None
+        if self.hung:
+            return f"{host(self.named)} {self.hung}"
         pairs = "; ".join(f"{host(a)} and {host(b)}: {why}" for (a, b), why in sorted(self.failed.items()))
         counted = sum(self.named in pair for pair in self.failed)
         return (f"{host(self.named)} failed the data-network check before attempt {attempt + 1} ({counted} of the "
@@ -211,12 +217,14 @@ class PairBoard:
 
 
 def check_pairs(board: PairBoard, attempt: int, node: int, hosts: int, addr: str | None, token: str,
-                timeout_s: float, gather_s: float, no_addr: str = "") -> Verdict | Absent | None:
+                timeout_s: float, gather_s: float, no_addr: str = "",
+                hung: tuple[int, str] | None = None) -> Verdict | Absent | None:
     """This host's part of the check of ``attempt`` (the module docstring): the verdict every host reads (host 0
     makes it); the hosts that did not say where they listen within ``gather_s`` (:class:`Absent`); or None where the
     check could not be made (host 0 made no verdict, or this share is stopping): the attempt goes on as it would have
     without it. ``addr`` None: this host has no address on the data network (``no_addr`` says why): it says so, as
-    every pair of its failing, and dials nobody."""
+    every pair of its failing, and dials nobody. ``hung`` (host 0's): the host that hung the two attempts before and
+    why (runner.worker.hung_hosts), named where every pair answered."""
     base = f"{attempt}/"
     listener = Listener(addr, token, node, wait_s=timeout_s) if addr is not None else None
     try:
@@ -235,6 +243,8 @@ def check_pairs(board: PairBoard, attempt: int, node: int, hosts: int, addr: str
             said = board.gather({h: f"{base}heard/{h}" for h in range(hosts)}, timeout_s + SAID_WITHIN_S)
             found = verdict(hosts, {h: {int(j): str(w) for j, w in d.items()} for h, d in said.items()
                                     if isinstance(d, dict)})
+            if found.named is None and hung is not None:
+                found = Verdict(failed={}, named=hung[0], hung=hung[1])
             board.put(f"{base}verdict", found.document())
             if found.named is not None:  # the attempt ends: the store stays until the others read why
                 board.gather({h: f"{base}read/{h}" for h in range(1, hosts)}, READ_WAIT_S)

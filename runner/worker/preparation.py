@@ -27,6 +27,7 @@ from runner.spec.schema import InitMethod, recipe_settings
 from runner.spec.validation import console_ranks
 from runner.worker.channel import JobChannel
 from runner.worker.channel_proxy import ProxyKeyValue
+from runner.worker import hung_hosts
 from runner.worker.failures import NOT_ARRIVED_HINT
 from runner.worker.network import NetworkError, network_choice
 from runner.worker.pair_check import Absent, PairBoard, check_pairs, data_address
@@ -151,18 +152,23 @@ class Preparation:
             addr = data_address(setups[0].env if setups else {}, plan.master_addr)
         except NetworkError as e:
             no_addr = e.message
+        labels = [h.label for h in hosts]
+        hung = None
+        if self.role.serves:  # host 0's agent, the one that makes the verdict
+            hung_hosts.note(paths)
+            hung = hung_hosts.named(hung_hosts.hangs(paths), paths.attempt, labels)
         board = PairBoard(put=channel.say_pairs, get=channel.pairs, stopping=self.stopping)
         found = check_pairs(board, paths.attempt, self.role.node_rank, len(hosts), addr,
                             token=f"{paths.run_id}/{paths.attempt}", timeout_s=spec.backend.pair_check_s,
-                            gather_s=spec.init.timeout_s, no_addr=no_addr)
+                            gather_s=spec.init.timeout_s, no_addr=no_addr, hung=hung)
         if isinstance(found, Absent):
             return Refused(code=exits.FAILED, line=absent_line(plan, found, paths.attempt))
         if found is None or found.named is None:
             return None
-        why = found.why([h.label for h in hosts], paths.attempt)
-        return Refused(code=exits.FAILED, line=f"error: network: {why}; hint: check that host's data interface and "
-                                               f"routes (ip -br addr; ip route get <a peer's address>), and any "
-                                               f"firewall between the hosts (the backend dials ephemeral ports)",
+        why = found.why(labels, paths.attempt)
+        hint = (hung_hosts.HINT if found.hung else "check that host's data interface and routes (ip -br addr; ip route get "
+                "<a peer's address>), and any firewall between the hosts (the backend dials ephemeral ports)")
+        return Refused(code=exits.FAILED, line=f"error: {'hang' if found.hung else 'network'}: {why}; hint: {hint}",
                        leaving=why if found.named == self.role.node_rank else None)
 
     def _rendezvous(self, plan: Plan, paths: RunPaths) -> Rendezvous:

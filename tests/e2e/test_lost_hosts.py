@@ -54,6 +54,9 @@ SAID = {
     "back": r"ssh: {host2} ready: the job takes it in at the next checkpoint \(every rank is asked to stop there\)",
     "grown": r"ssh: restarting on 3 host\(s\) \({host0}, {host1}, {host2}\) from the last checkpoint: attempt 3 of 4 "
              r"\(launcher\.max_restarts=3\), {host2} taken in",
+    "hung": r"ssh: host 2 \({host2}\) is left out: host 2 \({host2}\) hung the job in attempts 1 and 2: its ranks "
+            r"never entered the collective the other hosts' ranks waited in \(all_reduce #\d+, stall; then all_reduce "
+            r"#\d+, stall\); the others go on without it",
     "spare late": r"ssh: spare 0 \({host3}\) not ready: ssh could not log in \(exit 255\): .*; tried again every 1 s "
                   r"\(launcher\.ssh\.rejoin_s\) while the job runs",
 }
@@ -359,6 +362,38 @@ def test_a_host_whose_data_network_is_down_is_named_before_the_first_step_and_th
     assert change["cause"].startswith(f"{b}: left out: {named}"), change
     assert [(line["attempt"], line["world"]) for line in lineage(job, bed)][:1] == [(1, 2)]
     assert "Traceback" not in said and "stall" not in said, said[-3000:]
+    nothing_left(run_id, LEFT_ON_HOSTS_S)
+
+
+def test_a_host_that_hangs_the_job_in_two_attempts_in_a_row_is_named_and_left_out(bed, job):
+    """Host 2's rank stops after 15 steps of every attempt (a wedged GPU: it never enters the next all-reduce) while
+    its `run` and its network answer: the stall watch ends attempts 1 and 2 (launcher.stall_timeout_s=5), each
+    diagnosed with host 2's rank behind and the others waiting; before attempt 3 host 0's agent names host 2 (the
+    same host behind in two attempts in a row), it leaves, and hosts 0 and 1 finish from the last checkpoint at world
+    size 2. membership.jsonl and logs/hangs.jsonl say why."""
+    a, b, c, _ = bed.names
+    run_id = f"g{uuid.uuid4().hex[:8]}"
+    recipe = [*elastic_recipe(job.path / "out"), f"+recipe.wedge_host={c}", "+recipe.wedge_after=15"]
+    with start(bed, job, [hosts([a, b, c]), "topology.min_nodes=2", "launcher.stall_timeout_s=5"], run_id,
+               recipe=recipe) as proc:
+        ((code, said),) = finish([proc], timeout=240)
+    folder = job.run_folder(None, run_id)
+    done_on(folder, said, code, world_size=2)
+    named = (f"host 2 ({c}) hung the job in attempts 1 and 2: its ranks never entered the collective the other "
+             f"hosts' ranks waited in (all_reduce #")
+    assert re.search(seen("hung", bed), said), said[-3000:]
+    assert said.count(f"[host {a}] StallError: stall: no rank completed a collective or a progress step for 5 s") == 2
+    hung = [json.loads(line) for line in (job.run_folder(a, run_id) / "logs" / "hangs.jsonl").read_text().splitlines()]
+    assert [(h["attempt"], h["kind"], h["behind"], h["waiting"]) for h in hung] == [
+        (0, "stall", [c], [a, b]), (1, "stall", [c], [a, b])], hung
+    (change,) = membership(folder)
+    assert (change["before"], change["after"], change["lost"], change["world_size_after"]) == (
+        [a, b, c], [a, b], [c], 2), change
+    assert change["cause"].startswith(f"{c}: left out: {named}"), change
+    trained = lineage(job, bed)
+    worlds = sorted({(line["attempt"], line["world"]) for line in trained})
+    assert [w for _, w in worlds] == [3, 3, 2] and worlds[:2] == [(0, 3), (1, 3)], worlds  # then, on two, to the end
+    assert {line["resumed"] for line in trained if line["attempt"] == 1} == {10}  # attempt 2 from its checkpoint
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 

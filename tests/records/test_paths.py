@@ -24,7 +24,7 @@ def test_every_file_a_run_folder_may_hold_is_listed_once() -> None:
         "spec.yaml", "plan.json", "launch.txt", "provenance.json", "code/", ".hydra/", ".hydra/overrides.yaml",
         "run.log", "job.sbatch", "step.sh", "slurm-<job id>.out", "slurm_job_id", "hostfile.<job id>", "spec.round<N>.yaml",
         "rounds.beat", "user_stop",
-        "logs/", "logs/diagnose.request", "logs/diagnosis.json", "metrics.jsonl", "membership.jsonl",
+        "logs/", "logs/diagnose.request", "logs/diagnosis.json", "logs/hangs.jsonl", "metrics.jsonl", "membership.jsonl",
         "checkpoints/", "checkpoints/<name>.pt", "checkpoints/<name>.pt.commit",
         "run_summary.json", "exit_status", "<run id>.rdzv/", "<run id>.job/",
         "logs/rankNNNNN.log", "logs/rankNNNNN.error.json", "logs/rankNNNNN.elastic-error.json",

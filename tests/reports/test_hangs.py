@@ -28,6 +28,19 @@ def test_ranks_waiting_and_a_rank_that_never_entered() -> None:
     assert (found.seq, found.op, found.waiting, found.absent, found.silent) == (21, "all_reduce", (0, 1, 3), (2,), ())
 
 
+
+@pytest.mark.unit
+def test_the_hosts_of_the_ranks_behind_and_of_those_waiting() -> None:
+    """What the rule that leaves out a host that hangs the job twice reads (runner.worker.hung_hosts): the hosts of
+    the ranks that never entered the collective or cannot answer, and the hosts of those in it."""
+    dumps = {0: dump(0, 21, host="a"), 1: dump(1, 21, host="b"), 2: dump(2, 20, host="c"), 3: dump(3, 21, host="c")}
+    found = diagnose(dumps, 4)
+    assert (found.behind_hosts, found.waiting_hosts) == (("c",), ("a", "b", "c"))
+    stuck = RankDump(3, "d", NOW, "stall", "host agent", stuck="its watch has not run for 9 s (the GIL is held)")
+    found = diagnose({0: dump(0, 21, host="a"), 1: dump(1, 21, host="b"), 3: stuck}, 4)
+    assert (found.behind_hosts, found.waiting_hosts, found.silent) == (("d",), ("a", "b"), (2,))
+    assert found.document()["behind_hosts"] == ["d"] and found.document()["waiting_hosts"] == ["a", "b"]
+
 @pytest.mark.unit
 def test_different_collectives_at_the_same_number() -> None:
     dumps = {0: dump(0, 21), 1: dump(1, 21, {21: "broadcast"}), 2: dump(2, 21), 3: dump(3, 21)}

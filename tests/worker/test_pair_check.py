@@ -110,16 +110,29 @@ class Board:
         return PairBoard(put=put, get=get, stopping=self.stop.is_set)
 
 
-def run_check(hosts: int, cut: dict[int, set[int]], board: Board | None = None) -> list[Verdict | None]:
+def run_check(hosts: int, cut: dict[int, set[int]], board: Board | None = None,
+              hung: tuple[int, str] | None = None) -> list[Verdict | None]:
+    """Each host's part, ``hung`` host 0's (runner.worker.hung_hosts: the others have none)."""
     board = board or Board()
     with ThreadPoolExecutor(max_workers=hosts) as pool:
         parts = [pool.submit(check_pairs, board.of(h, cut.get(h, set())), 0, h, hosts, "127.0.0.1", "job/0",
-                             timeout_s=0.3, gather_s=10.0) for h in range(hosts)]
+                             timeout_s=0.3, gather_s=10.0, hung=hung if h == 0 else None) for h in range(hosts)]
         return [p.result(timeout=60) for p in parts]
 
 
 def test_every_host_reads_the_verdict_host_0_made_and_all_passing_names_nobody():
     assert run_check(3, {}) == [Verdict(failed={}, named=None)] * 3
+
+
+def test_a_host_that_hung_the_two_attempts_before_is_named_where_every_pair_answers():
+    hung = (2, "hung the job in attempts 1 and 2: ...")
+    assert run_check(3, {}, hung=hung) == [Verdict(failed={}, named=2, hung=hung[1])] * 3
+    said = run_check(3, {}, hung=hung)[1]
+    assert said is not None and said.why(["a", "b", "c"], attempt=2) == "host 2 (c) hung the job in attempts 1 and 2: ..."
+    found = run_check(3, {0: {1}, 2: {1}}, hung=hung)  # a host the pairs name comes first: one host an attempt
+    assert [(v.named, v.hung) if v else None for v in found] == [(1, "")] * 3, found
+    named = Verdict(failed={}, named=2, hung=hung[1])
+    assert Verdict.of(named.document()) == named and found[0] is not None and Verdict.of(found[0].document()) == found[0]
 
 
 def test_a_cut_between_host_1_and_host_2_names_host_2_on_every_host():

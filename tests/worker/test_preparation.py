@@ -262,7 +262,8 @@ def test_the_pair_check_runs_between_the_hosts_of_a_job_on_several_and_a_passing
     for t in both:
         t.join(60)
     assert got == {0: None, 1: None}
-    assert channel.pairs("0/verdict") == {"named": None, "failed": []} and channel.pairs("0/heard/1") == {"0": ""}
+    assert channel.pairs("0/verdict") == {"named": None, "failed": [], "hung": ""}
+    assert channel.pairs("0/heard/1") == {"0": ""}
     off = dataclasses.replace(plan.job.spec, backend=dataclasses.replace(plan.job.spec.backend, pair_check_s=0))
     for quiet, prep in ((plan_of(off, paths), preparation_of(0)), (plan, preparation_of(0, only=0)),
                         (one_host_file_init(paths), preparation_of(0))):
@@ -284,3 +285,33 @@ def test_a_host_the_check_names_is_refused_as_leaving_and_the_others_refused_nam
                                                     rank_setups(plan, node, RDZV, paths, EIGHT_CPUS))
         assert isinstance(refused, Refused) and refused.code == exits.FAILED and refused.leaving == leaving
         assert refused.line.startswith(f"error: network: {why}; hint: check that host's data interface")
+
+
+def test_a_host_behind_in_the_two_hangs_before_is_refused_as_leaving_and_the_others_refused_naming_it(
+        paths, tmp_path) -> None:
+    """Host 0's run folder holds the hangs of attempts 1 and 2 (b's ranks behind, a's waiting): before attempt 3,
+    with every pair answering, host 0's agent names b (runner.worker.hung_hosts), and b leaves."""
+    import json
+    import threading
+
+    from runner.worker.channel import JobChannel
+    from runner.worker.hung_hosts import Hang
+
+    third = dataclasses.replace(paths, attempt=2)
+    third.logs.mkdir(parents=True, exist_ok=True)
+    third.hangs.write_text("".join(json.dumps(Hang(k, "stall", f"all_reduce #{20 + k}", ("b",), ("a",)).document())
+                                   + "\n" for k in (0, 1)))
+    plan = plan_of(two_hosts(), third)
+    channel = JobChannel.in_folder(tmp_path / "channel")
+    got: dict[int, Refused | None] = {}
+    both = [threading.Thread(target=lambda n=n: got.update({n: preparation_of(n)._check_pairs(
+        plan, channel, third, rank_setups(plan, n, RDZV, third, EIGHT_CPUS))})) for n in (0, 1)]
+    for t in both:
+        t.start()
+    for t in both:
+        t.join(60)
+    why = ("host 1 (b) hung the job in attempts 1 and 2: its ranks never entered the collective the other hosts' ranks "
+           "waited in (all_reduce #20, stall; then all_reduce #21, stall)")
+    assert [(r.leaving, r.code) if isinstance(r, Refused) else r for r in (got[0], got[1])] == [
+        (None, exits.FAILED), (why, exits.FAILED)]
+    assert got[0].line.startswith(f"error: hang: {why}; hint: look at that host before it rejoins")

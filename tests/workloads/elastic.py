@@ -10,7 +10,9 @@ attempt resumed from, so that a test sees which group trained when, without slee
 ``gate``, rank 0 holds after the first step it takes at or past that one (its checkpoint saved where it is a checkpoint
 step), for at most ``hold_s`` (120), until the file ``gate`` exists (the others wait in the next all-reduce); with
 ``hold_world`` too, only in an attempt of that world size: a test changes the hosts' network between two saves, or
-starts a host again, and then lets the job go on.
+starts a host again, and then lets the job go on. With ``wedge_host``, the ranks on that host stop after
+``wedge_after`` steps of every attempt, for at most ``hold_s``, as ranks on a wedged GPU do: they never enter the next
+all-reduce, and the others wait in it.
 
 No DDP and no torch.optim: each imports torch._dynamo in every rank (the DDP constructor, the first optimizer step:
 about 0.9 CPU-s a rank, most of what this job costs), and a lost host shows the same with a plain all-reduce.
@@ -40,7 +42,10 @@ def main(ctx, cfg):
     out = Path(cfg.out_dir)
     hold_after = cfg.get("hold_after")
     holds = hold_after is not None and cfg.get("hold_world", ctx.world_size) == ctx.world_size and ctx.is_main
+    wedged = cfg.get("wedge_host") == ctx.host
     while step < cfg.steps:
+        if wedged and step - resumed >= int(cfg.get("wedge_after", 5)):
+            held_until(out / "never", float(cfg.get("hold_s", 120.0)))  # (its agent kills it when the attempt ends)
         grad = torch.randn(16, 4)
         dist.all_reduce(grad)  # the step's one all-reduce, as a DDP model's would be
         weight -= 0.1 * grad / ctx.world_size
