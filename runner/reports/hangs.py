@@ -102,7 +102,7 @@ def diagnose(dumps: Mapping[int, RankDump], world_size: int) -> Diagnosis | None
         return max(seqs) - min(seqs) if seqs else -1
 
     group = max(groups, key=lambda name: (spread(name), name == "0"))
-    views = {r: d.group(group) for r, d in dumps.items() if d.group(group) is not None}
+    views = {r: g for r, d in dumps.items() if (g := d.group(group)) is not None}
     if not views:
         return None
     last = max(v.enqueued for v in views.values())
@@ -187,13 +187,13 @@ def straggler(dumps: Mapping[int, RankDump], min_ratio: float = 1.2, min_collect
         times = {r: a[seq] for r, a in arrivals.items()}
         for r, t in times.items():
             work[r].append(max(0.0, t - done_prev))
-        latest = max(times, key=times.get)
+        latest = max(times, key=lambda r: times[r])
         last_counts[latest] += 1
         waited += times[latest] - statistics.median(t for r, t in times.items() if r != latest)
     medians = {r: statistics.median(w) for r, w in work.items() if w}
     if len(medians) < 2:
         return None
-    slowest = max(medians, key=medians.get)
+    slowest = max(medians, key=lambda r: medians[r])
     typical = statistics.median(m for r, m in medians.items() if r != slowest)
     measured = len(work[slowest])
     if typical <= 0 or medians[slowest] < min_ratio * typical or last_counts[slowest] < measured / 2:

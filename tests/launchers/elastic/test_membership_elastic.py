@@ -83,6 +83,26 @@ def test_a_host_taken_back_is_tried_again_only_rejoin_after_s_after_that() -> No
     assert {c.host.name: c.due for c in again.returning(now=110.0, rejoin_after_s=60)} == {"c": 160.0, "b": 110.0}
 
 
+
+def test_a_host_that_flaps_three_times_is_taken_back_at_most_once_per_rejoin_after_s() -> None:
+    """Host c lost at t=0, 10, 80 and answering again after each (the rounds try it whenever it is due, every 5 s):
+    taken back at once the first time (t=5), then not before t=65 though it answers from t=15 (taken at 65), then not
+    before t=125: three flaps, two joins 60 s apart, each join asked only where a round may take it."""
+    rejoin_after_s, joins = 60.0, []
+    m = Membership.of(spec_of([A, B, C], [], 1))
+    for lost_at, up_at in ((0.0, 5.0), (10.0, 15.0), (80.0, 85.0)):
+        m = m.after_loss({[h.name for h in m.hosts].index("c")}).membership
+        for now in (up_at + 5.0 * k for k in range(20)):  # c answers from up_at on; the watch looks every 5 s
+            if lost_at == 80.0 and now >= 120.0:
+                break  # (the job ended at t=120)
+            due = {c.host.name: c.due for c in m.returning(now=now, rejoin_after_s=rejoin_after_s)}
+            if due["c"] <= now:
+                m, joins = m.after_return(["c"], now=now).membership, [*joins, now]
+                break
+    assert joins == [5.0, 65.0]
+    assert [h.name for h in m.hosts] == ["a", "b"] and [h.name for h in m.absent] == ["c"]
+    assert {c.host.name: c.due for c in m.returning(now=120.0, rejoin_after_s=rejoin_after_s)} == {"c": 125.0}
+
 def test_max_nodes_is_the_specs_hosts_unless_it_says_more_and_no_attempt_spec_carries_it() -> None:
     spec = spec_of([A, B], [], 1)
     assert Membership.of(spec).max_nodes == 2
