@@ -1,8 +1,8 @@
 """A lost host, survived or not: torchrun's elastic rendezvous (``--nnodes=2:3 --rdzv-backend=c10d``) against `run
 launcher=ssh topology.min_nodes=2` and `run launcher=manual topology.min_nodes=2`, on three network-namespace hosts of
-the test bed, for three faults, and a host that comes back.
+the test bed, for three faults, a host that comes back, and a third host that starts late.
 
-    .venv/bin/python benchmarks/lost_hosts.py [--rounds 1] [--faults kill link "host 0" back]
+    .venv/bin/python benchmarks/lost_hosts.py [--rounds 1] [--faults kill link "host 0" back late]
 
 Needs root and what scripts/testbed.py needs: it brings up a bed of its own (``testbed.py up --hosts 3 --sshd``) and
 takes it down at the end, also when a trial fails. Both launchers run the same torchrun-style script
@@ -29,7 +29,11 @@ processes killed, its agent started again at its return, as a machine that comes
 over ssh its link down and its processes killed, its link up at its return, nothing started: `run` tries the lost
 host every ``launcher.ssh.rejoin_s=1``; under `run` by hand the same, and its `run` typed again at its return, as
 torchrun's agent is): the seconds from the return to the first step of the grown world, and the steps lost (since
-the checkpoint it resumed from).
+the checkpoint it resumed from); **late** (a job of 200 steps started on hosts 0 and 1, host 2 started once rank 0
+did step 15: under torchrun its agent, ``--nnodes=2:3``; under `run` the spec's hosts are 0 and 1, host 2 a spare
+(``topology.spares``, ``topology.max_nodes=3``), over ssh its link down until then (the launch finds it not ready,
+and tries it every ``launcher.ssh.rejoin_s=1``), by hand its `run` typed then): the seconds from its start to the
+first step at world size 3, and the steps lost.
 Per trial: whether the job finished (every launcher still running exited 0 and rank 0 did the last step), the seconds
 from the fault to the next attempt's first step (rank 0's first line with another TORCHELASTIC_RESTART_COUNT or world
 size), the world size it finished at, and how many processes of the job were still in the namespaces 30 s after the
@@ -63,10 +67,12 @@ TORCHRUN, RUN = "torchrun --nnodes=2:3 (c10d)", "run launcher=ssh topology.min_n
 MANUAL = "run launcher=manual topology.min_nodes=2"
 LAUNCHERS = (TORCHRUN, RUN, MANUAL)
 PER_HOST = (TORCHRUN, MANUAL)  # a launcher process in each host's namespace (the lost host's is not counted)
-FAULTS = ("kill", "link", "host 0", "back")
+FAULTS = ("kill", "link", "host 0", "back", "late")
+GROWING = ("back", "late")  # the faults after which the job grows again
 GROWS = (TORCHRUN, RUN, MANUAL)  # the launchers that take a host back
 STEPS, EVERY, STEP_S, FAULT_AT = 60, 5, 0.1, 15
 BACK_STEPS, BACK_AT = 200, 30  # "back": a longer job, host 2 back once rank 0 of the two did step 30
+LATE_AT = 15  # "late": host 2 started once rank 0 of the first two did this step (of BACK_STEPS)
 START_S, TRIAL_S = 120.0, 180.0  # deadlines: the fault point, and the whole trial after the fault
 POLL_S = 0.05
 LEFT_WAIT_S = 30.0  # after a trial: how long the job's processes get to end by themselves before they are counted
@@ -109,9 +115,10 @@ def _steps(out: Path) -> list[dict]:
 
 
 def _start(bed: Bed, launcher: str, folder: Path, out: Path, ckpt: Path, steps: int = STEPS,
-           again: list | None = None) -> list[subprocess.Popen]:
+           again: list | None = None, late: bool = False) -> list[subprocess.Popen]:
     """The launcher's processes: torchrun in each host's namespace, or one `run` here. ``again``: given a list, it gets
-    a function that starts host i's torchrun again (a host that comes back)."""
+    a function that starts host i's torchrun again (a host that comes back). ``late``: host 2 is not started (under
+    `run`, a spare: over ssh, the launch tries it until it answers)."""
     script = ["--out", str(out), "--ckpt", str(ckpt), "--steps", str(steps), "--every", str(EVERY),
               "--step-s", str(STEP_S)]
     env = {k: v for k, v in os.environ.items()
@@ -131,27 +138,30 @@ def _start(bed: Bed, launcher: str, folder: Path, out: Path, ckpt: Path, steps: 
 
         if again is not None:
             again.append(agent)
-        return [agent(i) for i in range(len(bed.hosts))]
-    hosts = ", ".join(f"{{name: '{h['name']}', devices: 1}}" for h in bed.hosts)
+        return [agent(i) for i in range(2 if late else len(bed.hosts))]
+    named = [f"{{name: '{h['name']}', devices: 1}}" for h in bed.hosts]
+    topology = [f"topology.hosts=[{', '.join(named[:2])}]", f"topology.spares=[{named[2]}]", "topology.max_nodes=3"] \
+        if late else [f"topology.hosts=[{', '.join(named)}]"]
     if launcher == MANUAL:
-        return _start_by_hand(bed, folder, hosts, script, env, log, again)
+        return _start_by_hand(bed, folder, topology, script, env, log, again, late)
     job = Path(bed.ssh["home"]) / folder.name  # the job's folder: the same path in every host's view
     for view in (Path(bed.ssh["home"]), *(Path(v["home"]) for v in bed.ssh["hosts"].values())):
         (view / folder.name).mkdir(exist_ok=True)
         (view / folder.name / SCRIPT.name).write_text(SCRIPT.read_text())
     argv = [str(BIN / "run"), "launcher=ssh", f"launcher.ssh.config_file={bed.ssh['config']}", "init=tcp",
-            "topology=custom", f"topology.hosts=[{hosts}]", "topology.min_nodes=2", "launcher.max_restarts=3",
+            "topology=custom", *topology, "topology.min_nodes=2", "launcher.max_restarts=3",
             "launcher.ssh.keepalive_s=1", f"launcher.ssh.rejoin_s={1 if steps == BACK_STEPS else 0}",
-            "launcher.grace_s=2",
+            "launcher.grace_s=2", *(["launcher.ssh.connect_timeout_s=2"] if late else []),
             f"run_id=lb{uuid.uuid4().hex[:10]}", "--",
             SCRIPT.name, *script]
     return [subprocess.Popen(argv, cwd=job, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)]
 
 
-def _start_by_hand(bed: Bed, folder: Path, hosts: str, script: list[str], env: dict[str, str],
-                   log: IO[str], again: list | None = None) -> list[subprocess.Popen]:
+def _start_by_hand(bed: Bed, folder: Path, topology: list[str], script: list[str], env: dict[str, str],
+                   log: IO[str], again: list | None = None, late: bool = False) -> list[subprocess.Popen]:
     """launcher=manual: each host's `run` in its namespace, in a folder of its own (``folder/host<i>``). ``again``:
-    given a list, it gets a function that types host i's command again (a host that comes back)."""
+    given a list, it gets a function that types host i's command again (a host that comes back). ``late``: host 2's
+    is not typed (a spare, typed later)."""
     run_id = f"lm{uuid.uuid4().hex[:10]}"
     for i in range(len(bed.hosts)):
         own = folder / f"host{i}"
@@ -159,7 +169,7 @@ def _start_by_hand(bed: Bed, folder: Path, hosts: str, script: list[str], env: d
         (own / SCRIPT.name).write_text(SCRIPT.read_text())
 
     def typed(i: int) -> subprocess.Popen:
-        argv = [str(BIN / "run"), "launcher=manual", "init=tcp", "topology=custom", f"topology.hosts=[{hosts}]",
+        argv = [str(BIN / "run"), "launcher=manual", "init=tcp", "topology=custom", *topology,
                 "topology.min_nodes=2", "launcher.max_restarts=3", "launcher.grace_s=2", f"launcher.manual.host={i}",
                 f"run_id={run_id}", "--", SCRIPT.name, *script]
         return subprocess.Popen(bed.exec_argv(i, argv), cwd=folder / f"host{i}", env=env, stdout=log,
@@ -167,7 +177,7 @@ def _start_by_hand(bed: Bed, folder: Path, hosts: str, script: list[str], env: d
 
     if again is not None:
         again.append(typed)
-    return [typed(i) for i in range(len(bed.hosts))]
+    return [typed(i) for i in range(2 if late else len(bed.hosts))]
 
 
 def trial(bed: Bed, launcher: str, fault: str, folder: Path) -> dict:
@@ -177,12 +187,16 @@ def trial(bed: Bed, launcher: str, fault: str, folder: Path) -> dict:
         d.mkdir(parents=True)
     (folder / SCRIPT.name).write_text(SCRIPT.read_text())
     again: list = []
-    steps = BACK_STEPS if fault == "back" else STEPS
-    procs = _start(bed, launcher, folder, out, ckpt, steps, again)
+    steps = BACK_STEPS if fault in GROWING else STEPS
+    if fault == "late" and launcher == RUN:
+        bed.link(2, up=False)  # (the machine not up yet: the launch finds it not ready)
+    procs = _start(bed, launcher, folder, out, ckpt, steps, again, late=fault == "late")
     result: dict = {"launcher": launcher, "fault": fault}
     victim = 0 if fault == "host 0" else 2
     if fault == "back":
         return _back(bed, launcher, procs, again, out, result)
+    if fault == "late":
+        return _late(bed, launcher, procs, again, out, result)
     try:
         deadline = time.monotonic() + START_S
         while not any(s["step"] >= FAULT_AT for s in _steps(out)):
@@ -243,24 +257,50 @@ def _back(bed: Bed, launcher: str, procs: list[subprocess.Popen], again: list, o
         if launcher in PER_HOST:
             procs[2] = again[0](2)
         running = [p for i, p in enumerate(procs) if not (launcher in PER_HOST and i == 2 and p.poll() is not None)]
-        end = time.monotonic() + TRIAL_S
-        while any(p.poll() is None for p in running) and time.monotonic() < end:
-            time.sleep(POLL_S)
-        steps = _steps(out)
-        grown = next((s for s in steps if s["t"] > back and s["world"] == 3), None)
-        before = [s["step"] for s in steps if s["t"] > back and s["world"] == 2 and (grown is None or s["t"] < grown["t"])]
-        trained_at_2 = max(before, default=max((s["step"] for s in steps if s["t"] <= back), default=0))
-        result.update(
-            recovered_s=round(grown["t"] - back, 2) if grown else None, grew=grown is not None,
-            steps_lost=max(0, trained_at_2 - grown["resumed"]) if grown else None,
-            finished=all(p.poll() == 0 for p in running) and bool(steps) and steps[-1]["step"] == BACK_STEPS,
-            exit_codes=[p.poll() for p in running], world_after=steps[-1]["world"] if steps else None)
-        if not result["finished"]:  # why, in the launcher's words
-            result["said"] = (out.parent / "output.txt").read_text(errors="replace").splitlines()[-12:]
+        return _grown(running, out, back, result)
     except RuntimeError as e:
         result["error"] = str(e)
     finally:
         _clean_up(bed, 2, procs, result)
+    return result
+
+
+def _late(bed: Bed, launcher: str, procs: list[subprocess.Popen], again: list, out: Path, result: dict) -> dict:
+    """Host 2 started once rank 0 of hosts 0 and 1 did step LATE_AT: torchrun's agent started there, or `run` by
+    hand typed there (a spare), or, over ssh, its link up (the launch tries it every second). The seconds from its
+    start to the first step at world size 3, and the steps lost (since the checkpoint the grown attempt resumed)."""
+    try:
+        _wait_for_step(out, procs, LATE_AT, world=2)
+        started = time.time()
+        if launcher == RUN:
+            bed.link(2, up=True)
+        else:
+            procs.append(again[0](2))
+        return _grown(procs, out, started, result)
+    except RuntimeError as e:
+        result["error"] = str(e)
+    finally:
+        _clean_up(bed, 2, procs, result)
+    return result
+
+
+def _grown(running: list[subprocess.Popen], out: Path, since: float, result: dict) -> dict:
+    """Once every launcher process in ``running`` ended (or TRIAL_S passed): whether the job grew to world size 3
+    after ``since``, how soon its first step came, the steps lost, and whether it finished."""
+    end = time.monotonic() + TRIAL_S
+    while any(p.poll() is None for p in running) and time.monotonic() < end:
+        time.sleep(POLL_S)
+    steps = _steps(out)
+    grown = next((s for s in steps if s["t"] > since and s["world"] == 3), None)
+    before = [s["step"] for s in steps if s["t"] > since and s["world"] == 2 and (grown is None or s["t"] < grown["t"])]
+    trained_at_2 = max(before, default=max((s["step"] for s in steps if s["t"] <= since), default=0))
+    result.update(
+        recovered_s=round(grown["t"] - since, 2) if grown else None, grew=grown is not None,
+        steps_lost=max(0, trained_at_2 - grown["resumed"]) if grown else None,
+        finished=all(p.poll() == 0 for p in running) and bool(steps) and steps[-1]["step"] == BACK_STEPS,
+        exit_codes=[p.poll() for p in running], world_after=steps[-1]["world"] if steps else None)
+    if not result["finished"]:  # why, in the launcher's words
+        result["said"] = (out.parent / "output.txt").read_text(errors="replace").splitlines()[-12:]
     return result
 
 
@@ -284,7 +324,7 @@ def _clean_up(bed: Bed, victim: int, procs: list[subprocess.Popen], result: dict
 
 
 def launchers_of(fault: str) -> tuple[str, ...]:
-    return GROWS if fault == "back" else LAUNCHERS
+    return GROWS if fault in GROWING else LAUNCHERS
 
 
 def main() -> None:
@@ -324,7 +364,7 @@ def main() -> None:
                              "median_recovered_s": statistics.median(times) if times else None,
                              **({"grew": sum(1 for t in ts if t.get("grew")),
                                  "median_steps_lost": statistics.median(lost) if lost else None}
-                                if fault == "back" else {})}
+                                if fault in GROWING else {})}
         b = row[TORCHRUN]["median_recovered_s"]
         for ours, key in ((RUN, "ratio_run_vs_torchrun"), (MANUAL, "ratio_manual_vs_torchrun")):
             a = row[ours]["median_recovered_s"] if ours in row else None
@@ -337,9 +377,10 @@ def main() -> None:
         trials = [*(t for t in kept["trials"] if t["fault"] not in args.faults), *trials]
         table = {f: table[f] for f in FAULTS if f in table}
     out = result_file.write("lost_hosts", rounds=args.rounds, steps=STEPS, step_s=STEP_S, fault_at_step=FAULT_AT,
-                            back_steps=BACK_STEPS, back_at_step=BACK_AT, results=table, trials=trials)
+                            back_steps=BACK_STEPS, back_at_step=BACK_AT, late_at_step=LATE_AT, results=table,
+                            trials=trials)
     for fault, row in table.items():
-        when = "its return" if fault == "back" else "the fault"
+        when = {"back": "its return", "late": "its start"}.get(fault, "the fault")
         cells = "; ".join(f"{name}: finished {r['finished']} of {r['trials']}, next attempt's first step "
                           f"{'n/a' if r['median_recovered_s'] is None else format(r['median_recovered_s'], '.1f') + ' s'}"
                           f" after {when}" + (f", grew {r['grew']} of {r['trials']}, {r['median_steps_lost']} step(s) "

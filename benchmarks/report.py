@@ -151,20 +151,22 @@ def restarts() -> str:
 
 LOST_FAULTS = {"kill": "host 2's processes killed", "link": "host 2's link down (no FIN)",
                "host 0": "host 0's processes killed",
-               "back": "host 2 lost, then back"}  # benchmarks/lost_hosts.py's faults, in words
+               "back": "host 2 lost, then back",
+               "late": "host 2 started late (`run`: a spare)"}  # benchmarks/lost_hosts.py's faults, in words
 
 
-def lost_host_cell(r: dict | None) -> str:
+def lost_host_cell(r: dict | None, fault: str = "") -> str:
     """One launcher's trials of one fault, in words (docs/lost-hosts.md and this report); None: not tried (a launcher
     that takes no host back)."""
     if r is None:
         return "takes no host back (refused: topology.max_nodes)"
-    after = "after its return" if "grew" in r else "after the fault"
+    after = {"back": "after its return", "late": "after its start"}.get(fault, "after the fault")
     first = "" if r["median_recovered_s"] is None else f", first step {r['median_recovered_s']:.1f} s {after}"
     if "grew" in r:
+        grew = "grew back" if fault == "back" else "grew to 3 hosts"
         lost = "" if r["median_steps_lost"] is None else f", {r['median_steps_lost']:g} step(s) lost"
-        first = f", grew back ({r['grew']} of {r['trials']}){first}{lost}" if r["grew"] else \
-            f", did not grow back (0 of {r['trials']})"
+        first = f", {grew} ({r['grew']} of {r['trials']}){first}{lost}" if r["grew"] else \
+            f", did not {grew.replace('grew', 'grow')} (0 of {r['trials']})"
     if r["finished"] == 0:
         return f"did not finish (0 of {r['trials']}){first if 'grew' in r else ''}"
     return f"finished ({r['finished']} of {r['trials']}){first}"
@@ -176,11 +178,14 @@ def lost_hosts() -> str:
     for fault, row in data["results"].items():
         ssh, manual, torchrun = lost_host_launchers(row)
         ratios = [row[key] for key in ("ratio_run_vs_torchrun", "ratio_manual_vs_torchrun")]
-        rows.append([LOST_FAULTS[fault], lost_host_cell(ssh), lost_host_cell(manual), lost_host_cell(torchrun),
+        rows.append([LOST_FAULTS[fault], lost_host_cell(ssh, fault), lost_host_cell(manual, fault),
+                     lost_host_cell(torchrun, fault),
                      *(f"{ratio:.2f}" if ratio else "—" for ratio in ratios)])
     m = data["machine"]
     back = f"; host 2 back once the two did step {data['back_at_step']} of {data['back_steps']}" \
         if "back" in data["results"] else ""
+    back += f"; host 2 started late once the two did step {data['late_at_step']} of {data['back_steps']}" \
+        if "late" in data["results"] else ""
     return (f"measured {data['date']}, {m['cpus']} CPUs, torch {m['torch']}, gloo; three hosts of one process, the fault "
             f"once rank 0 did step {data['fault_at_step']} of {data['steps']}{back}\n\n"
             + _table(["fault", "`run` launcher=ssh", "`run` launcher=manual", "torchrun --nnodes=2:3",

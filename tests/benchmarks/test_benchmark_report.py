@@ -157,7 +157,7 @@ def test_the_committed_report_and_readme_quote_the_lost_hosts_results():
     data = json.loads((REPO / "benchmarks" / "results" / "lost_hosts.json").read_text())
     section = docs().page_with("When a host is lost").text
     for fault, row in data["results"].items():
-        cells = " | ".join(report.lost_host_cell(r) for r in report.lost_host_launchers(row))
+        cells = " | ".join(report.lost_host_cell(r, fault) for r in report.lost_host_launchers(row))
         assert f"| {report.LOST_FAULTS[fault]} | {cells} |" in section, fault
     rounds = f"{data['rounds']} round{'s' if data['rounds'] != 1 else ''}"
     assert f"{rounds}, {data['date']}):" in " ".join(section.split())

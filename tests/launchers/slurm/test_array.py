@@ -157,7 +157,8 @@ def _summary(sweep: Path) -> list[dict[str, str]]:
 
 def test_a_sweep_goes_to_slurm_as_one_array_per_shape(testbed, tmp_path):
     done = run("-m", "topology=1x1,2x1", "recipe.seed=1,2", "recipe.epochs=2", "launcher=slurm", cwd=tmp_path,
-               env=testbed.env())
+               env=testbed.env(), timeout=280)  # (2 minutes on this 2-core machine alone; beside the suite's other
+    # workers, once over 3: four jobs composed, four digits runs on two CPUs, and the sweep's plot)
     assert done.code == 0, done.output
     assert done.stderr.count("slurm: submitted job array") == 2, done.output
     sweep = _sweep_folder(tmp_path)
