@@ -25,8 +25,8 @@ from runner.records.paths import RunPaths
 from runner.records.watch_files import read_diagnosis
 
 HANG_KINDS = ("stall", "timeout")  # the diagnoses of a hang (not "left": a host lost, its ranks gone)
-HINT = ("look at that host before it rejoins: where its ranks were (the hang's paragraph above, and in the run folder), "
-        "its GPUs (nvidia-smi), its kernel's log (dmesg)")
+HINT = ("look at that host before it rejoins: where its ranks were (the hang's paragraph above, and in the run "
+        "folder), its GPUs (nvidia-smi), its kernel's log (dmesg)")
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ protocol of our own decides anything beyond it): a pair fails when either of its
 most failed pairs is named, ties going to the higher node rank (two hosts that cannot reach each other: host 1 of the
 two, never host 0 for a tie); where every pair answered, host 0 names instead a host whose ranks hung the two
 attempts before (runner.worker.hung_hosts). One host per attempt: the next attempt's check names the next, if any.
-The named host leaves the job as a preempted host does (runner.worker.agent_reports.Leaving; under launcher=manual its word in the
-job's etcd): a job that outlives its hosts (topology.min_nodes) goes on without it, a spare in its place where one is
-kept, and takes it back only through a check of the same kind (the attempt it joins begins with one). A job that does
-not outlive its hosts ends, naming it.
+The named host leaves the job as a preempted host does (runner.worker.agent_reports.Leaving; under launcher=manual
+its word in the job's etcd): a job that outlives its hosts (topology.min_nodes) goes on without it, a spare in its
+place where one is kept, and takes it back only through a check of the same kind (the attempt it joins begins with
+one). A job that does not outlive its hosts ends, naming it.
 
 Keys of the job's channel (runner.worker.channel), each under ``pairs/<attempt>/``: ``at/<node>`` (where the host
 listens), ``heard/<node>`` (what its dials found), ``verdict`` (host 0's), ``read/<node>`` (the host read it; host 0

@@ -166,8 +166,9 @@ class Preparation:
         if found is None or found.named is None:
             return None
         why = found.why(labels, paths.attempt)
-        hint = (hung_hosts.HINT if found.hung else "check that host's data interface and routes (ip -br addr; ip route get "
-                "<a peer's address>), and any firewall between the hosts (the backend dials ephemeral ports)")
+        hint = hung_hosts.HINT if found.hung else ("check that host's data interface and routes (ip -br addr; ip "
+                                                   "route get <a peer's address>), and any firewall between the hosts "
+                                                   "(the backend dials ephemeral ports)")
         return Refused(code=exits.FAILED, line=f"error: {'hang' if found.hung else 'network'}: {why}; hint: {hint}",
                        leaving=why if found.named == self.role.node_rank else None)
 

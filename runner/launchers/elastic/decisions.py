@@ -12,8 +12,8 @@ decision, and ends. Under the prefix of the run id and the launch (runner.launch
   etcd-io/etcd#15247; 3.5.13's fix skips its check where the member ticks again at once), and such a host puts its
   key back, with a new lease, at its next keepalive;
 * ``ended/<k>/<host>`` — the host's share of attempt k ended (``failed``; ``leaving``: SIGTERM to its `run`;
-  ``left out``: the data-network check before the attempt named it, runner.worker.pair_check; ``joining``: stopped
-  at a checkpoint for a join);
+  ``left out``: the data-network check before the attempt named it, runner.worker.pair_check, or named it as the
+  host that hung the two attempts before, runner.worker.hung_hosts; ``joining``: stopped at a checkpoint for a join);
 * ``began/<k>/<host>`` — the host's ranks of attempt k started (the rendezvous of every host of it done): a host whose
   `run` starts again in a launch where its own ``began`` key is (it was in the job, and lost) comes back as
   ``returning`` (its member key says so: it is no host of the attempt that runs, and is not watched as one);
@@ -333,7 +333,7 @@ class Decider:
 
     @property
     def members(self) -> Members:
-        """The member keys of the launch this host joined, as they are now."""
+        """The member keys of the launch this host joined, and how each host ended an attempt, as they are now."""
         assert self.keys is not None
         return Members(self.etcd, self.keys)
 

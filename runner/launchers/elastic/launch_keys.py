@@ -90,8 +90,8 @@ class Members:
                 for n in names if str(docs.get(n, {}).get("lease", "")).isdigit()]
 
     def leaving(self, attempt: int) -> set[str]:
-        """The hosts that left during ``attempt`` (SIGTERM to their `run`: a preempted machine; or named by the
-        data-network check before it: ``left out``)."""
+        """The hosts that left during ``attempt`` (SIGTERM to their `run`: a preempted machine; or named before it
+        by the data-network check, or as the host that hung the two attempts before: ``left out``)."""
         return set(self.leavers(attempt))
 
     def leavers(self, attempt: int) -> dict[str, tuple[str, str]]:

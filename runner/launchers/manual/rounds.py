@@ -138,7 +138,7 @@ def _say_leaving(this: HostRound, attempt: int, signum: int) -> None:
 
 
 def _leaving(this: HostRound, attempt: int) -> dict[str, tuple[str, str]]:
-    """The hosts that left ``attempt``, each with how and why (runner.launchers.elastic.decisions.Decider.leavers)."""
+    """The hosts that left ``attempt``, each with how and why (runner.launchers.elastic.launch_keys.Members.leavers)."""
     try:
         return this.decider.members.leavers(attempt)
     except EtcdError:
