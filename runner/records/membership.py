@@ -4,9 +4,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 
+from runner.records.json_lines import append_document, documents
 from runner.records.paths import RunPaths
 
 
@@ -73,22 +73,10 @@ class MembershipChange:
 
 def append_change(paths: RunPaths, change: MembershipChange) -> None:
     """Add ``change`` to the run folder's membership.jsonl."""
-    with open(paths.membership, "a", encoding="utf-8") as f:
-        f.write(json.dumps(change.document(), sort_keys=True) + "\n")
+    append_document(paths.membership, change.document())
 
 
 def changes(paths: RunPaths) -> list[MembershipChange]:
     """The changes recorded so far, in order (none: no file)."""
-    try:
-        text = paths.membership.read_text(encoding="utf-8")
-    except OSError:
-        return []
-    found = []
-    for line in text.splitlines():
-        try:
-            change = MembershipChange.from_document(json.loads(line))
-        except ValueError:
-            continue
-        if change is not None:
-            found.append(change)
-    return found
+    found = (MembershipChange.from_document(doc) for doc in documents(paths.membership))
+    return [change for change in found if change is not None]

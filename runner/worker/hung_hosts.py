@@ -17,10 +17,10 @@ attempts, not one: a host behind once may have been slow once (a checkpoint's wr
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from runner.records.json_lines import append_document, documents
 from runner.records.paths import RunPaths
 from runner.records.watch_files import read_diagnosis
 
@@ -57,8 +57,8 @@ class Hang:
 def note(paths: RunPaths) -> None:
     """The hang of the attempt before ``paths.attempt``, where its diagnosis (still in the run folder: the attempt
     about to start clears it) says one, added to ``paths.hangs`` once."""
-    found = read_diagnosis(paths)
-    if paths.attempt < 1 or not found or found.get("kind") not in HANG_KINDS or not found.get("behind_hosts"):
+    found = read_diagnosis(paths) if paths.attempt >= 1 else None
+    if not found or found.get("kind") not in HANG_KINDS or not found.get("behind_hosts"):
         return
     before = hangs(paths)
     if before and before[-1].attempt >= paths.attempt - 1:
@@ -67,25 +67,13 @@ def note(paths: RunPaths) -> None:
     hang = Hang(paths.attempt - 1, str(found["kind"]), f"{op} #{seq}" if op and seq is not None else "a collective",
                 tuple(map(str, found["behind_hosts"])), tuple(map(str, found.get("waiting_hosts", ()))))
     paths.hangs.parent.mkdir(parents=True, exist_ok=True)
-    with open(paths.hangs, "a", encoding="utf-8") as f:
-        f.write(json.dumps(hang.document(), sort_keys=True) + "\n")
+    append_document(paths.hangs, hang.document())
 
 
 def hangs(paths: RunPaths) -> list[Hang]:
     """The hangs recorded so far, in order (none: no file)."""
-    try:
-        text = paths.hangs.read_text(encoding="utf-8")
-    except OSError:
-        return []
-    found = []
-    for line in text.splitlines():
-        try:
-            hang = Hang.of(json.loads(line))
-        except ValueError:
-            continue
-        if hang is not None:
-            found.append(hang)
-    return found
+    found = (Hang.of(doc) for doc in documents(paths.hangs))
+    return [hang for hang in found if hang is not None]
 
 
 def named(recorded: Sequence[Hang], attempt: int, labels: Sequence[str]) -> tuple[int, str] | None:
