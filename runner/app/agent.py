@@ -59,7 +59,7 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
     status; a :class:`WholeLaunch` is run, its outcome answered, and the agent exits. The closed pipe without a share
     or a launch: `run` needed neither."""
     from runner.worker.rank_process import die_with_parent
-    from runner.worker.zygote import Zygote, ZygoteGone
+    from runner.worker.zygote import Zygote
 
     die_with_parent()
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)  # Ctrl-\ is for `run` to answer (runner.app.launch); ranks dump stacks
@@ -76,11 +76,8 @@ def _agent_main(requests_fd: int, answers_fd: int) -> None:
                     os._exit(0)
                 if isinstance(message, (HostShare, WholeLaunch)):
                     break
-                try:  # in a child of the zygote, which has imported torch as the ranks will have
-                    problem = zygote.try_target(message.target, message.workdir)
-                except ZygoteGone:
-                    problem = target_problem(message.target, message.workdir)
-                pickle.dump(problem, answers)
+                # in a child of the zygote, which has imported torch as the ranks will have
+                pickle.dump(zygote.target_problem(message.target, message.workdir), answers)
                 answers.flush()
             if isinstance(message, WholeLaunch):
                 message.launcher.zygote = lambda: zygote

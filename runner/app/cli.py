@@ -91,7 +91,8 @@ class JobTask:
     def __init__(self, environment: ProcessEnvironment, agent: LaunchAgent | None) -> None:
         self.environment = environment
         self.agent = agent
-        self._zygote: Zygote | None = None  # the ranks' when `run` runs them itself: one for every job of a sweep
+        # the ranks' when `run` runs them itself, and where it tries the jobs' targets: one for every job of a sweep
+        self._zygote: Zygote | None = None
         self.entered = False  # a later exit status 1 is then the job's, not Hydra's refusal of the config
         self.sweep = SweepOutcome()
 
@@ -104,7 +105,7 @@ class JobTask:
         return self._zygote
 
     def close(self) -> None:
-        """The sweep is over: its zygote ends."""
+        """The sweep is over (or its jobs are Slurm's now: runner_sweep_launcher): its zygote ends."""
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None

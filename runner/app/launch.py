@@ -88,7 +88,7 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
     ranks are forked from when `run` runs this host's share itself (no launch agent: one for every job of a sweep)."""
     started = time.perf_counter()
     try:
-        job, problems = _validate(spec, agent)
+        job, problems = _validate(spec, agent, zygote)
         launcher_class = LAUNCHERS[job.spec.launcher.kind]
         if agent is not None and (job.spec.dry_run or not launcher_class.capabilities.forks_here):
             agent.dismiss()  # it tried the target (validation); no process of this job starts from here
@@ -126,12 +126,21 @@ def _in_process(zygote: Callable[[], Zygote] | None) -> Callable[[HostShare], in
     return lambda share: launch_host(share, zygote())
 
 
-def _validate(spec: JobConfig, agent: LaunchAgent | None) -> tuple[Job, list[Problem]]:
+def _validate(spec: JobConfig, agent: LaunchAgent | None,
+              zygote: Callable[[], Zygote] | None = None) -> tuple[Job, list[Problem]]:
     """The resolved job and every problem short of an error (runner.launchers.validate); the recipe target is tried
-    by the launch agent, where there is one. Refused: the errors, printed."""
+    by the launch agent, where there is one, else in a child of ``zygote`` (`run`'s own, started once for every job
+    of a sweep, which forks their ranks where they run here: a fork of a process that has imported torch, not a
+    child of `run` that imports it again for every job), else in a child of `run`. Refused: the errors, printed."""
     # the job's folder (runner.spec.targets), for every process on every host: validation reads it
     spec.workdir = os.path.abspath(spec.workdir or os.getcwd())
-    job, problems = validate(spec, LocalProbe(agent.target_problem) if agent else LocalProbe())
+    if agent is not None:
+        probe = LocalProbe(agent.target_problem)
+    elif zygote is not None:
+        probe = LocalProbe(lambda target, workdir: zygote().target_problem(target, workdir))
+    else:
+        probe = LocalProbe()
+    job, problems = validate(spec, probe)
     if job is None:
         print(render_problems(problems), file=sys.stderr)
         print(f"\nthe spec has {len(errors(problems))} error(s); nothing was started.", file=sys.stderr)

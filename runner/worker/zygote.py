@@ -241,6 +241,16 @@ class Zygote:
             if isinstance(message, TargetAnswer):
                 return message.problem
 
+    def target_problem(self, target: str, workdir: str | None) -> Any:
+        """:meth:`try_target`; where the zygote is gone, tried from here (runner.spec.targets: a forked child of this
+        process, which imports torch there if the target does)."""
+        try:
+            return self.try_target(target, workdir)
+        except ZygoteGone:
+            from runner.spec.targets import target_problem
+
+            return target_problem(target, workdir)
+
     def exit_code(self, pid: int, wait_s: float = 0.0) -> int | None:
         """The exit status of the zygote's child ``pid``, once the zygote has said it (waiting up to ``wait_s``); a
         child of a zygote that has ended was killed with it (``PR_SET_PDEATHSIG``)."""

@@ -72,10 +72,10 @@ def script_spec(folder: Path, *, devices: list[int] | None = None, launcher: str
                                launcher=dataclasses.replace(spec.launcher, **options))
 
 
-def launched(spec: JobConfig, out: Path, agent: Agent | None = None) -> int:
+def launched(spec: JobConfig, out: Path, agent: Agent | None = None, zygote: object = None) -> int:
     return run_job(spec, out=out, run_id="20240101-000000-abc", invocation=Invocation(python=sys.executable,
                                                                                       cwd=str(out.parent)),
-                   environment=environment(), agent=agent)  # type: ignore[arg-type]
+                   environment=environment(), agent=agent, zygote=zygote)  # type: ignore[arg-type]
 
 
 def job_of(spec: JobConfig) -> Job:
@@ -111,6 +111,24 @@ def test_the_launch_agent_is_asked_whether_the_recipe_target_loads(workdir, tmp_
     assert agent.asked == ["mypkg.train:main"] and not agent.dismissed  # validation failed: nothing to dismiss it for
     assert capsys.readouterr().err == ("error: recipe.target: module 'mypkg' not found\n    hint: put mypkg/ in the "
                                        "job's folder\n\nthe spec has 1 error(s); nothing was started.\n")
+
+
+def test_without_an_agent_the_target_is_tried_in_runs_zygote_started_once_for_every_job(workdir, tmp_path,
+                                                                                          capsys) -> None:
+    """A sweep's jobs (`run -m` has no launch agent): each job's target is tried in a child of `run`'s one zygote,
+    started at the first question (runner.cli.JobTask.zygote), not in a child of `run` that imports torch again."""
+    started = []
+
+    def zygote() -> Agent:  # what validation asks of a zygote: its target_problem
+        if not started:
+            started.append(Agent(TargetProblem("module 'mypkg' not found", "put mypkg/ in the job's folder")))
+        return started[0]
+
+    spec = script_spec(workdir, recipe=RecipeConfig(target="mypkg.train:main", global_batch_size=8))
+    for out in ("0", "1"):
+        assert launched(spec, tmp_path / out, zygote=zygote) == exits.INVALID
+    assert len(started) == 1 and started[0].asked == ["mypkg.train:main"] * 2
+    assert capsys.readouterr().err.count("error: recipe.target: module 'mypkg' not found") == 2
 
 
 def test_hosts_started_apart_without_a_run_id_are_refused_before_a_run_folder_is_made(workdir, tmp_path,

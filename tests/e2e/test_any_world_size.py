@@ -8,10 +8,12 @@ exchanges the gradients once a step (a workload counts DDP's all-reduces)."""
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from readme_text import docs
 from runs import artifacts, run, stage_workloads
@@ -53,6 +55,15 @@ def test_a_sweep_over_1_to_5_processes_runs_every_size_with_its_split_and_tabula
     for shares in ("64 per process", "32 per process", "22/21 per process", "16 per process", "13/12 per process"):
         assert f"global batch 64 ({shares})" in said, said
     assert said.count(f"after {EPOCHS * 21} steps") == len(SIZES)  # the same steps at every size
+    # the summary's arithmetic (tests/reports/test_sweep.py checks it on made-up folders), on a real sweep: speedup
+    # against the one-process job, efficiency = speedup / world size (each written to 4 significant digits)
+    assert float(rows[0]["speedup"]) == 1.0 and all(float(r["throughput (samples/s)"]) > 0 for r in rows)
+    for r in rows:
+        assert math.isclose(float(r["efficiency"]), float(r["speedup"]) / int(r["world size"]), rel_tol=1e-3), r
+    assert all(float(r["test_accuracy"]) > 0.75 for r in rows)  # one epoch: 0.80 (chance: 0.1)
+    assert f"== sweep: {len(SIZES)} job(s) ==" in said and "summary.md" in said
+    run_ids = {OmegaConf.load(folder / str(n) / "spec.yaml").run_id for n in range(len(SIZES))}
+    assert len(run_ids) == len(SIZES)  # each job is its own run: id, folder and (a free) port
 
 
 def test_every_world_size_trains_the_weights_of_one_process(sweep) -> None:

@@ -121,6 +121,20 @@ def test_a_target_is_tried_in_a_child_of_the_zygote(zygote, tmp_path) -> None:
     assert isinstance(problem, TargetProblem) and "RuntimeError: at import" in problem.message
 
 
+def test_a_target_is_tried_from_here_once_the_zygote_has_ended(tmp_path) -> None:
+    """Zygote.target_problem: the zygote's answer while it runs; once it has ended, the same question answered from
+    this process (runner.spec.targets, a forked child), not ZygoteGone."""
+    (tmp_path / "badmod.py").write_text("raise RuntimeError('at import')\n")
+    started = Zygote.start()
+    try:
+        assert "RuntimeError: at import" in started.target_problem("badmod:main", str(tmp_path)).message
+    finally:
+        started.close()
+    with pytest.raises(ZygoteGone):
+        started.try_target("badmod:main", str(tmp_path))
+    assert "RuntimeError: at import" in started.target_problem("badmod:main", str(tmp_path)).message
+
+
 def test_a_users_runner_package_in_the_folder_it_starts_in_does_not_shadow_the_runner(tmp_path) -> None:
     (tmp_path / "runner").mkdir()
     (tmp_path / "runner" / "__init__.py").write_text("raise SystemExit('the user runner was imported')\n")
