@@ -73,9 +73,9 @@ class RunnerSweepLauncher(Launcher):
                                 job_subdir_key="hydra.sweep.subdir")
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         members = {idx: member for idx, ret in runs.items() if isinstance(member := _value(ret), ArrayMember)}
-        if members and callable(close := getattr(self.task_function, "close", None)):
-            close()  # `run`'s zygote, which tried the jobs' targets, is not needed while Slurm runs them
         if members:
+            if callable(close := getattr(self.task_function, "close", None)):
+                close()  # `run`'s zygote, which tried the jobs' targets, is not needed while Slurm runs them
             for idx, code in run_sweep(members, sweep_dir, configs).items():
                 runs[idx].return_value = record_exit(members[idx].folder, code) if code is not None else None
         return list(runs.values())

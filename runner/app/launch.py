@@ -85,7 +85,8 @@ def run_job(spec: JobConfig, *, out: Path, run_id: str, invocation: Invocation, 
     (runner.environments.process); ``agent``: `run`'s launch agent, which tries the recipe target and starts this
     host's processes (runner.app.agent), if it has one; with ``defer_submit`` (a sweep on Slurm), a batch job is
     prepared but not submitted: its :class:`ArrayMember` is returned for the sweep's job array. ``zygote``: where the
-    ranks are forked from when `run` runs this host's share itself (no launch agent: one for every job of a sweep)."""
+    recipe target is tried and the ranks are forked from when `run` runs this host's share itself (no launch agent:
+    one for every job of a sweep)."""
     started = time.perf_counter()
     try:
         job, problems = _validate(spec, agent, zygote)
