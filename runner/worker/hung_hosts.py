@@ -6,13 +6,17 @@ timeout) says which ranks never entered the collective the others wait in, or ca
 Before each attempt of a job on several hosts, host 0's agent adds the hang of the attempt before, if there was one,
 to its run folder's ``logs/hangs.jsonl`` (:func:`note`) and applies one rule (:func:`named`): where the two attempts
 before this one both hung with the ranks behind on one host only, the same host both times, while ranks of other
-hosts waited, that host is named.
+hosts waited and every rank answered, that host is named.
 
 The ranks behind, not the ranks that timed out: a collective's timeout fires on the ranks that wait in it, the
 healthy ones; the host that hangs the job is the one whose ranks never came (a GPU wedged, a kernel or a driver call
 that never returns, a rank stuck in a loop). A data network that fails under a live control plane leaves every rank
 waiting in the collective, no host behind: the data-network check before the next attempt names that host. Two
-attempts, not one: a host behind once may have been slow once (a checkpoint's write, a page cache flushed).
+attempts, not one: a host behind once may have been slow once (a checkpoint's write, a page cache flushed). Every
+rank answered, not some: a rank that said nothing (its host gone, or cut off from host 0) may be the one the ranks
+behind wait for. Where host 2's packets to host 0 are dropped, host 0's rank cannot finish its send to host 2 in
+the collective before, and looks behind while host 1's rank waits in the next one: naming host 0 would leave the
+job to the host that cannot reach it. The cut host's lease, or the data-network check, decides such a host.
 """
 
 from __future__ import annotations
@@ -32,16 +36,19 @@ HINT = ("look at that host before it rejoins: where its ranks were (the hang's p
 @dataclass(frozen=True)
 class Hang:
     """Attempt ``attempt`` (from 0) hung: ``kind`` (stall, timeout), in ``collective`` (``all_reduce #20``), the
-    ranks of ``behind`` never entered it or could not answer, those of ``waiting`` waited in it."""
+    ranks of ``behind`` never entered it or could not answer, those of ``waiting`` waited in it, the ranks
+    ``silent`` said nothing."""
 
     attempt: int
     kind: str
     collective: str
     behind: tuple[str, ...]
     waiting: tuple[str, ...]
+    silent: tuple[int, ...] = ()
 
     def document(self) -> dict:
-        return {**asdict(self), "behind": list(self.behind), "waiting": list(self.waiting)}
+        return {**asdict(self), "behind": list(self.behind), "waiting": list(self.waiting),
+                "silent": list(self.silent)}
 
     @classmethod
     def of(cls, doc: object) -> Hang | None:
@@ -49,7 +56,8 @@ class Hang:
             return None
         try:
             return cls(int(doc["attempt"]), str(doc["kind"]), str(doc.get("collective", "")),
-                       tuple(map(str, doc.get("behind", ()))), tuple(map(str, doc.get("waiting", ()))))
+                       tuple(map(str, doc.get("behind", ()))), tuple(map(str, doc.get("waiting", ()))),
+                       tuple(map(int, doc.get("silent", ()))))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -65,7 +73,8 @@ def note(paths: RunPaths) -> None:
         return
     op, seq = found.get("op"), found.get("collective")
     hang = Hang(paths.attempt - 1, str(found["kind"]), f"{op} #{seq}" if op and seq is not None else "a collective",
-                tuple(map(str, found["behind_hosts"])), tuple(map(str, found.get("waiting_hosts", ()))))
+                tuple(map(str, found["behind_hosts"])), tuple(map(str, found.get("waiting_hosts", ()))),
+                tuple(map(int, found.get("silent", ()))))
     paths.hangs.parent.mkdir(parents=True, exist_ok=True)
     append_document(paths.hangs, hang.document())
 
@@ -82,6 +91,8 @@ def named(recorded: Sequence[Hang], attempt: int, labels: Sequence[str]) -> tupl
     by_attempt = {h.attempt: h for h in recorded}
     first, last = by_attempt.get(attempt - 2), by_attempt.get(attempt - 1)
     if first is None or last is None or len(last.behind) != 1 or first.behind != last.behind:
+        return None
+    if first.silent or last.silent:  # the ranks behind may wait for a rank that said nothing
         return None
     (host,) = last.behind
     if host not in labels or not set(first.waiting) - {host} or not set(last.waiting) - {host}:

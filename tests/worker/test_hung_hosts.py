@@ -20,8 +20,8 @@ HOSTS = ["a", "b", "c"]
 
 
 def hang(attempt: int, behind: tuple[str, ...] = ("c",), waiting: tuple[str, ...] = ("a", "b"), kind: str = "stall",
-         collective: str = "all_reduce #20") -> Hang:
-    return Hang(attempt, kind, collective, behind, waiting)
+         collective: str = "all_reduce #20", silent: tuple[int, ...] = ()) -> Hang:
+    return Hang(attempt, kind, collective, behind, waiting, silent)
 
 
 def test_the_host_behind_in_the_two_attempts_before_is_named_with_both_hangs() -> None:
@@ -38,6 +38,10 @@ def test_the_host_behind_in_the_two_attempts_before_is_named_with_both_hangs() -
     ([hang(0, behind=("b", "c"), waiting=("a",)), hang(1, behind=("b", "c"), waiting=("a",))], 2, "two hosts behind"),
     ([hang(0, waiting=("c",)), hang(1)], 2, "no other host's ranks waited: nothing to compare with"),
     ([hang(0, behind=("d",)), hang(1, behind=("d",))], 2, "a host not in this attempt"),
+    ([hang(0, behind=("a",), waiting=("b",), silent=(2,)), hang(1, behind=("a",), waiting=("b",))], 2,
+     "a rank said nothing in the first: host c's packets to host 0 dropped, host 0's rank stuck sending to it"),
+    ([hang(0, behind=("a",), waiting=("b",)), hang(1, behind=("a",), waiting=("b",), silent=(2,))], 2,
+     "a rank said nothing in the second"),
 ])
 def test_no_host_is_named_unless_the_same_one_was_behind_alone_twice_in_a_row(recorded, attempt, why) -> None:
     assert named(recorded, attempt, HOSTS) is None, why
@@ -55,9 +59,9 @@ def test_the_hang_of_the_attempt_before_is_recorded_once_from_its_diagnosis(tmp_
     assert hangs(paths) == [hang(0)]
     second = dataclasses.replace(paths, attempt=2)
     write_diagnosis(second, "timeout", "...", {"op": "all_reduce", "collective": 31, "behind_hosts": ["c"],
-                                               "waiting_hosts": ["a", "b"]})
+                                               "waiting_hosts": ["a", "b"], "silent": [3]})
     note(second)
-    assert hangs(second) == [hang(0), hang(1, kind="timeout", collective="all_reduce #31")]
+    assert hangs(second) == [hang(0), hang(1, kind="timeout", collective="all_reduce #31", silent=(3,))]
     assert [json.loads(line)["attempt"] for line in paths.hangs.read_text().splitlines()] == [0, 1]
 
 
