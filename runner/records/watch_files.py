@@ -117,8 +117,10 @@ def collect_dumps(paths: RunPaths, ranks: Iterable[int], since: float, wait_s: f
 
 
 def write_diagnosis(paths: RunPaths, kind: str, text: str, facts: Mapping[str, Any] | None) -> None:
-    """What a hang was, in words and facts (read by the failure report and the run's summary)."""
-    write_atomically(paths.diagnosis, json.dumps({**(facts or {}), "kind": kind, "text": text}))
+    """What a hang of attempt ``paths.attempt`` was, in words and facts (read by the failure report, the run's
+    summary and the hang rule before the next attempt: runner.worker.hung_hosts)."""
+    write_atomically(paths.diagnosis, json.dumps({**(facts or {}), "kind": kind, "text": text,
+                                                  "attempt": paths.attempt}))
 
 
 def read_diagnosis(paths: RunPaths) -> dict[str, Any] | None:

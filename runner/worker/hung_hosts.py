@@ -64,9 +64,13 @@ class Hang:
 
 def note(paths: RunPaths) -> None:
     """The hang of the attempt before ``paths.attempt``, where its diagnosis (still in the run folder: the attempt
-    about to start clears it) says one, added to ``paths.hangs`` once."""
+    about to start clears it) says one, added to ``paths.hangs`` once. A diagnosis of an earlier attempt is not that
+    attempt's: an attempt whose preparation was refused (a host that could not reach the master, a host the check
+    named) started no rank and left the diagnosis before it in place, and one hang would count as two in a row."""
     found = read_diagnosis(paths) if paths.attempt >= 1 else None
     if not found or found.get("kind") not in HANG_KINDS or not found.get("behind_hosts"):
+        return
+    if found.get("attempt") != paths.attempt - 1:
         return
     before = hangs(paths)
     if before and before[-1].attempt >= paths.attempt - 1:

@@ -57,7 +57,8 @@ def test_the_dumps_of_the_ranks_end_and_a_dump_that_is_not_one(paths) -> None:
 def test_a_verdict_is_kept_until_an_attempt_clears_it(paths) -> None:
     assert read_diagnosis(paths) is None
     write_diagnosis(paths, "stall", "no rank completed a collective", {"waiting": [0, 2]})
-    assert read_diagnosis(paths) == {"waiting": [0, 2], "kind": "stall", "text": "no rank completed a collective"}
+    assert read_diagnosis(paths) == {"waiting": [0, 2], "kind": "stall", "text": "no rank completed a collective",
+                                     "attempt": paths.attempt}  # (the hang rule takes only the attempt before's)
     request_dumps(paths, "stall")
     clear_diagnosis(paths)
     assert read_diagnosis(paths) is None and last_request(paths) is None

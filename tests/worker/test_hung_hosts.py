@@ -47,22 +47,38 @@ def test_no_host_is_named_unless_the_same_one_was_behind_alone_twice_in_a_row(re
     assert named(recorded, attempt, HOSTS) is None, why
 
 
+STALL = {"op": "all_reduce", "collective": 20, "behind_hosts": ["c"], "waiting_hosts": ["a", "b"]}
+
+
 def test_the_hang_of_the_attempt_before_is_recorded_once_from_its_diagnosis(tmp_path) -> None:
-    paths = RunPaths(tmp_path, "r1", attempt=1)
+    first = RunPaths(tmp_path, "r1", attempt=0)
+    paths = dataclasses.replace(first, attempt=1)
     paths.logs.mkdir()
     note(paths)
     assert hangs(paths) == []  # no diagnosis: nothing hung
-    write_diagnosis(paths, "stall", "stall: ...", {"op": "all_reduce", "collective": 20, "behind_hosts": ["c"],
-                                                   "waiting_hosts": ["a", "b"]})
+    write_diagnosis(first, "stall", "stall: ...", STALL)  # (written in attempt 0, read before attempt 1)
     note(paths)
     note(paths)  # (a preparation made again: the same hang)
     assert hangs(paths) == [hang(0)]
     second = dataclasses.replace(paths, attempt=2)
-    write_diagnosis(second, "timeout", "...", {"op": "all_reduce", "collective": 31, "behind_hosts": ["c"],
-                                               "waiting_hosts": ["a", "b"], "silent": [3]})
+    write_diagnosis(paths, "timeout", "...", {"op": "all_reduce", "collective": 31, "behind_hosts": ["c"],
+                                              "waiting_hosts": ["a", "b"], "silent": [3]})
     note(second)
     assert hangs(second) == [hang(0), hang(1, kind="timeout", collective="all_reduce #31", silent=(3,))]
     assert [json.loads(line)["attempt"] for line in paths.hangs.read_text().splitlines()] == [0, 1]
+
+
+def test_a_diagnosis_left_by_an_attempt_before_the_last_is_not_the_last_ones_hang(tmp_path) -> None:
+    """Attempt 0 hung; attempt 1 was refused before any rank started (a host without a route to the master), so
+    attempt 0's diagnosis is still there before attempt 2: one hang, not two in a row (it named host 0 so once)."""
+    first = RunPaths(tmp_path, "r1", attempt=0)
+    first.logs.mkdir()
+    write_diagnosis(first, "timeout", "...", STALL)
+    note(dataclasses.replace(first, attempt=1))
+    third = dataclasses.replace(first, attempt=2)
+    note(third)
+    assert hangs(third) == [hang(0, kind="timeout")]
+    assert named(hangs(third), 2, HOSTS) is None
 
 
 @pytest.mark.parametrize("kind, facts", [
@@ -74,7 +90,7 @@ def test_the_hang_of_the_attempt_before_is_recorded_once_from_its_diagnosis(tmp_
 def test_a_diagnosis_with_no_host_behind_is_no_hang_of_a_host(tmp_path, kind, facts) -> None:
     paths = RunPaths(tmp_path, "r1", attempt=1)
     paths.logs.mkdir()
-    write_diagnosis(paths, kind, "...", facts)
+    write_diagnosis(dataclasses.replace(paths, attempt=0), kind, "...", facts)
     note(paths)
     assert not paths.hangs.exists()
 
