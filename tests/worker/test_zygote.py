@@ -60,11 +60,13 @@ def test_messages_cross_with_the_descriptors_they_carry() -> None:
 
 def test_the_zygote_is_a_fresh_interpreter_of_its_own_with_one_thread(zygote) -> None:
     proc = psutil.Process(zygote.process.pid)
+    # it answers (preloaded) first: Popen returns once the exec has begun, and until the kernel has set up the new
+    # program's arguments /proc/<pid>/cmdline reads empty (seen once on a loaded machine)
+    assert zygote.try_target("json:nothing", None).message.startswith("module 'json'")
     assert proc.ppid() == os.getpid()  # this process is its agent
     assert os.getsid(proc.pid) == proc.pid  # its own session: a terminal's Ctrl-C is the agent's to pass on
     assert proc.cmdline()[:3] == [sys.executable, "-u", "-c"]  # started by exec, as torchrun starts a worker
     assert proc.cmdline()[-len(sys.argv):] == sys.argv  # and it ends with its agent's own: ps tells whose it is
-    assert zygote.try_target("json:nothing", None).message.startswith("module 'json'")  # it answers: preloaded
     assert len(os.listdir(f"/proc/{proc.pid}/task")) == 1  # no thread at any fork
 
 
