@@ -57,10 +57,23 @@ FOREIGN_NAMES = frozenset({"PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LO
                            "MASTER_ADDR", "MASTER_PORT"})
 
 
-def user_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+# The suite's jobs share this machine's cores: the bed's hosts are network namespaces of one machine, and the workers
+# run several jobs at once. A rank left to the runner's default threads (its host's cores over its processes: all of
+# them for one process a host, as torch's own default) runs a thread per core, and OpenMP's idle threads spin for
+# cores the other jobs' processes wait for: the ranks of a 2-host digits job on the bed took 24 CPU-s that way, 11
+# with a thread each (55 and 15 with the cores busy elsewhere). So the shell the tests start `run` from says what a
+# user who shares a machine's cores says, and the bed's sshd sets the same for its logins (scripts/bed/sshd.py); the
+# tests of the default itself start `run` without it (``shared_cores=False``).
+SHARED_CORES = {"OMP_NUM_THREADS": "1"}
+
+
+def user_env(extra: Mapping[str, str] | None = None, *, shared_cores: bool = True) -> dict[str, str]:
     """This process's environment as a user's shell has it when they type `run` (none of :data:`FOREIGN_PREFIXES`
-    and :data:`FOREIGN_NAMES`), plus ``extra`` (a bed's SLURM_CONF, a test's own variables)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_PREFIXES) and k not in FOREIGN_NAMES}
+    and :data:`FOREIGN_NAMES`; :data:`SHARED_CORES`, or with ``shared_cores=False`` no OMP_NUM_THREADS at all: the
+    runner's default), plus ``extra`` (a bed's SLURM_CONF, a test's own variables)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(FOREIGN_PREFIXES) and k not in FOREIGN_NAMES and k not in SHARED_CORES}
+    env.update(SHARED_CORES if shared_cores else {})
     env.update(extra or {})
     return env
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import runs
-from runs import FOREIGN_NAMES, QUIT_SAID, finish, started, user_env, wait_until
+from runs import FOREIGN_NAMES, QUIT_SAID, SHARED_CORES, finish, started, user_env, wait_until
 
 # a stand-in for `run`: says it is ready, answers Ctrl-\ as `run` does (runner/reports/where.py), and waits
 ANSWERS_QUIT = f"""
@@ -34,6 +34,14 @@ def test_user_env_is_a_users_shell(monkeypatch) -> None:
     assert not foreign.keys() & env.keys(), foreign.keys() & env.keys()
     assert env["MY_OWN"] == "kept" and env["SLURM_CONF"] == "/bed/slurm.conf" and env["PATH"] == os.environ["PATH"]
     assert FOREIGN_NAMES <= foreign.keys()
+
+
+@pytest.mark.unit
+def test_user_env_says_the_cores_are_shared_unless_asked_for_the_runners_own_threads(monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # the developer's own: neither the shared cores' nor the default
+    assert user_env()["OMP_NUM_THREADS"] == SHARED_CORES["OMP_NUM_THREADS"] == "1"
+    assert "OMP_NUM_THREADS" not in user_env(shared_cores=False)
+    assert user_env({"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "3"  # a test's own value
 
 
 def test_output_is_read_while_the_test_waits(tmp_path) -> None:

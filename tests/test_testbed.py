@@ -19,7 +19,7 @@ from types import ModuleType
 import pytest
 
 from lost_hosts import data_cut_between, data_link
-from runs import wait_until
+from runs import SHARED_CORES, wait_until
 from testbed_fixtures import (TESTBED, Bed, bed_cmd, bed_down, bed_of_its_own, bed_up, leftovers,
                               missing_requirements, namespace_inodes, unavailable)
 
@@ -232,6 +232,13 @@ def test_a_login_runs_without_this_machines_bashrc(testbed: Bed):
     for h in testbed.names:
         said = ok(ssh(testbed, h, f"wc -c < {bashrc} 2>/dev/null || echo none"))
         assert said.strip() == ("0" if bashrc.exists() else "none"), said
+
+
+def test_a_login_says_the_hosts_share_the_cores_as_the_tests_shell_does(testbed: Bed):
+    """The hosts are namespaces of one machine: a login's processes take a thread each (OMP_NUM_THREADS=1), as the
+    processes the tests start from their own shell do (tests/runs.py, SHARED_CORES)."""
+    for h in testbed.names:
+        assert ok(ssh(testbed, h, "echo $OMP_NUM_THREADS")) == SHARED_CORES["OMP_NUM_THREADS"] + "\n"
 
 
 def test_the_common_home_is_a_different_folder_on_each_host(testbed: Bed):

@@ -67,6 +67,8 @@ X11Forwarding no
 MaxStartups 200
 MaxSessions 200
 LogLevel VERBOSE
+# the hosts share this machine's cores: a thread a process, as the tests' own shell says (tests/runs.py, SHARED_CORES)
+SetEnv OMP_NUM_THREADS=1
 """
 
 

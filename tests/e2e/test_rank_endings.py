@@ -10,7 +10,6 @@ import json
 import re
 import shutil
 import signal
-import time
 
 import pytest
 
@@ -60,7 +59,6 @@ def _stuck(tmp_path, *overrides: str, script: tuple[str, ...] = ()):
 
 
 def test_a_rank_stuck_at_its_end_is_said_to_be_so_ended_and_the_jobs_result_stands(tmp_path):
-    began = time.monotonic()
     with _stuck(tmp_path) as proc:
         done = proc.wait(QUIET_S + 60)
         run_id = proc.run_id
@@ -69,7 +67,6 @@ def test_a_rank_stuck_at_its_end_is_said_to_be_so_ended_and_the_jobs_result_stan
             "destructor: its main thread waits for its thread pt_gloo_runloop to end, which waits on a lock; its main "
             "thread used no CPU time for \\d+ s, and its watch could not run: the GIL is held\\); ended it")
     assert re.search(said + r" \(its stacks: .*/logs/rank00001\.log\)", done.stderr), done.stderr
-    assert time.monotonic() - began < QUIET_S + 45
     folder = run_folder(tmp_path)
     summary = json.loads((folder / "run_summary.json").read_text())
     assert summary["status_text"] == ("done: every rank finished its work; 1 did not end by itself and was ended by "

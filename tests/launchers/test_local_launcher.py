@@ -18,7 +18,7 @@ import torch
 from runner.common.owned_folders import remove_abandoned
 from runner.records.paths import RunPaths
 from runs import (SNAPSHOT, artifacts, check_views, finish, nothing_left, run, run_folder, running, started,
-                  wait_for_pids)
+                  user_env, wait_for_pids)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -40,7 +40,8 @@ def until_stopped(out_dir) -> list[str]:
 def test_every_rank_runs_and_all_reduces(tmp_path, shape, world):
     art = tmp_path / "art"
     art.mkdir()
-    done = run(f"topology={shape}", *custom("workloads.artifact:main", art, "+recipe.wrap=true"), cwd=tmp_path)
+    done = run(f"topology={shape}", *custom("workloads.artifact:main", art, "+recipe.wrap=true"), cwd=tmp_path,
+               env=user_env(shared_cores=False))  # the runner's own threads
     assert done.code == 0, done.output
     found = artifacts(art)
     assert sorted(found) == list(range(world))
