@@ -60,10 +60,10 @@ FOREIGN_NAMES = frozenset({"PYTHONPATH", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LO
 # The suite's jobs share this machine's cores: the bed's hosts are network namespaces of one machine, and the workers
 # run several jobs at once. A rank left to the runner's default threads (its host's cores over its processes: all of
 # them for one process a host, as torch's own default) runs a thread per core, and OpenMP's idle threads spin for
-# cores the other jobs' processes wait for: the ranks of a 2-host digits job on the bed took 24 CPU-s that way, 11
-# with a thread each (55 and 15 with the cores busy elsewhere). So the shell the tests start `run` from says what a
-# user who shares a machine's cores says, and the bed's sshd sets the same for its logins (scripts/bed/sshd.py); the
-# tests of the default itself start `run` without it (``shared_cores=False``).
+# cores the other jobs' processes wait for: the ranks of a 2-host digits job on the bed (test_job_across_hosts.py's
+# restart) took 24 CPU-s that way, 11 with a thread each; 45 and 8 beside two busy loops. So the shell the tests
+# start `run` from says what a user who shares a machine's cores says, and the bed's sshd sets the same for its logins
+# (scripts/bed/sshd.py); the tests of the default itself start `run` without it (``shared_cores=False``).
 SHARED_CORES = {"OMP_NUM_THREADS": "1"}
 
 
