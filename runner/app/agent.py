@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # imported once the zygote has started (runner.app.start: as 
 # that are no job), or several are (a multirun: its jobs are validated and launched in-process, one after another)
 _NO_JOB = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--multirun", "-m", "--run", "-r",
            "--shell-completion", "-sc", "--version", "--reach", "--ssh-host")
+# arguments of `run` that mean it forks no process here: the launchers whose processes a scheduler, mpirun or ssh
+# starts elsewhere (those whose capabilities do not fork here: tests/app/test_agent.py), and a dry run
+_NOTHING_FORKED_HERE = ("launcher=mpi", "launcher=slurm", "launcher=ssh", "dry_run=true", "dry_run=True")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,20 +111,24 @@ class LaunchAgent:
         self._requests = os.fdopen(requests_fd, "wb")
         self._answers = os.fdopen(answers_fd, "rb")
 
-    def _send(self, message: TargetQuestion | HostShare) -> None:
+    def _send(self, message: TargetQuestion | HostShare | WholeLaunch) -> None:
         pickle.dump(message, self._requests)
         self._requests.flush()
 
     @staticmethod
-    def useful(argv: list[str], cpus: int) -> bool:
-        """Whether `run ARGV` on a machine of ``cpus`` cores gains from an agent: one job to validate and launch, and
-        a core to spare for the agent's torch import while `run` composes (a dry run, or launcher=slurm and mpi,
-        whose processes a scheduler starts, only ask it about the target)."""
-        return cpus >= 2 and not any(a in _NO_JOB for a in argv)
+    def useful(argv: list[str], cpus: int, script: bool = False) -> bool:
+        """Whether `run ARGV` on a machine of ``cpus`` cores gains from an agent: one job to validate and launch, a
+        core to spare for the agent's torch import while `run` composes, and work for its zygote: ranks forked here,
+        or a recipe target to try (all a dry run, or launcher=slurm, mpi and ssh, whose processes start elsewhere, ask
+        of it). A ``script`` (`run ... -- train.py`) has no target to try, so where nothing is forked here no agent
+        imports torch: `run launcher=slurm -- train.py` on a login node spends no CPU-second on it."""
+        if cpus < 2 or any(a in _NO_JOB for a in argv):
+            return False
+        return not (script and any(a in _NOTHING_FORKED_HERE for a in argv))
 
     @classmethod
-    def start_if_useful(cls, argv: list[str]) -> "LaunchAgent | None":
-        if not cls.useful(argv, os.cpu_count() or 1):
+    def start_if_useful(cls, argv: list[str], script: bool = False) -> "LaunchAgent | None":
+        if not cls.useful(argv, os.cpu_count() or 1, script):
             return None
         requests_read, requests_write = os.pipe()
         answers_read, answers_write = os.pipe()

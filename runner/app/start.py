@@ -13,7 +13,8 @@ def main() -> None:
     not_a_job(sys.argv[1:])
     from runner.app.agent import LaunchAgent
 
-    agent = LaunchAgent.start_if_useful(_before_the_script(sys.argv[1:]))
+    ours = _before_the_script(sys.argv[1:])
+    agent = LaunchAgent.start_if_useful(ours, script="--" in sys.argv[1:] or "recipe=script" in ours)
     from runner.app import cli
 
     cli.main(agent)

@@ -47,6 +47,24 @@ def test_no_agent_for_help_the_composed_config_a_sweep_the_forms_that_are_no_job
     assert LaunchAgent.start_if_useful(["--help"]) is None
 
 
+@pytest.mark.unit
+def test_no_agent_for_a_script_where_nothing_is_forked_here() -> None:
+    """A script has no recipe target to try: with a launcher whose processes start elsewhere, or in a dry run, no
+    agent (and so no torch imported here); a target to try, or a script whose ranks are forked here, has one. The
+    launchers named are those whose capabilities do not fork here."""
+    from runner.app.agent import _NOTHING_FORKED_HERE, LaunchAgent
+    from runner.launchers import LAUNCHERS
+
+    elsewhere = sorted(f"launcher={name}" for name, cls in LAUNCHERS.items() if not cls.capabilities.forks_here)
+    assert elsewhere == sorted(a for a in _NOTHING_FORKED_HERE if a.startswith("launcher=")) and elsewhere
+    for argv in ([launcher] for launcher in elsewhere):
+        assert not LaunchAgent.useful(argv, 64, script=True), argv
+        assert LaunchAgent.useful(argv, 64), argv  # the recipe target is tried in the agent's zygote
+    assert not LaunchAgent.useful(["topology=1x4", "dry_run=true"], 64, script=True)
+    for forked_here in (["launcher=local"], ["launcher=manual"], ["topology=1x4"], []):
+        assert LaunchAgent.useful(forked_here, 64, script=True), forked_here
+
+
 DISMISSED = textwrap.dedent("""
     import os, time
     from runner.app.agent import LaunchAgent
