@@ -73,7 +73,8 @@ def user_env(extra: Mapping[str, str] | None = None, *, shared_cores: bool = Tru
     runner's default), plus ``extra`` (a bed's SLURM_CONF, a test's own variables)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(FOREIGN_PREFIXES) and k not in FOREIGN_NAMES and k not in SHARED_CORES}
-    env.update(SHARED_CORES if shared_cores else {})
+    if shared_cores:
+        env.update(SHARED_CORES)
     env.update(extra or {})
     return env
 

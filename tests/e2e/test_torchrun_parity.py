@@ -53,10 +53,11 @@ def launcher_env(launcher: str, cwd: Path) -> dict[str, str]:
     """The user's environment with each launcher's own threads (no OMP_NUM_THREADS: what each sets is compared), and
     torchrun's temporary folder in ``cwd``: its agent leaves its folder (torchelastic_*) behind, and the test's folder
     is removed with it."""
-    if launcher != "torchrun":
-        return user_env(shared_cores=False)
-    (cwd / "torchrun-tmp").mkdir(exist_ok=True)
-    return user_env({"TMPDIR": str(cwd / "torchrun-tmp")}, shared_cores=False)
+    extra = {}
+    if launcher == "torchrun":
+        (cwd / "torchrun-tmp").mkdir(exist_ok=True)
+        extra["TMPDIR"] = str(cwd / "torchrun-tmp")
+    return user_env(extra, shared_cores=False)
 
 
 def launch(launcher: str, args: list[str], cwd: Path, prefix: tuple[str, ...] = (), timeout: float = 120) -> Finished:
