@@ -27,6 +27,7 @@ keeps the store until every host did, or a few seconds).
 from __future__ import annotations
 
 import socket
+import time
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from runner.common.polling import poll
+from runner.common.polling import Clock, Sleep, poll
 from runner.worker.network import interface_of, resolve, route_source
 
 HELLO = b"runner-pair "  # what a dial says first: then the job's token and the dialling host's node rank
@@ -196,11 +197,16 @@ def dial(addr: str, port: int, token: str, node: int, peer: int, timeout_s: floa
 class PairBoard:
     """The check's keys in the job's channel (each under ``pairs/``: JobChannel.say_pairs, JobChannel.pairs), as three
     calls: ``put(key, value)``, ``get(key)`` (None: not there)
-    and ``stopping()`` (this host's share is asked to stop: every wait gives up)."""
+    and ``stopping()`` (this host's share is asked to stop: every wait gives up); ``look_s``: how often a wait asks
+    again (a board in this process's memory, as the tests keep one, may be asked far more often than a store);
+    ``clock`` and ``sleep``: the time a wait reads and spends (runner.common.polling)."""
 
     put: Callable[[str, object], None]
     get: Callable[[str], object]
     stopping: Callable[[], bool]
+    look_s: float = LOOK_S
+    clock: Clock = time.monotonic
+    sleep: Sleep = time.sleep
 
     def gather(self, keys: Mapping[int, str], wait_s: float) -> dict[int, object]:
         """The values of ``keys`` (by node) found within ``wait_s`` (those found when it gives up)."""
@@ -212,7 +218,8 @@ class PairBoard:
                     found[node] = value
             return found
 
-        poll(look, lambda seen: len(seen) == len(keys) or self.stopping(), wait_s, LOOK_S)
+        poll(look, lambda seen: len(seen) == len(keys) or self.stopping(), wait_s, self.look_s, clock=self.clock,
+             sleep=self.sleep)
         return found
 
 

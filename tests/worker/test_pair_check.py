@@ -5,6 +5,7 @@ whose data network is cut is in tests/e2e/test_lost_hosts_manual.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,7 @@ from runner.worker.pair_check import Absent, Listener, PairBoard, Verdict, check
 pytestmark = pytest.mark.unit
 
 NOWHERE = "192.0.2.1"  # TEST-NET-1 (RFC 5737): no host answers there
+LOOK_S = 0.005  # the board is a dict in this process: asked again every 5 ms, not every 0.1 s as host 0's store
 
 
 # --------------------------------------------------------------------------- the rule
@@ -107,11 +109,11 @@ class Board:
             with self.lock:
                 self.values[key] = value
 
-        return PairBoard(put=put, get=get, stopping=self.stop.is_set)
+        return PairBoard(put=put, get=get, stopping=self.stop.is_set, look_s=LOOK_S)
 
 
 def run_check(hosts: int, cut: dict[int, set[int]], board: Board | None = None,
-              hung: tuple[int, str] | None = None) -> list[Verdict | None]:
+              hung: tuple[int, str] | None = None) -> list[Verdict | Absent | None]:
     """Each host's part, ``hung`` host 0's (runner.worker.hung_hosts: the others have none)."""
     board = board or Board()
     with ThreadPoolExecutor(max_workers=hosts) as pool:
@@ -161,13 +163,22 @@ def test_a_host_with_no_address_on_the_data_network_says_so_and_is_named_without
 
 
 def test_a_host_that_never_says_where_it_listens_is_absent_after_the_wait():
-    """Host 2 never comes: the others give up after ``gather_s`` and say which host did not come (the ranks'
-    rendezvous would wait as long again for it)."""
+    """Host 2 never comes: hosts 0 and 1 give up after ``gather_s`` (here on a clock of the test's: the wait passes
+    without being waited) and say which host did not come (the ranks' rendezvous would wait as long again for it)."""
+    now = [0.0]
     board = Board()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        parts = [pool.submit(check_pairs, board.of(h, set()), 0, h, 3, "127.0.0.1", "job/0", timeout_s=1.0,
-                             gather_s=0.5) for h in range(2)]
-        assert [p.result(timeout=30) for p in parts] == [Absent((2,)), Absent((2,))]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    def view(node: int) -> PairBoard:
+        return dataclasses.replace(board.of(node, set()), look_s=10.0, clock=lambda: now[0], sleep=sleep)
+
+    board.values["0/at/1"] = ["127.0.0.1", 9]  # host 1 said where it listens; host 0 waits alone, then host 1
+    assert check_pairs(view(0), 0, 0, 3, "127.0.0.1", "job/0", timeout_s=1.0, gather_s=600) == Absent((2,))
+    assert now[0] == pytest.approx(600)
+    assert check_pairs(view(1), 0, 1, 3, "127.0.0.1", "job/0", timeout_s=1.0, gather_s=600) == Absent((2,))
+    assert now[0] == pytest.approx(1200)
 
 
 def test_a_share_asked_to_stop_gives_up_the_wait_at_once():
