@@ -7,7 +7,9 @@
   was asked).
 * :func:`make_spec` builds a JobConfig straight from the dataclasses (no Hydra: fast, for property
   tests and benchmarks).
-* The autouse fixture ``no_env_leaks`` fails any test that leaves ``os.environ`` changed.
+* The autouse fixture ``no_env_leaks`` fails any test that leaves ``os.environ`` changed; a test marked ``unit``
+  fails if it starts a Python interpreter or imports torch, and a session of unit tests alone imports only the
+  modules that mark tests unit (and stops if collecting them imported torch).
 * ``closed_port`` and ``listening_port``: a port of 127.0.0.1 that refuses connections, and one that takes them.
 """
 
@@ -22,6 +24,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +42,7 @@ from runner.app.topology_shapes import parse_shape
 from runner.environments.process import ProcessEnvironment
 from runner.records.paths import RunPaths
 from runner.spec.job import Job
-from runner.spec.probe import FixedProbe
+from runner.spec.probe import FixedProbe, try_early
 from runner.spec.problems import Problem, Severity
 from runner.spec.schema import (
     BackendConfig,
@@ -322,10 +325,46 @@ def environment(**variables: str) -> ProcessEnvironment:
 # --------------------------------------------------------------------------- hooks
 
 
+class _FirstImport:
+    """Which file of the tests or the runner first imported ``name``, found as the import system first looks for it
+    (this finder finds nothing: it only notes who asked)."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.asked_by = name, ""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname == self.name and not self.asked_by:
+            ours = [f for f in traceback.extract_stack() if str(REPO) in f.filename and f.filename != __file__]
+            self.asked_by = f"{ours[-1].filename}:{ours[-1].lineno}" if ours else "?"
+        return None
+
+    def by(self) -> str:
+        return f"first imported at {self.asked_by}" if self.asked_by else "imported before the tests' conftest"
+
+
+FIRST_TORCH_IMPORT = _FirstImport("torch")
+sys.meta_path.insert(0, FIRST_TORCH_IMPORT)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The bundled recipe's trial, which validation asks of nearly every spec a test validates (FixedProbe and
+    runner.spec.probe.tried_once: once for the session), starts now: its child imports torch beside collection, and
+    the session itself imports none (pytest -m unit). An xdist controller runs no test: none there."""
+    if session.config.getoption("numprocesses", None) and not hasattr(session.config, "workerinput"):
+        return
+    try_early(TARGET)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection left (the runner, torch and Hydra imported, every test module) is kept out of the garbage
     collector's passes (``gc.freeze``): each full pass, pytest's own at its end among them, then walks only what the
-    tests made (half a second a pass otherwise, with torch imported)."""
+    tests made (half a second a pass otherwise, with torch imported).
+
+    A session of unit tests alone (pytest -m unit) must not have imported torch while collecting (every test module
+    is imported, whatever its marks: a module imports torch in the tests that use it, not at its top)."""
+    if "torch" in sys.modules and session.items and all(item.get_closest_marker("unit") for item in session.items):
+        pytest.exit(f"collecting the unit tests imported torch ({FIRST_TORCH_IMPORT.by()}): import it in the tests "
+                    "that use it, which are not marked unit", returncode=pytest.ExitCode.USAGE_ERROR)
     gc.freeze()
 
 
@@ -334,6 +373,25 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     its garbage: some 70 MB more over pytest -m unit): the automatic full passes walked it again and again, 1.3 s of
     pytest -m unit's 10 in ten passes, 0.1 s so."""
     gc.freeze()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A session of marked tests alone (``-m unit``, ``-m "unit or docs"``) does not import a test module that marks no
+    test so (its text names no ``mark.unit``, ``mark.docs``): pytest would import it to deselect every test of it, and
+    the end-to-end modules import torch, the training code's tests too (what pytest -m unit's time rests on)."""
+    marks = only_marks(config.option.markexpr)
+    if not marks or not (collection_path.name.startswith("test_") and collection_path.suffix == ".py"):
+        return None
+    text = collection_path.read_text()
+    return None if any(f"mark.{mark}" in text for mark in marks) else True
+
+
+def only_marks(expression: str) -> frozenset[str]:
+    """The marks of a ``-m`` expression that selects tests by their marks alone (``unit``, ``unit or docs``); none for
+    any other (``not testbed``, ``unit and not slow``, none given)."""
+    names = [word.strip() for word in (expression or "").split(" or ")]
+    return frozenset(names) if names and all(name.isidentifier() and name not in ("not", "and", "or") for name in names) \
+        else frozenset()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -438,6 +496,10 @@ def unit_tests_start_no_interpreter(request: pytest.FixtureRequest) -> Iterator[
                                  "(pyproject.toml, markers)")
         execute(self, args, executable, *rest)
 
+    torch_before = "torch" in sys.modules
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(subprocess.Popen, "_execute_child", checked)
         yield
+    if not torch_before and "torch" in sys.modules:
+        pytest.fail(f"a test marked unit imported torch ({FIRST_TORCH_IMPORT.by()}): mark it otherwise (pyproject.toml, "
+                    "markers)", pytrace=False)

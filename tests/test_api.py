@@ -51,8 +51,7 @@ def surface() -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.unit
-def test_the_api_is_what_the_snapshot_says() -> None:
+def test_the_api_is_what_the_snapshot_says() -> None:  # (runner.api imports torch: not a unit test)
     text = surface()
     if os.environ.get("UPDATE_GOLDEN") == "1":
         SNAPSHOT.write_text(text)
@@ -68,7 +67,7 @@ def _readme_table_names() -> set[str]:
     return {name for row in table.splitlines()[3:] for name in re.findall(r"ctx\.(\w+)", row.split(" | ")[0])}
 
 
-@pytest.mark.unit
+@pytest.mark.docs
 def test_the_readmes_table_names_every_member_of_the_context_and_no_other() -> None:
     from runner.api import RunContext
 

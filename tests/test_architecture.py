@@ -182,7 +182,6 @@ def test_optimizer_internals_the_sharding_strategies_empty() -> None:
                                                  "ZeroRedundancyOptimizer", "consolidate_state_dict")
 
 
-@pytest.mark.unit
 def test_torch_reads_the_default_timeouts_the_runner_sets_for_scripts() -> None:
     """A torchrun-style script's process group made without a timeout gets init.timeout_s because torch
     reads these module attributes when ``timeout`` is None (runner.worker.rank sets both)."""

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import TARGET, compose, config_groups, environ_changes, hosts_override, hydra_compose, make_spec, validate
+from conftest import (TARGET, compose, config_groups, environ_changes, hosts_override, hydra_compose, make_spec,
+                      only_marks, validate)
 from runner.spec.probe import FixedProbe
 from runner.spec.schema import JobConfig
 
@@ -130,3 +131,38 @@ def test_a_unit_test_that_starts_an_interpreter_fails_and_a_quick_program_passes
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*AssertionError: a test marked unit started a Python interpreter*"])
+
+
+def test_a_unit_test_that_imports_torch_fails_and_so_does_a_unit_session_whose_collection_imports_it(pytester,
+                                                                                                    monkeypatch) -> None:
+    """The guards of conftest.py: ``unit`` keeps meaning no torch imported (pyproject's marker), in a test and while
+    a unit session collects; a module that marks no test unit is not even imported by one."""
+    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    pytester.makepyfile(test_inside="""
+        import pytest
+
+        @pytest.mark.unit
+        def test_imports_torch():
+            import torch
+
+        @pytest.mark.unit
+        def test_plain():
+            pass
+    """)
+    pytester.makepyfile(test_e2e_only="import torch\n\ndef test_e2e():\n    pass\n")  # no unit test: not imported
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-m", "unit")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*a test marked unit imported torch (first imported at *test_inside.py:5)*"])
+    pytester.makepyfile(test_at_top="import pytest\nimport torch\n\n@pytest.mark.unit\ndef test_unit():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", "-m", "unit")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["*collecting the unit tests imported torch (first imported at *test_at_top.py:2)*"])
+
+
+@pytest.mark.unit
+def test_a_session_of_marked_tests_alone_is_told_apart_from_any_other_selection() -> None:
+    """(Such a session imports only the test modules that mark tests so: tests/conftest.py, pytest_ignore_collect.)"""
+    assert only_marks("unit") == {"unit"} and only_marks("unit or docs") == {"unit", "docs"}
+    for other in ("", "not testbed", "unit and not slow", "(unit)", "unit or not docs"):
+        assert only_marks(other) == frozenset(), other

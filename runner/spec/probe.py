@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from runner.common import extras
-from runner.spec.targets import TargetProblem, module_problem, target_problem
+from runner.spec.targets import TargetProblem, Trial, module_problem, target_problem, target_trial
 
 TargetTrial = Callable[[str, "str | None"], "TargetProblem | None"]
 
@@ -153,12 +153,30 @@ class FixedProbe:
 
     def target_problem(self, target: str, workdir: str | None) -> TargetProblem | None:
         """This machine's answer: the modules a test names are those of this checkout and its tests."""
-        return _tried(target, workdir)
+        return tried_once(target, workdir)
 
     def module_problem(self, module: str, workdir: str | None) -> TargetProblem | None:
         return module_problem(module, workdir)
 
 
-@functools.lru_cache(maxsize=256)
-def _tried(target: str, workdir: str | None) -> TargetProblem | None:
-    return target_problem(target, workdir)  # a child per distinct target: tests validate thousands of specs
+_TRIALS: dict[tuple[str, str | None], Trial] = {}  # a child per distinct target: tests validate thousands of specs
+
+
+def try_early(target: str, workdir: str | None = None) -> None:
+    """Start the trial of ``target`` now, in a forked child, for :func:`tried_once` to answer from later (a test
+    session starts the bundled recipe's, whose import of torch then runs beside its collection)."""
+    _TRIALS.setdefault(_trial_key(target, workdir), target_trial(target, workdir))
+
+
+def tried_once(target: str, workdir: str | None) -> TargetProblem | None:
+    """:func:`~runner.spec.targets.target_problem`, asked once per target and folder in this process; a target of the
+    runner's own package once for every folder without a ``runner`` of its own (from which it is the installed one)."""
+    key = _trial_key(target, workdir)
+    if key not in _TRIALS:
+        try_early(*key)
+    return _TRIALS[key].answer()
+
+
+def _trial_key(target: str, workdir: str | None) -> tuple[str, str | None]:
+    shadowed = workdir is not None and any(os.path.exists(os.path.join(workdir, name)) for name in ("runner", "runner.py"))
+    return (target, None) if target.startswith("runner.") and not shadowed else (target, workdir)

@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 TARGET_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$")
@@ -109,10 +109,16 @@ def _describe(target: str, workdir: str | None, exc: BaseException) -> TargetPro
 def target_problem(target: str, workdir: str | None, timeout_s: float = IMPORT_TIMEOUT_S) -> TargetProblem | None:
     """What a rank would meet loading ``target`` (:func:`load_target`), found in a forked child; None: it loads.
     The child's own output (a module that prints when imported) is discarded."""
+    return target_trial(target, workdir, timeout_s).answer()
+
+
+def target_trial(target: str, workdir: str | None, timeout_s: float = IMPORT_TIMEOUT_S) -> Trial:
+    """:func:`target_problem`'s child forked now, its answer read when asked for (:meth:`Trial.answer`): the
+    trial runs while this process does something else."""
     def load() -> None:
         load_target(target, workdir)
 
-    return _in_child(load, lambda e: _describe(target, workdir, e), split_target(target)[0], timeout_s)
+    return Trial.start(load, lambda e: _describe(target, workdir, e), split_target(target)[0], timeout_s)
 
 
 def module_problem(module: str, workdir: str | None, timeout_s: float = IMPORT_TIMEOUT_S) -> TargetProblem | None:
@@ -137,46 +143,71 @@ def module_problem(module: str, workdir: str | None, timeout_s: float = IMPORT_T
 
 def _in_child(work: Callable[[], None], describe: Callable[[BaseException], TargetProblem], what: str,
               timeout_s: float) -> TargetProblem | None:
-    """Run ``work`` in a forked child with no input and no output; the problem ``describe`` makes of what it
-    raised, a problem of its own when it hangs or dies, None when it returned."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: work, answer, leave without running any of the parent's cleanup
-        os.close(read_fd)
-        devnull = os.open(os.devnull, os.O_RDWR)  # no input to wait for, no output to show
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
-        sys.stdout = sys.stderr = open(os.devnull, "w")  # also where Python's streams were replaced
-        answer: dict[str, str] = {}
+    return Trial.start(work, describe, what, timeout_s).answer()
+
+
+@dataclass
+class Trial:
+    """``work`` run in a forked child with no input and no output (:meth:`start`); its answer (:meth:`answer`): the
+    problem ``describe`` made of what it raised, a problem of its own when it hangs or dies, None when it returned."""
+
+    pid: int
+    answers: int  # the pipe's end the child's answer is read from
+    what: str
+    deadline: float
+    timeout_s: float
+    _answer: TargetProblem | None = field(default=None, init=False)
+    _read: bool = field(default=False, init=False)
+
+    @classmethod
+    def start(cls, work: Callable[[], None], describe: Callable[[BaseException], TargetProblem], what: str,
+              timeout_s: float) -> Trial:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: work, answer, leave without running any of the parent's cleanup
+            os.close(read_fd)
+            devnull = os.open(os.devnull, os.O_RDWR)  # no input to wait for, no output to show
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            sys.stdout = sys.stderr = open(os.devnull, "w")  # also where Python's streams were replaced
+            answer: dict[str, str] = {}
+            try:
+                work()
+            except BaseException as e:  # noqa: BLE001 (SystemExit at import is a problem too)
+                problem = describe(e)
+                answer = {"message": problem.message, "hint": problem.hint}
+            try:
+                os.write(write_fd, json.dumps(answer).encode())
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        return cls(pid, read_fd, what, time.monotonic() + timeout_s, timeout_s)
+
+    def answer(self) -> TargetProblem | None:
+        """The child's answer, waited for until the deadline set when it started (read once, then kept)."""
+        if not self._read:
+            self._answer, self._read = self._wait(), True
+        return self._answer
+
+    def _wait(self) -> TargetProblem | None:
+        chunks = []
         try:
-            work()
-        except BaseException as e:  # noqa: BLE001 (SystemExit at import is a problem too)
-            problem = describe(e)
-            answer = {"message": problem.message, "hint": problem.hint}
-        try:
-            os.write(write_fd, json.dumps(answer).encode())
+            while True:
+                left = self.deadline - time.monotonic()
+                if left <= 0 or not select.select([self.answers], [], [], left)[0]:
+                    os.kill(self.pid, signal.SIGKILL)
+                    return TargetProblem(f"importing {self.what!r} took longer than {self.timeout_s:g} s",
+                                         "a module that waits for something when imported (input, a lock, the "
+                                         "network) would hang every rank; move that work into the function")
+                chunk = os.read(self.answers, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
         finally:
-            os._exit(0)
-    os.close(write_fd)
-    chunks = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([read_fd], [], [], left)[0]:
-                os.kill(pid, signal.SIGKILL)
-                return TargetProblem(f"importing {what!r} took longer than {timeout_s:g} s",
-                                     "a module that waits for something when imported (input, a lock, the "
-                                     "network) would hang every rank; move that work into the function")
-            chunk = os.read(read_fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(read_fd)
-        os.waitpid(pid, 0)
-    if not chunks:  # it died without answering: killed, or a crash in native code while importing
-        return TargetProblem(f"importing {what!r} ended the process without an answer "
-                             f"(a crash in native code?)", "try `python -c 'import <module>'` in the job's folder")
-    answer = json.loads(b"".join(chunks))
-    return TargetProblem(answer["message"], answer["hint"]) if answer else None
+            os.close(self.answers)
+            os.waitpid(self.pid, 0)
+        if not chunks:  # it died without answering: killed, or a crash in native code while importing
+            return TargetProblem(f"importing {self.what!r} ended the process without an answer "
+                                 f"(a crash in native code?)", "try `python -c 'import <module>'` in the job's folder")
+        answer = json.loads(b"".join(chunks))
+        return TargetProblem(answer["message"], answer["hint"]) if answer else None

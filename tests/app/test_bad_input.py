@@ -10,7 +10,6 @@ checked in-process, step by step as `run` takes them (:func:`refusal`): the comm
 
 from __future__ import annotations
 
-import functools
 import re
 import subprocess
 import uuid
@@ -22,13 +21,11 @@ import pytest
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-import runner.recipes.digits  # noqa: F401  (validation tries the default recipe in a forked child: imported once here)
 from conftest import compose_config
 from runner.app.argv_checks import input_problems
 from runner.app.cli import SpecRefused, typed_spec
 from runner.launchers import validate
-from runner.spec.probe import LocalProbe
-from runner.spec.targets import TargetProblem, target_problem
+from runner.spec.probe import LocalProbe, tried_once
 from runner.spec.problems import render_problems
 from readme_text import docs
 from runs import RUN, nothing_left, user_env
@@ -100,7 +97,7 @@ CASES = [
     # recipes
     case("recipe-not-importable", "recipe=custom", "recipe.target=no_such_package.train:main", says="recipe.target"),
     case("recipe-not-a-target", "recipe=custom", "recipe.target='train my model'", says="recipe.target"),
-    case("recipe-function-missing", "recipe=custom", "recipe.target=runner.recipes.digits:no_such_function", says="recipe.target"),
+    case("recipe-function-missing", "recipe=custom", "recipe.target=json:no_such_function", says="recipe.target"),  # (an importable module that imports no torch)
     case("recipe-target-missing", "recipe=custom", says="recipe.target"),
     case("script-missing", "recipe=script", "recipe.path=/no/such/train.py", says="recipe.path"),
     # init paths
@@ -129,6 +126,8 @@ CLI_IDS = ("nodes-not-a-number", "misspelt-key", "unknown-launcher", "override-s
            "job-file-unknown-key", "recipe-not-importable", "host-with-semicolon")
 CLI = [c for c in CASES if c.id in CLI_IDS]
 IN_PROCESS = [c for c in CASES if c.id not in CLI_IDS]
+# the machine's answers asked in-process (runner.spec.probe.LocalProbe): whether torch has MPI is asked of torch itself
+ASKS_TORCH = {"mpi-backend-without-mpi-launcher"}
 
 # what `run` prints for a refusal: its own problems (``error: key: ...``), or Hydra's composition errors
 REFUSED = re.compile(r"^(error: [\w.\[\]/+:-]+: |Error merging override |Could not |Could not override |In '|Key ')", re.M)
@@ -150,28 +149,13 @@ def refusal(c: Case, folder: Path) -> str:
     except SpecRefused as e:
         return str(e)
     spec.workdir = str(folder)
-    job, problems = validate(spec, LocalProbe(_target_problem))
+    job, problems = validate(spec, LocalProbe(tried_once))  # each target tried once for all the cases
     assert job is None, f"{c.id}: {c.args} passed validation"
     return render_problems(problems)
 
 
-@functools.cache
-def _bundled_target_problem(target: str) -> TargetProblem | None:
-    return target_problem(target, None)
-
-
-def _target_problem(target: str, workdir: str | None) -> TargetProblem | None:
-    """runner.spec.targets.target_problem, each bundled recipe (runner.recipes: the same from any job folder without a
-    runner/ or runner.py of its own, as these tests' folders are) tried once for all the cases, not in a forked child
-    per case."""
-    folder = Path(workdir or ".")
-    if target.startswith("runner.recipes.") and not any((folder / name).exists() for name in ("runner", "runner.py")):
-        return _bundled_target_problem(target)
-    return target_problem(target, workdir)
-
-
-@pytest.mark.unit
-@pytest.mark.parametrize("c", IN_PROCESS, ids=[c.id for c in IN_PROCESS])
+@pytest.mark.parametrize("c", [pytest.param(c, id=c.id, marks=() if c.id in ASKS_TORCH else pytest.mark.unit)
+                               for c in IN_PROCESS])
 def test_bad_input_is_refused_before_anything_starts(c: Case, tmp_path) -> None:
     said = refusal(c, tmp_path)
     assert REFUSED.search(said), said

@@ -26,7 +26,6 @@ def _raised_from(cause: BaseException) -> BaseException:
         return e
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("exc, timeout", [
     (ValueError("timeout_s must be > 0"), False),  # a recipe's own words
     (RuntimeError("the data loader timed out"), False),
@@ -49,7 +48,6 @@ def test_a_timeout_is_one_torch_distributed_raised(exc, timeout) -> None:
     assert is_collective_timeout(exc) is timeout
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("text, timeout", [
     ("RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv", True),
     ("DistStoreError: Timed out after 301 seconds waiting for clients", True),

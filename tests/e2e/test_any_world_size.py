@@ -113,7 +113,7 @@ def test_accumulation_exchanges_the_gradients_once_a_step(tmp_path) -> None:
             assert sum(m[2] for m in step) == pytest.approx(1.0)
 
 
-@pytest.mark.unit
+@pytest.mark.docs
 def test_the_readme_states_these_numbers() -> None:
     """docs/recipes.md, "The global batch at any world size": the steps, the sizes and the tolerance this module uses."""
     section = " ".join(docs().section("The global batch at any world size").split())

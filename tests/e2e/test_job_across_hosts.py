@@ -243,7 +243,7 @@ def test_a_stop_under_a_scheduler_says_where_every_rank_was_once(testbed, tmp_pa
     nothing_left(run_id)
 
 
-@pytest.mark.unit
+@pytest.mark.docs
 def test_the_readme_quotes_what_these_tests_see():
     """docs/across-hosts.md shows real output of these tests: each quoted line is one they assert."""
     check_readme_quotes("A job across hosts", SAID, "tests/e2e/test_job_across_hosts.py")

@@ -431,7 +431,7 @@ def test_a_job_shrunk_from_3_hosts_to_2_trains_as_a_job_on_2_from_its_checkpoint
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
-@pytest.mark.unit
+@pytest.mark.docs
 def test_the_readme_quotes_what_these_tests_see():
     """docs/lost-hosts.md shows real output of these tests: each quoted line is one they assert."""
     check_readme_quotes("When a host is lost", SAID, "tests/e2e/test_lost_hosts.py")

@@ -711,7 +711,7 @@ def test_two_hosts_go_on_with_one_under_an_etcd_of_the_users(bed, tmp_path):
     nothing_left(run_id, LEFT_ON_HOSTS_S)
 
 
-@pytest.mark.unit
+@pytest.mark.docs
 def test_the_readme_quotes_what_these_tests_see():
     """docs/lost-hosts.md shows real output of these tests: each quoted line is one they assert."""
     check_readme_quotes("When a host is lost", SAID, "tests/e2e/test_lost_hosts_manual.py")

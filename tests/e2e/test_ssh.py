@@ -624,7 +624,7 @@ def test_a_restart_resumes_every_host_to_the_weights_of_an_uninterrupted_run(tes
     nothing_left(run_id)
 
 
-@pytest.mark.unit
+@pytest.mark.docs
 def test_the_readme_quotes_what_these_tests_see():
     """docs/ssh.md shows real output of these tests: each quoted line is one they assert."""
     check_readme_quotes("A job over ssh", SAID, "tests/e2e/test_ssh.py")

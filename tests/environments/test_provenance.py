@@ -13,8 +13,6 @@ import pytest
 
 from runner.environments import provenance
 
-pytestmark = pytest.mark.unit
-
 
 def git(folder: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(folder), "-c", "user.email=t@t", "-c", "user.name=t", *args], check=True,
@@ -32,6 +30,7 @@ def repo(tmp_path) -> Path:
     return root
 
 
+@pytest.mark.unit
 def test_a_clean_tree(repo) -> None:
     (repo / "outputs").mkdir()
     (repo / "outputs" / "run.log").write_text("a run's own folder is not a change to the code\n")
@@ -42,6 +41,7 @@ def test_a_clean_tree(repo) -> None:
     assert provenance.code_line(doc) == f"git {state.commit[:12]} (main), clean"
 
 
+@pytest.mark.unit
 def test_a_dirty_tree_keeps_its_diff(repo) -> None:
     (repo / "train.py").write_text("VERSION = 2\n")
     state = provenance.git_state(str(repo))
@@ -52,6 +52,7 @@ def test_a_dirty_tree_keeps_its_diff(repo) -> None:
                    f"· ran from its copy in code/"
 
 
+@pytest.mark.unit
 def test_a_large_diff_is_cut(repo, monkeypatch) -> None:
     monkeypatch.setattr(provenance, "DIFF_CAP_BYTES", 100)
     (repo / "train.py").write_text("x = 1\n" * 500)
@@ -59,13 +60,14 @@ def test_a_large_diff_is_cut(repo, monkeypatch) -> None:
     assert state.diff_cut and len(state.diff.encode()) <= 100
 
 
+@pytest.mark.unit
 def test_outside_a_repository(tmp_path) -> None:
     state = provenance.git_state(str(tmp_path))
     assert state.commit is None
     assert provenance.code_line({"git": asdict(state)}) == "not a git repository"
 
 
-def test_the_record_names_packages_torch_hosts_and_command(repo) -> None:
+def test_the_record_names_packages_torch_hosts_and_command(repo) -> None:  # (the record asks torch: not unit)
     doc = provenance.record("r1", str(repo), ["node0", "node1"]).document()
     json.dumps(doc)  # written as JSON
     assert doc["run_id"] == "r1" and doc["hosts"] == ["node0", "node1"] and doc["workdir"] == str(repo)
@@ -76,7 +78,7 @@ def test_the_record_names_packages_torch_hosts_and_command(repo) -> None:
     assert any(p.startswith("hydra-core==") for p in doc["packages"])
 
 
-def test_rank_0_adds_the_runtime(tmp_path) -> None:
+def test_rank_0_adds_the_runtime(tmp_path) -> None:  # (the runtime is torch's: not unit)
     path = tmp_path / "provenance.json"
     path.write_text(json.dumps({"run_id": "r1"}))
     provenance.add_runtime(path, provenance.runtime("cpu"), "node0", 1)
@@ -91,6 +93,7 @@ def test_rank_0_adds_the_runtime(tmp_path) -> None:
     assert not (tmp_path / "missing.json").exists()
 
 
+@pytest.mark.unit
 def test_the_packages_are_what_the_metadata_parser_reads() -> None:
     """The header lines read for each package's name and version (25 ms of every `run` less) give
     what importlib.metadata's own parser gives, for every package this interpreter sees."""

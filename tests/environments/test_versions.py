@@ -10,8 +10,6 @@ import pytest
 
 from runner.environments.versions import Versions, installed
 
-pytestmark = pytest.mark.unit
-
 
 def test_run_version_is_read_back() -> None:
     here = installed()
@@ -19,6 +17,7 @@ def test_run_version_is_read_back() -> None:
     assert here.torch.split("+")[0] == __import__("torch").__version__.split("+")[0]
 
 
+@pytest.mark.unit
 def test_the_line_names_the_distribution_and_the_interpreter_and_is_found_among_others() -> None:
     v = Versions("0.1.0", "2.13.0+cpu", "3.11.7")
     assert v.line() == f"run 0.1.0 (torch-jobspec), torch 2.13.0+cpu, Python 3.11.7 ({sys.executable})"

@@ -120,8 +120,9 @@ CLAIMS = [
     Claim(r"`error: recipe\.target: \.\.\. (needs [^`]+)`, `hint: ([^`]+)`", lambda: _missing_extra_of_the_default_recipe()),
     Claim(r"with Python ≥ ([\d.]+):",
           lambda: tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"].removeprefix(">=")),
-    Claim(r"`pytest -m unit` runs the pure-logic tests \((no Python interpreter started);", lambda: re.search(
-        r"unit: pure logic, (no Python interpreter started)", " ".join(_pytest_settings()["markers"]))[1]),
+    Claim(r"`pytest -m unit` runs the pure-logic tests \((no Python interpreter started and no torch imported);",
+          lambda: re.search(r"unit: pure logic, (no Python interpreter started and no torch imported)",
+                            " ".join(_pytest_settings()["markers"]))[1]),
     Claim(r'`-m "not (\w+)"` leaves out the namespace hosts', lambda: _marker("testbed")),
     Claim(r"`-m (\w+)` the README's and the docs' claims", lambda: _marker("docs")),
     # the default job

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 
 from conftest import make_spec, validate
 from runner.environments.process import ProcessEnvironment
@@ -14,16 +13,14 @@ from runner.launchers import plan_for
 from runner.records.paths import RunPaths
 from runner.spec.place import RankPlace
 from runner.spec.schema import BackendConfig
-from runner.training.context import ContextSettings, RunContext
 from runner.worker.preparation import rank_setups
 from runner.worker.rendezvous import Rendezvous
-
-pytestmark = pytest.mark.unit
 
 PLACE = dict(global_rank=2, local_rank=0, node_rank=1, world_size=4, local_world_size=2, host="b", device="cuda:0",
              device_ids=(0,))
 
 
+@pytest.mark.unit
 def test_a_place_is_frozen_and_built_with_keywords() -> None:
     place = RankPlace(**PLACE)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -33,12 +30,17 @@ def test_a_place_is_frozen_and_built_with_keywords() -> None:
     assert [f.name for f in dataclasses.fields(RankPlace)] == list(PLACE)
 
 
+@pytest.mark.unit
 def test_the_main_process_is_global_rank_0() -> None:
     assert not RankPlace(**PLACE).is_main
     assert RankPlace(**{**PLACE, "global_rank": 0}).is_main
 
 
 def test_the_plans_place_is_what_the_rank_its_context_and_its_strategy_read(tmp_path) -> None:
+    import torch  # (the run context imports it: not a unit test)
+
+    from runner.training.context import ContextSettings, RunContext
+
     got = validate(make_spec(devices=[2, 2], names=["a", "b"], addrs=["127.0.0.1", "127.0.0.2"], launcher="manual",
                              backend=BackendConfig(pick_interface=False)))  # no routes asked: no network here
     assert got.valid, got.rendered()

@@ -52,3 +52,17 @@ def test_a_launched_process_asks_this_machine_what_is_its_own_and_trusts_the_lau
     assert launched.is_dir(str(tmp_path)) and not launched.is_dir(str(tmp_path / "f"))
     assert launched.exists(str(tmp_path / "f")) and not launched.exists(str(tmp_path / "gone"))
     assert socket.gethostname() in launched.host_names()
+
+
+def test_a_fixed_probe_tries_each_target_once_and_the_runners_own_once_for_every_folder_without_one(tmp_path) -> None:
+    """(A test session validates thousands of specs: the bundled recipe is imported in one child, not one a spec.)"""
+    mine, shadowing = tmp_path / "job", tmp_path / "shadowing"
+    mine.mkdir()
+    (shadowing / "runner").mkdir(parents=True)
+    assert probes._trial_key("runner.recipes.digits:main", str(mine)) == ("runner.recipes.digits:main", None)
+    assert probes._trial_key("runner.recipes.digits:main", str(shadowing)) == ("runner.recipes.digits:main",
+                                                                              str(shadowing))
+    assert probes._trial_key("pkg.train:main", str(mine)) == ("pkg.train:main", str(mine))
+    fixed = FixedProbe()
+    said = fixed.target_problem("json:no_such_function", str(mine))
+    assert said is not None and fixed.target_problem("json:no_such_function", str(mine)) is said  # kept, not tried again

@@ -3,13 +3,14 @@ function in a forked child; what it refuses, and how it says it."""
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from runner.spec.targets import TargetError, load_target, split_target, target_problem, use_workdir
+from runner.spec.targets import TargetError, load_target, split_target, target_problem, target_trial, use_workdir
 
 pytestmark = pytest.mark.unit
 
@@ -102,3 +103,11 @@ def test_a_module_that_hangs_while_importing(folder) -> None:
     (folder / "userpkg_t" / "hangs.py").write_text("import time\ntime.sleep(60)\n")
     problem = target_problem("userpkg_t.hangs", str(folder), timeout_s=0.1)
     assert problem.message == "importing 'userpkg_t.hangs' took longer than 0.1 s"
+
+
+def test_a_trial_started_now_is_answered_when_asked_once_and_its_child_is_gone(folder) -> None:
+    trial = target_trial("userpkg_t.good:nope", str(folder))  # the child imports while this process goes on
+    first = trial.answer()
+    assert first is not None and first.message.startswith("module 'userpkg_t.good' (") and trial.answer() is first
+    with pytest.raises(ChildProcessError):
+        os.waitpid(trial.pid, os.WNOHANG)  # reaped

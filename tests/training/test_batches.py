@@ -15,8 +15,6 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from runner.spec.batch import BatchSplit
 from runner.training.batches import GlobalBatchSampler, batch_length, cut, micro_batches
 
-pytestmark = pytest.mark.unit
-
 
 def _dataset(n: int) -> TensorDataset:
     return TensorDataset(torch.arange(n))

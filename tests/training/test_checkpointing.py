@@ -15,7 +15,6 @@ from runner.training.checkpointing import Checkpointing
 from runner.training.copies import Copies
 from runner.training.sharding import Placement, strategy_for
 
-pytestmark = pytest.mark.unit
 
 PLACE = RankPlace(global_rank=0, local_rank=0, node_rank=0, world_size=1, local_world_size=1, host="a", device="cpu",
                   device_ids=())

@@ -39,7 +39,6 @@ def _alone(tmp_path: Path) -> RunContext:
                                       metrics_file=tmp_path / "metrics.jsonl", checkpoint_dir=tmp_path / "ck"))
 
 
-@pytest.mark.unit
 def test_a_checkpoint_that_would_run_code_is_refused_and_runs_none(tmp_path) -> None:
     marker = tmp_path / "ran"
     saved = tmp_path / "planted.pt"
@@ -55,7 +54,6 @@ def test_a_checkpoint_that_would_run_code_is_refused_and_runs_none(tmp_path) -> 
         f"torch.serialization.add_safe_globals([io.open])")
 
 
-@pytest.mark.unit
 def test_a_plain_pickle_that_would_run_code_is_refused_too(tmp_path) -> None:
     marker = tmp_path / "ran"
     saved = tmp_path / "planted.pkl"
@@ -75,7 +73,6 @@ class Seen:
     samples: int
 
 
-@pytest.mark.unit
 def test_a_type_the_recipe_allows_loads(tmp_path) -> None:
     saved = tmp_path / "allowed.pt"
     torch.save({"seen": Seen(12)}, saved)

@@ -9,8 +9,6 @@ import torch.distributed as dist
 
 from runner.training.collectives import Collectives
 
-pytestmark = pytest.mark.unit
-
 
 def test_alone_each_collective_is_this_processs_own_answer() -> None:
     alone = Collectives(torch.device("cpu"), world_size=1)

@@ -16,8 +16,6 @@ from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ShardingConfig, ShardingMode
 from runner.training.context import ContextSettings
 
-pytestmark = pytest.mark.unit  # (ctx.setup with an optimizer: test_context_setup.py)
-
 
 def rank_context(tmp_path: Path, *, rank: int = 3, world_size: int = 4, **kw) -> RunContext:
     place = RankPlace(global_rank=rank, local_rank=1, node_rank=1, world_size=world_size, local_world_size=2, host="b",

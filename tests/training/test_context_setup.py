@@ -1,5 +1,6 @@
 """runner.training.context: ctx.setup with the optimizer it builds, in this process (an optimizer's first build imports
-torch._dynamo, 0.9 CPU-s: these are not in pytest -m unit; the rest of the context is, in test_context.py)."""
+torch._dynamo, 0.9 CPU-s: apart from the rest of the context, in test_context.py, so that the tests that build none
+need not import it)."""
 
 from __future__ import annotations
 

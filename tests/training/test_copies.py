@@ -21,7 +21,6 @@ def _save(path, value, seq, step=None) -> CopyRecord:
     return write_copy(path, lambda tmp: torch.save({"v": value}, tmp), seq, step)
 
 
-@pytest.mark.unit
 def test_a_copy_records_its_save_and_step_and_the_one_it_replaced(tmp_path) -> None:
     path = tmp_path / "ck" / "last.pt"
     first = _save(path, 1, seq=1, step=10)
@@ -32,7 +31,6 @@ def test_a_copy_records_its_save_and_step_and_the_one_it_replaced(tmp_path) -> N
     assert torch.load(path)["v"] == 2
 
 
-@pytest.mark.unit
 def test_a_writer_stopped_before_its_rename_leaves_the_last_complete_copy_named(tmp_path) -> None:
     """The commit record already names the new copy, which was not renamed into place: the file on disk is the old
     one, which the record's previous entry names."""
@@ -43,7 +41,6 @@ def test_a_writer_stopped_before_its_rename_leaves_the_last_complete_copy_named(
     assert complete_copy(path) == old
 
 
-@pytest.mark.unit
 def test_a_writer_that_fails_leaves_the_copy_and_its_record_as_they_were(tmp_path) -> None:
     path = tmp_path / "last.pt"
     old = _save(path, 1, seq=1, step=10)
@@ -58,7 +55,6 @@ def test_a_writer_that_fails_leaves_the_copy_and_its_record_as_they_were(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "last.pt.commit"]  # no temporary file left
 
 
-@pytest.mark.unit
 def test_a_copy_left_half_written_by_a_killed_writer_goes_and_one_being_written_stays(tmp_path) -> None:
     """Temporary files of this machine: of a process that is gone (a receiver killed mid-copy), removed by the next
     write; of a live one (another rank writing its own copy into a shared folder), kept."""
@@ -73,14 +69,12 @@ def test_a_copy_left_half_written_by_a_killed_writer_goes_and_one_being_written_
     assert not gone.exists() and writing.exists()
 
 
-@pytest.mark.unit
 def test_a_file_without_a_record_is_the_oldest_copy(tmp_path) -> None:
     path = tmp_path / "last.pt"
     torch.save({"v": 0}, path)
     assert complete_copy(path).seq == 0 and complete_copy(tmp_path / "none.pt") is None
 
 
-@pytest.mark.unit
 def test_the_newest_copy_is_the_highest_save_then_the_first_host() -> None:
     a, b = CopyRecord(3, 30, 10, 1), CopyRecord(5, 50, 10, 2)
     assert newest([None, a, b, None]) == 2 and newest([b, a, b]) == 0 and newest([None, None]) is None

@@ -24,7 +24,7 @@ from runner.spec.place import RankPlace
 from runner.spec.schema import ParallelConfig, ParallelMode, ShardingConfig, ShardingMode
 
 pytestmark = pytest.mark.timeout(300)
-# the tests that build an optimizer in this process (its first import of torch._dynamo, 0.9 CPU-s, not in pytest -m unit)
+# the tests that build an optimizer in this process (its first import of torch._dynamo, 0.9 CPU-s, only where one is built)
 builds_optimizers = pytest.mark.usefixtures("optimizers_imported")
 
 STEPS = 12
@@ -137,7 +137,6 @@ def test_sharded_training_equals_ddp_and_shards_the_optimizer_state(train, mode,
     else:
         assert sum(per_rank) == unsharded  # disjoint shards: each parameter's state lives on one rank
         assert all(r["local_param_numel"] == got["records"][0]["local_param_numel"] for r in got["records"].values())
-
 
 
 @pytest.mark.parametrize("mode", ["none", *SHARDED])
@@ -253,7 +252,6 @@ def test_dp_with_sharding_runs_plain(tmp_path):
     assert type(model) is nn.Linear and type(optimizer) is torch.optim.SGD
 
 
-@pytest.mark.unit
 def test_fsdp_units_leave_tied_weights_to_the_root():
     class Tied(nn.Module):
         def __init__(self):
@@ -269,7 +267,6 @@ def test_fsdp_units_leave_tied_weights_to_the_root():
     assert units == [model.blocks[0], model.blocks[2], model.norm]
 
 
-@pytest.mark.unit
 def test_optimizer_state_by_name_and_by_index_round_trip():
     # Adam's state_dict after a step, written out (a real optimizer's first step imports torch._dynamo: 0.6 s of
     # `pytest -m unit`; the functions read the dict's form only)
@@ -286,7 +283,6 @@ def test_optimizer_state_by_name_and_by_index_round_trip():
         _by_name(osd, names[:3])
 
 
-@pytest.mark.unit
 def test_state_bytes_counts_a_storage_once():
     t = torch.zeros(10)
     assert state_bytes({0: {"a": t, "b": t}, 1: {"c": torch.zeros(2, dtype=torch.float64)}, 2: None}) == 40 + 16

@@ -1,5 +1,6 @@
 """runner.worker.channel: what one host's end of the job's channel says, every other end reads back — on host 0's
-TCPStore and in an init=file folder alike; a channel that went away reads as empty and takes words without raising."""
+TCPStore and in an init=file folder alike; a channel that went away reads as empty and takes words without raising.
+The folder's cases are unit tests; a TCPStore is torch's (torch.distributed), imported where one is made."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import torch.distributed as dist
 
 from runner.records.dumps import Collective, GroupRecord, RankDump
 from runner.records.paths import RunPaths
@@ -31,14 +31,14 @@ from runner.worker.channel import (
 )
 from runner.worker.channel_records import DumpRequest, JobFailure, RankEnding, StopAsked
 
-pytestmark = pytest.mark.unit
-
 LOCAL = "127.0.0.1"
 REACH_S = 10.0  # a TCPStore client here may stall for seconds before it connects (see host0_store): reach retries
 
 
 def serve() -> Any:
     """Host 0's store, in this process, on a port the OS picks."""
+    import torch.distributed as dist
+
     return dist.TCPStore(LOCAL, 0, None, True, datetime.timedelta(seconds=2), wait_for_workers=False)
 
 
@@ -46,6 +46,8 @@ def serve() -> Any:
 def host0_store() -> Iterator[tuple[Any, Any]]:
     """One store for the module, and one other host's connection to it: a new TCPStore connection on loopback now
     and then stalls for seconds, so the tests open few, and each keeps to keys of its own (a PrefixStore)."""
+    import torch.distributed as dist
+
     served = serve()
     yield served, dist.TCPStore(LOCAL, served.port, None, False, datetime.timedelta(seconds=REACH_S),
                                 wait_for_workers=False)
@@ -60,9 +62,14 @@ class Ends:
     keys: KeyValue
 
 
-@pytest.fixture(params=["store", "folder"])
+BACKINGS = ["store", pytest.param("folder", marks=pytest.mark.unit)]
+
+
+@pytest.fixture(params=BACKINGS)
 def ends(request, tmp_path) -> Ends:
     if request.param == "store":
+        import torch.distributed as dist
+
         served, client = request.getfixturevalue("host0_store")
         own = request.node.name  # this test's keys only
         return Ends(JobChannel.served(dist.PrefixStore(own, served)),
@@ -241,7 +248,7 @@ def test_values_not_json_or_of_another_shape_read_as_nothing(ends) -> None:
 # -- a channel that went away -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backing", ["store", "folder"])
+@pytest.mark.parametrize("backing", BACKINGS)
 def test_a_channel_whose_store_went_away_reads_as_empty_and_takes_words_without_raising(backing, tmp_path) -> None:
     if backing == "store":
         served = serve()
@@ -299,6 +306,7 @@ def test_reach_attempt_refuses_a_store_that_has_not_opened_the_attempt_in_time(h
 # -- a rank's end: channel_of -------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("init_dir", ["shared", None], ids=["in init.dir", "in the run folder"])
 def test_a_file_init_job_gets_the_private_folder_every_host_sees(tmp_path, init_dir) -> None:
     paths = run_paths(tmp_path)
@@ -320,8 +328,10 @@ def test_a_rank_reaches_host_0s_store_at_its_address_and_port(tmp_path, host0_st
     assert channel is not None and channel.beat(12) == 77.5
 
 
-@pytest.mark.parametrize("addr, port", [(None, "29500"), (LOCAL, None), (LOCAL, ""), (LOCAL, "29x"),
-                                        (LOCAL, "refused")],
+@pytest.mark.parametrize("addr, port", [pytest.param(None, "29500", marks=pytest.mark.unit),
+                                        pytest.param(LOCAL, None, marks=pytest.mark.unit),
+                                        pytest.param(LOCAL, "", marks=pytest.mark.unit),
+                                        pytest.param(LOCAL, "29x", marks=pytest.mark.unit), (LOCAL, "refused")],
                          ids=["no address", "no port", "an empty port", "a port not a number", "nobody listening"])
 def test_a_rank_without_a_store_to_reach_has_no_channel(tmp_path, refused_port, addr, port) -> None:
     port = str(refused_port) if port == "refused" else port
@@ -341,6 +351,7 @@ def test_a_request_for_dumps_goes_on_the_channel_and_in_the_run_folder(ends, tmp
     assert last_request(paths) == asked and requested_since(paths, asked - 1.0) == "stall"
 
 
+@pytest.mark.unit
 def test_a_request_for_dumps_without_a_channel_is_the_run_folders_only(tmp_path) -> None:
     paths = run_paths(tmp_path)
     asked = ask_for_dumps(paths, None, "stop")
@@ -362,6 +373,7 @@ def test_dumps_are_gathered_from_the_channel_or_the_run_folder_and_only_fresh_on
     assert gather_dumps(paths, None, range(4), since) == {1: in_folder, 3: fresh_in_folder}
 
 
+@pytest.mark.unit
 def test_a_first_word_in_a_folder_is_a_whole_file_and_leaves_nothing_else(tmp_path) -> None:
     """A key set first is written under a name of its own and linked: a reader never sees it half written, a
     writer that dies midway leaves no empty key that would take the place of a later first word."""

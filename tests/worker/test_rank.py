@@ -8,7 +8,6 @@ import math
 import os
 
 import pytest
-import torch
 
 from conftest import validate
 from runner.environments.process import ProcessEnvironment
@@ -22,16 +21,17 @@ from runner.worker import rank as rank_module
 from runner.worker.rank import RankServices, _plain_result, _run_recipe
 from runner.worker.rendezvous import Rendezvous
 
-pytestmark = pytest.mark.unit
-
 
 def test_what_a_recipe_returns_is_kept_as_plain_values() -> None:
+    import torch
+
     kept = _plain_result({"acc": torch.tensor(0.5), "steps": 10, "name": "x", "ok": True, "nan": math.nan,
                           "list": [1, 2], "t": torch.ones(2)})
     assert kept == {"acc": 0.5, "steps": 10, "name": "x", "ok": True}
     assert _plain_result(None) == {} and _plain_result([("a", 1)]) == {} and _plain_result(3.0) == {}
 
 
+@pytest.mark.unit
 def test_a_ranks_error_record(tmp_path) -> None:
     got = validate(("topology=1x2", "device=cpu"))
     paths = RunPaths(tmp_path, "r1")

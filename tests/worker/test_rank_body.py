@@ -18,8 +18,6 @@ from runner.common import exits
 from runner.worker.rank_body import exit_status, failed, watch_process_groups
 from runner.worker.rendezvous import Rendezvous
 
-pytestmark = pytest.mark.unit
-
 
 def setup_of(tmp_path, processes: int = 1):
     got = validate((f"topology=1x{processes}", "device=cpu"))
@@ -29,12 +27,14 @@ def setup_of(tmp_path, processes: int = 1):
                        ProcessEnvironment.read({}))[0]
 
 
+@pytest.mark.unit
 def test_the_exit_status_is_pythons_for_sys_exit(capsys) -> None:
     assert exit_status(SystemExit()) == 0 and exit_status(SystemExit(3)) == 3 and exit_status(SystemExit(257)) == 1
     assert exit_status(SystemExit("bye")) == 1 and capsys.readouterr().err == "bye\n"  # printed, as Python does
     assert exits.from_signal(2) == 130  # as a shell says Ctrl-C (runner.common.exits: the one helper)
 
 
+@pytest.mark.unit
 def test_a_failure_is_recorded_in_the_run_folder_and_shown_on_stderr(tmp_path, capsys) -> None:
     setup = setup_of(tmp_path)
     try:

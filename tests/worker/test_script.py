@@ -31,8 +31,6 @@ from runner.worker.script import interpreter_path, run_script
 from runner.worker.setup import RankSetup
 from runner.worker.watch import Watch, _Counter
 
-pytestmark = pytest.mark.unit
-
 TIMEOUT_S = 42.0  # the job's init.timeout_s: the script's own process group gets it
 
 # What a script (or module) saw of its process, written as JSON to the file its last argument names.

@@ -13,9 +13,8 @@ import pytest
 from runner.worker.watch import _Counter, _fr_dump, _groups_from_fr, group_key, main_thread_at
 from runs import wait_until
 
-pytestmark = pytest.mark.unit
 
-
+@pytest.mark.unit
 def test_the_flight_recorders_record_as_groups() -> None:
     doc = {"pg_status": {"0": {"last_enqueued_collective": "5", "last_completed_collective": "4"}},
            "entries": [{"pg_id": 0, "collective_seq_id": 4, "profiling_name": "gloo:broadcast", "input_sizes": [[10]],
@@ -114,6 +113,7 @@ def test_the_counter_names_a_process_group_as_every_rank_does(gloo_world) -> Non
     assert (groups[mine].completed, groups[world].completed) == (2, 2)
 
 
+@pytest.mark.unit
 def test_where_the_main_thread_is_from_another_thread(tmp_path) -> None:
     seen = []
     main = threading.main_thread().ident

@@ -13,7 +13,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import torch
 
 from runner.launchers.slurm.array import ArrayFollower, ArrayMember, group
 from runner.launchers.slurm.job import SlurmStates, ask_to_stop, task_ids
@@ -255,6 +254,8 @@ def test_the_stop_signal_checkpoints_every_running_job_and_cancels_those_not_sta
     """kill -USR1 <pid of run> while it follows a sweep's arrays (one per shape, one job of each at a time): the
     running job of each array checkpoints and returns (not requeued), the job waiting behind it is cancelled before
     it starts; `run` says the sweep was stopped by the signal."""
+    import torch
+
     run_id = f"sweepusr-{uuid.uuid4().hex[:8]}"
     done = signal_when_ready(["-m", "topology=1x1,2x1", "recipe.seed=1,2", *_paced(tmp_path), "launcher=slurm",
                               "launcher.slurm.requeue=true", "launcher.slurm.array_parallelism=1", f"run_id={run_id}"],
