@@ -184,7 +184,8 @@ class Trial:
         return cls(pid, read_fd, what, time.monotonic() + timeout_s, timeout_s)
 
     def answer(self) -> TargetProblem | None:
-        """The child's answer, waited for until the deadline set when it started (read once, then kept)."""
+        """The child's answer, waited for until the deadline set when it started (read once, then kept); one it gave
+        in time is its answer however late it is asked for."""
         if not self._read:
             self._answer, self._read = self._wait(), True
         return self._answer
@@ -192,16 +193,13 @@ class Trial:
     def _wait(self) -> TargetProblem | None:
         chunks = []
         try:
-            while True:
-                left = self.deadline - time.monotonic()
-                if left <= 0 or not select.select([self.answers], [], [], left)[0]:
-                    os.kill(self.pid, signal.SIGKILL)
-                    return TargetProblem(f"importing {self.what!r} took longer than {self.timeout_s:g} s",
-                                         "a module that waits for something when imported (input, a lock, the "
-                                         "network) would hang every rank; move that work into the function")
-                chunk = os.read(self.answers, 65536)
-                if not chunk:
-                    break
+            # nothing said by the deadline (however late the answer is asked for, what it said in time counts)
+            if not select.select([self.answers], [], [], max(0.0, self.deadline - time.monotonic()))[0]:
+                os.kill(self.pid, signal.SIGKILL)
+                return TargetProblem(f"importing {self.what!r} took longer than {self.timeout_s:g} s",
+                                     "a module that waits for something when imported (input, a lock, the "
+                                     "network) would hang every rank; move that work into the function")
+            while chunk := os.read(self.answers, 65536):  # to the end: the child exits as soon as it has written
                 chunks.append(chunk)
         finally:
             os.close(self.answers)

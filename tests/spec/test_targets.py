@@ -4,8 +4,10 @@ function in a forked child; what it refuses, and how it says it."""
 from __future__ import annotations
 
 import os
+import select
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,13 @@ def test_a_trial_started_now_is_answered_when_asked_once_and_its_child_is_gone(f
     assert first is not None and first.message.startswith("module 'userpkg_t.good' (") and trial.answer() is first
     with pytest.raises(ChildProcessError):
         os.waitpid(trial.pid, os.WNOHANG)  # reaped
+
+
+def test_a_trial_asked_for_after_its_deadline_is_answered_by_what_its_child_said_in_time(folder) -> None:
+    """A session's early trial may be asked for long after it started (a worker's first validation comes after its
+    long tests): the child's answer counts, not the time it is read at."""
+    trial = target_trial("userpkg_t.good:nope", str(folder), timeout_s=60)
+    select.select([trial.answers], [], [], 60)  # the child has answered (or ended)
+    trial.deadline = time.monotonic() - 1  # ... and the deadline has passed since
+    said = trial.answer()
+    assert said is not None and said.message.startswith("module 'userpkg_t.good' (")
