@@ -389,9 +389,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 def only_marks(expression: str) -> frozenset[str]:
     """The marks of a ``-m`` expression that selects tests by their marks alone (``unit``, ``unit or docs``); none for
     any other (``not testbed``, ``unit and not slow``, none given)."""
-    names = [word.strip() for word in (expression or "").split(" or ")]
-    return frozenset(names) if names and all(name.isidentifier() and name not in ("not", "and", "or") for name in names) \
-        else frozenset()
+    names = frozenset(word.strip() for word in (expression or "").split(" or "))
+    return names if all(name.isidentifier() and name not in ("not", "and", "or") for name in names) else frozenset()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -138,12 +138,7 @@ def module_problem(module: str, workdir: str | None, timeout_s: float = IMPORT_T
                                  "or name the module as `python -m` takes it: -- -m package.module")
         return _describe(module, workdir, exc)
 
-    return _in_child(find, describe, module, timeout_s)
-
-
-def _in_child(work: Callable[[], None], describe: Callable[[BaseException], TargetProblem], what: str,
-              timeout_s: float) -> TargetProblem | None:
-    return Trial.start(work, describe, what, timeout_s).answer()
+    return Trial.start(find, describe, module, timeout_s).answer()
 
 
 @dataclass

@@ -27,8 +27,8 @@ keeps the store until every host did, or a few seconds).
 from __future__ import annotations
 
 import socket
-import time
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
