@@ -72,36 +72,64 @@ def test_a_job_whose_ranks_waited_for_one_names_it(tmp_path):
     assert "| rank 1 on node0 (2.00x) |" in markdown([row])
 
 
-@pytest.mark.unit
-def test_each_configuration_scales_against_its_own_smallest_world_size(tmp_path):
-    """topology x sharding: one series per sharding mode, each with its own baseline and plot line."""
+def _series_sweep(sweep: Path) -> None:
+    """topology x sharding, with throughput."""
     for n, (topology, world, sharding, throughput) in enumerate([("1x1", 1, "none", 1000.0), ("1x1", 1, "zero", 800.0),
                                                                   ("1x4", 4, "none", 3000.0), ("1x4", 4, "zero", 3200.0)]):
-        _job(tmp_path, n, [f"topology={topology}", f"sharding={sharding}", "recipe.epochs=3"], world, throughput, 0.9)
+        _job(sweep, n, [f"topology={topology}", f"sharding={sharding}", "recipe.epochs=3"], world, throughput, 0.9)
+
+
+def _one_world_size_sweep(sweep: Path) -> None:
+    for n, (sharding, throughput) in enumerate([("none", 1000.0), ("zero", 900.0), ("fsdp", 700.0)]):
+        _job(sweep, n, ["topology=1x2", f"sharding={sharding}"], 2, throughput, 0.95)
+
+
+def _script_sweep(sweep: Path) -> list[str]:
+    """A torchrun-style script's sweep over 1, 2 and 4 processes, no samples/s, rank 0's training time set; its
+    constant overrides."""
+    script = ["recipe=script", "recipe.path=train.py", "recipe.args=[--epochs,3]"]
+    for n, (topology, world, took) in enumerate([("1x1", 1, 8.0), ("1x2", 2, 5.0), ("1x4", 4, 4.0)]):
+        _job(sweep, n, [f"topology={topology}", *script], world, None, 0.9)
+        logs = sweep / str(n) / "logs"
+        (logs / "rank00000.joined").write_text("gloo")
+        os.utime(logs / "rank00000.joined", (1000.0, 1000.0))
+        os.utime(logs / "rank00000.done", (1000.0 + took, 1000.0 + took))
+    return script
+
+
+@pytest.mark.unit
+def test_each_configuration_scales_against_its_own_smallest_world_size(tmp_path):
+    """topology x sharding: one series per sharding mode, each with its own baseline (and plot line)."""
+    _series_sweep(tmp_path)
     rows = summarize(tmp_path)
     assert [r.series for r in rows] == ["sharding=none", "sharding=zero"] * 2  # constant keys are not a series
     assert [r.speedup for r in rows] == [1.0, 1.0, 3.0, 4.0]
     assert [r.efficiency for r in rows] == [1.0, 1.0, 0.75, 1.0]
-    assert plot(rows, tmp_path / "scaling.png")
-    assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.unit
 def test_jobs_of_one_world_size_compare_against_the_first_job(tmp_path):
-    for n, (sharding, throughput) in enumerate([("none", 1000.0), ("zero", 900.0), ("fsdp", 700.0)]):
-        _job(tmp_path, n, ["topology=1x2", f"sharding={sharding}"], 2, throughput, 0.95)
+    _one_world_size_sweep(tmp_path)
     rows = summarize(tmp_path)
     assert [r.speedup for r in rows] == [1.0, 0.9, 0.7] and [r.efficiency for r in rows] == [1.0, 0.9, 0.7]
-    assert plot(rows, tmp_path / "bars.png")  # a bar per job
-    assert (tmp_path / "bars.png").stat().st_size > 0
 
 
 @pytest.mark.unit
 def test_a_sweep_without_throughput_has_no_plot(tmp_path):
     _job(tmp_path, 0, ["topology=1x2"], 2, None, 0.9)
     rows = summarize(tmp_path)
-    assert rows[0].speedup is None and not plot(rows, tmp_path / "none.png")
+    assert rows[0].speedup is None and not plot(rows, tmp_path / "none.png")  # (it returns before matplotlib)
     assert not (tmp_path / "none.png").exists()
+
+
+def test_the_scaling_plot_draws_each_kind_of_sweep(tmp_path):
+    """The plot itself (matplotlib renders it: not a unit test): a line per series, a bar per job where the world
+    size is one, speedup from training time where no job reports samples/s; each a PNG."""
+    for name, make in (("series", _series_sweep), ("bars", _one_world_size_sweep), ("by_time", _script_sweep)):
+        make(tmp_path / name)
+        png = tmp_path / f"{name}.png"
+        assert plot(summarize(tmp_path / name), png), name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
 @pytest.mark.unit
@@ -109,13 +137,7 @@ def test_a_script_sweep_shows_what_varies_and_scales_by_training_time(tmp_path):
     """A torchrun-style script reports no samples/s: speedup comes from each job's training time (rank 0's, from
     joining the process group to its end), and the constant `recipe=script recipe.path=... recipe.args=[...]` is
     shown once, not in every row."""
-    script = ["recipe=script", "recipe.path=train.py", "recipe.args=[--epochs,3]"]
-    for n, (topology, world, took) in enumerate([("1x1", 1, 8.0), ("1x2", 2, 5.0), ("1x4", 4, 4.0)]):
-        _job(tmp_path, n, [f"topology={topology}", *script], world, None, 0.9)
-        logs = tmp_path / str(n) / "logs"
-        (logs / "rank00000.joined").write_text("gloo")
-        os.utime(logs / "rank00000.joined", (1000.0, 1000.0))
-        os.utime(logs / "rank00000.done", (1000.0 + took, 1000.0 + took))
+    _script_sweep(tmp_path)
     rows = summarize(tmp_path)
     assert [r.config for r in rows] == ["topology=1x1", "topology=1x2", "topology=1x4"]
     assert [r.train_s for r in rows] == [8.0, 5.0, 4.0]
@@ -124,7 +146,6 @@ def test_a_script_sweep_shows_what_varies_and_scales_by_training_time(tmp_path):
     assert table.startswith("every job: recipe=script recipe.path=train.py recipe.args=[--epochs,3]\n"
                             "speedup from training time (rank 0's")
     assert "| 1 | topology=1x2 | 2 | done |  | 5.00 | 1.6 | 0.8 |" in table
-    assert plot(rows, tmp_path / "scaling.png")
 
 
 
