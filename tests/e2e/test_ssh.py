@@ -520,12 +520,10 @@ def test_a_host_that_refuses_its_share_ends_the_job_and_nothing_is_left_on_any_h
     with start(testbed, job, [*bed_hosts(testbed, [2, 2]), "launcher.grace_s=2", "--", "only_here.py"],
                run_id) as proc:
         ((code, said),) = finish([proc], timeout=60)
-    ended = time.monotonic()
     assert code == 2, said
     assert re.search(rf"\[host {testbed.names[1]}\] error: recipe.path: ", said), said
     assert f"[host {testbed.names[0]}] host {testbed.names[1]}: its `run` ended with exit 2" in said, said
-    wait_until(lambda: not processes_of(run_id), 2 + 10, "nothing left of the run on any host")
-    assert time.monotonic() - ended < 12
+    wait_until(lambda: not processes_of(run_id), 2 + 10, "nothing left of the run on any host")  # its deadline: the bound
 
 
 def test_a_dropped_ssh_connection_ends_the_job_and_nothing_is_left_on_any_host(testbed, job, tmp_path):
@@ -569,11 +567,9 @@ def test_run_killed_while_a_host_waits_for_host_0_leaves_nothing_on_any_host(tes
         try:
             wait_until(lambda: host_run(run_id, 1) is not None, 60, "host 1's run started", alive=[proc])
             proc.reap()  # SIGKILL to `run`
-            killed = time.monotonic()
             frozen = {host0.pid, *(c.pid for c in host0.children(recursive=True))}  # (its zygote, if it got so far)
             wait_until(lambda: {p.pid for p in processes_of(run_id)} <= frozen, 2 + 10,
-                       "nothing left of the run but host 0's frozen `run`")
-            assert time.monotonic() - killed < 12
+                       "nothing left of the run but host 0's frozen `run`")  # (its deadline: the bound)
         finally:
             host0.resume()
     wait_until(lambda: not processes_of(run_id), 2 + 15 + 5, "nothing left of the run on any host")
