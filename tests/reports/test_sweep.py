@@ -84,9 +84,8 @@ def _one_world_size_sweep(sweep: Path) -> None:
         _job(sweep, n, ["topology=1x2", f"sharding={sharding}"], 2, throughput, 0.95)
 
 
-def _script_sweep(sweep: Path) -> list[str]:
-    """A torchrun-style script's sweep over 1, 2 and 4 processes, no samples/s, rank 0's training time set; its
-    constant overrides."""
+def _script_sweep(sweep: Path) -> None:
+    """A torchrun-style script's sweep over 1, 2 and 4 processes, no samples/s, rank 0's training time set."""
     script = ["recipe=script", "recipe.path=train.py", "recipe.args=[--epochs,3]"]
     for n, (topology, world, took) in enumerate([("1x1", 1, 8.0), ("1x2", 2, 5.0), ("1x4", 4, 4.0)]):
         _job(sweep, n, [f"topology={topology}", *script], world, None, 0.9)
@@ -94,7 +93,6 @@ def _script_sweep(sweep: Path) -> list[str]:
         (logs / "rank00000.joined").write_text("gloo")
         os.utime(logs / "rank00000.joined", (1000.0, 1000.0))
         os.utime(logs / "rank00000.done", (1000.0 + took, 1000.0 + took))
-    return script
 
 
 @pytest.mark.unit
@@ -146,7 +144,6 @@ def test_a_script_sweep_shows_what_varies_and_scales_by_training_time(tmp_path):
     assert table.startswith("every job: recipe=script recipe.path=train.py recipe.args=[--epochs,3]\n"
                             "speedup from training time (rank 0's")
     assert "| 1 | topology=1x2 | 2 | done |  | 5.00 | 1.6 | 0.8 |" in table
-
 
 
 @pytest.mark.unit
