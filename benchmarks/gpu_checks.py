@@ -29,13 +29,41 @@ REPO = HERE.parent
 WORK = HERE / "workloads"
 RESULTS = HERE / "results" / "gpu_checks.json"
 COMMAND = "bash scripts/gpu_checks.sh"
-SHARDING = ["none", "zero", "fsdp", "oss", "sdp", "fairscale_fsdp"]
+# the modes the runner offers (fairscale_fsdp is refused: tests/benchmarks/test_gpu_checks.py holds the two together)
+SHARDING = ["none", "zero", "fsdp", "oss", "sdp"]
+THROUGHPUT_STEPS = 300
 _DEADLINE = [float("inf")]  # time.monotonic() by which the running check must end
 _RUN_SHIM = "import sys; sys.argv[0] = 'run'; from runner.app.start import main; main()"
 
 
 class CheckFailed(Exception):
     """A check's verdict: what it saw that it should not have."""
+
+
+def launches(gpus: int) -> dict[str, list[str]]:
+    """Every `run` command line the checks start on a machine with ``gpus`` GPUs (the words after `run`), by name.
+    Paths in them are the workloads' (absolute) and the files a rank writes (relative to the folder `run` starts
+    in). The unit tests validate each against a one-GPU machine, so no check of the one GPU run fails on its spec."""
+    cuda = ["device=cuda", "topology=1x1"]
+    return {
+        "digits nccl": [*cuda, "backend=nccl"],
+        "digits dp": [*cuda, "parallel=dp"],
+        **{f"digits sharding={mode}": [*cuda, f"sharding={mode}"] for mode in SHARDING},
+        "more gpus than there are": ["device=cuda", f"topology=1x{gpus + 1}"],
+        "out of memory": [*cuda, "--", str(WORK / "gpu_oom.py")],
+        "gloo cuda": ["device=cpu", "backend=gloo", "topology=1x2", "--", str(WORK / "gloo_cuda.py")],
+        "fresh rank": [*cuda, "--", str(WORK / "gpu_fresh.py"), "fresh.json"],
+        "ddp": [*cuda, "--", str(WORK / "gpu_ddp.py")],
+        "throughput": [*cuda, "recipe=custom", "recipe.target=gpu_transformer:main", "recipe.global_batch_size=32",
+                       f"+recipe.steps={THROUGHPUT_STEPS}", "+recipe.out=rate.txt"],
+        **{f"launch 1x{n}": [f"topology=1x{n}", "device=cpu", "--", str(WORK / "tiny_ddp.py")] for n in (1, 4)},
+    }
+
+
+def _launch(name: str) -> list[str]:
+    import torch
+
+    return launches(torch.cuda.device_count())[name]
 
 
 def run_cmd() -> list[str]:
@@ -79,8 +107,8 @@ def check_gpu_tests(cwd: Path) -> dict:
     return {"summary": out.strip().splitlines()[-1], "seconds": round(secs, 1)}
 
 
-def _digits(extra: list[str], cwd: Path, budget_s: float = 60) -> dict:
-    code, out, secs = run(["device=cuda", "topology=1x1", *extra], budget_s, cwd)
+def _digits(name: str, cwd: Path, budget_s: float = 60) -> dict:
+    code, out, secs = run(_launch(name), budget_s, cwd)
     _succeeded(code, out)
     found = re.search(r"final test accuracy: ([0-9.]+)", out)
     if not found or float(found[1]) < 0.9:
@@ -89,26 +117,28 @@ def _digits(extra: list[str], cwd: Path, budget_s: float = 60) -> dict:
 
 
 def check_digits_nccl(cwd: Path) -> dict:
-    return _digits(["backend=nccl"], cwd)
+    return _digits("digits nccl", cwd)
 
 
 def check_dp(cwd: Path) -> dict:
-    return _digits(["parallel=dp"], cwd)
+    return _digits("digits dp", cwd)
 
 
 def check_sharding(cwd: Path) -> dict:
     """Each sharding mode at world size 1 (the fairscale modes skipped where fairscale is not installed)."""
     import importlib.util
 
-    figures, failed = {}, []
+    figures: dict[str, object] = {}
+    failed: list[str] = []
     for mode in SHARDING:
-        if mode in ("oss", "sdp", "fairscale_fsdp") and importlib.util.find_spec("fairscale") is None:
+        if mode in ("oss", "sdp") and importlib.util.find_spec("fairscale") is None:
             figures[mode] = "skipped: fairscale not installed"
             continue
         try:
-            figures[mode] = _digits([f"sharding={mode}"], cwd)
+            figures[mode] = _digits(f"digits sharding={mode}", cwd)
         except CheckFailed as e:
-            figures[mode], _ = f"fail: {e}", failed.append(mode)
+            figures[mode] = f"fail: {e}"
+            failed.append(mode)
     if failed:
         raise CheckFailed(f"modes failed: {failed}; {figures}")
     return figures
@@ -118,7 +148,7 @@ def check_too_many_gpus(cwd: Path) -> dict:
     import torch
 
     want = torch.cuda.device_count() + 1
-    code, out, secs = run(["device=cuda", f"topology=1x{want}"], 30, cwd)
+    code, out, secs = run(launches(want - 1)["more gpus than there are"], 30, cwd)
     if code != 2 or "topology.devices_per_node" not in out or "nothing was started" not in out:
         raise CheckFailed(f"expected exit 2 naming topology.devices_per_node; exit {code}: {_tail(out)}")
     return {"asked": want, "exit": code, "seconds": round(secs, 1)}
@@ -134,7 +164,7 @@ def _session_gone(pgid: int) -> bool:
 
 def check_oom(cwd: Path) -> dict:
     """A rank that runs out of GPU memory: its traceback reported, `run` fails, no process of the job left."""
-    argv = [*run_cmd(), "device=cuda", "topology=1x1", "--", str(WORK / "gpu_oom.py")]
+    argv = [*run_cmd(), *_launch("out of memory")]
     ended = in_session(argv, cwd, max(1.0, min(60.0, _DEADLINE[0] - time.monotonic())))
     if ended.code is None:
         raise CheckFailed("`run` did not end within the check's budget")
@@ -149,7 +179,7 @@ def check_oom(cwd: Path) -> dict:
 
 
 def check_gloo_cuda(cwd: Path) -> dict:
-    code, out, secs = run(["device=cpu", "backend=gloo", "topology=1x2", "--", str(WORK / "gloo_cuda.py")], 60, cwd)
+    code, out, secs = run(_launch("gloo cuda"), 60, cwd)
     _succeeded(code, out)
     if out.count("gloo all-reduce of a CUDA tensor = 3.0") != 2:
         raise CheckFailed(f"not both ranks reported the sum 3.0: {_tail(out)}")
@@ -157,37 +187,36 @@ def check_gloo_cuda(cwd: Path) -> dict:
 
 
 def check_fresh_ranks(cwd: Path) -> dict:
-    """The zygote and the agent never initialise CUDA; a rank's CUDA generator is a fresh process's; 20 runs of
-    an ordinary NCCL DDP script all end."""
-    code, out, _ = run(["device=cuda", "topology=1x1", "--", str(WORK / "gpu_fresh.py"), str(cwd / "fresh.json")],
-                       60, cwd)
+    """The zygote and the agent never initialise CUDA (workloads/gpu_fresh.py says how that shows); a rank's CUDA
+    generator is a fresh process's; 20 runs of an ordinary NCCL DDP script all end."""
+    from workloads.gpu_fresh import zygote_or_agent_initialised
+
+    code, out, _ = run(_launch("fresh rank"), 60, cwd)
     _succeeded(code, out)
     rank = json.loads((cwd / "fresh.json").read_text())
     code, out, _ = sh([sys.executable, str(WORK / "gpu_fresh.py"), "--fresh"], 60, cwd)
     _succeeded(code, out)
     fresh = json.loads(out.strip().splitlines()[-1])
-    zygote_agent = rank["ancestors"][:2]
-    if any(a["libcuda"] for a in zygote_agent):
-        raise CheckFailed(f"libcuda mapped in the zygote or the agent: {zygote_agent}")
+    if (said := zygote_or_agent_initialised(rank)) is not None:
+        raise CheckFailed(said)
     if {k: rank[k] for k in fresh} != fresh:
         raise CheckFailed(f"rank's CUDA generator {rank} is not a fresh process's {fresh}")
-    ended = [sh([*run_cmd(), "device=cuda", "topology=1x1", "--", str(WORK / "gpu_ddp.py")], 45, cwd)[0]
-             for _ in range(20)]
+    ended = [sh([*run_cmd(), *_launch("ddp")], 45, cwd)[0] for _ in range(20)]
     if ended.count(0) != 20:
         raise CheckFailed(f"of 20 DDP runs, exit statuses {ended}")
-    return {"ancestors": rank["ancestors"], "generator_as_fresh": True, "ddp_runs_ended": 20}
+    return {"ancestors": rank["ancestors"], "rank": rank["self"], "generator_as_fresh": True, "ddp_runs_ended": 20}
 
 
-def check_throughput(cwd: Path, steps: int = 300, reps: int = 2) -> dict:
+def check_throughput(cwd: Path, reps: int = 2) -> dict:
     """steps/s of the transformer under `run` against the hand-written single-process loop, interleaved."""
     rates: dict[str, list[float]] = {"run": [], "hand-written loop": []}
     shutil.copy(WORK / "gpu_transformer.py", cwd)  # the recipe's module in the folder `run` starts in, as a user's
     for i in range(reps):
         for name in (["run", "hand-written loop"] if i % 2 == 0 else ["hand-written loop", "run"]):
-            out = cwd / f"rate-{i}-{name[:3]}"
-            argv = ([*run_cmd(), "device=cuda", "topology=1x1", "recipe=custom", "recipe.target=gpu_transformer:main",
-                     "recipe.global_batch_size=32", f"+recipe.steps={steps}", f"+recipe.out={out}"]
-                    if name == "run" else [sys.executable, str(WORK / "gpu_transformer.py"), str(steps), str(out)])
+            out = cwd / "rate.txt"  # where both write their steps/s
+            out.unlink(missing_ok=True)
+            argv = ([*run_cmd(), *_launch("throughput")] if name == "run"
+                    else [sys.executable, str(WORK / "gpu_transformer.py"), str(THROUGHPUT_STEPS), str(out)])
             code, text, _ = sh(argv, 90, cwd)
             _succeeded(code, text)
             rates[name].append(float(out.read_text()))
@@ -202,7 +231,7 @@ def check_launch(cwd: Path, reps: int = 3) -> dict:
     for n in (1, 4):
         times: dict[str, list[float]] = {"run --": [], "torchrun --standalone": []}
         for _ in range(reps):
-            for name, argv in {"run --": [*run_cmd(), f"topology=1x{n}", "device=cpu", "--", str(WORK / "tiny_ddp.py")],
+            for name, argv in {"run --": [*run_cmd(), *_launch(f"launch 1x{n}")],
                                "torchrun --standalone": [*torchrun_cmd(), "--standalone", f"--nproc-per-node={n}",
                                                          str(WORK / "tiny_ddp.py")]}.items():
                 code, out, secs = sh(argv, 60, cwd)
@@ -246,7 +275,7 @@ def device() -> dict:
 def one(name: str, budget_s: float, check: Callable[[Path], dict], cuda: bool) -> dict:
     """One check's record: status pass / fail / skipped, its seconds and figures; prints its one line."""
     if not cuda:
-        record = {"status": "skipped: no CUDA"}
+        record: dict[str, object] = {"status": "skipped: no CUDA"}
     else:
         _DEADLINE[0] = time.monotonic() + budget_s
         t0 = time.monotonic()
@@ -256,7 +285,7 @@ def one(name: str, budget_s: float, check: Callable[[Path], dict], cuda: bool) -
             except (CheckFailed, OSError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
                 record = {"status": "fail", "why": f"{type(e).__name__}: {e}"[:2000]}
         record["seconds"] = round(time.monotonic() - t0, 1)
-    said = record.get("why", "").splitlines()[:1] or [json.dumps(record.get("figures", ""))[:160]]
+    said = str(record.get("why", "")).splitlines()[:1] or [json.dumps(record.get("figures", ""))[:160]]
     print(f"{name}: {record['status']}" + (f" ({record['seconds']} s) {said[0]}" if cuda else ""), flush=True)
     return {"check": name, "budget_s": budget_s, **record}
 

@@ -1,5 +1,7 @@
-"""benchmarks/gpu_checks.py and scripts/gpu_checks.sh: REPORT.md's GPU section is written from the results file, and
-the script's run without CUDA skips every check, ends 0 and writes both."""
+"""benchmarks/gpu_checks.py and scripts/gpu_checks.sh: every `run` the checks start is a spec a one-GPU machine
+accepts (the one the checks count on refused as they expect), the fresh-rank check reads CUDA's signs rightly,
+REPORT.md's GPU section is written from the results file, and the script's run without CUDA skips every check, ends
+0 and writes both."""
 
 from __future__ import annotations
 
@@ -11,11 +13,88 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, compose, validate
+from runner.app.script_shorthand import script_overrides
+from runner.spec.probe import FixedProbe
+from runner.spec.schema import ShardingMode
 
-spec = importlib.util.spec_from_file_location("benchmark_report", REPO / "benchmarks" / "report.py")
-report = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(report)
+
+def _load(name: str, path):
+    found = importlib.util.spec_from_file_location(name, path)
+    assert found is not None and found.loader is not None
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module
+
+
+report = _load("benchmark_report", REPO / "benchmarks" / "report.py")
+gpu_fresh = _load("gpu_fresh", REPO / "benchmarks" / "workloads" / "gpu_fresh.py")
+
+
+@pytest.fixture(scope="module")
+def gpu_checks():
+    """benchmarks/gpu_checks.py, imported as its script runs it: with benchmarks/ first on the path."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        yield _load("gpu_checks", REPO / "benchmarks" / "gpu_checks.py")
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+
+class OneGpu(FixedProbe):
+    """A machine with one GPU where the checks' workloads are. The throughput recipe's module is copied into the
+    folder `run` starts in by its check: found there, without importing torch here."""
+
+    def target_problem(self, target: str, workdir: str | None):
+        return None if target == "gpu_transformer:main" else super().target_problem(target, workdir)
+
+
+def _checked(argv: list[str]):
+    spec = compose(*script_overrides(argv))
+    scripts = frozenset(str(p) for p in (REPO / "benchmarks" / "workloads").glob("*.py"))
+    return validate(spec, OneGpu(cuda_devices=1, paths=scripts))
+
+
+@pytest.mark.unit
+def test_every_run_the_gpu_checks_start_is_accepted_on_a_one_gpu_machine_but_the_one_they_expect_refused(
+        gpu_checks) -> None:
+    launches = gpu_checks.launches(1)
+    refused = _checked(launches.pop("more gpus than there are"))
+    assert [p.key for p in refused.errors] == ["topology.devices_per_node"], refused.rendered()
+    assert len(launches) == 14
+    for name, argv in launches.items():
+        checked = _checked(argv)
+        assert checked.valid and not checked.errors, f"{name}: run {' '.join(argv)}\n{checked.rendered()}"
+
+
+@pytest.mark.unit
+def test_the_sharding_modes_checked_are_every_mode_the_runner_offers_on_a_gpu(gpu_checks) -> None:
+    offered = [m.value for m in ShardingMode
+               if _checked(["device=cuda", "topology=1x1", f"sharding={m.value}"]).valid]
+    assert sorted(gpu_checks.SHARDING) == sorted(offered)
+
+
+@pytest.mark.unit
+def test_the_cuda_driver_library_is_a_sign_of_cuda_and_the_runtime_that_importing_torch_maps_is_not() -> None:
+    runtime = "7f..-7f.. r-xp 00000000 fd:01 123 /opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13"
+    driver = "7f..-7f.. r-xp 00000000 fd:01 456 /usr/lib/x86_64-linux-gnu/libcuda.so.580.159.03"
+    anonymous = "7f..-7f.. rw-p 00000000 00:00 0 "
+    assert not gpu_fresh.driver_mapped([runtime, anonymous])
+    assert gpu_fresh.driver_mapped([runtime, driver + "\n"])
+
+
+def _record(rank: dict, *ancestors: dict) -> dict:
+    return {"self": rank, "ancestors": [{"pid": 10 + i, **a} for i, a in enumerate(ancestors)]}
+
+
+@pytest.mark.unit
+def test_the_zygote_and_agent_are_judged_by_the_sign_the_rank_shows_in_itself() -> None:
+    clean, uvm, lib = {"uvm": False, "libcuda": False}, {"uvm": True, "libcuda": True}, {"uvm": False, "libcuda": True}
+    verdict = gpu_fresh.zygote_or_agent_initialised
+    assert verdict(_record(uvm, lib, clean, uvm)) is None  # libcuda mapped without cuInit; `run` (third) not judged
+    assert "/dev/nvidia-uvm open in the zygote or the agent" in verdict(_record(uvm, clean, uvm))
+    assert "libcuda mapped in the zygote" in verdict(_record(lib, lib, clean))  # no uvm shows: libcuda is the sign
+    assert "shows no sign of CUDA in itself" in verdict(_record(clean, clean, clean))
 
 GPU_RUN = {"date": "2026-12-01 10:00 UTC", "command": "bash scripts/gpu_checks.sh", "cuda": True,
            "device": {"python": "3.12.3", "torch": "2.11.0+cu128", "cuda": "12.8", "cpus": 16, "gpus": 1,
