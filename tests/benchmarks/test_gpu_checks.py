@@ -96,6 +96,7 @@ def test_the_zygote_and_agent_are_judged_by_the_sign_the_rank_shows_in_itself() 
     assert "libcuda mapped in the zygote" in verdict(_record(lib, lib, clean))  # no uvm shows: libcuda is the sign
     assert "shows no sign of CUDA in itself" in verdict(_record(clean, clean, clean))
 
+
 GPU_RUN = {"date": "2026-12-01 10:00 UTC", "command": "bash scripts/gpu_checks.sh", "cuda": True,
            "device": {"python": "3.12.3", "torch": "2.11.0+cu128", "cuda": "12.8", "cpus": 16, "gpus": 1,
                       "name": "NVIDIA H200", "driver": "570.1"},
