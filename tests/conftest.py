@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import gc
 import importlib.resources
+import importlib.util
 import os
 import pickle
 import shutil
@@ -28,6 +29,7 @@ import traceback
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hydra import compose as _hydra_compose
@@ -321,6 +323,19 @@ def validate(spec: JobConfig | Iterable[str], probe: FixedProbe | None = None, *
         raise TypeError("give either a probe or probe keyword arguments")
     job, problems = validate_spec(spec, probe)
     return Checked(spec, job, problems, probe)
+
+
+# --------------------------------------------------------------------------- files as modules
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    """The Python file ``path`` imported as module ``name`` (the benchmarks and their workloads are scripts, not a
+    package the tests can import)."""
+    found = importlib.util.spec_from_file_location(name, path)
+    assert found is not None and found.loader is not None, path
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module
 
 
 # --------------------------------------------------------------------------- subprocess helpers

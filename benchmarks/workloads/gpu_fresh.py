@@ -33,13 +33,15 @@ def cuda_signs(pid: int | str = "self") -> dict:
     """{"uvm": /dev/nvidia-uvm open, "libcuda": the driver library mapped} of one process."""
     with open(f"/proc/{pid}/maps") as f:
         libcuda = driver_mapped(f)
-    uvm = False
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            uvm = uvm or os.readlink(f"/proc/{pid}/fd/{fd}") == UVM
-        except OSError:  # closed meanwhile
-            continue
-    return {"uvm": uvm, "libcuda": libcuda}
+    return {"uvm": any(_opened(f"/proc/{pid}/fd/{fd}") == UVM for fd in os.listdir(f"/proc/{pid}/fd")),
+            "libcuda": libcuda}
+
+
+def _opened(fd_link: str) -> str:
+    try:
+        return os.readlink(fd_link)
+    except OSError:  # closed meanwhile
+        return ""
 
 
 def zygote_or_agent_initialised(record: dict) -> str | None:

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-import importlib.util
 import json
 
-from conftest import REPO
+from conftest import REPO, load_module
 from readme_text import docs
 
 pytestmark = pytest.mark.unit
 
-spec = importlib.util.spec_from_file_location("benchmark_report", REPO / "benchmarks" / "report.py")
-report = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(report)
+report = load_module("benchmark_report", REPO / "benchmarks" / "report.py")
 
 
 def test_every_table_block_of_the_report_is_rewritten_from_the_results(tmp_path):

@@ -5,7 +5,6 @@ REPORT.md's GPU section is written from the results file, and the script's run w
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,22 +12,14 @@ import sys
 
 import pytest
 
-from conftest import REPO, compose, validate
+from conftest import REPO, compose, load_module, validate
 from runner.app.script_shorthand import script_overrides
 from runner.spec.probe import FixedProbe
 from runner.spec.schema import ShardingMode
 
 
-def _load(name: str, path):
-    found = importlib.util.spec_from_file_location(name, path)
-    assert found is not None and found.loader is not None
-    module = importlib.util.module_from_spec(found)
-    found.loader.exec_module(module)
-    return module
-
-
-report = _load("benchmark_report", REPO / "benchmarks" / "report.py")
-gpu_fresh = _load("gpu_fresh", REPO / "benchmarks" / "workloads" / "gpu_fresh.py")
+report = load_module("benchmark_report", REPO / "benchmarks" / "report.py")
+gpu_fresh = load_module("gpu_fresh", REPO / "benchmarks" / "workloads" / "gpu_fresh.py")
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +27,7 @@ def gpu_checks():
     """benchmarks/gpu_checks.py, imported as its script runs it: with benchmarks/ first on the path."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
-        yield _load("gpu_checks", REPO / "benchmarks" / "gpu_checks.py")
+        yield load_module("gpu_checks", REPO / "benchmarks" / "gpu_checks.py")
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
 

@@ -3,7 +3,6 @@ all-reduce at world size 1, and a rank's CUDA generator a fresh process's."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from conftest import REPO
+from conftest import REPO, load_module
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA")]
 RUN = [sys.executable, "-c", "import sys; sys.argv[0] = 'run'; from runner.app.start import main; main()"]
@@ -57,8 +56,4 @@ def test_a_ranks_cuda_generator_is_a_fresh_processs(tmp_path) -> None:
     fresh = json.loads(subprocess.run([sys.executable, str(workload), "--fresh"], capture_output=True, text=True,
                                       check=True, timeout=60).stdout)
     assert {k: rank[k] for k in fresh} == fresh
-    found = importlib.util.spec_from_file_location("gpu_fresh", workload)
-    assert found is not None and found.loader is not None
-    gpu_fresh = importlib.util.module_from_spec(found)
-    found.loader.exec_module(gpu_fresh)
-    assert gpu_fresh.zygote_or_agent_initialised(rank) is None
+    assert load_module("gpu_fresh", workload).zygote_or_agent_initialised(rank) is None
